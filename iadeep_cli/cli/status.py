@@ -1,0 +1,57 @@
+"""`iadeep status`: nodes, GPUs, what runs where, the queue, and how old all of it is."""
+from __future__ import annotations
+
+import typer
+
+from ..controller import client
+from . import render
+from .main import app
+
+
+def _mib(v: float | None) -> str:
+    return "?" if v is None else f"{v / 1024:.1f}"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+def _gpu_line(gpu: dict) -> str:
+    jobs = ", ".join(f"#{j['id']} {j['user']}/{j['name']}" for j in gpu["jobs"]) or "idle"
+    foreign = [p for p in gpu["processes"] if p["job_id"] is None]
+    extra = f"  +{len(foreign)} foreign" if foreign else ""
+    return (f"  gpu{gpu['index']} {gpu['name']:<16} util {_pct(gpu['utilization_gpu']):>4}  "
+            f"mem {_mib(gpu['memory_used_mib'])}/{_mib(gpu['memory_total_mib'])} GiB  "
+            f"{jobs}{extra}")
+
+
+def _print(data: dict, live: bool) -> None:
+    ctl = data.get("controller") or {}
+    if live:
+        print(f"controller: running (pid {ctl.get('pid')}, {len(data['nodes'])} nodes)")
+    elif ctl:
+        print("controller: NOT running; last heartbeat "
+              f"{render.when(ctl.get('heartbeat_at'), data['now'])}")
+    else:
+        print("controller: NOT running (it has never run with this state directory)")
+    for node in data["nodes"]:
+        state = "up" if node["error"] is None else f"DOWN ({node['error']})"
+        print(f"{node['name']}: {state}, data {render.duration(node['age_s'])} old")
+        for gpu in node["gpus"]:
+            print(_gpu_line(gpu))
+    queue = data["queue"]
+    summary = ", ".join(f"{n} {s}" for s, n in queue.items() if n and s in
+                        ("queued", "held", "starting", "running", "lost")) or "empty"
+    print(f"queue: {summary}")
+
+
+@app.command("status")
+def status(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show the cluster and the queue as the controller last recorded them."""
+    data, stale = client.read("status")
+    live = stale is None
+    data["live"] = live
+    if json_:
+        render.as_json(data)
+    else:
+        _print(data, live)

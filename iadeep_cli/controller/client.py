@@ -1,0 +1,115 @@
+"""Talking to the controller from the CLI and the TUI.
+
+A request that never reached the controller fails at once with "controller is not running".
+A request whose reply was lost (the controller died mid-request) is retried for a while with
+the same ``token``, so a submission is accepted exactly once even across a controller restart.
+"""
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..errors import ControllerUnavailable, error_from_dict
+from . import protocol
+
+RETRY_WINDOW_S = 30.0
+
+
+def _not_running(path: Path) -> ControllerUnavailable:
+    return ControllerUnavailable(
+        f"the iadeep controller is not running (no answer on {path})",
+        hint="start it with `iadeep controller run` (or `systemctl start iadeep-controller`)")
+
+
+def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
+    """One round trip. Raises _NotReached if nothing was sent; None if the reply was lost."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError, socket.timeout) as exc:
+            raise _NotReached() from exc
+        try:
+            protocol.send(sock, {"op": op, "args": args})
+            return protocol.recv(sock)  # type: ignore[return-value]
+        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+            return None
+    finally:
+        sock.close()
+
+
+class _NotReached(Exception):
+    pass
+
+
+def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
+         retry_lost: bool = False, socket_path: Path | None = None) -> Any:
+    """Send one request; return its result or raise the controller's error."""
+    path = socket_path or paths.socket_path()
+    args = dict(args or {})
+    deadline = time.monotonic() + RETRY_WINDOW_S
+    reached_once = False
+    while True:
+        try:
+            reply = _once(path, op, args, timeout)
+            reached_once = True
+        except _NotReached:
+            if not reached_once:
+                raise _not_running(path) from None
+            reply = None
+        if reply is not None:
+            break
+        if not retry_lost or time.monotonic() > deadline:
+            raise ControllerUnavailable(
+                f"the controller stopped while answering {op!r}",
+                hint="check `iadeep queue list`; a repeated submission is not duplicated")
+        time.sleep(0.2)
+    if reply.get("ok"):
+        return reply.get("result")
+    raise error_from_dict(reply.get("error") or {})
+
+
+def submit(spec: dict) -> dict:
+    """Submit a job exactly once: the token makes a retried request return the same id."""
+    return call("add", {"spec": spec, "token": uuid.uuid4().hex}, retry_lost=True)
+
+
+def read(op: str, args: dict | None = None) -> tuple[Any, float | None]:
+    """A read-only view: from the controller when it runs, else straight from the database.
+
+    Returns (result, stale_since): ``stale_since`` is None when the controller answered, else
+    the time of its last heartbeat (0.0 if it never ran), so callers can show the data's age.
+    Nothing here imports paramiko or scikit-learn.
+    """
+    try:
+        return call(op, args), None
+    except ControllerUnavailable:
+        pass
+    from ..store import Store, cluster
+    from . import views
+
+    args = dict(args or {})
+    if not paths.db_path().exists():
+        empty = {"list": [], "status": {"now": time.time(), "nodes": [], "queue": {},
+                                        "controller": {}}}
+        if op in empty:
+            return empty[op], 0.0
+    store = Store(readonly=True)
+    try:
+        with store.tx() as conn:
+            since = float(cluster.get_meta(conn, "controller", {}).get("heartbeat_at", 0.0))
+            if op == "list":
+                return views.list_jobs(conn, all_states=args.get("all_states", False),
+                                       user=args.get("owner")), since
+            if op == "show":
+                return views.show_job(conn, int(args["id"])), since
+            if op == "status":
+                return views.status(conn, time.time()), since
+    finally:
+        store.close()
+    raise _not_running(paths.socket_path())

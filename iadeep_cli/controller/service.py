@@ -1,0 +1,137 @@
+"""The requests the controller answers. Each one: check who asks, make one store change.
+
+The caller's user name comes from the socket's peer credentials (``server``), never from the
+request, so nobody can act as someone else. Owners act on their own jobs; admins listed in the
+inventory (and root) on any.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
+from ..inventory import Inventory
+from ..jobs import ACTIVE, FINISHED, Job, JobState, spec_from_dict, validate_spec
+from ..store import Store, jobs as jobrows
+from . import views
+
+LogReader = Callable[[Job, int, int], dict]
+
+
+class Service:
+    def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
+                 log_reader: LogReader | None = None):
+        self.store = store
+        self.inventory = inventory
+        self.clock = clock
+        self.log_reader = log_reader
+        self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
+
+    # ------------------------------------------------------------------ dispatch
+    def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
+        method = getattr(self, f"op_{op}", None)
+        if method is None:
+            raise InputError(f"unknown request {op!r}", hint="client and controller versions differ?")
+        try:
+            return method(user, **args)
+        except TypeError as exc:
+            raise InputError(f"malformed {op!r} request: {exc}") from None
+
+    # ------------------------------------------------------------------ writes
+    def op_add(self, user: str, spec: dict, token: str | None = None) -> dict:
+        job_spec = spec_from_dict(spec)
+        validate_spec(job_spec)
+        with self.store.tx() as conn:
+            job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), token)
+        self.wake()
+        return {"id": job_id, "created": created}
+
+    def op_cancel(self, user: str, ids: list[int]) -> list[dict]:
+        return self._each(ids, lambda i: self._cancel_one(user, i))
+
+    def _cancel_one(self, user: str, job_id: int) -> dict:
+        with self.store.tx() as conn:
+            job = self._owned(conn, user, job_id)
+            if job.state in ACTIVE:
+                # The loop stops the process group on its node, then records 'cancelled'.
+                jobrows.update(conn, job_id, extra={**job.extra, "cancel_requested_by": user})
+                self.wake()
+                return {"id": job_id, "state": "cancelling"}
+            jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
+                               self.clock(), ended_at=self.clock())
+        return {"id": job_id, "state": JobState.CANCELLED.value}
+
+    def op_hold(self, user: str, ids: list[int]) -> list[dict]:
+        return self._each(ids, lambda i: self._move(user, i, JobState.HELD, f"held by {user}"))
+
+    def op_release(self, user: str, ids: list[int]) -> list[dict]:
+        out = self._each(ids, lambda i: self._move(user, i, JobState.QUEUED,
+                                                   f"released by {user}"))
+        self.wake()
+        return out
+
+    @staticmethod
+    def _each(ids: list[int], act: Callable[[int], dict]) -> list[dict]:
+        """Act on every id; one failure (not yours, unknown id) does not stop the others."""
+        results = []
+        for raw in ids:
+            try:
+                results.append(act(int(raw)))
+            except IadeepError as exc:
+                results.append({"id": raw, "error": exc.to_dict()})
+        return results
+
+    def _move(self, user: str, job_id: int, new: JobState, reason: str) -> dict:
+        with self.store.tx() as conn:
+            self._owned(conn, user, job_id)
+            job = jobrows.transition(conn, job_id, new, reason, user, self.clock())
+        return {"id": job.id, "state": job.state.value}
+
+    def op_priority(self, user: str, id: int, priority: int) -> dict:
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise InputError(f"priority must be an integer, got {priority!r}")
+        with self.store.tx() as conn:
+            job = self._owned(conn, user, int(id))
+            if job.state in FINISHED:
+                raise InvalidTransition(f"job {id} is {job.state}; its priority no longer matters")
+            jobrows.update(conn, job.id, priority=priority)
+            jobrows.add_event(conn, job.id, self.clock(), job.state, job.state,
+                              f"priority {job.spec.priority} -> {priority} by {user}", user)
+        self.wake()
+        return {"id": job.id, "priority": priority}
+
+    def _owned(self, conn, user: str, job_id: int) -> Job:
+        job = jobrows.get(conn, job_id)
+        if job.owner != user and not self.inventory.is_admin(user):
+            raise PermissionDenied(
+                f"job {job_id} belongs to {job.owner}; {user} may not change it",
+                hint="only a job's owner or a lab admin (lab.admins in nodes.yaml) can")
+        return job
+
+    # ------------------------------------------------------------------ reads
+    def op_ping(self, user: str) -> dict:
+        return {"user": user, "admin": self.inventory.is_admin(user)}
+
+    def op_list(self, user: str, all_states: bool = False, owner: str | None = None) -> list[dict]:
+        with self.store.tx() as conn:
+            return views.list_jobs(conn, all_states=all_states, user=owner)
+
+    def op_show(self, user: str, id: int) -> dict:
+        with self.store.tx() as conn:
+            return views.show_job(conn, int(id))
+
+    def op_status(self, user: str) -> dict:
+        with self.store.tx() as conn:
+            return views.status(conn, self.clock())
+
+    def op_logs(self, user: str, id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
+        with self.store.tx() as conn:
+            job = jobrows.get(conn, int(id))
+        if job.node is None:
+            return {"data": "", "offset": 0, "finished": job.state in FINISHED,
+                    "state": job.state.value}
+        if self.log_reader is None:
+            raise InputError("this controller has no node connections to read logs from",
+                             hint="start it with an inventory: iadeep controller run --inventory FILE")
+        result = self.log_reader(job, int(offset), int(max_bytes))
+        return {**result, "finished": job.state in FINISHED, "state": job.state.value}

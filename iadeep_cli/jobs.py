@@ -1,0 +1,183 @@
+"""Jobs and their explicit state machine.
+
+    queued -> (held <-> queued) -> starting -> running -> succeeded | failed | cancelled
+    starting/running -> lost (node silent past its grace period) -> queued (if retries remain)
+
+Every change goes through ``check_transition`` so an illegal move (cancelling a finished job,
+starting a held one) is refused with a clear message instead of corrupting the queue.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .errors import InvalidTransition
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"
+    HELD = "held"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+    def __str__(self) -> str:  # so f-strings print 'queued', not 'JobState.QUEUED'
+        return self.value
+
+
+S = JobState
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    S.QUEUED: frozenset({S.HELD, S.STARTING, S.CANCELLED}),
+    S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
+    # starting -> queued: the launch provably never happened (e.g. node refused the upload).
+    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST}),
+    # A lost job may turn out to have finished once its node answers again, or be requeued.
+    S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+ACTIVE = frozenset({S.STARTING, S.RUNNING})          # occupying GPUs on a node
+PENDING = frozenset({S.QUEUED, S.HELD})              # waiting in the queue
+FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+
+
+def check_transition(job_id: int, old: JobState, new: JobState) -> None:
+    if new not in TRANSITIONS[old]:
+        raise InvalidTransition(
+            f"job {job_id} is {old}; it cannot become {new}",
+            hint="see `iadeep queue show ID` for its current state",
+        )
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a user asks for with ``iadeep queue add`` (validated before it reaches the store)."""
+
+    script: str                       # absolute path on the controller's machine
+    args: tuple[str, ...] = ()
+    name: str = ""
+    gpus: int = 1
+    mem_gib: float | None = None      # expected GPU memory per GPU; None: from the profile
+    workload: str | None = None       # profile label; None: profile it on first run
+    priority: int = 0
+    exclusive: bool = False
+    workdir: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    retries: int = 0
+    min_speed: float | None = None    # floor on predicted speed when sharing; None: lab default
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as stored: the spec plus who owns it and what has happened to it."""
+
+    id: int
+    owner: str
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    node: str | None = None
+    gpu_indices: tuple[int, ...] = ()
+    exit_code: int | None = None
+    attempts: int = 0
+    remote_pid: int | None = None
+    reason: str = ""                  # last transition's or wait's reason, for `queue why`
+    observed_speed: float | None = None
+    predicted_speed: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or self.spec.script.rsplit("/", 1)[-1]
+
+
+MAX_GPUS_PER_JOB = 64
+
+
+def validate_spec(spec: JobSpec) -> None:
+    """Refuse a spec that could never run, with a message naming the field (trust boundary:
+    the controller calls this again on everything a client sends)."""
+    from .errors import InputError
+
+    def bad(msg: str, hint: str) -> InputError:
+        return InputError(msg, hint=hint)
+
+    if not 1 <= spec.gpus <= MAX_GPUS_PER_JOB:
+        raise bad(f"--gpus must be between 1 and {MAX_GPUS_PER_JOB}, got {spec.gpus}",
+                  "ask for the number of GPUs the job uses, e.g. --gpus 1")
+    if spec.mem_gib is not None and not spec.mem_gib > 0:
+        raise bad(f"--mem must be a positive number of GiB, got {spec.mem_gib}",
+                  "give the GPU memory one GPU of the job needs, e.g. --mem 12")
+    if spec.retries < 0:
+        raise bad(f"--retries must be 0 or more, got {spec.retries}", "e.g. --retries 2")
+    if spec.min_speed is not None and not 0 < spec.min_speed <= 1:
+        raise bad(f"--min-speed must be in (0, 1], got {spec.min_speed}",
+                  "1.0 means never share; 0.5 accepts half speed")
+    for key, _ in spec.env:
+        if not key.isidentifier() or not key.isascii():
+            raise bad(f"bad --env name {key!r}: not a valid variable name",
+                      "use --env NAME=VALUE with NAME made of letters, digits and _")
+    if not spec.script.startswith("/"):
+        raise bad(f"script path must be absolute, got {spec.script!r}",
+                  "the CLI resolves relative paths; pass an absolute path to the API")
+    if "\n" in spec.name or len(spec.name) > 200:
+        raise bad("--name must be one line of at most 200 characters", "e.g. --name resnet-lr3")
+
+
+def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``["K=V", ...]`` from the command line into pairs, with a clear error for a bad one."""
+    from .errors import InputError
+
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"bad --env {item!r}: expected NAME=VALUE",
+                             hint="e.g. --env LR=0.1 (quote values with spaces)")
+        out.append((key, value))
+    return tuple(out)
+
+
+def job_to_dict(job: Job) -> dict:
+    """The JSON shape of a job (``queue list --json``, ``queue show --json``, the socket)."""
+    spec = job.spec
+    return {
+        "id": job.id, "name": job.name, "user": job.owner, "state": job.state.value,
+        "gpus": spec.gpus, "node": job.node, "gpu_indices": list(job.gpu_indices),
+        "submitted_at": job.submitted_at, "started_at": job.started_at,
+        "ended_at": job.ended_at, "exit_code": job.exit_code, "script": spec.script,
+        "args": list(spec.args), "workdir": spec.workdir, "env": dict(spec.env),
+        "mem_gib": spec.mem_gib, "workload": spec.workload, "priority": spec.priority,
+        "exclusive": spec.exclusive, "retries": spec.retries, "min_speed": spec.min_speed,
+        "attempts": job.attempts, "remote_pid": job.remote_pid, "reason": job.reason,
+        "predicted_speed": job.predicted_speed, "observed_speed": job.observed_speed,
+    }
+
+
+def spec_to_dict(spec: JobSpec) -> dict:
+    from dataclasses import asdict
+    return asdict(spec)
+
+
+def spec_from_dict(data: dict) -> JobSpec:
+    """Rebuild a spec sent over the socket; unknown or mistyped fields are an InputError."""
+    from .errors import InputError
+
+    try:
+        fields = dict(data)
+        fields["args"] = tuple(str(a) for a in fields.get("args", ()))
+        fields["env"] = tuple((str(k), str(v)) for k, v in fields.get("env", ()))
+        spec = JobSpec(**fields)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"malformed job request: {exc}", hint="upgrade the iadeep client") from None
+    for name, kind in (("gpus", int), ("priority", int), ("retries", int)):
+        if not isinstance(getattr(spec, name), kind) or isinstance(getattr(spec, name), bool):
+            raise InputError(f"malformed job request: {name} must be an integer")
+    return spec

@@ -1,0 +1,1 @@
+"""Interference model: workload profiles and a pairwise co-location speed predictor."""

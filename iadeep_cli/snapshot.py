@@ -1,0 +1,101 @@
+"""Immutable snapshots of the cluster's GPUs, as the poller saw them at one instant.
+
+Snapshots are plain frozen dataclasses so that the poller, the scheduler (a pure function of a
+snapshot), the store (which serialises them as JSON) and the TUI all share one vocabulary.
+A metric the GPU or driver does not report is ``None`` ("not available"), never a made-up zero.
+An unreachable node is a ``NodeSnapshot`` with ``error`` set, never an exception.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One compute process on a GPU; ``job_id`` is set when iadeep launched it, else foreign."""
+
+    pid: int
+    used_memory_mib: float | None
+    name: str = ""
+    job_id: int | None = None
+
+    @property
+    def foreign(self) -> bool:
+        return self.job_id is None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one instant. Fields the driver lacks are ``None``."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    memory_free_mib: float | None = None
+    utilization_gpu: float | None = None
+    utilization_memory: float | None = None
+    temperature_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def free_mib(self) -> float | None:
+        """Free memory, derived from total-used when the driver did not report free directly."""
+        if self.memory_free_mib is not None:
+            return self.memory_free_mib
+        if self.memory_total_mib is not None and self.memory_used_mib is not None:
+            return self.memory_total_mib - self.memory_used_mib
+        return None
+
+    @property
+    def foreign_processes(self) -> tuple[GpuProcess, ...]:
+        return tuple(p for p in self.processes if p.foreign)
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """One node at one poll: its GPUs, or the reason it could not be read."""
+
+    name: str
+    taken_at: float
+    gpus: tuple[GpuSample, ...] = ()
+    error: str | None = None
+    driver_version: str | None = None
+    rtt_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """All nodes from one poll cycle."""
+
+    taken_at: float
+    nodes: tuple[NodeSnapshot, ...] = field(default_factory=tuple)
+
+    def node(self, name: str) -> NodeSnapshot | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+
+def to_dict(obj: Any) -> dict:
+    """Serialise a snapshot (any of the classes above) to plain JSON-able data."""
+    return asdict(obj)
+
+
+def gpu_from_dict(d: dict) -> GpuSample:
+    procs = tuple(GpuProcess(**p) for p in d.get("processes", ()))
+    return GpuSample(**{**d, "processes": procs})
+
+
+def node_from_dict(d: dict) -> NodeSnapshot:
+    return NodeSnapshot(**{**d, "gpus": tuple(gpu_from_dict(g) for g in d.get("gpus", ()))})
+
+
+def cluster_from_dict(d: dict) -> ClusterSnapshot:
+    return ClusterSnapshot(d["taken_at"], tuple(node_from_dict(n) for n in d.get("nodes", ())))

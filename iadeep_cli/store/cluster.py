@@ -1,0 +1,59 @@
+"""What the controller last saw of the cluster, and small facts such as its heartbeat.
+
+Read-only views (``iadeep status``, the TUI) show these with their age, so a user can tell a
+live picture from a stale one without the CLI ever opening an SSH connection.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from ..snapshot import ClusterSnapshot, NodeSnapshot, node_from_dict, to_dict
+
+
+def save_nodes(conn: sqlite3.Connection, nodes: tuple[NodeSnapshot, ...]) -> None:
+    """Store each node's latest snapshot; a failed poll keeps the last good GPUs for display
+    but records the error, and remembers since when the node has been failing."""
+    for node in nodes:
+        prev = conn.execute("SELECT data, down_since FROM node_snapshots WHERE node=?",
+                            (node.name,)).fetchone()
+        down_since = None
+        data = to_dict(node)
+        if not node.ok:
+            down_since = prev["down_since"] if prev and prev["down_since"] else node.taken_at
+        conn.execute(
+            "INSERT INTO node_snapshots (node, taken_at, data, down_since) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(node) DO UPDATE SET taken_at=excluded.taken_at, data=excluded.data, "
+            "down_since=excluded.down_since",
+            (node.name, node.taken_at, json.dumps(data), down_since),
+        )
+
+
+def load_nodes(conn: sqlite3.Connection) -> list[tuple[NodeSnapshot, float | None]]:
+    """Every node's last snapshot with the time it started failing (None if it answers)."""
+    rows = conn.execute("SELECT data, down_since FROM node_snapshots ORDER BY node")
+    return [(node_from_dict(json.loads(r["data"])), r["down_since"]) for r in rows]
+
+
+def load_cluster(conn: sqlite3.Connection) -> ClusterSnapshot | None:
+    nodes = [n for n, _ in load_nodes(conn)]
+    if not nodes:
+        return None
+    return ClusterSnapshot(max(n.taken_at for n in nodes), tuple(nodes))
+
+
+def forget_nodes(conn: sqlite3.Connection, keep: set[str]) -> None:
+    """Drop snapshots of nodes removed from the inventory."""
+    for (name,) in conn.execute("SELECT node FROM node_snapshots").fetchall():
+        if name not in keep:
+            conn.execute("DELETE FROM node_snapshots WHERE node=?", (name,))
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value) -> None:
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                 "SET value=excluded.value", (key, json.dumps(value)))
+
+
+def get_meta(conn: sqlite3.Connection, key: str, default=None):
+    row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    return json.loads(row["value"]) if row else default

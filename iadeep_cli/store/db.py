@@ -1,0 +1,138 @@
+"""The SQLite database: connection settings and schema migrations.
+
+WAL mode lets read-only views read while the controller writes; ``synchronous=FULL`` makes a
+commit durable before the controller replies "accepted" to a client, so a job once accepted
+survives a SIGKILL or power cut. The schema is versioned with ``PRAGMA user_version``: each entry
+of ``MIGRATIONS`` moves it up by one, so a database from any older iadeep upgrades in place.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ..errors import StoreError
+
+MIGRATIONS: tuple[str, ...] = (
+    # v1: jobs and their transition history.
+    """
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        client_token TEXT UNIQUE,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        script TEXT NOT NULL,
+        args TEXT NOT NULL DEFAULT '[]',
+        workdir TEXT,
+        env TEXT NOT NULL DEFAULT '[]',
+        gpus INTEGER NOT NULL DEFAULT 1,
+        mem_gib REAL,
+        workload TEXT,
+        priority INTEGER NOT NULL DEFAULT 0,
+        exclusive INTEGER NOT NULL DEFAULT 0,
+        retries INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL,
+        submitted_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        node TEXT,
+        gpu_indices TEXT NOT NULL DEFAULT '[]',
+        exit_code INTEGER,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        remote_pid INTEGER,
+        reason TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE INDEX jobs_owner ON jobs(owner);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        at REAL NOT NULL,
+        old_state TEXT,
+        new_state TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        actor TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_job ON events(job_id);
+    """,
+    # v2: what the controller last saw of each node, and small key/value facts (heartbeat).
+    """
+    CREATE TABLE node_snapshots (
+        node TEXT PRIMARY KEY,
+        taken_at REAL NOT NULL,
+        data TEXT NOT NULL,
+        down_since REAL
+    );
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+    # v3: interference data measured in this lab, and per-job speeds for the model and the TUI.
+    """
+    ALTER TABLE jobs ADD COLUMN min_speed REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_speed REAL;
+    ALTER TABLE jobs ADD COLUMN observed_speed REAL;
+    ALTER TABLE jobs ADD COLUMN extra TEXT NOT NULL DEFAULT '{}';
+    CREATE TABLE profiles (
+        gpu_model TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        data TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT 'measured',
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (gpu_model, workload)
+    );
+    CREATE TABLE colocations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        gpu_model TEXT NOT NULL,
+        jobs TEXT NOT NULL,
+        speeds TEXT NOT NULL,
+        samples INTEGER NOT NULL DEFAULT 1,
+        observed_at REAL NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def connect(path: Path, *, readonly: bool = False, migrate_to: int = SCHEMA_VERSION
+            ) -> sqlite3.Connection:
+    """Open (and, unless read-only, create and migrate) the database at ``path``."""
+    try:
+        if readonly:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10,
+                                   check_same_thread=False)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=30, check_same_thread=False,
+                                   isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys=ON")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the state database: {exc}",
+                         hint="check that the state directory is readable "
+                              "(IADEEP_HOME) and not on a network filesystem") from None
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path}: database schema v{version} is newer than this iadeep "
+                         f"(knows up to v{SCHEMA_VERSION})", hint="upgrade iadeep")
+    if not readonly:
+        migrate(conn, version, migrate_to)
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, current: int, target: int = SCHEMA_VERSION) -> None:
+    """Apply migrations ``current+1 .. target``, each in its own transaction."""
+    for version in range(current + 1, target + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(MIGRATIONS[version - 1]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={version}")
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (executescript would commit mid-transaction)."""
+    return [s.strip() for s in script.split(";") if s.strip()]

@@ -1,0 +1,131 @@
+"""Job rows <-> ``Job`` values, and the only code that changes a job's state.
+
+``transition`` checks the state machine, updates the row and appends the event in one
+transaction, so the events table is a complete, ordered history of every job.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any, Iterable, Sequence
+
+from ..errors import NotFoundError
+from ..jobs import Job, JobSpec, JobState, check_transition
+
+_SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "priority",
+                 "exclusive", "workdir", "env", "retries", "min_speed")
+# Columns a transition may set besides the state (guards the f-string SQL below).
+_MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
+                      "remote_pid", "priority", "predicted_speed", "observed_speed", "extra"})
+
+
+def job_from_row(row: sqlite3.Row) -> Job:
+    spec = JobSpec(
+        script=row["script"], args=tuple(json.loads(row["args"])), name=row["name"],
+        gpus=row["gpus"], mem_gib=row["mem_gib"], workload=row["workload"],
+        priority=row["priority"], exclusive=bool(row["exclusive"]), workdir=row["workdir"],
+        env=tuple(tuple(kv) for kv in json.loads(row["env"])), retries=row["retries"],
+        min_speed=row["min_speed"],
+    )
+    return Job(
+        id=row["id"], owner=row["owner"], spec=spec, state=JobState(row["state"]),
+        submitted_at=row["submitted_at"], started_at=row["started_at"],
+        ended_at=row["ended_at"], node=row["node"],
+        gpu_indices=tuple(json.loads(row["gpu_indices"])), exit_code=row["exit_code"],
+        attempts=row["attempts"], remote_pid=row["remote_pid"], reason=row["reason"],
+        observed_speed=row["observed_speed"], predicted_speed=row["predicted_speed"],
+        extra=json.loads(row["extra"]),
+    )
+
+
+def _spec_values(spec: JobSpec) -> list[Any]:
+    return [spec.script, json.dumps(list(spec.args)), spec.name, spec.gpus, spec.mem_gib,
+            spec.workload, spec.priority, int(spec.exclusive), spec.workdir,
+            json.dumps([list(kv) for kv in spec.env]), spec.retries, spec.min_speed]
+
+
+def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
+           token: str | None = None) -> tuple[int, bool]:
+    """Insert a queued job; returns (id, created). A repeated ``token`` returns the first id,
+    so a client that retries after a lost reply never creates a duplicate."""
+    if token is not None:
+        row = conn.execute("SELECT id FROM jobs WHERE client_token=?", (token,)).fetchone()
+        if row:
+            return row["id"], False
+    cols = ", ".join(_SPEC_COLUMNS)
+    marks = ", ".join("?" * len(_SPEC_COLUMNS))
+    cur = conn.execute(
+        f"INSERT INTO jobs (client_token, owner, state, submitted_at, {cols}) "
+        f"VALUES (?, ?, ?, ?, {marks})",
+        [token, owner, JobState.QUEUED.value, now, *_spec_values(spec)],
+    )
+    job_id = cur.lastrowid
+    add_event(conn, job_id, now, None, JobState.QUEUED, "submitted", owner)
+    return job_id, True
+
+
+def add_event(conn: sqlite3.Connection, job_id: int, at: float, old: JobState | None,
+              new: JobState, reason: str, actor: str) -> None:
+    conn.execute(
+        "INSERT INTO events (job_id, at, old_state, new_state, reason, actor) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (job_id, at, old.value if old else None, new.value, reason, actor),
+    )
+
+
+def get(conn: sqlite3.Connection, job_id: int) -> Job:
+    row = conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no job with id {job_id}",
+                            hint="`iadeep queue list --all` shows every job id")
+    return job_from_row(row)
+
+
+def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
+           owner: str | None = None, limit: int | None = None) -> list[Job]:
+    """Jobs filtered by state and owner, oldest first (the queue's natural order)."""
+    where, params = [], []
+    if states is not None:
+        states = list(states)
+        where.append(f"state IN ({', '.join('?' * len(states))})")
+        params += [s.value for s in states]
+    if owner is not None:
+        where.append("owner=?")
+        params.append(owner)
+    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [job_from_row(r) for r in conn.execute(sql, params)]
+
+
+def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str, actor: str,
+               now: float, **fields: Any) -> Job:
+    """Move a job to ``new`` (checked against the state machine) and record the event."""
+    job = get(conn, job_id)
+    check_transition(job_id, job.state, new)
+    update(conn, job_id, state=new.value, reason=reason, **fields)
+    add_event(conn, job_id, now, job.state, new, reason, actor)
+    return get(conn, job_id)
+
+
+def update(conn: sqlite3.Connection, job_id: int, **fields: Any) -> None:
+    """Set columns without a state change (priority, speeds, the wait reason...)."""
+    unknown = set(fields) - _MUTABLE - {"state", "reason"}
+    if unknown:
+        raise ValueError(f"not an updatable job column: {sorted(unknown)}")
+    encoded = {k: (json.dumps(list(v)) if k == "gpu_indices" else
+                   json.dumps(v) if k == "extra" else v) for k, v in fields.items()}
+    sets = ", ".join(f"{k}=?" for k in encoded)
+    conn.execute(f"UPDATE jobs SET {sets} WHERE id=?", [*encoded.values(), job_id])
+
+
+def events(conn: sqlite3.Connection, job_id: int) -> list[dict]:
+    rows = conn.execute("SELECT at, old_state, new_state, reason, actor FROM events "
+                        "WHERE job_id=? ORDER BY id", (job_id,))
+    return [dict(r) for r in rows]
+
+
+def set_reasons(conn: sqlite3.Connection, reasons: Sequence[tuple[int, str]]) -> None:
+    """Record why each queued job waits (only rows whose reason changed are written)."""
+    conn.executemany("UPDATE jobs SET reason=? WHERE id=? AND reason<>?",
+                     [(r, i, r) for i, r in reasons])
