@@ -6,7 +6,6 @@ from typing import Optional
 import typer
 
 from .. import paths
-from ..inventory import load_inventory
 
 app = typer.Typer(help="Run the controller (the only writer of scheduling state).",
                   no_args_is_help=True)
@@ -18,6 +17,7 @@ def run(inventory: Optional[str] = typer.Option(
                                          "state directory's nodes.yaml).")) -> None:
     """Run the controller in the foreground until SIGINT/SIGTERM."""
     from ..controller.runtime import run_forever
+    from ..inventory import load_inventory
 
     inv = load_inventory(inventory, missing_ok=True)
     source = inv.path or "no inventory (empty cluster)"

@@ -8,9 +8,9 @@ from ..errors import IadeepError
 
 
 def report(exc: IadeepError) -> None:
-    print(f"Error: {exc.message}", file=sys.stderr)
-    if exc.hint:
-        print(f"  hint: {exc.hint}", file=sys.stderr)
+    """One line on stderr: what is wrong, then how to fix it."""
+    hint = f" (hint: {exc.hint})" if exc.hint else ""
+    print(f"Error: {exc.message}{hint}", file=sys.stderr)
 
 
 def fail(exc: IadeepError) -> NoReturn:

@@ -31,7 +31,7 @@ def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
     sock.settimeout(timeout)
     try:
         try:
-            sock.connect(str(path))
+            _connect(sock, path, timeout)
         except (FileNotFoundError, ConnectionRefusedError, socket.timeout) as exc:
             raise _NotReached() from exc
         try:
@@ -45,6 +45,19 @@ def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
 
 class _NotReached(Exception):
     pass
+
+
+def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
+    """connect(), waiting while the listen backlog is full (EAGAIN on a busy Unix socket)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(str(path))
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise socket.timeout("controller too busy") from None
+            time.sleep(0.01)
 
 
 def call(op: str, args: dict | None = None, *, timeout: float = 60.0,

@@ -55,6 +55,7 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # a lab submitting a batch from many shells at once
 
 
 class ControllerSocket:

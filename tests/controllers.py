@@ -1,0 +1,63 @@
+"""Helpers to run the real `iadeep` CLI and a real controller process in a temporary state dir."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+IADEEP = [sys.executable, "-m", "iadeep_cli"]
+
+
+def env_for(home: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IADEEP_")}
+    env["IADEEP_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def cli(home: Path, *args: str, check: bool = False, **extra: str) -> subprocess.CompletedProcess:
+    """Run `iadeep ARGS...` as a real process; returns the completed process (text mode)."""
+    proc = subprocess.run([*IADEEP, *args], env=env_for(home, **extra), capture_output=True,
+                          text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"iadeep {' '.join(args)} failed: {proc.stderr}")
+    return proc
+
+
+class ControllerProcess:
+    """`iadeep controller run` in the background; start() waits until its socket answers."""
+
+    def __init__(self, home: Path, inventory: Path | None = None):
+        self.home = home
+        self.inventory = inventory
+        self.proc: subprocess.Popen | None = None
+        self.log = home / "controller.log"
+
+    def start(self, timeout: float = 30.0) -> "ControllerProcess":
+        args = [*IADEEP, "controller", "run"]
+        if self.inventory:
+            args += ["--inventory", str(self.inventory)]
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(args, env=env_for(self.home), stdout=log,
+                                         stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"controller exited: {self.log.read_text()}")
+            if cli(self.home, "status", "--json").stdout.find('"live": true') >= 0:
+                return self
+            time.sleep(0.1)
+        raise AssertionError(f"controller did not answer: {self.log.read_text()}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> int | None:
+        self.kill(signal.SIGTERM)
+        return self.proc.returncode if self.proc else None

@@ -1,0 +1,152 @@
+"""The queue through a real controller process and the real `iadeep` command."""
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from controllers import ControllerProcess, cli
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/sh\necho hello \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def controller(tmp_path):
+    ctl = ControllerProcess(tmp_path / "state").start()
+    yield ctl
+    ctl.stop()
+
+
+def test_add_list_show_hold_release_cancel(controller, script):
+    home = controller.home
+    job_id = cli(home, "queue", "add", str(script), "a b", "--gpus", "2", "--name", "demo",
+                 "--env", "LR=0.1", "--priority", "5", "--", "--epochs", "3", check=True
+                 ).stdout.strip()
+    assert job_id == "1"
+    rows = json.loads(cli(home, "queue", "list", "--json", check=True).stdout)
+    assert [(r["id"], r["name"], r["state"], r["gpus"]) for r in rows] == [(1, "demo", "queued", 2)]
+    assert {"id", "name", "user", "state", "gpus", "node", "submitted_at"} <= set(rows[0])
+    shown = json.loads(cli(home, "queue", "show", "1", "--json", check=True).stdout)
+    assert shown["args"] == ["a b", "--epochs", "3"] and shown["env"] == {"LR": "0.1"}
+    assert shown["script"] == str(script) and shown["priority"] == 5
+    assert cli(home, "queue", "hold", "1", check=True).stdout.strip() == "job 1: held"
+    assert cli(home, "queue", "release", "1", check=True).stdout.strip() == "job 1: queued"
+    assert cli(home, "queue", "priority", "1", "9", check=True).stdout.strip() == "job 1: priority 9"
+    assert cli(home, "queue", "cancel", "1", check=True).stdout.strip() == "job 1: cancelled"
+    assert json.loads(cli(home, "queue", "list", "--json").stdout) == []
+    everything = json.loads(cli(home, "queue", "list", "--all", "--json").stdout)
+    assert [r["state"] for r in everything] == ["cancelled"]
+    events = json.loads(cli(home, "queue", "show", "1", "--json").stdout)["events"]
+    assert [e["new_state"] for e in events] == ["queued", "held", "queued", "queued", "cancelled"]
+    text = cli(home, "queue", "show", "1").stdout
+    assert "cancelled by" in text and "priority 5 -> 9" in text
+
+
+def _one_line_error(proc, *fragments):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_bad_input_is_one_line_error(controller, script, tmp_path):
+    home = controller.home
+    _one_line_error(cli(home, "queue", "cancel", "42"), "no job with id 42")
+    _one_line_error(cli(home, "queue", "show", "42"), "no job with id 42")
+    _one_line_error(cli(home, "queue", "add", str(script), "--gpus", "-1"), "--gpus", "-1")
+    _one_line_error(cli(home, "queue", "add", str(script), "--gpus", "0"), "--gpus")
+    _one_line_error(cli(home, "queue", "add", str(tmp_path / "nope.sh")), "nope.sh", "not found")
+    _one_line_error(cli(home, "queue", "add", str(script), "--env", "NOEQUALS"), "--env",
+                    "NAME=VALUE")
+    _one_line_error(cli(home, "queue", "add", str(script), "--env", "1BAD=x"), "--env")
+    _one_line_error(cli(home, "queue", "add", str(script), "--mem", "-3"), "--mem")
+    (tmp_path / "bad.yaml").write_text("nodes:\n  - name: a\n    hots: x\n")
+    _one_line_error(cli(home, "controller", "run", "--inventory", str(tmp_path / "bad.yaml")),
+                    "bad.yaml:3", "hots")
+    _one_line_error(cli(home, "controller", "run", "--inventory", str(tmp_path)),
+                    "cannot read inventory")
+    _one_line_error(cli(home, "controller", "run", "--inventory", str(tmp_path / "none.yaml")),
+                    "not found")
+    assert json.loads(cli(home, "queue", "list", "--json").stdout) == []
+
+
+def test_second_controller_is_refused(controller):
+    _one_line_error(cli(controller.home, "controller", "run"), "already running")
+
+
+def test_without_controller_writes_fail_and_reads_show_age(tmp_path, script):
+    home = tmp_path / "state"
+    _one_line_error(cli(home, "queue", "add", str(script)), "controller is not running")
+    _one_line_error(cli(home, "queue", "cancel", "1"), "controller is not running")
+    ctl = ControllerProcess(home).start()
+    cli(home, "queue", "add", str(script), check=True)
+    ctl.stop()
+    listed = cli(home, "queue", "list")
+    assert listed.returncode == 0 and "controller is not running" in listed.stderr
+    assert "last heartbeat" in listed.stderr and " queued " in listed.stdout
+    status = cli(home, "status")
+    assert status.returncode == 0 and "NOT running" in status.stdout
+
+
+SUBMITTER = textwrap.dedent("""
+    import json, sys
+    from iadeep_cli.controller import client
+    ids = []
+    for i in range(int(sys.argv[2])):
+        spec = {"script": sys.argv[1], "name": f"w{sys.argv[3]}-{i}"}
+        try:
+            ids.append(client.submit(spec)["id"])
+        except Exception as exc:  # the controller may be down for a moment in the crash test
+            print(f"refused: {exc}", file=sys.stderr)
+    print(json.dumps(ids))
+""")
+
+
+def _submitters(home, script, n_procs, n_jobs):
+    from controllers import env_for
+    return [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(script), str(n_jobs), str(p)],
+                             env=env_for(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for p in range(n_procs)]
+
+
+def _accepted(procs):
+    ids = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        ids += json.loads(out)
+    return ids
+
+
+def test_1000_concurrent_submissions_then_sigkill_keeps_every_job(controller, script):
+    procs = _submitters(controller.home, script, 20, 50)
+    ids = _accepted(procs)
+    assert len(ids) == 1000 and len(set(ids)) == 1000
+    controller.kill(signal.SIGKILL)
+    controller.start()
+    rows = json.loads(cli(controller.home, "queue", "list", "--json", check=True).stdout)
+    assert sorted(r["id"] for r in rows) == sorted(ids)
+    assert len({r["name"] for r in rows}) == 1000  # every (process, index) exactly once
+
+
+def test_controller_killed_during_submissions_loses_and_duplicates_nothing(controller, script):
+    import time
+    procs = _submitters(controller.home, script, 4, 60)
+    time.sleep(1.0)
+    controller.kill(signal.SIGKILL)
+    controller.start()
+    ids = _accepted(procs)
+    rows = json.loads(cli(controller.home, "queue", "list", "--json", check=True).stdout)
+    stored = [r["id"] for r in rows]
+    assert set(ids) <= set(stored), "a job the client saw accepted is missing"
+    names = [r["name"] for r in rows]
+    assert len(names) == len(set(names)), "a submission was stored twice"

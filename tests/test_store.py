@@ -1,0 +1,102 @@
+"""SQLite store: migrations, the job state machine and its event history."""
+import sqlite3
+
+import pytest
+
+from iadeep_cli.errors import InvalidTransition, NotFoundError, StoreError
+from iadeep_cli.jobs import TRANSITIONS, JobSpec, JobState
+from iadeep_cli.store import Store, db, jobs
+
+
+def test_fresh_database_is_wal_and_current(tmp_path):
+    store = Store(tmp_path / "s.db")
+    with store.tx() as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+
+
+def test_upgrade_from_first_version_keeps_jobs(tmp_path):
+    path = tmp_path / "old.db"
+    conn = db.connect(path, migrate_to=1)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.execute("INSERT INTO jobs (owner, script, state, submitted_at, args) "
+                 "VALUES ('alice', '/a.sh', 'queued', 1.0, '[\"x\"]')")
+    conn.close()
+    store = Store(path)
+    with store.tx() as c:
+        job = jobs.get(c, 1)
+        assert c.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+        # Columns added by later migrations exist with their defaults.
+        assert job.owner == "alice" and job.spec.args == ("x",) and job.extra == {}
+        assert job.observed_speed is None
+        c.execute("SELECT * FROM profiles").fetchall()
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version={db.SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer than this iadeep"):
+        Store(path)
+
+
+def test_every_transition_is_checked_and_recorded(tmp_path):
+    store = Store(tmp_path / "s.db")
+    with store.tx() as c:
+        job_id, _ = jobs.insert(c, "bob", JobSpec(script="/j.sh"), 10.0)
+        jobs.transition(c, job_id, JobState.HELD, "hold", "bob", 11.0)
+        with pytest.raises(InvalidTransition, match="job 1 is held; it cannot become running"):
+            jobs.transition(c, job_id, JobState.RUNNING, "nope", "ctl", 12.0)
+        jobs.transition(c, job_id, JobState.QUEUED, "release", "bob", 13.0)
+        jobs.transition(c, job_id, JobState.STARTING, "placed", "ctl", 14.0, node="n",
+                        gpu_indices=(0, 1))
+        jobs.transition(c, job_id, JobState.RUNNING, "started", "ctl", 15.0)
+        job = jobs.transition(c, job_id, JobState.SUCCEEDED, "exit 0", "ctl", 16.0, exit_code=0)
+        assert job.gpu_indices == (0, 1) and job.exit_code == 0
+        history = [(e["old_state"], e["new_state"]) for e in jobs.events(c, job_id)]
+    assert history == [(None, "queued"), ("queued", "held"), ("held", "queued"),
+                       ("queued", "starting"), ("starting", "running"),
+                       ("running", "succeeded")]
+
+
+@pytest.mark.parametrize("old", list(JobState))
+def test_state_machine_refuses_everything_not_listed(tmp_path, old):
+    from iadeep_cli.jobs import check_transition
+    for new in JobState:
+        if new in TRANSITIONS[old]:
+            check_transition(1, old, new)
+        else:
+            with pytest.raises(InvalidTransition):
+                check_transition(1, old, new)
+
+
+def test_finished_states_are_final():
+    for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        assert TRANSITIONS[state] == frozenset()
+
+
+def test_client_token_makes_submission_idempotent(tmp_path):
+    store = Store(tmp_path / "s.db")
+    with store.tx() as c:
+        first = jobs.insert(c, "a", JobSpec(script="/j.sh"), 1.0, token="t1")
+        again = jobs.insert(c, "a", JobSpec(script="/j.sh"), 2.0, token="t1")
+        other = jobs.insert(c, "a", JobSpec(script="/j.sh"), 3.0, token="t2")
+        assert first == (1, True) and again == (1, False) and other == (2, True)
+        assert len(jobs.select(c)) == 2
+
+
+def test_unknown_job(tmp_path):
+    with Store(tmp_path / "s.db").tx() as c, pytest.raises(NotFoundError, match="no job with id 9"):
+        jobs.get(c, 9)
+
+
+def test_rollback_on_error_leaves_nothing_half_done(tmp_path):
+    store = Store(tmp_path / "s.db")
+    with pytest.raises(RuntimeError):
+        with store.tx() as c:
+            jobs.insert(c, "a", JobSpec(script="/j.sh"), 1.0)
+            raise RuntimeError("crash mid-transaction")
+    with store.tx() as c:
+        assert jobs.select(c) == []
+        assert c.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
