@@ -1,0 +1,240 @@
+"""Interference model: loaders, fit/predict/eval on the shipped H200 data, CLI behaviour."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from iadeep_cli.errors import InputError, ModelError
+from iadeep_cli.model.evaluate import lowo_evaluate, triple_composition_error
+from iadeep_cli.model.predictor import (InterferenceModel, analytic_model, default_model,
+                                        fit_model)
+from iadeep_cli.model.profiles import (load_pairs_csv, load_profiles_csv, shipped_pairs,
+                                       shipped_profiles, shipped_triples)
+
+ROOT = Path(__file__).resolve().parents[1]
+IADEEP = str(Path(sys.executable).with_name("iadeep"))
+SHARED = ROOT / "iadeep_cli" / "data" / "h200"
+GPM = ("sm_util", "sm_occupancy", "tensor_util", "fp32_util", "fp16_util")
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([IADEEP, "model", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd)
+
+
+def strip_gpm(profiles):
+    return {k: dataclasses.replace(p, **{c: None for c in GPM}) for k, p in profiles.items()}
+
+
+# -- loaders ---------------------------------------------------------------------------------
+def test_shipped_data_matches_files():
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    with open(SHARED / "profiles.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert set(profs) == {r["workload"] for r in rows}
+    for r in rows:
+        assert profs[r["workload"]].gpu_util == float(r["gpu_util"])
+    assert len(pairs) == sum(1 for _ in open(SHARED / "pairs.csv")) - 1
+    assert all(len(t.jobs) == 3 for t in shipped_triples())
+    assert load_pairs_csv(SHARED / "pairs.csv") == pairs
+
+
+def test_optional_columns_may_be_missing_or_empty(tmp_path):
+    f = tmp_path / "p.csv"
+    f.write_text("workload,gpu_util,mem_util,peak_mem_gib,power_w\na,50,10,1.0,\nb,90,40,2,300\n")
+    profs = load_profiles_csv(f)
+    assert profs["a"].power_w is None and profs["b"].power_w == 300.0
+    assert profs["a"].sm_util is None
+
+
+# -- fit / predict -----------------------------------------------------------------------------
+def test_lowo_beats_both_baselines_and_is_accurate():
+    res = lowo_evaluate(shipped_profiles(), shipped_pairs())
+    # 21 mixed pairs are held out once per member, 7 self-pairs once; two speeds each
+    assert res.n_predictions == 2 * (21 * 2 + 7)
+    assert res.mae_model <= 0.06
+    assert res.mae_model < res.mae_mean_baseline
+    assert res.mae_model < res.mae_util_sum_baseline
+
+
+def test_lowo_without_gpm_columns_still_works():
+    res = lowo_evaluate(strip_gpm(shipped_profiles()), shipped_pairs())
+    assert res.mae_model <= 0.06 and res.mae_model < res.mae_util_sum_baseline
+
+
+def test_swap_consistency_and_sanity_bounds():
+    m, profs = default_model(), list(shipped_profiles().values())
+    for a in profs:
+        for b in profs:
+            p, q = m.predict_pair(a, b), m.predict_pair(b, a)
+            assert (p.speed_a, p.speed_b) == (q.speed_b, q.speed_a)
+            assert 0 < p.speed_a <= 1.05 and 0 < p.speed_b <= 1.05
+            assert 0 <= p.confidence <= 1 and p.method == "model"
+    many = m.predict_many([(a, b) for a in profs for b in profs])
+    assert many.shape == (49, 2)
+
+
+def test_unseen_workload_predicted_from_profile_alone():
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    m = fit_model(profs, [o for o in pairs if "vgg16" not in o.jobs])
+    assert "vgg16" not in m.trained_on
+    held = [o for o in pairs if "vgg16" in o.jobs]
+    pred = m.predict_many([(profs[o.jobs[0]], profs[o.jobs[1]]) for o in held])
+    truth = np.array([o.speeds for o in held])
+    assert np.abs(pred - truth).mean() < 0.06
+
+
+def test_new_workload_with_made_up_profile_is_sane():
+    profs = shipped_profiles()
+    new = dataclasses.replace(profs["resnet50"], workload="new", gpu_util=60.0, power_w=None,
+                              sm_util=None, sm_occupancy=None, tensor_util=None)
+    m = default_model()
+    for p in profs.values():
+        r = m.predict_pair(new, p)
+        assert 0 < r.speed_a <= 1.05 and 0 < r.speed_b <= 1.05
+
+
+def test_too_little_data_falls_back_to_analytic_and_says_so():
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    m = fit_model(profs, pairs[:2])
+    assert m.is_analytic and "analytic" in m.note
+    p = m.predict_pair(profs["vgg16"], profs["vgg16"])
+    assert p.method == "analytic"
+    assert p == analytic_model().predict_pair(profs["vgg16"], profs["vgg16"])
+    # conservative: two saturated jobs are predicted to lose more than half their speed
+    assert p.speed_a < 0.5
+
+
+def test_extra_observations_override_shipped_ones():
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    lab = [dataclasses.replace(o, speeds=(0.2, 0.2)) for o in pairs if o.jobs == ("mlp", "mlp")]
+    base = fit_model(profs, pairs).predict_pair(profs["mlp"], profs["mlp"]).speed_a
+    over = fit_model(profs, pairs, extra_observations=lab).predict_pair(
+        profs["mlp"], profs["mlp"]).speed_a
+    assert over < base - 0.1
+
+
+def test_group_rule_and_triples():
+    m, profs = default_model(), shipped_profiles()
+    assert m.predict_group([profs["mlp"]]) == (1.0,)
+    pair = m.predict_pair(profs["lstm"], profs["ncf"])
+    assert m.predict_group([profs["lstm"], profs["ncf"]]) == pytest.approx(
+        (pair.speed_a, pair.speed_b))
+    err = triple_composition_error(m, profs, shipped_triples())
+    mean_err = np.mean([abs(s - np.mean([x for t in shipped_triples() for x in t.speeds]))
+                        for t in shipped_triples() for s in t.speeds])
+    assert err < mean_err
+
+
+def test_save_load_roundtrip_and_other_version(tmp_path):
+    m, profs = default_model(), shipped_profiles()
+    f = tmp_path / "m.json"
+    m.save(f)
+    back = InterferenceModel.load(f)
+    a, b = profs["mlp"], profs["resnet18"]
+    assert back.predict_pair(a, b) == pytest.approx(m.predict_pair(a, b))
+    data = json.loads(f.read_text())
+    data["version"] = 999
+    f.write_text(json.dumps(data))
+    with pytest.raises(ModelError, match="version"):
+        InterferenceModel.load(f)
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    f = tmp_path_factory.mktemp("m") / "model.json"
+    r = cli("fit", "-o", f)
+    assert r.returncode == 0, r.stderr
+    return f
+
+
+def test_cli_predict_order_and_header(tmp_path, model_file):
+    q = tmp_path / "q.csv"
+    q.write_text("job_a,job_b,extra\nvgg16,mlp,x\nmlp,vgg16,y\nncf,ncf,z\n")
+    r = cli("predict", "--model", model_file, "--pairs", q)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(r.stdout.splitlines()))
+    assert rows[0] == ["job_a", "job_b", "speed_a", "speed_b"]
+    assert [row[:2] for row in rows[1:]] == [["vgg16", "mlp"], ["mlp", "vgg16"], ["ncf", "ncf"]]
+    assert rows[1][2:] == rows[2][:1:-1]
+    profs = shipped_profiles()
+    want = InterferenceModel.load(model_file).predict_pair(profs["vgg16"], profs["mlp"])
+    assert float(rows[1][2]) == pytest.approx(want.speed_a, abs=1e-4)
+
+
+def test_cli_eval_json_and_table():
+    r = cli("eval", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["mae_model"] < data["mae_util_sum_baseline"]
+    t = cli("eval")
+    assert "baseline: mean speed" in t.stdout and "utilisation sum" in t.stdout
+
+
+def test_cli_eval_without_gpm_columns(tmp_path):
+    src = list(csv.DictReader(open(SHARED / "profiles.csv")))
+    cols = [c for c in src[0] if c not in GPM]
+    f = tmp_path / "p.csv"
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(src)
+    r = cli("eval", "--profiles", f, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["mae_model"] <= 0.06
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "empty file"),
+    ("workload,gpu_util,peak_mem_gib\nx,1,1\n", "missing column(s) mem_util"),
+    ("workload,gpu_util,mem_util,peak_mem_gib\nx,1,1,1\ny,abc,1,1\n", "line 3, column gpu_util"),
+])
+def test_cli_malformed_profiles_one_line_error(tmp_path, content, needle):
+    f = tmp_path / "bad.csv"
+    f.write_text(content)
+    r = cli("eval", "--profiles", f)
+    assert r.returncode == 1
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("Error: ") and str(f) in first and needle in first
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_malformed_pairs_and_unknown_workload(tmp_path, model_file):
+    bad = tmp_path / "pairs.csv"
+    bad.write_text("job_a,job_b,speed_a,speed_b\nmlp,mlp,0.9,oops\n")
+    r = cli("fit", "--pairs", bad, "-o", tmp_path / "m.json")
+    assert r.returncode == 1 and "line 2, column speed_b" in r.stderr and str(bad) in r.stderr
+    q = tmp_path / "q.csv"
+    q.write_text("job_a,job_b\nmlp,mlp\nmlp,nosuch\n")
+    r = cli("predict", "--model", model_file, "--pairs", q)
+    assert r.returncode == 1 and "line 3, column job_b" in r.stderr and "nosuch" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_bad_model_file(tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"format": "iadeep-interference-model", "version": 0, "gps": []}))
+    q = tmp_path / "q.csv"
+    q.write_text("job_a,job_b\nmlp,mlp\n")
+    r = cli("predict", "--model", f, "--pairs", q)
+    assert r.returncode == 1 and "version" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_predict_path_does_not_import_sklearn(tmp_path, model_file):
+    q = tmp_path / "q.csv"
+    q.write_text("job_a,job_b\nmlp,mlp\n")
+    code = ("import sys; from iadeep_cli.cli.main import app; import iadeep_cli.cli.groups;"
+            f"sys.argv=['iadeep','model','predict','--model',{str(model_file)!r},"
+            f"'--pairs',{str(q)!r}];\n"
+            "try:\n app()\nexcept SystemExit: pass\n"
+            "print('SKLEARN' if 'sklearn' in sys.modules else 'NOSKLEARN')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip().endswith("NOSKLEARN"), r.stdout + r.stderr

@@ -1,0 +1,66 @@
+"""Progress files and the online-learning helpers."""
+from __future__ import annotations
+
+import pytest
+
+from iadeep_cli.errors import InputError
+from iadeep_cli.model import observed_speed, profile_from_samples
+from iadeep_cli.progress import rate, read_progress, report
+from iadeep_cli.snapshot import GpuSample
+
+
+def test_report_appends_and_read_back(tmp_path, monkeypatch):
+    f = tmp_path / "progress"
+    monkeypatch.setenv("IADEEP_PROGRESS_FILE", str(f))
+    report(10)
+    report(20)
+    pts = read_progress(f)
+    assert [i for _, i in pts] == [10, 20] and pts[0][0] <= pts[1][0]
+
+
+def test_report_without_env_is_noop(tmp_path, monkeypatch):
+    monkeypatch.delenv("IADEEP_PROGRESS_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    report(5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_partial_last_line_and_junk_ignored(tmp_path):
+    f = tmp_path / "p"
+    f.write_text("100.0 0\ngarbage\n110.0 50\n120.0 1")
+    assert read_progress(f) == [(100.0, 0), (110.0, 50)]
+    assert read_progress(tmp_path / "missing") == []
+
+
+def test_rate_and_window():
+    pts = [(0.0, 0), (10.0, 100), (20.0, 300)]
+    assert rate(pts) == pytest.approx(15.0)
+    assert rate(pts, window_s=10) == pytest.approx(20.0)
+    assert rate(pts[:1]) is None
+
+
+def test_observed_speed_and_profile_from_samples():
+    assert observed_speed(50.0, 100.0) == pytest.approx(0.5)
+    with pytest.raises(InputError):
+        observed_speed(1.0, 0.0)
+    s = [GpuSample(0, "u", "NVIDIA H200", utilization_gpu=u, utilization_memory=m,
+                   power_draw_w=w, power_limit_w=700.0)
+         for u, m, w in ((90, 40, 500), (70, None, 300))]
+    p = profile_from_samples("w", "NVIDIA H200", s, peak_mem_gib=2.0, solo_it_per_s=10.0)
+    assert (p.gpu_util, p.mem_util, p.power_w, p.power_limit_w) == (80, 40, 400, 700)
+    with pytest.raises(InputError):
+        profile_from_samples("w", "g", [GpuSample(0, "u", "g")], 1.0)
+
+
+def test_train_script_runs_if_torch(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "train_pytorch", Path(__file__).resolve().parents[1] / "jobs" / "train_pytorch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = tmp_path / "prog"
+    monkeypatch.setenv("IADEEP_PROGRESS_FILE", str(f))
+    assert mod.main(["--steps", "20", "--batch-size", "8", "--report-every", "5"]) == 0
+    assert [i for _, i in read_progress(f)] == [5, 10, 15, 20]
