@@ -1,0 +1,36 @@
+"""Shared timing helpers: medians over repeated runs, and ratios against a same-run baseline."""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from typing import Callable, Sequence
+
+
+def time_call(fn: Callable[[], object], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def time_process(argv: Sequence[str], repeats: int, **kwargs) -> list[float]:
+    """Wall time of a whole process, start-up included (what a user waits for)."""
+    def once() -> None:
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       **kwargs)
+    return time_call(once, repeats)
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def report(rows: Sequence[tuple[str, Sequence[float]]], baseline: str) -> None:
+    """Print median and ratio to the baseline row for each row."""
+    base = median(dict(rows)[baseline])
+    print(f"{'what':<40} {'median':>10} {'vs ' + baseline:>18}")
+    for name, xs in rows:
+        print(f"{name:<40} {median(xs) * 1000:>8.1f}ms {median(xs) / base:>17.2f}x")
