@@ -1,0 +1,76 @@
+"""``iadeep sim``: compare placement policies on a simulated lab week (built-in H200 data)."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from ..errors import InputError
+from .main import app as main_app
+
+
+def _progress_printer():
+    """Plain ``\\r`` progress lines on stderr, only when a person is watching (a TTY)."""
+    if not sys.stderr.isatty():
+        return None
+    state = {"last": -1}
+
+    def show(policy: str, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if pct == state["last"] and done != total:
+            return
+        state["last"] = pct
+        bar = "#" * (pct // 5) + "." * (20 - pct // 5)
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\r{policy:<10} [{bar}] {done}/{total} jobs{end}")
+        sys.stderr.flush()
+        if done == total:
+            state["last"] = -1
+    return show
+
+
+@main_app.command("sim")
+def sim(
+    jobs: int = typer.Option(300, "--jobs", "-n", help="Number of jobs to generate."),
+    gpus: int = typer.Option(8, "--gpus", "-g", help="GPUs in the cluster (nodes of up to 8)."),
+    load: float = typer.Option(1.2, "--load", help="Arrival rate relative to what the cluster "
+                               "serves with one job per GPU (1.0 = saturated)."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
+    multi_gpu: float = typer.Option(0.1, "--multi-gpu", help="Fraction of 2-GPU jobs."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="CSV: submit_s,workload,"
+                                        "duration_s,gpus (instead of generated jobs)."),
+    profiles: Optional[str] = typer.Option(None, "--profiles", help="Workload profiles CSV "
+                                           "(default: shipped H200 profiles)."),
+    truth: Optional[str] = typer.Option(None, "--truth", help="Measured pairs CSV used as "
+                                        "ground truth (default: shipped H200 pairs)."),
+    triples: Optional[str] = typer.Option(None, "--triples", help="Measured triples CSV "
+                                          "(default: shipped, when --truth is the default)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Interference model file "
+                                        "(default: fit on --profiles + --truth)."),
+    policies: str = typer.Option("exclusive,packing,random,iadeep,oracle", "--policies",
+                                 help="Comma-separated policies to compare."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write the JCT distribution per "
+                                       "policy to this PNG (needs matplotlib)."),
+) -> None:
+    """Simulate a queue of training jobs under each policy; compare job completion times."""
+    from ..sim.run import SimSettings, format_table, plot_jct, run_sim
+
+    if not 0.0 <= multi_gpu <= 1.0:
+        raise InputError(f"--multi-gpu must be between 0 and 1, got {multi_gpu}",
+                         hint="e.g. --multi-gpu 0.1")
+    names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    settings = SimSettings(jobs=jobs, gpus=gpus, load=load, seed=seed, multi_gpu_frac=multi_gpu,
+                           trace=trace, profiles=profiles, truth=truth, triples=triples,
+                           model=model, policies=names)
+    report = run_sim(settings, progress=_progress_printer())
+    if plot:
+        plot_jct(report, plot)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        typer.echo(format_table(report))
+        if plot:
+            typer.echo(f"plot written to {plot}")

@@ -1,0 +1,462 @@
+"""Where queued jobs go: a pure function of (queue, GPU slots, running jobs, predictor, policy).
+
+No I/O, no clock, no globals: the controller and the simulator call the same ``plan()``, so what
+the simulator measures says something about the real scheduler.
+
+How a round decides (README 'How placement decides'):
+
+1. Queue order: effective priority = priority + ``aging_per_hour`` x hours waited, then
+   submission time, then id. Jobs that cannot start do not block the ones behind them
+   (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``, or
+   not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or join
+   those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
+2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
+   ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
+3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
+   is at least ``share_threshold`` *and* higher than without the newcomer, and no job falls below
+   its floor (JobSpec.min_speed, else ``Policy.min_speed``). At most ``max_jobs_per_gpu`` jobs
+   (per-node override). Jobs without a known profile, exclusive jobs and multi-GPU jobs never
+   share (multi-GPU jobs get empty GPUs on one node).
+4. Choice among feasible GPUs (IADeep-style, checked with ``iadeep sim``): while there are more
+   empty GPUs than jobs still waiting behind this one, a job takes an empty GPU (running alone
+   is fastest for it and nobody is waiting for the GPU). Under pressure (at least as many jobs
+   waiting as empty GPUs) it joins the GPU where it adds the most predicted throughput, and the
+   empty GPUs stay for jobs that cannot share well (two heavy jobs together lose: ~0.92).
+   Empty GPUs are taken from the node with the fewest empty GPUs, keeping whole nodes free for
+   multi-GPU jobs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..inventory import Inventory, Policy, UserLimit
+from ..jobs import Job
+from ..model.profiles import Profile
+from ..snapshot import ClusterSnapshot
+
+MIB_PER_GIB = 1024.0
+# A blocked whole-GPU job reserves GPUs only after waiting this long: reserving at once left
+# GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20% average JCT in the
+# simulator; after an hour the reservation still bounds its wait.
+RESERVE_AFTER_S = 3600.0
+
+
+# --------------------------------------------------------------------------- values
+@dataclass(frozen=True)
+class GpuSlot:
+    """One schedulable GPU as the planner sees it: memory, iadeep jobs on it, capacity."""
+
+    node: str
+    index: int
+    memory_total_mib: float | None
+    memory_free_mib: float | None     # already net of foreign processes and our own jobs
+    job_ids: tuple[int, ...] = ()
+    max_jobs: int = 2
+    foreign_mib: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}:{self.index}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Start ``job_id`` on ``node`` GPUs ``gpu_indices``; predicted speeds of it and neighbours."""
+
+    job_id: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    predicted_speeds: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One round's outcome: what starts now, and why every other queued job waits."""
+
+    placements: tuple[Placement, ...]
+    waits: dict[int, str]
+
+
+class CachedModel:
+    """Memoises ``predict_group`` by workload names: a round asks the same question many times.
+
+    Keyed on the workload labels, so it must only wrap a model whose answer depends on the
+    profiles alone (every model we ship). The simulator keeps one across rounds.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self._cache: dict[tuple[str, ...], tuple[float, ...]] = {}
+
+    def predict_group(self, profiles: Sequence[Profile]) -> tuple[float, ...]:
+        key = tuple(p.workload for p in profiles)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = tuple(float(s) for s in self.model.predict_group(list(profiles)))
+            self._cache[key] = hit
+        return hit
+
+
+# --------------------------------------------------------------------------- snapshot -> slots
+def job_memory_mib(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> float | None:
+    """Expected GPU memory per GPU: ``--mem``, else profile peak + margin, else unknown (None)."""
+    if job.spec.mem_gib is not None:
+        return job.spec.mem_gib * MIB_PER_GIB
+    prof = profiles.get(job.spec.workload) if job.spec.workload else None
+    if prof is None:
+        return None
+    return (prof.peak_mem_gib + policy.memory_margin_gib) * MIB_PER_GIB
+
+
+def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
+                        inventory: Inventory,
+                        profiles: Mapping[str, Profile] | None = None) -> tuple[GpuSlot, ...]:
+    """Schedulable GPUs: inventory nodes that answered, restricted to ``Node.gpus``.
+
+    A job that just started may not show in nvidia-smi yet; its expected memory (from
+    ``profiles``) is subtracted from the free figure so the next round does not overfill the GPU.
+    """
+    profiles = profiles or {}
+    policy = inventory.policy
+    by_gpu: dict[tuple[str, int], list[Job]] = {}
+    for job in active_jobs:
+        for idx in job.gpu_indices:
+            by_gpu.setdefault((job.node or "", idx), []).append(job)
+    slots: list[GpuSlot] = []
+    for node in inventory.nodes:
+        snap = snapshot.node(node.name)
+        if snap is None or not snap.ok:
+            continue
+        max_jobs = node.max_jobs_per_gpu or policy.max_jobs_per_gpu
+        for gpu in snap.gpus:
+            if node.gpus is not None and gpu.index not in node.gpus:
+                continue
+            jobs_here = by_gpu.get((node.name, gpu.index), [])
+            seen = {p.job_id for p in gpu.processes if p.job_id is not None}
+            free = gpu.free_mib
+            if free is not None:
+                for job in jobs_here:
+                    if job.id not in seen:
+                        free -= job_memory_mib(job, profiles, policy) or 0.0
+            foreign = sum(p.used_memory_mib or 0.0 for p in gpu.foreign_processes)
+            slots.append(GpuSlot(node.name, gpu.index, gpu.memory_total_mib, free,
+                                 tuple(sorted(j.id for j in jobs_here)), max_jobs, foreign))
+    return tuple(slots)
+
+
+# --------------------------------------------------------------------------- queue order
+def effective_priority(job: Job, policy: Policy, now: float) -> float:
+    """Priority plus ageing, so a low-priority job eventually outranks newer high ones."""
+    waited_h = max(0.0, now - job.submitted_at) / 3600.0
+    return job.spec.priority + policy.aging_per_hour * waited_h
+
+
+def order_queue(queue: Sequence[Job], policy: Policy, now: float) -> list[Job]:
+    return sorted(queue, key=lambda j: (-effective_priority(j, policy, now), j.submitted_at, j.id))
+
+
+# --------------------------------------------------------------------------- round state
+class _Gpu:
+    """Mutable working copy of a slot during one round."""
+
+    __slots__ = ("node", "index", "free", "residents", "max_jobs", "reserved", "foreign")
+
+    def __init__(self, slot: GpuSlot):
+        self.node = slot.node
+        self.index = slot.index
+        self.free = slot.memory_free_mib
+        self.max_jobs = max(1, slot.max_jobs)
+        self.residents: list[_Res] = []
+        self.reserved = False
+        self.foreign = slot.foreign_mib
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}:{self.index}"
+
+    def fits(self, need: float | None) -> bool:
+        if need is None or self.free is None:
+            return not self.residents        # unknown: only an empty GPU is safe
+        return self.free >= need
+
+
+@dataclass(frozen=True)
+class _Res:
+    """A job on a GPU as far as sharing is concerned."""
+
+    job_id: int
+    profile: Profile | None   # None: unknown workload, nothing may join it
+    floor: float
+    solo_only: bool           # exclusive or multi-GPU
+
+    @property
+    def key(self) -> tuple:
+        return (self.profile.workload if self.profile else "", self.floor)
+
+
+def _sig(residents: Sequence[_Res]) -> tuple:
+    return tuple(sorted(r.key for r in residents))
+
+
+class _Round:
+    """Book-keeping for one plan() call: which GPUs are empty, which can take a sharer."""
+
+    def __init__(self, slots: Sequence[GpuSlot], residents: Mapping[int, _Res]):
+        self.gpus = [_Gpu(s) for s in slots]
+        self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
+        self.shareable: dict[tuple, dict[int, _Gpu]] = {}  # resident signature -> id(gpu) -> gpu
+        self.empty_count = 0
+        for g, slot in zip(self.gpus, slots):
+            g.residents = sorted((residents[j] for j in slot.job_ids if j in residents),
+                                 key=lambda r: r.key)
+            self._index(g)
+
+    def _index(self, g: _Gpu) -> None:
+        if g.reserved:
+            return
+        if not g.residents:
+            self.empty.setdefault(g.node, {})[g.index] = g
+            self.empty_count += 1
+        elif len(g.residents) < g.max_jobs and all(
+                r.profile is not None and not r.solo_only for r in g.residents):
+            self.shareable.setdefault(_sig(g.residents), {})[id(g)] = g
+
+    def _unindex(self, g: _Gpu) -> None:
+        if not g.residents:
+            gpus = self.empty.get(g.node, {})
+            if gpus.pop(g.index, None) is not None:
+                self.empty_count -= 1
+            if not gpus:
+                self.empty.pop(g.node, None)
+        else:
+            self.shareable.get(_sig(g.residents), {}).pop(id(g), None)
+
+    def add(self, g: _Gpu, res: _Res, need: float | None) -> None:
+        self._unindex(g)
+        g.residents.append(res)
+        g.residents.sort(key=lambda r: r.key)   # same signature -> same order -> same speeds
+        if g.free is not None and need is not None:
+            g.free -= need
+        self._index(g)
+
+    def reserve(self, gs: Sequence[_Gpu]) -> None:
+        for g in gs:
+            self._unindex(g)
+            g.reserved = True
+
+    def n_empty(self) -> int:
+        return self.empty_count
+
+    def has_room(self) -> bool:
+        return self.empty_count > 0 or any(self.shareable.values())
+
+
+# --------------------------------------------------------------------------- the policy
+def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
+         profiles: Mapping[str, Profile], model: Any, policy: Policy,
+         user_limits: Mapping[str, UserLimit], now: float) -> Plan:
+    """Decide which queued jobs start where; every job left waiting gets a readable reason.
+
+    ``model`` needs only ``predict_group(profiles) -> speeds``; wrap it in ``CachedModel``.
+    """
+    predict = model.predict_group if isinstance(model, CachedModel) else \
+        CachedModel(model).predict_group
+    residents = {j.id: _resident(j, profiles, policy) for j in active}
+    rnd = _Round(slots, residents)
+    usage = _usage(active)
+    total_gpus = len(slots)
+    placements: list[Placement] = []
+    waits: dict[int, str] = {}
+    reserved = False
+    ordered = order_queue(queue, policy, now)
+    for i, job in enumerate(ordered):
+        if not rnd.has_room():
+            waits[job.id] = _full_reason(job, total_gpus)
+            continue
+        limit = _user_limit_reason(job, usage, user_limits)
+        if limit:
+            waits[job.id] = limit
+            continue
+        res = _resident(job, profiles, policy)
+        need = job_memory_mib(job, profiles, policy)
+        behind = len(ordered) - i - 1
+        if job.spec.gpus > 1 or res.solo_only or res.profile is None:
+            got, why = _place_whole(rnd, job, res, need)
+        else:
+            got, why = _place_single(rnd, job, res, need, predict, policy, behind)
+        if got is None:
+            waits[job.id] = why
+            if (not reserved and (job.spec.gpus > 1 or res.solo_only or res.profile is None)
+                    and now - job.submitted_at >= RESERVE_AFTER_S):
+                reserved = _reserve(rnd, job)
+            continue
+        placements.append(got)
+        usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
+                            usage.get(job.owner, (0, 0))[1] + 1)
+    return Plan(tuple(placements), waits)
+
+
+def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> _Res:
+    prof = profiles.get(job.spec.workload) if job.spec.workload else None
+    floor = job.spec.min_speed if job.spec.min_speed is not None else policy.min_speed
+    return _Res(job.id, prof, floor, job.spec.exclusive or job.spec.gpus > 1)
+
+
+def _usage(active: Sequence[Job]) -> dict[str, tuple[int, int]]:
+    usage: dict[str, tuple[int, int]] = {}
+    for j in active:
+        g, n = usage.get(j.owner, (0, 0))
+        usage[j.owner] = (g + max(1, len(j.gpu_indices) or j.spec.gpus), n + 1)
+    return usage
+
+
+def _user_limit_reason(job: Job, usage: Mapping[str, tuple[int, int]],
+                       limits: Mapping[str, UserLimit]) -> str | None:
+    lim = limits.get(job.owner)
+    if lim is None:
+        return None
+    gpus, jobs = usage.get(job.owner, (0, 0))
+    if lim.max_gpus is not None and gpus + job.spec.gpus > lim.max_gpus:
+        return f"user limit: {job.owner} already uses {gpus} of {lim.max_gpus} GPUs"
+    if lim.max_jobs is not None and jobs + 1 > lim.max_jobs:
+        return f"user limit: {job.owner} already runs {jobs} of {lim.max_jobs} jobs"
+    return None
+
+
+def _full_reason(job: Job, total: int) -> str:
+    if total == 0:
+        return "no GPUs available (no node answered, or the inventory lists none)"
+    if job.spec.gpus > 1:
+        return f"needs {job.spec.gpus} free GPUs on one node; all {total} GPUs are busy"
+    return f"all {total} GPUs are busy or reserved; waiting for a job to finish"
+
+
+def _gib(mib: float | None) -> str:
+    return "?" if mib is None else f"{mib / MIB_PER_GIB:.1f} GiB"
+
+
+def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None
+                 ) -> tuple[Placement | None, str]:
+    """Jobs that must be alone: empty GPUs on one node, best fit (fewest empty GPUs)."""
+    k = job.spec.gpus
+    best: list[_Gpu] | None = None
+    largest, largest_node, mem_blocked = 0, "", None
+    for node, gpus in rnd.empty.items():
+        fit = [g for g in gpus.values() if g.fits(need)]
+        if len(gpus) > largest:
+            largest, largest_node = len(gpus), node
+        if len(fit) < len(gpus) and mem_blocked is None:
+            mem_blocked = next(g for g in gpus.values() if not g.fits(need))
+        if len(fit) >= k and (best is None or len(gpus) < len(rnd.empty[best[0].node])):
+            best = fit[:k]
+    if best is None:
+        if k > 1:
+            where = f" (node {largest_node})" if largest else ""
+            return None, f"needs {k} free GPUs on one node; largest is {largest}{where}"
+        if mem_blocked is not None and largest:
+            return None, (f"needs {_gib(need)} of GPU memory; {mem_blocked.name} has "
+                          f"{_gib(mem_blocked.free)} free")
+        if res.profile is None:
+            return None, "no profile yet: waits for an empty GPU to profile on"
+        return None, "exclusive: waits for an empty GPU"
+    for g in best:
+        rnd.add(g, res, need)
+    return Placement(job.id, best[0].node, tuple(g.index for g in best), {job.id: 1.0}), ""
+
+
+def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
+                  predict: Callable, policy: Policy, behind: int) -> tuple[Placement | None, str]:
+    """A profiled one-GPU job: alone on an empty GPU, or joining the GPU where it pays most."""
+    empty = _best_empty(rnd, need)
+    pressure = behind >= rnd.n_empty()
+    if empty is not None and not pressure:
+        rnd.add(empty, res, need)
+        return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
+    share, why = _best_share(rnd, res, need, predict, policy)
+    if share is not None:
+        g, speeds = share
+        rnd.add(g, res, need)
+        return Placement(job.id, g.node, (g.index,), speeds), ""
+    if empty is not None:
+        rnd.add(empty, res, need)
+        return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
+    if rnd.n_empty():
+        g = next(g for gs in rnd.empty.values() for g in gs.values())
+        return None, f"needs {_gib(need)} of GPU memory; {g.name} has {_gib(g.free)} free"
+    return None, why or "all GPUs are busy; waiting for a job to finish"
+
+
+def _best_empty(rnd: _Round, need: float | None) -> _Gpu | None:
+    """An empty GPU on the node with the fewest empty GPUs (whole nodes stay for big jobs)."""
+    if not rnd.empty:
+        return None
+    first = min(rnd.empty.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    g = next((g for g in first[1].values() if g.fits(need)), None)
+    if g is not None:
+        return g
+    for _, gpus in sorted(rnd.empty.items(), key=lambda kv: (len(kv[1]), kv[0])):
+        for g in gpus.values():
+            if g.fits(need):
+                return g
+    return None
+
+
+def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
+                policy: Policy) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
+    """The occupied GPU where this job adds the most predicted throughput, within the rules."""
+    best: tuple[float, _Gpu, dict[int, float]] | None = None
+    why = ""
+    rank = 0   # how informative `why` is: memory < threshold < floor
+    for sig, gpus in rnd.shareable.items():
+        if not gpus:
+            continue
+        sample = next(iter(gpus.values()))
+        group = sorted(sample.residents + [res], key=lambda r: r.key)
+        speeds = predict([r.profile for r in group])
+        old = predict([r.profile for r in sample.residents]) if len(sample.residents) > 1 \
+            else (1.0,)
+        combined, gain = sum(speeds), sum(speeds) - sum(old)
+        low = next(((r, s) for r, s in zip(group, speeds) if s < r.floor), None)
+        if low is not None:
+            r, s = low
+            who = "it" if r is res else f"job {r.job_id}"
+            why, rank = (f"would slow {who} to {s:.2f} on {sample.name} (floor {r.floor:g})", 3)
+            continue
+        if combined < policy.share_threshold or gain <= 0:
+            if rank < 2:
+                why, rank = (f"sharing {sample.name} would give combined speed {combined:.2f} "
+                             f"(needs {policy.share_threshold:g}); waits for a better match", 2)
+            continue
+        if best is not None and gain <= best[0]:
+            continue
+        g = next((g for g in gpus.values() if g.fits(need)), None)
+        if g is None:
+            if rank < 1:
+                why, rank = (f"needs {_gib(need)} of GPU memory; {sample.name} has "
+                             f"{_gib(sample.free)} free", 1)
+            continue
+        ids = {r.job_id: s for r, s in zip(sorted(g.residents + [res], key=lambda r: r.key),
+                                            speeds)}
+        best = (gain, g, ids)
+    if best is None:
+        return None, why
+    return (best[1], best[2]), ""
+
+
+def _reserve(rnd: _Round, job: Job) -> bool:
+    """Hold GPUs for a blocked whole-GPU job so it cannot starve: the node closest to ready."""
+    k = job.spec.gpus
+    by_node: dict[str, list[_Gpu]] = {}
+    for g in rnd.gpus:
+        if not g.reserved:
+            by_node.setdefault(g.node, []).append(g)
+    cands = [(n, gs) for n, gs in by_node.items() if len(gs) >= k]
+    if not cands:
+        return False
+    def readiness(item):  # fewest jobs left on its k emptiest GPUs
+        gs = sorted(item[1], key=lambda g: len(g.residents))[:k]
+        return (sum(len(g.residents) for g in gs), item[0])
+    node, gs = min(cands, key=readiness)
+    rnd.reserve(sorted(gs, key=lambda g: (len(g.residents), g.index))[:k])
+    return True

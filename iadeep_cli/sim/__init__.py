@@ -1,0 +1,1 @@
+"""Trace-driven simulator over the real placement code (``iadeep sim``)."""

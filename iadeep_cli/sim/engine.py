@@ -1,0 +1,344 @@
+"""Trace-driven, event-driven simulator over the real placement code.
+
+Virtual time: a job's remaining work (solo seconds) shrinks at its current speed (1.0 alone, the
+*measured* speed of its group when sharing, see ``truth.py``); the scheduler re-plans on every
+arrival and completion. The iadeep and oracle policies call the same ``plan()`` as the
+controller; 'exclusive' is ``plan()`` with one job per GPU (priority/FIFO order with backfill,
+like Slurm's default); 'packing' and 'random' are interference-blind baselines written here.
+Deterministic for a seed: one ``random.Random`` per purpose, no clock.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import InputError, NotFoundError
+from ..inventory import Policy
+from ..jobs import Job, JobSpec, JobState
+from ..model.profiles import Profile
+from ..scheduler.placement import (RESERVE_AFTER_S, CachedModel, GpuSlot, Placement, Plan,
+                                   order_queue, plan)
+from .truth import TruthModel
+
+POLICIES = ("exclusive", "packing", "random", "iadeep", "oracle")
+H200_MIB = 143771.0
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class SimJob:
+    id: int
+    submit_s: float
+    workload: str
+    duration_s: float      # solo run time
+    gpus: int = 1
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    name: str
+    avg_jct_s: float
+    p95_jct_s: float
+    makespan_s: float
+    gpu_busy: float        # time-averaged fraction of GPUs running at least one job
+    avg_wait_s: float
+    shared_frac: float     # fraction of jobs that shared a GPU at some point
+    jcts: tuple[float, ...] = field(repr=False, default=())
+
+    def to_dict(self) -> dict:
+        return {"avg_jct_s": self.avg_jct_s, "p95_jct_s": self.p95_jct_s,
+                "makespan_s": self.makespan_s, "gpu_busy": self.gpu_busy,
+                "avg_wait_s": self.avg_wait_s, "shared_frac": self.shared_frac,
+                "jobs": len(self.jcts)}
+
+
+# --------------------------------------------------------------------------- workloads
+def generate_jobs(workloads: Sequence[str], n: int, gpus: int, load: float, seed: int,
+                  multi_gpu_frac: float = 0.1, median_s: float = 5400.0,
+                  sigma: float = 1.3) -> list[SimJob]:
+    """Poisson arrivals, log-normal solo durations (5 min .. 1 day), uniform workload mix.
+
+    The arrival rate is ``load`` x what the cluster serves running one job per GPU, measured on
+    the drawn jobs themselves (sum of GPU-seconds), so load 1.0 saturates 'exclusive' exactly.
+    """
+    if n < 0:
+        raise InputError(f"--jobs must be >= 0, got {n}", hint="e.g. --jobs 300")
+    if gpus < 1:
+        raise InputError(f"--gpus must be >= 1, got {gpus}", hint="e.g. --gpus 8")
+    if not load > 0:
+        raise InputError(f"--load must be > 0, got {load}", hint="e.g. --load 1.2")
+    if not workloads:
+        raise InputError("no workload has both a profile and truth measurements",
+                         hint="check --profiles and --truth name the same workloads")
+    rng = random.Random(seed)
+    names = sorted(workloads)
+    big = min(2, gpus)
+    drawn = []
+    for _ in range(n):
+        w = rng.choice(names)
+        d = min(DAY_S, max(300.0, rng.lognormvariate(math.log(median_s), sigma)))
+        g = big if rng.random() < multi_gpu_frac else 1
+        drawn.append((w, d, g))
+    gpu_s = sum(d * g for _, d, g in drawn) / max(1, n)
+    rate = load * gpus / gpu_s if gpu_s else 1.0
+    t, out = 0.0, []
+    for i, (w, d, g) in enumerate(drawn):
+        out.append(SimJob(i + 1, round(t, 3), w, round(d, 3), g))
+        t += rng.expovariate(rate)
+    return out
+
+
+def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob]:
+    """CSV ``submit_s,workload,duration_s,gpus`` (gpus optional, default 1)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"{p}: trace file not found",
+                            hint="pass a CSV with columns submit_s,workload,duration_s,gpus"
+                            ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: cannot read trace ({getattr(exc, 'strerror', None) or exc})",
+                         hint="check the file's permissions and encoding (UTF-8)") from None
+    reader = csv.DictReader(text.splitlines())
+    need = {"submit_s", "workload", "duration_s"}
+    if reader.fieldnames is None or not need <= set(reader.fieldnames):
+        raise InputError(f"{p}: header must have submit_s,workload,duration_s[,gpus]",
+                         hint="first line e.g.: submit_s,workload,duration_s,gpus")
+    jobs = []
+    for lineno, row in enumerate(reader, start=2):
+        w = (row.get("workload") or "").strip()
+        if w not in profiles:
+            known = ", ".join(sorted(profiles))
+            raise InputError(f"{p}:{lineno}: unknown workload {w!r}",
+                             hint=f"known workloads: {known} (or add it to --profiles)")
+        submit = _num(p, lineno, row, "submit_s", 0.0)
+        dur = _num(p, lineno, row, "duration_s", 1e-9)
+        g = int(_num(p, lineno, row, "gpus", 1.0, default=1.0))
+        jobs.append(SimJob(len(jobs) + 1, submit, w, dur, g))
+    jobs.sort(key=lambda j: (j.submit_s, j.id))
+    return jobs
+
+
+def _num(p: Path, lineno: int, row: dict, col: str, minimum: float,
+         default: float | None = None) -> float:
+    raw = (row.get(col) or "").strip()
+    if not raw and default is not None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"{p}:{lineno}: {col}: expected a number, got {raw!r}",
+                         hint="fix that row of the trace") from None
+    if not math.isfinite(value) or value < minimum:
+        raise InputError(f"{p}:{lineno}: {col}: must be >= {minimum:g}, got {raw}",
+                         hint="fix that row of the trace")
+    return value
+
+
+def write_trace(jobs: Sequence[SimJob], path: str | Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["submit_s", "workload", "duration_s", "gpus"])
+        for j in jobs:
+            w.writerow([j.submit_s, j.workload, j.duration_s, j.gpus])
+
+
+# --------------------------------------------------------------------------- baselines
+Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float], Plan]
+
+
+def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int, float],
+              rng: random.Random | None) -> Planner:
+    """Interference-blind sharing: memory and the per-GPU job cap are the only rules.
+
+    'packing' puts a job on the least-loaded GPU that fits (empty GPUs first, so it only
+    shares when it must: an honest time-slicing setup, not first-fit onto GPU 0);
+    'random' picks uniformly among all GPUs that fit. Multi-GPU jobs get empty GPUs on one node
+    (fewest-empty node first) and nothing joins them, and a blocked one reserves GPUs after
+    RESERVE_AFTER_S exactly as in plan(): the same queue discipline, only placement differs.
+    """
+    def planner(queue, slots, active, now):
+        solo = {j.id for j in active if j.spec.gpus > 1}
+        state = {(s.node, s.index): [len(s.job_ids), s.memory_free_mib or 0.0,
+                                     any(i in solo for i in s.job_ids), s.max_jobs]
+                 for s in slots}
+        out, waits, reserved = [], {}, False
+        for job in order_queue(queue, policy, now):
+            need = mem[job.id]
+            if job.spec.gpus > 1:
+                by_node: dict[str, list] = {}
+                for key, st in state.items():
+                    if st[0] == 0 and st[3] > 0 and st[1] >= need:
+                        by_node.setdefault(key[0], []).append(key)
+                ok = [keys for keys in by_node.values() if len(keys) >= job.spec.gpus]
+                if not ok:
+                    waits[job.id] = "no whole node free"
+                    if not reserved and now - job.submitted_at >= RESERVE_AFTER_S:
+                        reserved = _reserve_baseline(state, job.spec.gpus)
+                    continue
+                keys = sorted(min(ok, key=len))[: job.spec.gpus]
+                for k in keys:
+                    state[k][0] += 1
+                    state[k][1] -= need
+                    state[k][2] = True
+                out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+                continue
+            fit = [k for k, st in state.items() if st[0] < st[3] and st[1] >= need and not st[2]]
+            if not fit:
+                waits[job.id] = "full"
+                continue
+            k = rng.choice(fit) if rng else min(fit, key=lambda k: (state[k][0], k))
+            state[k][0] += 1
+            state[k][1] -= need
+            out.append(Placement(job.id, k[0], (k[1],)))
+        return Plan(tuple(out), waits)
+    return planner
+
+
+def _reserve_baseline(state: dict, k: int) -> bool:
+    """plan()'s starvation guard for the baselines: drain the k least-busy GPUs of a node."""
+    by_node: dict[str, list] = {}
+    for key, st in state.items():
+        if st[3] > 0:
+            by_node.setdefault(key[0], []).append(key)
+    best = None
+    for node, keys in by_node.items():
+        if len(keys) < k:
+            continue
+        keys = sorted(keys, key=lambda key: (state[key][0], key))[:k]
+        score = (sum(state[key][0] for key in keys), node)
+        if best is None or score < best[0]:
+            best = (score, keys)
+    if best is None:
+        return False
+    for key in best[1]:
+        state[key][3] = 0       # cap 0: nothing new starts here this round
+    return True
+
+
+def make_planner(name: str, profiles: Mapping[str, Profile], model: Any, truth: TruthModel,
+                 policy: Policy, mem: Mapping[int, float], seed: int) -> Planner:
+    if name in ("iadeep", "oracle", "exclusive"):
+        m = CachedModel(truth if name == "oracle" else model)
+        pol = replace(policy, max_jobs_per_gpu=1) if name == "exclusive" else policy
+
+        def planner(queue, slots, active, now):
+            if name == "exclusive":
+                slots = tuple(replace(s, max_jobs=1) for s in slots)
+            return plan(queue, slots, active, profiles, m, pol, {}, now)
+        return planner
+    if name == "packing":
+        return _baseline(profiles, policy, mem, None)
+    if name == "random":
+        return _baseline(profiles, policy, mem, random.Random(f"random-{seed}"))
+    raise InputError(f"unknown policy {name!r}", hint=f"choose from {', '.join(POLICIES)}")
+
+
+# --------------------------------------------------------------------------- the event loop
+def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpus: int,
+             gpus_per_node: int = 8, memory_mib: float = H200_MIB, policy: Policy = Policy(),
+             profiles: Mapping[str, Profile], name: str = "",
+             progress: Callable[[int, int], None] | None = None) -> PolicyResult:
+    """Run one policy over the trace; returns its metrics."""
+    nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
+             for k in range(math.ceil(gpus / gpus_per_node))]
+    gpu_keys = [(n, i) for n, count in nodes for i in range(count)]
+    on_gpu: dict[tuple[str, int], list[int]] = {k: [] for k in gpu_keys}
+    specs = {j.id: j for j in jobs}
+    mem = {j.id: _mem_mib(j, profiles, policy) for j in jobs}
+    queued: dict[int, Job] = {}
+    running: dict[int, Job] = {}
+    remaining: dict[int, float] = {}
+    speed: dict[int, float] = {}
+    shared: set[int] = set()
+    jct: dict[int, float] = {}
+    started: dict[int, float] = {}
+    arrivals = sorted(jobs, key=lambda j: (j.submit_s, j.id))
+    nxt, t, busy_gpu_s, done = 0, 0.0, 0.0, 0
+    t0 = arrivals[0].submit_s if arrivals else 0.0
+    max_node = max((c for _, c in nodes), default=0)
+    for j in jobs:
+        if j.gpus > max_node:
+            raise InputError(f"job {j.id} needs {j.gpus} GPUs on one node; nodes have "
+                             f"at most {max_node}", hint="lower its gpus or raise --gpus")
+    while nxt < len(arrivals) or queued or running:
+        t_arr = arrivals[nxt].submit_s if nxt < len(arrivals) else math.inf
+        ends = {i: t + remaining[i] / speed[i] for i in running}
+        t_done = min(ends.values(), default=math.inf)
+        t_next = min(t_arr, t_done)
+        if t_next == math.inf:
+            stuck = ", ".join(str(i) for i in list(queued)[:5])
+            raise InputError(f"jobs {stuck} can never start (too big for any GPU/node)",
+                             hint="check their gpus and memory against --gpus")
+        dt = t_next - t
+        if dt > 0:
+            busy_gpu_s += dt * sum(1 for k in gpu_keys if on_gpu[k])
+            for i in running:
+                remaining[i] -= speed[i] * dt
+        t = t_next
+        finished = [i for i, end in ends.items() if end <= t + 1e-9 * max(1.0, t)]
+        for i in finished:
+            job = running.pop(i)
+            for idx in job.gpu_indices:
+                on_gpu[(job.node, idx)].remove(i)
+            jct[i] = t - specs[i].submit_s
+            done += 1
+        while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
+            sj = arrivals[nxt]
+            queued[sj.id] = Job(sj.id, "sim", JobSpec("sim", workload=sj.workload, gpus=sj.gpus),
+                                JobState.QUEUED, sj.submit_s)
+            nxt += 1
+        if queued:
+            slots = tuple(GpuSlot(n, i, memory_mib,
+                                  memory_mib - sum(mem[j] for j in on_gpu[(n, i)]),
+                                  tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu)
+                          for n, i in gpu_keys)
+            result = planner(list(queued.values()), slots, list(running.values()), t)
+            for p in result.placements:
+                job = queued.pop(p.job_id)
+                running[p.job_id] = replace(job, state=JobState.RUNNING, node=p.node,
+                                            gpu_indices=p.gpu_indices, started_at=t)
+                remaining[p.job_id] = specs[p.job_id].duration_s
+                started[p.job_id] = t
+                for idx in p.gpu_indices:
+                    on_gpu[(p.node, idx)].append(p.job_id)
+        _update_speeds(running, on_gpu, specs, truth, speed, shared)
+        if progress is not None and finished:
+            progress(done, len(jobs))
+    return _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
+
+
+def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> float:
+    prof = profiles.get(j.workload)
+    return ((prof.peak_mem_gib if prof else 0.0) + policy.memory_margin_gib) * 1024.0
+
+
+def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, shared: set) -> None:
+    """Every running job's current speed: the truth for its GPU's group (slowest GPU wins)."""
+    speed.clear()
+    for key, ids in on_gpu.items():
+        if not ids:
+            continue
+        s = truth.speeds([specs[i].workload for i in ids]) if len(ids) > 1 else (1.0,)
+        if len(ids) > 1:
+            shared.update(ids)
+        for i, v in zip(ids, s):
+            speed[i] = min(speed.get(i, math.inf), max(v, 1e-6))
+
+
+def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:
+    values = sorted(jct.values())
+    if not values:
+        return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ())
+    p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
+    waits = [started[j.id] - j.submit_s for j in jobs if j.id in started]
+    return PolicyResult(
+        name, sum(values) / len(values), p95, makespan,
+        busy_gpu_s / (n_gpus * makespan) if makespan > 0 else 0.0,
+        sum(waits) / len(waits), len(shared) / len(jobs),
+        tuple(jct[j.id] for j in jobs if j.id in jct))

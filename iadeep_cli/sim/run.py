@@ -1,0 +1,174 @@
+"""`iadeep sim` as one core call: load data, build the trace, run every policy, compare.
+
+The predictor for 'iadeep' is ``--model FILE`` or fitted on the given profiles + truth pairs;
+the truth is only ever *looked up* (never predicted). To test generalisation, pass a model
+trained on other workloads with ``--model`` and truth/profiles that include new workloads.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import InputError, NotFoundError
+from ..inventory import Policy
+from .engine import (POLICIES, PolicyResult, SimJob, generate_jobs, load_trace, make_planner,
+                     simulate, _mem_mib)
+from .truth import TruthModel
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    jobs: int = 300
+    gpus: int = 8
+    load: float = 1.2
+    seed: int = 0
+    multi_gpu_frac: float = 0.1
+    gpus_per_node: int = 8
+    trace: str | None = None
+    profiles: str | None = None      # None: shipped H200 profiles
+    truth: str | None = None         # None: shipped H200 pairs (+ shipped triples)
+    triples: str | None = None       # None: shipped triples when truth is shipped, else none
+    model: str | None = None         # None: fit on profiles + truth
+    policies: tuple[str, ...] = POLICIES
+    policy: Policy = field(default_factory=Policy)
+
+
+@dataclass(frozen=True)
+class SimReport:
+    settings: SimSettings
+    results: tuple[PolicyResult, ...]
+    model_note: str
+    n_jobs: int
+
+    def baseline(self) -> PolicyResult | None:
+        return next((r for r in self.results if r.name == "exclusive"), None)
+
+    def to_dict(self) -> dict:
+        base = self.baseline()
+        out = {}
+        for r in self.results:
+            d = r.to_dict()
+            if base is not None and base.avg_jct_s > 0:
+                d["avg_jct_vs_exclusive"] = r.avg_jct_s / base.avg_jct_s
+                d["p95_jct_vs_exclusive"] = r.p95_jct_s / base.p95_jct_s
+                d["makespan_vs_exclusive"] = r.makespan_s / base.makespan_s
+            out[r.name] = d
+        settings = {k: v for k, v in asdict(self.settings).items() if k != "policy"}
+        settings["policies"] = list(self.settings.policies)
+        settings["policy"] = asdict(self.settings.policy)
+        settings["model"] = self.settings.model or "fitted on profiles + truth"
+        settings["model_note"] = self.model_note
+        settings["jobs_simulated"] = self.n_jobs
+        return {"policies": out, "settings": settings}
+
+
+def _check_path(path: str | None, what: str) -> None:
+    if path is not None and not Path(path).is_file():
+        raise NotFoundError(f"{path}: {what} file not found", hint=f"check the --{what} path")
+
+
+def load_inputs(s: SimSettings):
+    """Profiles, truth and the predictor the settings name (shipped H200 data by default)."""
+    from ..model import profiles as mp
+    for path, what in ((s.profiles, "profiles"), (s.truth, "truth"), (s.triples, "triples"),
+                       (s.model, "model"), (s.trace, "trace")):
+        _check_path(path, what)
+    profiles = mp.load_profiles_csv(s.profiles) if s.profiles else mp.shipped_profiles()
+    pairs = mp.load_pairs_csv(s.truth) if s.truth else mp.shipped_pairs()
+    if s.triples:
+        triples = mp.load_triples_csv(s.triples)
+    else:
+        triples = mp.shipped_triples() if s.truth is None else []
+    truth = TruthModel(pairs, triples)
+    from ..model.predictor import InterferenceModel, fit_model
+    model = InterferenceModel.load(s.model) if s.model else fit_model(profiles, pairs)
+    return profiles, truth, model
+
+
+def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
+    if s.trace:
+        jobs = load_trace(s.trace, profiles)
+    else:
+        usable = sorted(set(profiles) & truth.workloads())
+        jobs = generate_jobs(usable, s.jobs, s.gpus, s.load, s.seed, s.multi_gpu_frac)
+    missing = truth.missing_pairs({j.workload for j in jobs})
+    if missing:
+        a, b = missing[0]
+        raise InputError(f"the truth data has no measurement for {a} + {b} "
+                         f"({len(missing)} pair(s) missing)",
+                         hint="add those pairs to --truth PAIRS.csv or drop the workloads")
+    return jobs
+
+
+def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = None
+            ) -> SimReport:
+    """Run every requested policy on the same trace."""
+    for name in s.policies:
+        if name not in POLICIES:
+            raise InputError(f"unknown policy {name!r}", hint=f"choose from {', '.join(POLICIES)}")
+    if s.gpus < 1:
+        raise InputError(f"--gpus must be >= 1, got {s.gpus}", hint="e.g. --gpus 8")
+    profiles, truth, model = load_inputs(s)
+    jobs = build_trace(s, profiles, truth)
+    mem = {j.id: _mem_mib(j, profiles, s.policy) for j in jobs}
+    results = []
+    for name in s.policies:
+        planner = make_planner(name, profiles, model, truth, s.policy, mem, s.seed)
+        cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
+        results.append(simulate(jobs, planner, truth, gpus=s.gpus,
+                                gpus_per_node=s.gpus_per_node, policy=s.policy,
+                                profiles=profiles, name=name, progress=cb))
+    return SimReport(s, tuple(results), getattr(model, "note", ""), len(jobs))
+
+
+def format_table(report: SimReport) -> str:
+    """The comparison table the README shows (hours; ratios against 'exclusive')."""
+    base = report.baseline()
+    head = (f"{'policy':<10} {'avg JCT':>9} {'p95 JCT':>9} {'makespan':>9} {'GPU busy':>9} "
+            f"{'shared':>7} {'avg vs excl':>11}")
+    lines = [head, "-" * len(head)]
+    for r in report.results:
+        ratio = f"{r.avg_jct_s / base.avg_jct_s:.2f}x" if base and base.avg_jct_s else "-"
+        lines.append(f"{r.name:<10} {r.avg_jct_s / 3600:8.2f}h {r.p95_jct_s / 3600:8.2f}h "
+                     f"{r.makespan_s / 3600:8.1f}h {r.gpu_busy:8.0%} {r.shared_frac:7.0%} "
+                     f"{ratio:>11}")
+    s = report.settings
+    src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
+                                            f"seed {s.seed}")
+    lines.append(f"{src}; {s.gpus} GPUs; model: {report.model_note}")
+    return "\n".join(lines)
+
+
+def plot_jct(report: SimReport, path: str) -> None:
+    """JCT distribution per policy (CDF); matplotlib is optional and imported only here."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib, which is not installed",
+                         hint="pip install 'iadeep[plot]' (or matplotlib)") from None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in report.results:
+        xs = sorted(v / 3600 for v in r.jcts)
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=f"{r.name} (avg {r.avg_jct_s / 3600:.1f} h)")
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"JCT distribution, {report.n_jobs} jobs on {report.settings.gpus} GPUs")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write plot ({exc.strerror or exc})",
+                         hint="choose a writable path for --plot") from None
+    finally:
+        plt.close(fig)
+
+
+def summary_rows(reports: Sequence[SimReport]) -> list[dict]:
+    return [r.to_dict() for r in reports]
