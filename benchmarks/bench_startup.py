@@ -32,7 +32,7 @@ def main() -> None:
         from iadeep_cli.controller import client
         os.environ["IADEEP_HOME"] = str(home)
         for i in range(200):
-            client.submit({"script": "/bin/true", "name": f"job{i}"})
+            client.submit({"script": "/bin/true", "name": f"job{i}"}, b"#!/bin/sh\ntrue\n")
         rows = [
             ("python -c pass", time_process([sys.executable, "-c", "pass"], opts.repeats)),
             ("iadeep status", time_process([*iadeep, "status"], opts.repeats, env=env)),

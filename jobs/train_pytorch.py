@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Example iadeep job: a small PyTorch model on synthetic data that reports its progress.
 
 Copy and adapt it. Runs on the GPU if there is one, else on the CPU:

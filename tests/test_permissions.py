@@ -70,7 +70,7 @@ def lab():
 
 def _submit(lab, user):
     sock = lab.home / "controller.sock"
-    result = as_user(user, "add", {"spec": {"script": "/bin/true"}}, sock)
+    result = as_user(user, "add", {"spec": {"script": "/bin/true"}, "script_b64": "IyEvYmluL3NoCg=="}, sock)
     return result["ok"]["id"]
 
 

@@ -56,7 +56,7 @@ def add(
                    workdir=workdir, env=parse_env(env or ()), retries=retries,
                    min_speed=min_speed)
     validate_spec(spec)
-    print(client.submit(spec_to_dict(spec))["id"])
+    print(client.submit(spec_to_dict(spec), Path(spec.script).read_bytes())["id"])
 
 
 @app.command("list")

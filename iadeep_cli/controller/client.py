@@ -87,9 +87,13 @@ def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
     raise error_from_dict(reply.get("error") or {})
 
 
-def submit(spec: dict) -> dict:
+def submit(spec: dict, script_content: bytes) -> dict:
     """Submit a job exactly once: the token makes a retried request return the same id."""
-    return call("add", {"spec": spec, "token": uuid.uuid4().hex}, retry_lost=True)
+    import base64
+
+    args = {"spec": spec, "token": uuid.uuid4().hex,
+            "script_b64": base64.b64encode(script_content).decode("ascii")}
+    return call("add", args, retry_lost=True)
 
 
 def read(op: str, args: dict | None = None) -> tuple[Any, float | None]:

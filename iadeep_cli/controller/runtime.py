@@ -1,10 +1,13 @@
 """Running the controller process: lock, socket, loop, clean stop on SIGINT/SIGTERM."""
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import signal
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -13,6 +16,8 @@ from ..inventory import Inventory
 from ..store import Store, cluster
 from .server import ControllerSocket
 from .service import Service
+
+log = logging.getLogger("iadeep.controller")
 
 
 class Controller:
@@ -30,8 +35,24 @@ class Controller:
         self.service = Service(self.store, inventory, clock)
         self.service.wake = self._wake.set
         self.socket = ControllerSocket(self.service, self.state_dir)
-        self.loop = None  # set by attach_loop when the inventory has nodes
+        self.loop = self._make_loop() if inventory.nodes else None
         self.started_at = clock()
+
+    def _make_loop(self):
+        """Node connections and the scheduling loop (paramiko and numpy load only here)."""
+        from ..nodes.launcher import read_log
+        from ..nodes.poller import NodePool
+        from .loop import SchedulingLoop
+
+        pool = NodePool(_scoped_workdirs(self.inventory, self._install_id()))
+
+        def logs(job, offset: int, max_bytes: int) -> dict:
+            data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
+            return {"data": data.decode("utf-8", "replace"), "offset": nxt}
+
+        self.service.log_reader = logs
+        return SchedulingLoop(self.store, self.inventory, pool, self.state_dir / "scripts",
+                              self.clock)
 
     def heartbeat(self, **extra) -> None:
         with self.store.tx() as conn:
@@ -48,7 +69,7 @@ class Controller:
         try:
             while not self._stop.is_set():
                 if self.loop is not None:
-                    self.loop.tick()
+                    self._tick()
                 self.heartbeat()
                 self._wake.wait(self.inventory.poll_interval_s)
                 self._wake.clear()
@@ -59,9 +80,34 @@ class Controller:
                 self.loop.close()
             self.store.close()
 
+    def _install_id(self) -> str:
+        """A random id made once per database; see _scoped_workdirs."""
+        with self.store.tx() as conn:
+            install_id = cluster.get_meta(conn, "install_id")
+            if install_id is None:
+                install_id = uuid.uuid4().hex[:12]
+                cluster.set_meta(conn, "install_id", install_id)
+        return install_id
+
+    def _tick(self) -> None:
+        """One round; a bug in one round is logged, not allowed to stop the controller."""
+        try:
+            self.loop.tick()
+        except Exception:
+            log.exception("scheduling round failed; retrying next interval")
+
     def stop(self, *_args) -> None:
         self._stop.set()
         self._wake.set()
+
+
+def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
+    """Job directories live under WORKDIR/<install id>/jobs/<job id> on each node: job ids
+    restart at 1 with a new database, and a new controller must never mistake an old job's
+    directory (pid file, exit code) for its own job's."""
+    nodes = tuple(dataclasses.replace(n, workdir=f"{n.workdir.rstrip('/')}/{install_id}")
+                  for n in inventory.nodes)
+    return dataclasses.replace(inventory, nodes=nodes)
 
 
 def run_forever(inventory: Inventory, on_ready: Callable[[], None] = lambda: None) -> None:

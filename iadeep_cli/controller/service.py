@@ -6,7 +6,10 @@ inventory (and root) on any.
 """
 from __future__ import annotations
 
+import base64
+import os
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
@@ -15,13 +18,15 @@ from ..jobs import ACTIVE, FINISHED, Job, JobState, spec_from_dict, validate_spe
 from ..store import Store, jobs as jobrows
 from . import views
 
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 LogReader = Callable[[Job, int, int], dict]
 
 
 class Service:
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
-                 log_reader: LogReader | None = None):
+                 log_reader: LogReader | None = None, scripts_dir: Path | None = None):
         self.store = store
+        self.scripts_dir = scripts_dir or store.path.parent / "scripts"
         self.inventory = inventory
         self.clock = clock
         self.log_reader = log_reader
@@ -38,11 +43,17 @@ class Service:
             raise InputError(f"malformed {op!r} request: {exc}") from None
 
     # ------------------------------------------------------------------ writes
-    def op_add(self, user: str, spec: dict, token: str | None = None) -> dict:
+    def op_add(self, user: str, spec: dict, token: str | None = None,
+               script_b64: str | None = None) -> dict:
+        """Queue a job. The script's content travels with the request and is kept with the
+        job, like sbatch does: editing the file later does not change a queued job."""
         job_spec = spec_from_dict(spec)
         validate_spec(job_spec)
+        content = _script_content(job_spec.script, script_b64)
         with self.store.tx() as conn:
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), token)
+            if created:  # written before COMMIT: an accepted job always has its script
+                _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
         self.wake()
         return {"id": job_id, "created": created}
 
@@ -135,3 +146,29 @@ class Service:
                              hint="start it with an inventory: iadeep controller run --inventory FILE")
         result = self.log_reader(job, int(offset), int(max_bytes))
         return {**result, "finished": job.state in FINISHED, "state": job.state.value}
+
+
+def _script_content(path: str, script_b64: str | None) -> bytes:
+    if script_b64 is None:
+        raise InputError("the request carries no script content",
+                         hint="submit with `iadeep queue add` (it sends the script)")
+    try:
+        content = base64.b64decode(script_b64, validate=True)
+    except (ValueError, TypeError):
+        raise InputError("malformed script content in the request") from None
+    if len(content) > MAX_SCRIPT_BYTES:
+        raise InputError(f"script {path} is larger than {MAX_SCRIPT_BYTES // 2**20} MiB",
+                         hint="submit a small launcher script that starts your program")
+    return content
+
+
+def _write_script(directory: Path, original: str, content: bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / Path(original).name
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o700)
+    os.replace(tmp, target)

@@ -16,7 +16,8 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
                  "exclusive", "workdir", "env", "retries", "min_speed")
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
-                      "remote_pid", "priority", "predicted_speed", "observed_speed", "extra"})
+                      "remote_pid", "priority", "predicted_speed", "observed_speed", "extra",
+                      "workload"})
 
 
 def job_from_row(row: sqlite3.Row) -> Job:

@@ -1,0 +1,282 @@
+"""One scheduling round: poll -> record -> reconcile -> lose -> cancel -> profile -> schedule.
+
+Why this order: the truth on the nodes (reconcile) is established before anything is decided,
+so a restarted controller never starts a job that is already running. A launch is recorded as
+``starting`` (with node and GPUs) and committed *before* the job is started on the node; if the
+controller dies in between, the next round's reconcile finds either the job's pid file (it did
+start: running) or nothing (it did not: queued again). A job is therefore never started twice.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..errors import IadeepError, NodeError
+from ..inventory import Inventory
+from ..jobs import ACTIVE, Job, JobState
+from ..model.profiles import Profile
+from ..snapshot import ClusterSnapshot, GpuSample
+from ..store import Store, cluster, jobs as jobrows, profiles as profrows
+
+log = logging.getLogger("iadeep.controller")
+ACTOR = "controller"
+PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
+
+
+class SchedulingLoop:
+    def __init__(self, store: Store, inventory: Inventory, pool, scripts_dir: Path,
+                 clock: Callable[[], float] = time.time, fit_in_background: bool = True):
+        from ..model.predictor import analytic_model
+
+        self.store, self.inventory, self.pool = store, inventory, pool
+        self.scripts_dir = scripts_dir
+        self.clock = clock
+        self.model = analytic_model()   # conservative until the fitted model is ready
+        self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
+        if fit_in_background:
+            threading.Thread(target=self._fit, name="iadeep-fit", daemon=True).start()
+        else:
+            self._fit()
+
+    # ------------------------------------------------------------------ model
+    def profiles(self) -> dict[str, Profile]:
+        """Shipped profiles, overridden by this lab's own measurements."""
+        from ..model.profiles import shipped_profiles
+
+        merged = dict(shipped_profiles())
+        with self.store.tx() as conn:
+            for profile, _source, _at in profrows.load_profiles(conn):
+                merged[profile.workload] = profile
+        return merged
+
+    def _fit(self) -> None:
+        from ..model.predictor import fit_model
+        from ..model.profiles import shipped_pairs, shipped_profiles
+
+        try:
+            with self.store.tx() as conn:
+                lab_profiles = {p.workload: p for p, _, _ in profrows.load_profiles(conn)}
+                lab_pairs = [c for c in profrows.load_colocations(conn) if len(c.jobs) == 2]
+            self.model = fit_model(shipped_profiles(), shipped_pairs(),
+                                   extra_profiles=lab_profiles, extra_observations=lab_pairs)
+            log.info("interference model ready: %s", getattr(self.model, "note", ""))
+        except Exception:  # keep scheduling with the analytic model rather than stop
+            log.exception("fitting the interference model failed; using the analytic estimate")
+
+    # ------------------------------------------------------------------ the round
+    def tick(self) -> None:
+        now = self.clock()
+        snapshot = self.pool.poll_all()
+        with self.store.tx() as conn:
+            cluster.save_nodes(conn, snapshot.nodes)
+            cluster.forget_nodes(conn, {n.name for n in self.inventory.nodes})
+        for node in snapshot.nodes:
+            if node.ok:
+                self._reconcile(node.name)
+        self._lose_silent_nodes(now)
+        self._cancel_requested()
+        self._profile_new_workloads(snapshot)
+        self._schedule(snapshot)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _move(self, job: Job, new: JobState, reason: str, **fields) -> Job:
+        with self.store.tx() as conn:
+            return jobrows.transition(conn, job.id, new, reason, ACTOR, self.clock(), **fields)
+
+    def _jobs(self, states, node: str | None = None) -> list[Job]:
+        with self.store.tx() as conn:
+            found = jobrows.select(conn, states=states)
+        return [j for j in found if node is None or j.node == node]
+
+    # ------------------------------------------------------------------ reconcile
+    def _reconcile(self, node: str) -> None:
+        """Bring every job we think is on ``node`` in line with what the node says."""
+        from ..nodes import launcher
+
+        self._clean_orphans(node)
+        jobs = self._jobs(ACTIVE | {JobState.LOST}, node)
+        if not jobs:
+            return
+        try:
+            remote = launcher.reconcile(self.pool, node, [j.id for j in jobs])
+        except IadeepError as exc:
+            log.warning("reconcile on %s failed: %s", node, exc.message)
+            return
+        for job in jobs:
+            self._apply_remote(job, remote.get(job.id))
+
+    def _apply_remote(self, job: Job, remote) -> None:
+        now = self.clock()
+        if remote is None or remote.state == "missing":
+            if job.state == JobState.STARTING:   # the launch never happened: try again
+                self._move(job, JobState.QUEUED, "launch did not happen; back in the queue",
+                           node=None, gpu_indices=())
+            elif job.state == JobState.RUNNING:
+                self._lose(job, f"its directory vanished from node {job.node}")
+        elif remote.state == "running":
+            if job.state != JobState.RUNNING:
+                why = "node answers again" if job.state == JobState.LOST else "running"
+                self._move(job, JobState.RUNNING, why, remote_pid=remote.pid,
+                           started_at=job.started_at or now)
+        else:  # exited
+            self._finish(job, remote.exit_code)
+
+    def _finish(self, job: Job, code: int | None) -> None:
+        now = self.clock()
+        if job.extra.get("cancel_requested_by"):
+            new, why = JobState.CANCELLED, f"cancelled by {job.extra['cancel_requested_by']}"
+        elif code == 0:
+            new, why = JobState.SUCCEEDED, "exited with code 0"
+        elif code is None:
+            new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
+        else:
+            new, why = JobState.FAILED, f"exited with code {code}"
+        self._samples.pop(job.id, None)
+        self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
+
+    # ------------------------------------------------------------------ node loss
+    def _lose_silent_nodes(self, now: float) -> None:
+        with self.store.tx() as conn:
+            silent = {n.name for n, since in cluster.load_nodes(conn)
+                      if since is not None and now - since >= self.inventory.node_grace_s}
+        for job in self._jobs(ACTIVE):
+            if job.node in silent:
+                self._lose(job, f"node {job.node} silent for over "
+                                f"{self.inventory.node_grace_s:.0f}s")
+
+    def _lose(self, job: Job, why: str) -> None:
+        lost = self._move(job, JobState.LOST, why)
+        if job.extra.get("cancel_requested_by"):
+            self._move(lost, JobState.CANCELLED, "cancelled while its node was lost",
+                       ended_at=self.clock())
+        elif lost.attempts <= lost.spec.retries:
+            # The old attempt may still run behind a partition: remember to stop it there.
+            extra = {**lost.extra, "orphaned_on": lost.node}
+            self._move(lost, JobState.QUEUED, f"requeued after loss (attempt {lost.attempts} "
+                       f"of {lost.spec.retries + 1})", node=None, gpu_indices=(), extra=extra)
+
+    def _clean_orphans(self, node: str) -> None:
+        """Stop a requeued job's old attempt on a node that answers again, and set its
+        directory aside so a new attempt there starts fresh."""
+        from ..nodes import launcher
+
+        for job in self._jobs({JobState.QUEUED, JobState.HELD}):
+            if job.extra.get("orphaned_on") != node:
+                continue
+            try:
+                launcher.cancel(self.pool, node, job.id, grace_s=5)
+                launcher.set_aside(self.pool, node, job.id, f"lost{job.attempts}")
+            except IadeepError as exc:
+                log.warning("cleaning old attempt of job %s on %s: %s", job.id, node, exc.message)
+                continue
+            extra = {k: v for k, v in job.extra.items() if k != "orphaned_on"}
+            with self.store.tx() as conn:
+                jobrows.update(conn, job.id, extra=extra)
+
+    # ------------------------------------------------------------------ cancel
+    def _cancel_requested(self) -> None:
+        from ..nodes import launcher
+
+        for job in self._jobs(ACTIVE):
+            if not job.extra.get("cancel_requested_by"):
+                continue
+            try:
+                launcher.cancel(self.pool, job.node, job.id)
+            except IadeepError as exc:
+                log.warning("cancel of job %s on %s failed: %s", job.id, job.node, exc.message)
+                continue
+            self._reconcile(job.node)
+
+    # ------------------------------------------------------------------ profiling
+    def _profile_new_workloads(self, snapshot: ClusterSnapshot) -> None:
+        """Sample the GPU of each running job without a profile while it runs alone; after
+        PROFILE_SAMPLES polls record its profile, so later jobs of the kind can share."""
+        from ..model.online import profile_from_samples
+
+        known = self.profiles()
+        for job in self._jobs({JobState.RUNNING}):
+            if (job.spec.workload in known) or len(job.gpu_indices) != 1:
+                continue
+            node = snapshot.node(job.node or "")
+            gpu = next((g for g in (node.gpus if node and node.ok else ())
+                        if g.index == job.gpu_indices[0]), None)
+            if gpu is None or any(p.job_id not in (None, job.id) for p in gpu.processes):
+                continue
+            mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]
+            mem = max(mine) if mine and None not in mine else gpu.memory_used_mib
+            samples = self._samples.setdefault(job.id, [])
+            samples.append((gpu, mem))
+            if len(samples) < PROFILE_SAMPLES:
+                continue
+            label = job.spec.workload or Path(job.spec.script).stem
+            peak = max((m or 0.0) for _, m in samples) / 1024.0
+            try:
+                profile = profile_from_samples(label, gpu.name, [g for g, _ in samples], peak)
+            except IadeepError as exc:
+                log.warning("profiling job %s: %s", job.id, exc.message)
+                continue
+            with self.store.tx() as conn:
+                profrows.upsert_profile(conn, profile, self.clock(), source=f"job {job.id}")
+                jobrows.update(conn, job.id, workload=label)
+            self._samples.pop(job.id, None)
+            log.info("profiled job %s as %r", job.id, label)
+
+    # ------------------------------------------------------------------ schedule
+    def _schedule(self, snapshot: ClusterSnapshot) -> None:
+        from ..scheduler.placement import plan, slots_from_snapshot
+
+        queue = self._jobs({JobState.QUEUED})
+        if not queue:
+            return
+        active = self._jobs(ACTIVE)
+        profiles = self.profiles()
+        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
+                       self.inventory.user_limits, self.clock())
+        waits = dict(decided.waits)
+        by_id = {j.id: j for j in queue}
+        for placement in decided.placements:
+            job = by_id[placement.job_id]
+            if job.extra.get("orphaned_on") == placement.node:
+                waits[job.id] = f"waits for node {placement.node} to stop its lost attempt"
+                continue
+            self._start(job, placement)
+        with self.store.tx() as conn:
+            jobrows.set_reasons(conn, list(waits.items()))
+
+    def _start(self, job: Job, placement) -> None:
+        from ..nodes import launcher
+
+        speeds = placement.predicted_speeds
+        started = self._move(job, JobState.STARTING, f"placed on {placement.node}:"
+                             f"{','.join(map(str, placement.gpu_indices))}",
+                             node=placement.node, gpu_indices=placement.gpu_indices,
+                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id))
+        with self.store.tx() as conn:
+            for other, speed in speeds.items():
+                if other != job.id:
+                    jobrows.update(conn, other, predicted_speed=speed)
+        try:
+            result = launcher.launch(self.pool, placement.node, started,
+                                     placement.gpu_indices, self.script_copy(job))
+        except NodeError as exc:
+            # Unknown whether it started: the next round's reconcile finds out.
+            log.warning("launch of job %s on %s: %s", job.id, placement.node, exc.message)
+            return
+        except IadeepError as exc:
+            self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
+                       ended_at=self.clock())
+            return
+        self._move(started, JobState.RUNNING, f"running on {placement.node}:"
+                   f"{','.join(map(str, placement.gpu_indices))}",
+                   remote_pid=result.pid, started_at=self.clock())
+
+    def script_copy(self, job: Job) -> Path:
+        """The copy of the script taken when the job was submitted (later edits don't leak)."""
+        return self.scripts_dir / str(job.id) / Path(job.spec.script).name
