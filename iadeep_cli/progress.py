@@ -27,6 +27,11 @@ def read_progress(path) -> list[tuple[float, int]]:
             text = f.read()
     except FileNotFoundError:
         return []
+    return parse_progress(text)
+
+
+def parse_progress(text: str) -> list[tuple[float, int]]:
+    """Progress lines from text (as read from a node); only complete, well-formed lines."""
     points = []
     for line in text.split("\n")[:-1] if not text.endswith("\n") else text.splitlines():
         parts = line.split()

@@ -34,9 +34,15 @@ def fit(profiles: Optional[Path] = typer.Option(None, "--profiles", help=PROFILE
         pairs: Optional[Path] = typer.Option(None, "--pairs", help=PAIRS_HELP),
         output: Path = typer.Option(..., "-o", "--output", help="model file to write (JSON)"),
         ) -> None:
-    """Fit the predictor on measured pairs and save it."""
+    """Fit the predictor on measured pairs and save it.
+
+    Without --profiles/--pairs: the shipped H200 data plus this lab's own measurements from
+    the state database, which take precedence."""
+    from ..model.catalog import lab_measurements
     from ..model.predictor import fit_model
-    model = fit_model(_profiles(profiles), _pairs(pairs))
+    lab_profiles, lab_pairs = lab_measurements() if profiles is None and pairs is None else ({}, [])
+    model = fit_model(_profiles(profiles), _pairs(pairs), extra_profiles=lab_profiles,
+                      extra_observations=lab_pairs)
     model.save(output)
     if model.is_analytic:
         print(f"Warning: {model.note}", file=sys.stderr)

@@ -24,6 +24,7 @@ from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
+REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
 
 
 class SchedulingLoop:
@@ -34,9 +35,18 @@ class SchedulingLoop:
         self.store, self.inventory, self.pool = store, inventory, pool
         self.scripts_dir = scripts_dir
         self.clock = clock
+        from .observe import SpeedObserver
+
         self.model = analytic_model()   # conservative until the fitted model is ready
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
-        if fit_in_background:
+        self.observer = SpeedObserver(pool)
+        self._fit_in_background = fit_in_background
+        self._last_fit = clock()
+        self._new_pairs = 0
+        self._refit()
+
+    def _refit(self) -> None:
+        if self._fit_in_background:
             threading.Thread(target=self._fit, name="iadeep-fit", daemon=True).start()
         else:
             self._fit()
@@ -53,13 +63,12 @@ class SchedulingLoop:
         return merged
 
     def _fit(self) -> None:
+        from ..model.catalog import lab_measurements
         from ..model.predictor import fit_model
         from ..model.profiles import shipped_pairs, shipped_profiles
 
         try:
-            with self.store.tx() as conn:
-                lab_profiles = {p.workload: p for p, _, _ in profrows.load_profiles(conn)}
-                lab_pairs = [c for c in profrows.load_colocations(conn) if len(c.jobs) == 2]
+            lab_profiles, lab_pairs = lab_measurements(self.store)
             self.model = fit_model(shipped_profiles(), shipped_pairs(),
                                    extra_profiles=lab_profiles, extra_observations=lab_pairs)
             log.info("interference model ready: %s", getattr(self.model, "note", ""))
@@ -79,6 +88,7 @@ class SchedulingLoop:
         self._lose_silent_nodes(now)
         self._cancel_requested()
         self._profile_new_workloads(snapshot)
+        self._observe_speeds(snapshot, now)
         self._schedule(snapshot)
 
     def close(self) -> None:
@@ -217,7 +227,8 @@ class SchedulingLoop:
             label = job.spec.workload or Path(job.spec.script).stem
             peak = max((m or 0.0) for _, m in samples) / 1024.0
             try:
-                profile = profile_from_samples(label, gpu.name, [g for g, _ in samples], peak)
+                profile = profile_from_samples(label, gpu.name, [g for g, _ in samples], peak,
+                                               solo_it_per_s=self.observer.solo_rate(job.id))
             except IadeepError as exc:
                 log.warning("profiling job %s: %s", job.id, exc.message)
                 continue
@@ -226,6 +237,24 @@ class SchedulingLoop:
                 jobrows.update(conn, job.id, workload=label)
             self._samples.pop(job.id, None)
             log.info("profiled job %s as %r", job.id, label)
+
+    # ------------------------------------------------------------------ online learning
+    def _observe_speeds(self, snapshot: ClusterSnapshot, now: float) -> None:
+        with self.store.tx() as conn:  # solo rates of workloads this lab profiled itself
+            known_solo = {p.workload: p.solo_it_per_s for p, _, _ in profrows.load_profiles(conn)
+                          if p.solo_it_per_s}
+        speeds, pairs = self.observer.observe(self._jobs({JobState.RUNNING}), snapshot, now,
+                                              known_solo)
+        with self.store.tx() as conn:
+            for job_id, speed in speeds.items():
+                jobrows.update(conn, job_id, observed_speed=round(speed, 4))
+            for pair in pairs:
+                profrows.add_colocation(conn, pair, now)
+        self._new_pairs += len(pairs)
+        if self._new_pairs and now - self._last_fit >= REFIT_INTERVAL_S:
+            log.info("refitting the model with %d new co-location measurements", self._new_pairs)
+            self._new_pairs, self._last_fit = 0, now
+            self._refit()
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, snapshot: ClusterSnapshot) -> None:

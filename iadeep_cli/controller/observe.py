@@ -1,0 +1,115 @@
+"""Online learning: how fast jobs really run, alone and side by side.
+
+A job that reports progress (``IADEEP_PROGRESS_FILE``) gives its iterations/s. Its rate while
+it runs alone on its GPU is its solo rate; its rate while sharing, divided by that, is its
+observed speed (the same definition as pairs.csv). When both jobs on a shared GPU have an
+observed speed, the pair becomes a co-location row in the store, and the model is refitted in
+the background on a schedule, so the lab's own measurements gradually replace the shipped ones.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ..errors import IadeepError
+from ..jobs import Job
+from ..model.profiles import CoLocation
+from ..progress import parse_progress, rate
+from ..snapshot import ClusterSnapshot
+
+log = logging.getLogger("iadeep.controller")
+WINDOW_S = 60.0          # rate over the last minute of progress lines
+MIN_TOGETHER_S = 60.0    # a pair must share this long before its speeds are recorded
+
+
+@dataclass
+class _Track:
+    offset: int = 0
+    points: list = field(default_factory=list)
+    solo_rate: float | None = None
+
+
+class SpeedObserver:
+    def __init__(self, pool):
+        self.pool = pool
+        self._tracks: dict[int, _Track] = {}
+        self._together: dict[tuple[int, int], float] = {}   # pair -> since when
+        self._recorded: set[tuple[int, int]] = set()
+
+    def solo_rate(self, job_id: int) -> float | None:
+        track = self._tracks.get(job_id)
+        return track.solo_rate if track else None
+
+    def observe(self, running: list[Job], snapshot: ClusterSnapshot, now: float,
+                known_solo: dict[str, float] | None = None
+                ) -> tuple[dict[int, float], list[CoLocation]]:
+        """Returns (job id -> observed speed, new co-location rows) for this round.
+
+        A job that never ran alone is compared with ``known_solo[workload]``: the solo rate a
+        job with the same label showed when this lab profiled it."""
+        known_solo = known_solo or {}
+        groups = _groups(running)
+        speeds: dict[int, float] = {}
+        for key, jobs in groups.items():
+            for job in jobs:
+                current = self._rate(job)
+                track = self._tracks.get(job.id)
+                if current is None or track is None:
+                    continue
+                if len(jobs) == 1:
+                    track.solo_rate = current
+                    speeds[job.id] = 1.0
+                    continue
+                solo = track.solo_rate or known_solo.get(job.spec.workload or "")
+                if solo:
+                    speeds[job.id] = min(1.5, current / solo)
+        self._forget([j.id for j in running])
+        return speeds, self._pairs(groups, speeds, snapshot, now)
+
+    def _rate(self, job: Job) -> float | None:
+        from ..nodes.launcher import job_dir
+
+        track = self._tracks.setdefault(job.id, _Track())
+        path = f"{job_dir(self.pool.node(job.node).workdir, job.id)}/progress"
+        try:
+            data = self.pool.connection(job.node).read(path, track.offset, 1 << 20)
+        except IadeepError:
+            return None
+        if data:
+            complete = data[: data.rfind(b"\n") + 1]   # a line being written waits for later
+            track.offset += len(complete)
+            track.points = (track.points + parse_progress(complete.decode("utf-8", "replace"))
+                            )[-2000:]
+        return rate(track.points, WINDOW_S)
+
+    def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
+        rows = []
+        for (node, index), jobs in groups.items():
+            if len(jobs) != 2:
+                continue
+            a, b = sorted(jobs, key=lambda j: j.id)
+            key = (a.id, b.id)
+            since = self._together.setdefault(key, now)
+            if (key in self._recorded or now - since < MIN_TOGETHER_S or a.id not in speeds
+                    or b.id not in speeds or not (a.spec.workload and b.spec.workload)):
+                continue
+            snap = snapshot.node(node)
+            gpu = next((g for g in (snap.gpus if snap else ()) if g.index == index), None)
+            rows.append(CoLocation(gpu.name if gpu else "", (a.spec.workload, b.spec.workload),
+                                   (round(speeds[a.id], 4), round(speeds[b.id], 4)), 1))
+            self._recorded.add(key)
+        return rows
+
+    def _forget(self, alive: list[int]) -> None:
+        keep = set(alive)
+        self._tracks = {k: v for k, v in self._tracks.items() if k in keep}
+        self._together = {k: v for k, v in self._together.items() if set(k) <= keep}
+
+
+def _groups(running: list[Job]) -> dict[tuple[str, int], list[Job]]:
+    """Single-GPU running jobs grouped by the GPU they share."""
+    groups: dict[tuple[str, int], list[Job]] = {}
+    for job in running:
+        if job.node and len(job.gpu_indices) == 1:
+            groups.setdefault((job.node, job.gpu_indices[0]), []).append(job)
+    return groups

@@ -1,0 +1,91 @@
+"""Online learning: observed speeds from real progress files, co-location rows, precedence."""
+from pathlib import Path
+
+from iadeep_cli.controller.observe import SpeedObserver
+from iadeep_cli.inventory import parse_inventory
+from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.model.catalog import known_profiles, lab_measurements
+from iadeep_cli.model.profiles import CoLocation, Profile
+from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
+from iadeep_cli.store import Store, profiles as profrows
+
+
+def _job(job_id, workload, gpu=0):
+    return Job(id=job_id, owner="u", spec=JobSpec(script="/x.sh", workload=workload),
+               state=JobState.RUNNING, submitted_at=0.0, node="here", gpu_indices=(gpu,))
+
+
+def _progress(workdir: Path, job_id: int, start: float, end: float, per_s: float, first=0):
+    d = workdir / "jobs" / str(job_id)
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "progress", "a") as f:
+        t, it = start, first
+        while t <= end:
+            f.write(f"{t:.3f} {it}\n")
+            t, it = t + 1.0, it + int(per_s)
+    return it - int(per_s)
+
+
+def test_shared_speed_is_rate_over_own_solo_rate(tmp_path):
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, (GpuSample(0, "u", "NVIDIA H200"),)),))
+    a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
+    last_a = _progress(tmp_path, 1, 0, 60, 10)
+    last_b = _progress(tmp_path, 2, 0, 60, 20)
+    speeds, rows = observer.observe([a, b], snap, now=100.0)   # each alone on its GPU
+    assert speeds == {1: 1.0, 2: 1.0} and rows == []
+    assert observer.solo_rate(1) == 10.0 and observer.solo_rate(2) == 20.0
+    b = _job(2, "mlp", gpu=0)   # now they share GPU 0
+    _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
+    _progress(tmp_path, 2, 100, 200, 17, first=last_b + 17)
+    speeds, rows = observer.observe([a, b], snap, now=1000.0)
+    assert round(speeds[1], 3) == 0.6 and round(speeds[2], 3) == 0.85
+    assert rows == []  # together for less than a minute: not recorded yet
+    speeds, rows = observer.observe([a, b], snap, now=1061.0)
+    assert rows == [CoLocation("NVIDIA H200", ("resnet50", "mlp"), (0.6, 0.85), 1)]
+    assert observer.observe([a, b], snap, now=1200.0)[1] == []  # one row per pairing
+
+
+def test_a_partial_line_waits_for_its_end(tmp_path):
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    snap = ClusterSnapshot(0.0, ())
+    d = tmp_path / "jobs" / "1"
+    d.mkdir(parents=True)
+    (d / "progress").write_text("0 0\n10 100\n20 2")
+    assert observer.observe([_job(1, "x")], snap, 0.0)[0] == {1: 1.0}
+    with open(d / "progress", "a") as f:
+        f.write("00\n")
+    observer.observe([_job(1, "x")], snap, 0.0)
+    assert observer._tracks[1].points[-1] == (20.0, 200)
+
+
+def test_lab_measurements_take_precedence(tmp_path, monkeypatch):
+    monkeypatch.setenv("IADEEP_HOME", str(tmp_path))
+    store = Store()
+    with store.tx() as conn:
+        profrows.upsert_profile(conn, Profile("mlp", 55.0, 10.0, 3.0, "NVIDIA H200"), 5.0,
+                                source="job 7")
+        profrows.upsert_profile(conn, Profile("mine", 20.0, 5.0, 1.0, "NVIDIA H200"), 5.0)
+        profrows.add_colocation(conn, CoLocation("NVIDIA H200", ("mine", "mlp"), (0.9, 0.8)), 6.0)
+    store.close()
+    by_name = {p["workload"]: p for p in known_profiles()}
+    assert by_name["mlp"]["gpu_util"] == 55.0 and by_name["mlp"]["source"] == "job 7"
+    assert by_name["resnet50"]["source"].startswith("shipped")
+    profiles, pairs = lab_measurements()
+    assert set(profiles) == {"mlp", "mine"} and pairs[0].jobs == ("mine", "mlp")
+
+
+def test_a_newcomer_uses_the_solo_rate_this_lab_profiled(tmp_path):
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    snap = ClusterSnapshot(0.0, ())
+    _progress(tmp_path, 1, 0, 60, 10)
+    _progress(tmp_path, 2, 0, 60, 5)
+    speeds, _ = observer.observe([_job(1, "a"), _job(2, "b")], snap, 0.0, {"b": 10.0})
+    assert speeds == {2: 0.5}  # job 1's workload has no known solo rate: no guess
