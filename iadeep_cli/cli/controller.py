@@ -19,6 +19,9 @@ def run(inventory: Optional[str] = typer.Option(
     from ..controller.runtime import run_forever
     from ..inventory import load_inventory
 
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     inv = load_inventory(inventory, missing_ok=True)
     source = inv.path or "no inventory (empty cluster)"
 
