@@ -1,0 +1,73 @@
+"""``iadeep nodes``: check that every node answers, and trust a node's SSH host key."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from ..inventory import load_inventory
+from ..snapshot import to_dict
+
+app = typer.Typer(help="Check nodes and trust their SSH host keys.", no_args_is_help=True)
+
+INVENTORY = typer.Option(None, "--inventory", "-i", help="nodes.yaml (default: $IADEEP_INVENTORY "
+                                                          "or the state dir's nodes.yaml)")
+
+
+def _gpu_json(g) -> dict:
+    d = to_dict(g)
+    d["processes"] = len(g.processes)
+    return d
+
+
+@app.command("check")
+def check(inventory: Optional[str] = INVENTORY,
+          as_json: bool = typer.Option(False, "--json", help="print a JSON array, one object "
+                                                             "per node"),
+          timeout: float = typer.Option(5.0, "--timeout", help="connect timeout per node (s)")):
+    """Poll every node once: reachable or why not, round-trip time, driver, GPUs.
+
+    Exit status: 0 if every node answered, 1 if any node failed (so cron/CI can alert).
+    """
+    from ..nodes.check import check_nodes
+
+    snap = check_nodes(load_inventory(inventory), connect_timeout=timeout)
+    if as_json:
+        typer.echo(json.dumps([{
+            "name": n.name, "ok": n.ok, "error": n.error, "rtt_s": n.rtt_s,
+            "driver_version": n.driver_version, "gpus": [_gpu_json(g) for g in n.gpus],
+        } for n in snap.nodes], indent=2))
+    else:
+        for n in snap.nodes:
+            if n.ok:
+                gpus = ", ".join(f"{g.index}:{g.name} {g.memory_total_mib or 0:.0f}MiB"
+                                 for g in n.gpus) or "no GPUs"
+                typer.echo(f"{n.name:<16} ok    {n.rtt_s * 1000:6.0f} ms  driver "
+                           f"{n.driver_version or '-'}  {len(n.gpus)} GPU(s): {gpus}")
+            else:
+                typer.echo(f"{n.name:<16} FAIL  {n.error}")
+    if not all(n.ok for n in snap.nodes):
+        raise typer.Exit(1)
+
+
+@app.command("trust")
+def trust(node: str = typer.Argument(..., help="node name from the inventory"),
+          inventory: Optional[str] = INVENTORY,
+          yes: bool = typer.Option(False, "--yes", "-y", help="record without asking")):
+    """Show NODE's SSH host key fingerprint and record it in iadeep's known_hosts.
+
+    A key that CHANGED is never replaced: remove the old line first (the error says how).
+    """
+    from ..nodes.check import scan_node_key, trust_key
+
+    scanned = scan_node_key(load_inventory(inventory), node)
+    typer.echo(f"{scanned.node} ({scanned.known_hosts_name}): {scanned.key_type} "
+               f"{scanned.fingerprint}")
+    if scanned.status == "trusted":
+        typer.echo("already trusted")
+        return
+    if scanned.status == "new" and not yes:
+        typer.confirm("Trust this key?", abort=True)
+    path = trust_key(scanned)
+    typer.echo(f"recorded in {path}")

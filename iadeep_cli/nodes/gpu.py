@@ -1,0 +1,240 @@
+"""What a node's GPUs look like: the one-round-trip poll script and its parser.
+
+A remote poll is ONE ``exec_command`` running a small POSIX ``sh`` script that prints, between
+marker lines, (1) ``nvidia-smi --query-gpu`` (2) ``--query-compute-apps`` (3) for every GPU pid
+its session id and ``IADEEP_JOB_ID`` (so iadeep's own processes are told apart from foreign load)
+and (4) the per-job pid files in the node's job directory.  One round trip keeps a cycle of many
+nodes cheap; parsing here is pure so it is tested against the real H200 output byte for byte.
+
+The query field lists are exactly the commands recorded in the fixtures' COMMANDS.tsv, so the
+stand-in ``nvidia-smi`` used by the tests replays real output for the real command line.
+"""
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+
+from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
+
+GPU_FIELDS = (
+    "index", "uuid", "name", "pci.bus_id", "driver_version", "memory.total", "memory.used",
+    "memory.free", "utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw",
+    "power.limit", "clocks.sm", "clocks.max.sm", "compute_mode", "mig.mode.current",
+    "persistence_mode",
+)
+APP_FIELDS = ("pid", "gpu_uuid", "gpu_bus_id", "used_memory", "process_name")
+GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
+APP_QUERY = f"nvidia-smi --query-compute-apps={','.join(APP_FIELDS)} --format=csv,noheader,nounits"
+MARK = "@@iadeep"
+NO_DEVICES = "No devices were found"
+
+
+def remote_path(path: str) -> str:
+    """Quote a path for a remote shell, keeping a leading ``~/`` expandable (as ``"$HOME"/``)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def poll_script(workdir: str) -> str:
+    """The shell script for one poll; ``workdir`` is Node.workdir (quoted, ``~`` kept working).
+
+    GPU pids are validated as digits before they touch /proc; nothing else is interpolated.
+    """
+    jobs = remote_path(workdir.rstrip("/") + "/jobs")
+    return f"""\
+g=$({GPU_QUERY} 2>&1); r=$?
+echo "{MARK} gpu $r"; printf '%s\\n' "$g"
+a=$({APP_QUERY} 2>&1); r=$?
+echo "{MARK} apps $r"; printf '%s\\n' "$a"
+echo "{MARK} procs"
+if [ "$r" -eq 0 ]; then
+  for p in $(printf '%s\\n' "$a" | cut -d, -f1); do
+    case $p in ''|*[!0-9]*) continue;; esac
+    [ -r /proc/$p/stat ] || continue
+    s=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f4)
+    j=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | sed -n 's/^IADEEP_JOB_ID=//p')
+    echo "$p $s $j"
+  done
+fi
+echo "{MARK} jobs"
+for f in {jobs}/*/pid; do
+  [ -f "$f" ] || continue
+  d=${{f%/pid}}; [ -f "$d/exit" ] && continue
+  echo "${{d##*/}} $(cat "$f")"
+done
+"""
+
+
+def _value(raw: str) -> float | None:
+    """A numeric field, or None for ``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``, ''."""
+    raw = raw.strip()
+    if not raw or raw.startswith("[") or raw.upper() == "N/A":
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def _text(raw: str) -> str | None:
+    raw = raw.strip()
+    return None if not raw or raw.startswith("[") else raw
+
+
+def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str]]:
+    """CSV rows (``a, b, c``) to dicts; the last field may itself contain commas (process names)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",", len(fields) - 1)]
+        if len(parts) != len(fields):
+            raise ValueError(f"expected {len(fields)} comma-separated fields, got {line!r}")
+        rows.append(dict(zip(fields, parts)))
+    return rows
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU as parsed (before processes are attached); ``driver`` goes on the node."""
+
+    sample: GpuSample
+    driver: str | None
+
+
+def parse_gpu_query(text: str) -> list[GpuRow]:
+    out = []
+    for row in _rows(text, GPU_FIELDS):
+        index = _value(row["index"])
+        if index is None:
+            raise ValueError(f"GPU row without an index: {row}")
+        sample = GpuSample(
+            index=int(index), uuid=row["uuid"], name=row["name"],
+            memory_total_mib=_value(row["memory.total"]),
+            memory_used_mib=_value(row["memory.used"]),
+            memory_free_mib=_value(row["memory.free"]),
+            utilization_gpu=_value(row["utilization.gpu"]),
+            utilization_memory=_value(row["utilization.memory"]),
+            temperature_c=_value(row["temperature.gpu"]),
+            power_draw_w=_value(row["power.draw"]),
+            power_limit_w=_value(row["power.limit"]),
+        )
+        out.append(GpuRow(sample, _text(row["driver_version"])))
+    return out
+
+
+def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
+    """``(gpu_uuid, process)`` pairs; rows whose pid is not a number are skipped."""
+    out = []
+    for row in _rows(text, APP_FIELDS):
+        pid = _value(row["pid"])
+        if pid is None:
+            continue
+        out.append((row["gpu_uuid"], GpuProcess(pid=int(pid), used_memory_mib=_value(
+            row["used_memory"]), name=row["process_name"])))
+    return out
+
+
+def _sections(output: str) -> dict[str, tuple[str | None, str]]:
+    """Split the poll script's output on its marker lines: name -> (argument, body)."""
+    sections: dict[str, tuple[str | None, list[str]]] = {}
+    current = None
+    for line in output.splitlines():
+        if line.startswith(MARK + " "):
+            parts = line.split()
+            current = parts[1]
+            sections[current] = (parts[2] if len(parts) > 2 else None, [])
+        elif current is not None:
+            sections[current][1].append(line)
+    return {k: (arg, "\n".join(lines)) for k, (arg, lines) in sections.items()}
+
+
+def nvidia_smi_error(rc: int, body: str) -> str | None:
+    """A one-line reason when nvidia-smi failed, else None (``No devices`` is not a failure)."""
+    if rc == 0 or NO_DEVICES in body:
+        return None
+    first = next((ln.strip() for ln in body.splitlines() if ln.strip()), "")
+    if rc == 127 or "not found" in first:
+        return "nvidia-smi not found on the node (exit 127); install the NVIDIA driver or " \
+               "remove the node from the inventory"
+    return f"nvidia-smi failed (exit {rc}): {first or 'no output'}"
+
+
+def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
+    """pid -> job id for GPU processes that iadeep started.
+
+    A process belongs to job J if its environment says ``IADEEP_JOB_ID=J`` and J has a live pid
+    file on this node, or (environment unreadable: another user's process) if its session id is
+    the session that J's pid file records (jobs are started with setsid, so pid == sid).
+    """
+    sessions: dict[int, int] = {}
+    for line in jobs_text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            sessions[int(parts[1])] = int(parts[0])
+    live_jobs = set(sessions.values())
+    out: dict[int, int] = {}
+    for line in procs_text.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+            continue
+        pid, sid = int(parts[0]), int(parts[1])
+        env_job = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+        if env_job is not None and env_job in live_jobs:
+            out[pid] = env_job
+        elif sid in sessions:
+            out[pid] = sessions[sid]
+    return out
+
+
+def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[int, int],
+           only: tuple[int, ...] | None) -> tuple[GpuSample, ...]:
+    """Put each process on its GPU (by uuid), tag iadeep's, keep only the inventory's GPUs."""
+    by_uuid: dict[str, list[GpuProcess]] = {}
+    for uuid, proc in apps:
+        job_id = jobs.get(proc.pid)
+        if job_id is not None:
+            proc = GpuProcess(proc.pid, proc.used_memory_mib, proc.name, job_id)
+        by_uuid.setdefault(uuid, []).append(proc)
+    out = []
+    for row in rows:
+        if only is not None and row.sample.index not in only:
+            continue
+        procs = tuple(sorted(by_uuid.get(row.sample.uuid, ()), key=lambda p: p.pid))
+        out.append(GpuSample(**{**row.sample.__dict__, "processes": procs}))
+    return tuple(out)
+
+
+def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
+               taken_at: float | None = None, rtt_s: float | None = None) -> NodeSnapshot:
+    """The poll script's output -> NodeSnapshot (with ``error`` set when nvidia-smi failed)."""
+    taken_at = time.time() if taken_at is None else taken_at
+    sec = _sections(output)
+
+    def snap(gpus=(), error=None, driver=None):
+        return NodeSnapshot(name=name, taken_at=taken_at, gpus=gpus, error=error,
+                            driver_version=driver, rtt_s=rtt_s)
+
+    if "gpu" not in sec:
+        return snap(error="unexpected poll output (no GPU section): "
+                          + (output.strip().splitlines() or ["empty"])[0][:200])
+    rc_text, body = sec["gpu"]
+    rc = int(rc_text) if rc_text and rc_text.lstrip("-").isdigit() else -1
+    err = nvidia_smi_error(rc, body)
+    if err:
+        return snap(error=err)
+    if NO_DEVICES in body:
+        return snap()
+    try:
+        rows = parse_gpu_query(body)
+        apps_rc, apps_body = sec.get("apps", ("1", ""))
+        apps = parse_apps(apps_body) if apps_rc == "0" and NO_DEVICES not in apps_body else []
+    except ValueError as exc:
+        return snap(error=f"cannot parse nvidia-smi output: {exc}")
+    jobs = job_map(sec.get("procs", (None, ""))[1], sec.get("jobs", (None, ""))[1])
+    driver = next((r.driver for r in rows if r.driver), None)
+    return snap(gpus=attach(rows, apps, jobs, only), driver=driver)

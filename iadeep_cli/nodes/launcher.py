@@ -1,0 +1,191 @@
+"""Start, cancel, inspect and read jobs on nodes (the controller calls these).
+
+A job lives in ``{Node.workdir}/jobs/{job_id}/`` (0700) on its node:
+  ``<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
+  lock), ``pid`` (pid == pgid == sid, started with setsid), ``log`` (stdout+stderr),
+  ``progress`` (IADEEP_PROGRESS_FILE, written by the job if it wants), ``exit`` (exit code).
+Because the directory is the record, a restarted controller can ``reconcile`` and learn the truth,
+and a second ``launch`` of the same job never starts it twice.
+
+Every user-supplied value (name, args, env, paths) reaches the remote shell only through
+``shlex.quote``; the wrapper script is a constant that receives them as positional arguments.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import InputError, NodeError, NotFoundError
+from ..jobs import Job
+from .gpu import remote_path
+
+# Runs as the session leader: records the exit code even after SIGTERM to the group (the trap
+# makes sh survive it; the job itself gets the default TERM action since handlers reset on exec).
+_WRAPPER = r"""d=$1; w=$2; shift 2
+trap : TERM
+if cd "$w"; then "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; fi
+echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
+"""
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    pid: int
+    pgid: int
+    job_dir: str
+    already_started: bool = False   # True: a pid file was there; nothing was started now
+
+
+@dataclass(frozen=True)
+class RemoteJob:
+    state: str                      # "running" | "exited" | "missing"
+    exit_code: int | None = None    # None when exited without a code (killed hard, reboot)
+    pid: int | None = None
+
+
+def job_dir(workdir: str, job_id: int) -> str:
+    return f"{workdir.rstrip('/')}/jobs/{int(job_id)}"
+
+
+def _sh(pool, node: str, script: str, timeout: float | None = None) -> str:
+    """Run a POSIX sh script on the node (whatever the login shell is); stdout or NodeError."""
+    rc, out, err = pool.run(node, ["sh", "-c", script], timeout=timeout)
+    if rc != 0:
+        raise NodeError(f"node {node}: remote command failed (exit {rc}): "
+                        f"{(err.strip() or out.strip()).splitlines()[-1:] or ''}",
+                        hint="check the node's workdir permissions and free space")
+    return out
+
+
+def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
+    for key, _ in job.spec.env:
+        if not _ENV_NAME.match(key):
+            raise InputError(f"job {job.id}: environment variable name {key!r} is not valid",
+                             hint="use letters, digits and _ (not starting with a digit)")
+    ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
+            ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
+            ("IADEEP_PROGRESS_FILE", f"{jdir}/progress")]
+    return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.env, *ours)]
+
+
+def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
+           script_path_local: str | Path) -> LaunchResult:
+    """Upload the script and start it detached; never starts a job whose dir says it started.
+
+    Three round trips: make the dir (and learn its absolute path / existing pid), SFTP the
+    script, start it.  The start re-checks the lock atomically (``set -C``) so two controllers
+    racing cannot both start it.
+    """
+    script = Path(script_path_local)
+    if not script.is_file():
+        raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
+                            hint="submit the job again with an existing script")
+    wd = pool.node(node).workdir
+    out = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
+                          'mkdir -p "$d" && chmod 700 "$d" && cd "$d" && pwd && '
+                          "cat pid 2>/dev/null; true")
+    lines = out.splitlines()
+    jdir = lines[0]
+    if len(lines) > 1 and lines[1].strip():
+        pid = int(lines[1].split()[0])
+        return LaunchResult(pid, pid, jdir, already_started=True)
+    remote_script = f"{jdir}/{script.name}"
+    pool.connection(node).put(script, remote_script, 0o700)
+    cwd = remote_path(job.spec.workdir) if job.spec.workdir else shlex.quote(jdir)
+    argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
+    start = (
+        f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
+        "if ! (set -C; : > launched) 2>/dev/null; then echo \"exists $(cat pid 2>/dev/null)\";"
+        " exit 0; fi\n"
+        f"setsid env {' '.join(_env_args(job, gpu_indices, jdir))} sh -c {shlex.quote(_WRAPPER)}"
+        f" iadeep-job {shlex.quote(jdir)} {cwd} {argv} </dev/null >log 2>&1 &\n"
+        'echo "$!" > pid.tmp && mv pid.tmp pid && echo "started $!"\n'
+    )
+    out = _sh(pool, node, start).split()
+    if len(out) < 2 or not out[1].isdigit():
+        raise NodeError(f"node {node}: job {job.id} dir {jdir} was claimed by another launch "
+                        f"but has no pid", hint="reconcile the job; remove the dir to retry")
+    pid = int(out[1])
+    return LaunchResult(pid, pid, jdir, already_started=out[0] == "exists")
+
+
+def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
+    """TERM the job's process group, KILL it after ``grace_s``; returns what happened:
+    "terminated" | "killed" | "not-running" | "missing" (never launched)."""
+    wd = pool.node(node).workdir
+    steps = max(1, int(grace_s * 10))
+    script = (
+        f"d={remote_path(job_dir(wd, job_id))}\n"
+        '[ -f "$d/pid" ] || { echo missing; exit 0; }\n'
+        '[ -f "$d/exit" ] && { echo not-running; exit 0; }\n'
+        'g=$(cat "$d/pid")\n'
+        'kill -TERM "-$g" 2>/dev/null || { echo not-running; exit 0; }\n'
+        f"i=0; while [ $i -lt {steps} ]; do [ -f \"$d/exit\" ] && {{ echo terminated; exit 0; }}; "
+        "kill -0 \"-$g\" 2>/dev/null || { echo terminated; exit 0; }; sleep 0.1; "
+        "i=$((i+1)); done\n"
+        'kill -KILL "-$g" 2>/dev/null\n'
+        '[ -f "$d/exit" ] || { echo 137 > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"; }\n'
+        "echo killed\n"
+    )
+    return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
+
+
+def reconcile(pool, node: str, job_ids: Sequence[int]) -> dict[int, RemoteJob]:
+    """What each job's directory on the node says now, in one round trip.
+
+    running: the pid is alive (not a zombie) and still leads its own session (pid reuse);
+    exited: an exit file (its code), or the process is gone without one (code None);
+    missing: no pid file (never started, or the dir is gone).
+    """
+    if not job_ids:
+        return {}
+    wd = pool.node(node).workdir
+    lines = [f"for j in {' '.join(str(int(j)) for j in job_ids)}; do",
+             f"  d={remote_path(wd.rstrip('/') + '/jobs')}/$j",
+             '  if [ -f "$d/exit" ]; then echo "$j exited $(cat "$d/pid" 2>/dev/null) '
+             '$(cat "$d/exit")"; continue; fi',
+             '  if [ ! -f "$d/pid" ]; then echo "$j missing"; continue; fi',
+             '  p=$(cat "$d/pid"); s=""',
+             '  [ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat | cut -d" " -f1,4)',
+             '  case "$s" in Z*|X*|"") echo "$j exited $p";; *" $p") echo "$j running $p";;',
+             '    *) echo "$j exited $p";; esac',
+             "done"]
+    out = _sh(pool, node, "\n".join(lines))
+    result: dict[int, RemoteJob] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or not parts[0].isdigit():
+            continue
+        pid = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+        code = int(parts[3]) if len(parts) > 3 and parts[3].lstrip("-").isdigit() else None
+        result[int(parts[0])] = RemoteJob(parts[1], code if parts[1] == "exited" else None, pid)
+    return result
+
+
+def read_log(pool, node: str, job_id: int, offset: int = 0,
+             max_bytes: int = 65536) -> tuple[bytes, int]:
+    """Bytes of the job's log from ``offset``; (data, next_offset) for ``iadeep logs --follow``."""
+    if offset < 0 or max_bytes <= 0:
+        raise InputError(f"invalid log range offset={offset} max_bytes={max_bytes}",
+                         hint="offset must be >= 0 and max_bytes > 0")
+    wd = pool.node(node).workdir
+    path = f"{job_dir(wd, job_id)}/log"
+    data = pool.connection(node).read(path, offset, max_bytes)
+    if data is None:
+        raise NotFoundError(f"job {job_id} has no log on node {node} ({path})",
+                            hint="the job may not have started yet; see `iadeep queue show ID`")
+    return data, offset + len(data)
+
+
+def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
+    """Rename a job's directory to ``{id}.{suffix}`` (kept for its log) so a new attempt of the
+    same job on this node starts fresh instead of finding the old pid file."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
+        raise InputError(f"bad directory suffix {suffix!r}")
+    d = job_dir(pool.node(node).workdir, job_id)
+    _sh(pool, node, f'd={remote_path(d)}; [ -d "$d" ] || exit 0; '
+                    f'mv "$d" "$d.{suffix}.$(date +%s)"')

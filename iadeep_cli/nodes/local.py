@@ -1,0 +1,54 @@
+"""The controller's own machine as a node: same interface as ``SshConnection``, no SSH.
+
+The launcher and ``NodePool.run`` talk to a "connection" with ``run``/``put``/``read``/``close``;
+for ``Node.local`` that is a subprocess running ``sh -c`` and plain file copies, so a one-machine
+lab needs no sshd and the launcher's shell code is the same everywhere.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Sequence
+
+from ..errors import NodeError
+from ..inventory import Node
+from .ssh import as_command
+
+
+class LocalConnection:
+    def __init__(self, node: Node, command_timeout: float = 20.0, **_ignored):
+        self.node = node
+        self.command_timeout = command_timeout
+        self.connected = True
+
+    def run(self, command: str | Sequence[str], timeout: float | None = None,
+            stdin: bytes | None = None) -> tuple[int, str, str]:
+        timeout = self.command_timeout if timeout is None else timeout
+        try:
+            p = subprocess.run(["sh", "-c", as_command(command)], input=stdin or b"",
+                               capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise NodeError(f"node {self.node.name}: command did not finish within {timeout:g} s",
+                            hint="raise command_timeout if it is just slow") from None
+        return (p.returncode, p.stdout.decode("utf-8", "replace"),
+                p.stderr.decode("utf-8", "replace"))
+
+    def put(self, local, remote: str, mode: int = 0o700) -> None:
+        try:
+            shutil.copyfile(local, remote)
+            os.chmod(remote, mode)
+        except OSError as exc:
+            raise NodeError(f"node {self.node.name}: cannot copy {local} to {remote}: "
+                            f"{exc.strerror}") from None
+
+    def read(self, remote: str, offset: int, max_bytes: int) -> bytes | None:
+        try:
+            with open(os.path.expanduser(remote), "rb") as f:
+                f.seek(offset)
+                return f.read(max_bytes)
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        pass

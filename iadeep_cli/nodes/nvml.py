@@ -1,0 +1,117 @@
+"""The controller's own machine (``Node.local``): GPUs through NVML instead of SSH + nvidia-smi.
+
+Same result type as a remote poll (a ``NodeSnapshot``), so nothing downstream cares how a node
+was read.  ``pynvml`` (from nvidia-ml-py) is imported lazily: importing it is cheap, but a machine
+without the driver must still run `iadeep status`.  Every per-GPU call may raise NVMLError on some
+GPUs/drivers (``Not Supported``); each such field becomes ``None`` rather than failing the node.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
+from .gpu import job_map
+
+
+def _try(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception:  # NVMLError_NotSupported and friends: "not available"
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _mib(nbytes: Any) -> float | None:
+    return None if nbytes is None else nbytes / (1024 * 1024)
+
+
+def _sample(nv, index: int, jobs: dict[int, int]) -> GpuSample:
+    h = nv.nvmlDeviceGetHandleByIndex(index)
+    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
+    power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
+    limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
+    procs = _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []
+    return GpuSample(
+        index=index,
+        uuid=_text(_try(lambda: nv.nvmlDeviceGetUUID(h)) or ""),
+        name=_text(_try(lambda: nv.nvmlDeviceGetName(h)) or ""),
+        memory_total_mib=_mib(mem.total) if mem else None,
+        memory_used_mib=_mib(mem.used) if mem else None,
+        memory_free_mib=_mib(mem.free) if mem else None,
+        utilization_gpu=float(util.gpu) if util else None,
+        utilization_memory=float(util.memory) if util else None,
+        temperature_c=_try(lambda: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
+        power_draw_w=power / 1000.0 if power is not None else None,
+        power_limit_w=limit / 1000.0 if limit is not None else None,
+        processes=tuple(sorted(
+            (GpuProcess(pid=p.pid, used_memory_mib=_mib(getattr(p, "usedGpuMemory", None)),
+                        name=_proc_name(p.pid), job_id=jobs.get(p.pid)) for p in procs),
+            key=lambda p: p.pid)),
+    )
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
+    """The same pid -> job id mapping as the remote poll script, read straight from /proc."""
+    procs, jobs = [], []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            sid = stat.rsplit(") ", 1)[1].split()[3]
+        except (OSError, IndexError):
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            job = next((e.split(b"=", 1)[1].decode() for e in env
+                        if e.startswith(b"IADEEP_JOB_ID=")), "")
+        except OSError:
+            job = ""
+        procs.append(f"{pid} {sid} {job}")
+    root = Path(workdir).expanduser() / "jobs"
+    for pidfile in root.glob("*/pid"):
+        if not (pidfile.parent / "exit").exists():
+            jobs.append(f"{pidfile.parent.name} {pidfile.read_text().strip()}")
+    return job_map("\n".join(procs), "\n".join(jobs))
+
+
+def poll_local(name: str, workdir: str = "~/.iadeep",
+               only: tuple[int, ...] | None = None) -> NodeSnapshot:
+    """Read every GPU on this machine through NVML; failures become a per-node error."""
+    start = time.time()
+    try:
+        import pynvml as nv
+    except ImportError:
+        return NodeSnapshot(name, start, error="pynvml is not installed (pip install nvidia-ml-py)")
+    try:
+        nv.nvmlInit()
+    except Exception as exc:
+        return NodeSnapshot(name, start, error=f"NVML unavailable: {exc} (is the NVIDIA driver "
+                                               "installed on the controller's machine?)")
+    try:
+        driver = _text(_try(nv.nvmlSystemGetDriverVersion) or "") or None
+        count = nv.nvmlDeviceGetCount()
+        pids = []
+        for i in range(count):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            pids += [p.pid for p in _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []]
+        jobs = local_job_map(workdir, pids)
+        gpus = tuple(_sample(nv, i, jobs) for i in range(count) if only is None or i in only)
+        return NodeSnapshot(name, start, gpus=gpus, driver_version=driver,
+                            rtt_s=time.time() - start)
+    except Exception as exc:
+        return NodeSnapshot(name, start, error=f"NVML query failed: {exc}")
+    finally:
+        _try(nv.nvmlShutdown)

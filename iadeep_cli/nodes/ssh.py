@@ -1,0 +1,469 @@
+"""One persistent, host-key-checked SSH connection per node (paramiko, imported lazily).
+
+Why this shape:
+- ``~/.ssh/config`` is honoured (Host aliases, HostName, User, Port, IdentityFile, ProxyJump) so a
+  lab's existing setup just works; the inventory's host/port/user/identity_file override it.
+- Host keys are checked against the user's ``~/.ssh/known_hosts`` AND iadeep's own
+  (``paths.known_hosts_path()``).  An unknown key is refused (a ``RejectPolicy``) with a hint to
+  run ``iadeep nodes trust NODE``; a CHANGED key is refused and never replaced automatically.
+- The connection is opened once and reused by every poll and launch (paramiko multiplexes
+  channels); a broken one is reopened, with exponential backoff so a dead node costs nothing.
+- Every failure is a ``NodeError``/``HostKeyError`` naming the node, never a paramiko exception.
+"""
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import os
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import HostKeyError, NodeError
+from ..inventory import Node
+from ..paths import known_hosts_path
+
+
+def default_known_hosts() -> tuple[Path, ...]:
+    """The files whose keys we trust: the user's known_hosts, then iadeep's own."""
+    return (Path("~/.ssh/known_hosts").expanduser(), known_hosts_path())
+
+
+def fingerprint(key) -> str:
+    """OpenSSH-style ``SHA256:...`` fingerprint, so users can compare with ``ssh-keygen -lf``."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def as_command(cmd: str | Sequence[str]) -> str:
+    """An argv list becomes a safely quoted command line; a string is used as given."""
+    return cmd if isinstance(cmd, str) else " ".join(shlex.quote(str(a)) for a in cmd)
+
+
+# --------------------------------------------------------------------------- target resolution
+@dataclass(frozen=True)
+class SshTarget:
+    """Where and as whom to connect, after ~/.ssh/config and the inventory were applied."""
+
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...] = ()
+    proxy_jump: str | None = None
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def _ssh_config(path: Path | None = None):
+    import paramiko
+
+    path = path or Path("~/.ssh/config").expanduser()
+    if not path.is_file():
+        return paramiko.SSHConfig()
+    try:
+        return paramiko.SSHConfig.from_path(str(path))
+    except Exception as exc:  # paramiko raises ConfigParseError & friends
+        raise NodeError(f"{path}: cannot parse SSH config: {exc}",
+                        hint="fix that file (check it with `ssh -G HOST`)") from None
+
+
+def resolve_target(host: str, *, port: int | None = None, user: str | None = None,
+                   identity_file: str | None = None, ssh_config_path: Path | None = None
+                   ) -> SshTarget:
+    """Apply ``~/.ssh/config`` for ``host`` (an alias or a name), then explicit overrides."""
+    cfg = _ssh_config(ssh_config_path).lookup(host)
+    idents = (identity_file,) if identity_file else tuple(cfg.get("identityfile", ()))
+    jump = cfg.get("proxyjump")
+    return SshTarget(
+        hostname=cfg.get("hostname", host),
+        port=port or int(cfg.get("port", 22)),
+        user=user or cfg.get("user") or getpass.getuser(),
+        identity_files=tuple(os.path.expanduser(i) for i in idents),
+        proxy_jump=None if not jump or jump.lower() == "none" else jump,
+    )
+
+
+def node_target(node: Node, ssh_config_path: Path | None = None) -> SshTarget:
+    return resolve_target(node.host, port=node.port, user=node.user,
+                          identity_file=node.identity_file, ssh_config_path=ssh_config_path)
+
+
+def _parse_hop(hop: str) -> tuple[str, str | None, int | None]:
+    """``[user@]host[:port]`` -> (host, user, port) for one ProxyJump hop."""
+    user, _, rest = hop.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port = int(tail[1:]) if tail.startswith(":") else None
+    elif rest.count(":") == 1:
+        host, p = rest.split(":")
+        port = int(p)
+    return host, user or None, port
+
+
+# --------------------------------------------------------------------------- host keys
+def _load_host_keys(files: Sequence[Path]):
+    import paramiko
+
+    keys = paramiko.HostKeys()
+    for f in files:
+        if Path(f).is_file():
+            try:
+                keys.load(str(f))
+            except Exception as exc:
+                raise HostKeyError(f"{f}: cannot read known_hosts: {exc}",
+                                   hint="fix or remove the bad line in that file") from None
+    return keys
+
+
+def _changed_key_error(node_name: str, target: SshTarget, files: Sequence[Path],
+                       key) -> HostKeyError:
+    name = target.known_hosts_name
+    holder = next((f for f in files if Path(f).is_file() and _load_host_keys([f]).lookup(name)),
+                  files[0] if files else "known_hosts")
+    return HostKeyError(
+        f"node {node_name}: host key for {name} has CHANGED (now {key.get_name()} "
+        f"{fingerprint(key)}); refusing to connect",
+        hint=f"if the node was reinstalled, remove the old line with "
+             f"`ssh-keygen -R {shlex.quote(name)} -f {holder}`, then `iadeep nodes trust "
+             f"{node_name}`; otherwise someone may be intercepting the connection")
+
+
+def _unknown_key_error(node_name: str, name: str, key) -> HostKeyError:
+    return HostKeyError(
+        f"node {node_name}: unknown host key for {name} ({key.get_name()} {fingerprint(key)})",
+        hint=f"if that fingerprint is the node's, run `iadeep nodes trust {node_name}`")
+
+
+def _refusing_policy(node_name: str):
+    """A RejectPolicy whose refusal says how to trust the key (never adds it)."""
+    import paramiko
+
+    class Refuse(paramiko.RejectPolicy):
+        def missing_host_key(self, client, hostname, key):
+            raise _unknown_key_error(node_name, hostname, key)
+
+    return Refuse()
+
+
+@dataclass(frozen=True)
+class ScannedKey:
+    """A node's host key as offered now, and what our known_hosts files say about it."""
+
+    node: str
+    known_hosts_name: str
+    key_type: str
+    fingerprint: str
+    line: str                 # the known_hosts line that would trust it
+    status: str               # "new" | "trusted" | "changed"
+
+
+# --------------------------------------------------------------------------- the connection
+class SshConnection:
+    """A node's one reusable SSH connection; thread-safe (channels are multiplexed).
+
+    ``connect_timeout`` bounds TCP connect, the SSH banner and authentication; ``command_timeout``
+    bounds each command unless the caller passes its own.  After a failed connect the next try
+    waits ``backoff_base * 2**k`` seconds (capped); calls before then fail at once.
+    """
+
+    def __init__(self, node: Node, *, known_hosts: Sequence[Path] | None = None,
+                 connect_timeout: float = 5.0, command_timeout: float = 20.0,
+                 backoff_base: float = 1.0, backoff_max: float = 60.0,
+                 ssh_config_path: Path | None = None):
+        self.node = node
+        self.known_hosts = tuple(known_hosts) if known_hosts is not None else default_known_hosts()
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.ssh_config_path = ssh_config_path
+        self._lock = threading.Lock()
+        self._client = None
+        self._jumps: list = []
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error: NodeError | None = None
+
+    # -- connecting
+    def _open_client(self, target: SshTarget, sock=None, hostkey_node: str | None = None):
+        import paramiko
+
+        client = paramiko.SSHClient()
+        for f in self.known_hosts:
+            if Path(f).is_file():
+                client.load_system_host_keys(str(f))
+        client.set_missing_host_key_policy(_refusing_policy(hostkey_node or self.node.name))
+        t = self.connect_timeout
+        try:
+            client.connect(
+                target.hostname, port=target.port, username=target.user,
+                key_filename=list(target.identity_files) or None, timeout=t, banner_timeout=t,
+                auth_timeout=t, channel_timeout=t, sock=sock, allow_agent=True,
+                look_for_keys=not target.identity_files)
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise _changed_key_error(hostkey_node or self.node.name, target, self.known_hosts,
+                                     exc.key) from None
+        except HostKeyError:
+            client.close()
+            raise
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise NodeError(f"node {self.node.name}: authentication failed for "
+                            f"{target.user}@{target.hostname}:{target.port}: {exc}",
+                            hint="check the node's identity_file / ssh-agent and the remote "
+                                 "authorized_keys (passwords are not supported)") from None
+        except (socket.timeout, TimeoutError):
+            client.close()
+            raise NodeError(f"node {self.node.name}: no answer from {target.hostname}:"
+                            f"{target.port} within {t:g} s",
+                            hint="check that the node is up and sshd is running") from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            client.close()
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise NodeError(f"node {self.node.name}: cannot connect to {target.hostname}:"
+                            f"{target.port}: {reason}",
+                            hint="check host/port in the inventory or ~/.ssh/config") from None
+        return client
+
+    def _sock_via(self, jump: str, target: SshTarget):
+        """Open a channel to ``target`` through each ProxyJump hop (left to right)."""
+        sock = None
+        hops = [h.strip() for h in jump.split(",") if h.strip()]
+        for i, hop in enumerate(hops):
+            host, user, port = _parse_hop(hop)
+            hop_target = resolve_target(host, port=port, user=user,
+                                        ssh_config_path=self.ssh_config_path)
+            client = self._open_client(hop_target, sock=sock,
+                                       hostkey_node=f"{self.node.name} (jump host {host})")
+            self._jumps.append(client)
+            nxt = target if i == len(hops) - 1 else None
+            if nxt is None:
+                h2, u2, p2 = _parse_hop(hops[i + 1])
+                nxt = resolve_target(h2, port=p2, user=u2, ssh_config_path=self.ssh_config_path)
+            try:
+                sock = client.get_transport().open_channel(
+                    "direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0),
+                    timeout=self.connect_timeout)
+            except Exception as exc:
+                raise NodeError(f"node {self.node.name}: jump host {host} cannot reach "
+                                f"{nxt.hostname}:{nxt.port}: {exc}",
+                                hint="check ProxyJump in ~/.ssh/config") from None
+        return sock
+
+    def _connect(self):
+        target = node_target(self.node, self.ssh_config_path)
+        sock = self._sock_via(target.proxy_jump, target) if target.proxy_jump else None
+        return self._open_client(target, sock=sock)
+
+    def client(self):
+        """The live paramiko client, (re)connecting if needed; honours the backoff."""
+        with self._lock:
+            if self._client is not None and self._client.get_transport() is not None \
+                    and self._client.get_transport().is_active():
+                return self._client
+            self._drop_locked()
+            now = time.monotonic()
+            if now < self._retry_at and self._last_error is not None:
+                err = self._last_error
+                raise type(err)(f"{err.message} (next retry in {self._retry_at - now:.0f} s)",
+                                err.hint)
+            try:
+                self._client = self._connect()
+            except NodeError as exc:
+                self._drop_locked()
+                self._failures += 1
+                delay = min(self.backoff_max, self.backoff_base * 2 ** (self._failures - 1))
+                self._retry_at = time.monotonic() + delay
+                self._last_error = exc
+                raise
+            self._failures, self._retry_at, self._last_error = 0, 0.0, None
+            return self._client
+
+    def _drop_locked(self):
+        for c in [self._client, *reversed(self._jumps)]:
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+        self._client, self._jumps = None, []
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_locked()
+
+    @property
+    def connected(self) -> bool:
+        c = self._client
+        return c is not None and c.get_transport() is not None and c.get_transport().is_active()
+
+    # -- commands
+    def run(self, command: str | Sequence[str], timeout: float | None = None,
+            stdin: bytes | None = None) -> tuple[int, str, str]:
+        """Run a command (string: through the login shell; list: quoted argv); (rc, out, err).
+
+        A connection that went stale while idle is reopened once; a command that outlives its
+        timeout raises NodeError (the channel is closed, the connection kept).
+        """
+        cmd = as_command(command)
+        timeout = self.command_timeout if timeout is None else timeout
+        was_connected = self.connected
+        try:
+            return self._run_once(cmd, timeout, stdin)
+        except _Stale:
+            if not was_connected:
+                raise NodeError(f"node {self.node.name}: connection lost", None) from None
+            self.close()
+            try:
+                return self._run_once(cmd, timeout, stdin)
+            except _Stale as exc:
+                raise NodeError(f"node {self.node.name}: connection lost: {exc}",
+                                hint="the node or its sshd went away; it is retried "
+                                     "automatically") from None
+
+    def _run_once(self, cmd: str, timeout: float, stdin: bytes | None) -> tuple[int, str, str]:
+        import paramiko
+
+        client = self.client()
+        try:
+            chan = client.get_transport().open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise _Stale(str(exc) or type(exc).__name__) from None
+        deadline = time.monotonic() + timeout
+        try:
+            chan.exec_command(cmd)
+            if stdin is not None:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out = _read_all(chan.recv, chan, deadline)
+            err = _read_all(chan.recv_stderr, chan, deadline)
+            while not chan.status_event.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+                if not client.get_transport().is_active():
+                    break
+                if time.monotonic() >= deadline:
+                    raise socket.timeout()
+            rc = chan.exit_status
+        except (socket.timeout, TimeoutError):
+            raise NodeError(f"node {self.node.name}: command did not finish within {timeout:g} s",
+                            hint="the node is overloaded or hung; raise command_timeout if it "
+                                 "is just slow") from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise NodeError(f"node {self.node.name}: connection lost during a command: "
+                            f"{exc or type(exc).__name__}",
+                            hint="it is retried automatically on the next poll") from None
+        finally:
+            chan.close()
+        if rc == -1:
+            self.close()
+            raise NodeError(f"node {self.node.name}: connection lost before the command finished",
+                            hint="it is retried automatically on the next poll")
+        return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    # -- files (SFTP over the same connection)
+    def put(self, local: str | os.PathLike, remote: str, mode: int = 0o700) -> None:
+        sftp = self.client().open_sftp()
+        try:
+            sftp.put(str(local), remote)
+            sftp.chmod(remote, mode)
+        except OSError as exc:
+            raise NodeError(f"node {self.node.name}: cannot upload {local} to {remote}: {exc}",
+                            hint="check free space and permissions in the node's workdir") \
+                from None
+        finally:
+            sftp.close()
+
+    def read(self, remote: str, offset: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` of a remote file from ``offset``; None if the file is missing."""
+        if remote.startswith("~/"):
+            remote = remote[2:]      # SFTP paths are relative to the login directory
+        sftp = self.client().open_sftp()
+        try:
+            with sftp.open(remote, "rb") as f:
+                f.seek(offset)
+                return f.read(max_bytes)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise NodeError(f"node {self.node.name}: cannot read {remote}: {exc}") from None
+        finally:
+            sftp.close()
+
+    # -- trust
+    def scan_host_key(self) -> ScannedKey:
+        """Fetch the key the node offers now (no authentication) and compare with known_hosts."""
+        import paramiko
+
+        target = node_target(self.node, self.ssh_config_path)
+        known = _load_host_keys(self.known_hosts).lookup(target.known_hosts_name)
+        try:
+            sock = self._sock_via(target.proxy_jump, target) if target.proxy_jump else \
+                socket.create_connection((target.hostname, target.port), self.connect_timeout)
+            t = paramiko.Transport(sock)
+            if known:
+                opts = t.get_security_options()
+                first = list(known.keys())[0]
+                opts.key_types = [first] + [k for k in opts.key_types if k != first]
+            t.banner_timeout = self.connect_timeout
+            t.start_client(timeout=self.connect_timeout)
+            key = t.get_remote_server_key()
+            t.close()
+        except NodeError:
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise NodeError(f"node {self.node.name}: cannot fetch the host key from "
+                            f"{target.hostname}:{target.port}: {exc or type(exc).__name__}",
+                            hint="check that the node is up and sshd is running") from None
+        finally:
+            self.close()
+        if not known:
+            status = "new"
+        elif known.get(key.get_name()) == key:
+            status = "trusted"
+        else:
+            status = "changed"
+        line = f"{target.known_hosts_name} {key.get_name()} {key.get_base64()}"
+        return ScannedKey(self.node.name, target.known_hosts_name, key.get_name(),
+                          fingerprint(key), line, status)
+
+
+class _Stale(Exception):
+    """Internal: the cached connection turned out to be dead before the command started."""
+
+
+def _read_all(recv, chan, deadline: float) -> bytes:
+    chunks = []
+    while True:
+        chan.settimeout(max(0.001, deadline - time.monotonic()))
+        data = recv(65536)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def record_host_key(scanned: ScannedKey, path: Path | None = None) -> Path:
+    """Append a scanned key to iadeep's known_hosts (0600). A changed key is never replaced."""
+    if scanned.status == "changed":
+        raise HostKeyError(
+            f"node {scanned.node}: host key for {scanned.known_hosts_name} has CHANGED "
+            f"({scanned.key_type} {scanned.fingerprint}); not recording it",
+            hint=f"remove the old line first: `ssh-keygen -R "
+                 f"{shlex.quote(scanned.known_hosts_name)} -f FILE` for ~/.ssh/known_hosts "
+                 f"and {known_hosts_path()}")
+    path = Path(path) if path is not None else known_hosts_path()
+    if scanned.status == "trusted":
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(scanned.line + "\n")
+    return path

@@ -1,0 +1,65 @@
+"""Shared fixtures. ``sshd_cluster(n)`` gives real OpenSSH servers on 127.0.0.x (see tests/sshd.py).
+
+sshd start-up costs ~0.1 s per node, so clusters are cached for the whole session by
+(n, key); each test gets HOME and IADEEP_HOME pointed at the cluster's directories (monkeypatch)
+and the nodes reset to running + default stand-in behaviour.  A test that damages a cluster in a
+way ``reset`` cannot undo (e.g. a new host key) asks for its own ``key``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sshd import Cluster, sshd_available  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _need_sshd() -> None:
+    if sshd_available():
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("/usr/sbin/sshd or ssh-keygen is missing; CI must install openssh-server")
+    pytest.skip("needs Debian's openssh-server (/usr/sbin/sshd) to start test nodes")
+
+
+@pytest.fixture(scope="session")
+def _sshd_clusters(tmp_path_factory):
+    clusters: dict[tuple, Cluster] = {}
+
+    def get(n: int, key: str) -> Cluster:
+        if (n, key) not in clusters:
+            _need_sshd()
+            clusters[(n, key)] = Cluster(tmp_path_factory.mktemp(f"sshd-{key}-{n}"), n)
+        return clusters[(n, key)]
+
+    yield get
+    for c in clusters.values():
+        c.shutdown()
+
+
+@pytest.fixture
+def sshd_cluster(_sshd_clusters, monkeypatch):
+    """Factory: ``sshd_cluster(n=2, key="default") -> Cluster`` (running, HOME pointed at it)."""
+
+    def make(n: int = 2, key: str = "default") -> Cluster:
+        cluster = _sshd_clusters(n, key)
+        cluster.reset()
+        monkeypatch.setenv("HOME", str(cluster.home))
+        monkeypatch.setenv("IADEEP_HOME", str(cluster.home / "state"))
+        monkeypatch.delenv("IADEEP_INVENTORY", raising=False)
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+        return cluster
+
+    return make
+
+
+@pytest.fixture
+def smi_fixture():
+    """Read a real nvidia-smi output file by name."""
+    return lambda name: (FIXTURES / "nvidia-smi" / name).read_text()

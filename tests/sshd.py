@@ -1,0 +1,220 @@
+"""Real OpenSSH servers on 127.0.0.2, 127.0.0.3, ... for tests and benchmarks.
+
+Each node is its own ``/usr/sbin/sshd -D -e -f CONFIG`` with a host key and an authorized user key
+generated in a temporary directory, a random free high port (so parallel test runs never clash),
+key-only login, and ``SetEnv PATH=tests/fakes:...`` so the stand-in ``nvidia-smi`` answers.
+``FAKE_SMI_STATE`` points each node at its own directory of behaviour files (see the stand-in).
+
+``Cluster.home`` is a HOME for paramiko: ``.ssh/config`` with a Host alias per node and
+``.ssh/known_hosts`` with every node's key (unless ``trusted=False``).
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/sftp-server",
+                                "/usr/lib/ssh/sftp-server") if os.path.exists(p)),
+                   "internal-sftp")
+HERE = Path(__file__).resolve().parent
+FAKES = HERE / "fakes"
+
+
+def sshd_available() -> bool:
+    return os.path.exists(SSHD) and shutil.which("ssh-keygen") is not None
+
+
+def _free_port(addr: str) -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "iadeep-test", "-f",
+                    str(path)], check=True)
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids below ``root`` in the process tree (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class SshdNode:
+    """One sshd process; ``start``/``stop`` keep the same port, address and host key."""
+
+    def __init__(self, name: str, addr: str, root: Path, authorized_keys: Path):
+        self.name, self.addr = name, addr
+        self.dir = root / name
+        self.state = self.dir / "smi"         # FAKE_SMI_STATE: mode/gpus/sleep files
+        self.state.mkdir(parents=True)
+        # The remote HOME: bash sources ~/.bashrc for every SSH command; this machine's root
+        # .bashrc (pyenv init) costs ~0.3 s, which would dominate every test and benchmark.
+        (self.dir / "home").mkdir()
+        self.host_key = self.dir / "ssh_host_ed25519_key"
+        _keygen(self.host_key)
+        self.port = _free_port(addr)
+        self.config = self.dir / "sshd_config"
+        self.config.write_text(f"""\
+ListenAddress {addr}:{self.port}
+HostKey {self.host_key}
+PidFile {self.dir}/sshd.pid
+AuthorizedKeysFile {authorized_keys}
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+UseDNS no
+AllowTcpForwarding yes
+MaxStartups 100:30:200
+MaxSessions 100
+LogLevel ERROR
+Subsystem sftp {SFTP_SERVER}
+SetEnv PATH={FAKES}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOME={self.dir}/home
+""")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        self.log = open(self.dir / "sshd.log", "ab")
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd for {self.name} exited: "
+                                   f"{(self.dir / 'sshd.log').read_text()[-500:]}")
+            try:
+                with socket.create_connection((self.addr, self.port), timeout=1) as s:
+                    s.settimeout(2)
+                    if s.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"sshd for {self.name} did not answer on {self.addr}:{self.port}")
+
+    def stop(self) -> None:
+        """Kill this sshd AND the per-connection processes it forked (as a crash or reboot
+        would), so open client connections die too; nothing else is touched."""
+        if self.proc is not None and self.proc.poll() is None:
+            for pid in _descendants(self.proc.pid):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def new_host_key(self) -> None:
+        """Replace the host key (as a reinstall would) and restart."""
+        self.stop()
+        self.host_key.unlink()
+        Path(str(self.host_key) + ".pub").unlink()
+        _keygen(self.host_key)
+        self.start()
+
+    def known_hosts_line(self) -> str:
+        kind, b64 = Path(str(self.host_key) + ".pub").read_text().split()[:2]
+        return f"[{self.addr}]:{self.port} {kind} {b64}"
+
+    def set_fake(self, mode: str | None = None, gpus: int | None = None,
+                 sleep: float | None = None) -> None:
+        """Choose the stand-in nvidia-smi's behaviour on this node (None: default)."""
+        for fname, value in (("mode", mode), ("gpus", gpus), ("sleep", sleep)):
+            f = self.state / fname
+            if value is None:
+                f.unlink(missing_ok=True)
+            else:
+                f.write_text(f"{value}\n")
+
+
+class Cluster:
+    """n sshd nodes plus the HOME, inventory and keys a client needs to reach them."""
+
+    def __init__(self, root: Path, n: int, *, first_addr: int = 2, trusted: bool = True,
+                 workdir: str | None = None):
+        self.root = root
+        self.home = root / "home"
+        ssh = self.home / ".ssh"
+        ssh.mkdir(parents=True, mode=0o700)
+        self.user = getpass.getuser()
+        self.user_key = ssh / "id_ed25519"
+        _keygen(self.user_key)
+        authorized = root / "authorized_keys"
+        shutil.copy(str(self.user_key) + ".pub", authorized)
+        self.nodes = {}
+        for i in range(n):
+            name = f"node{i + 1:02d}"
+            self.nodes[name] = SshdNode(name, f"127.0.0.{first_addr + i}", root, authorized)
+        self.workdir = workdir or str(root / "remote")
+        self.known_hosts = ssh / "known_hosts"
+        self.write_known_hosts(trusted)
+        (ssh / "config").write_text("".join(
+            f"Host {name}-alias\n  HostName {node.addr}\n  Port {node.port}\n  User {self.user}\n"
+            f"  IdentityFile {self.user_key}\n" for name, node in self.nodes.items()))
+        self.inventory_path = root / "nodes.yaml"
+        self.inventory_path.write_text(self.inventory_yaml())
+        for node in self.nodes.values():
+            node.start()
+
+    def write_known_hosts(self, trusted: bool = True) -> None:
+        lines = [n.known_hosts_line() for n in self.nodes.values()] if trusted else []
+        self.known_hosts.write_text("".join(line + "\n" for line in lines))
+
+    def inventory_yaml(self, names=None) -> str:
+        out = ["nodes:\n"]
+        for name, node in self.nodes.items():
+            if names is not None and name not in names:
+                continue
+            out.append(f"  - name: {name}\n    host: {node.addr}\n    port: {node.port}\n"
+                       f"    user: {self.user}\n    identity_file: {self.user_key}\n"
+                       f"    workdir: {self.workdir}\n")
+        return "".join(out)
+
+    @property
+    def inventory(self):
+        from iadeep_cli.inventory import parse_inventory
+
+        return parse_inventory(self.inventory_yaml(), self.inventory_path)
+
+    def node(self, name: str) -> SshdNode:
+        return self.nodes[name]
+
+    def stop(self, name: str) -> None:
+        self.nodes[name].stop()
+
+    def start(self, name: str) -> None:
+        self.nodes[name].start()
+
+    def reset(self) -> None:
+        """Every node running with the default stand-in behaviour (between tests)."""
+        for node in self.nodes.values():
+            node.set_fake()
+            node.start()
+
+    def shutdown(self) -> None:
+        for node in self.nodes.values():
+            node.stop()

@@ -1,0 +1,155 @@
+"""End to end: real sshd nodes, the stand-in nvidia-smi, a real controller process, the CLI.
+
+Jobs are the shipped examples in jobs/; the controller places, launches and finishes them, and
+survives SIGKILL and node loss without losing or duplicating a job.
+"""
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from controllers import ControllerProcess, cli
+
+ROOT = Path(__file__).resolve().parent.parent
+FINISHED = {"succeeded", "failed", "cancelled"}
+
+
+def _inventory(cluster, tmp_path, gpus=1, grace=3.0):
+    for node in cluster.nodes.values():
+        node.set_fake(gpus=gpus)
+    path = tmp_path / "nodes.yaml"
+    path.write_text(f"lab:\n  poll_interval: 0.3\n  node_grace: {grace}\n" +
+                    cluster.inventory_yaml())
+    return path
+
+
+def _jobs(home):
+    return {j["id"]: j for j in json.loads(cli(home, "queue", "list", "--all", "--json",
+                                               check=True).stdout)}
+
+
+def _wait(home, done, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = _jobs(home)
+        if done(jobs):
+            return jobs
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; jobs now: {json.dumps(_jobs(home), indent=1)}")
+
+
+def _add(home, *args):
+    return int(cli(home, "queue", "add", *args, check=True).stdout)
+
+
+@pytest.fixture
+def lab(sshd_cluster, tmp_path):
+    cluster = sshd_cluster(2)
+    ctl = ControllerProcess(tmp_path / "state", _inventory(cluster, tmp_path))
+    ctl.cluster = cluster
+    yield ctl.start()
+    ctl.stop()
+
+
+def test_jobs_run_to_completion_with_exact_arguments(lab, tmp_path):
+    home = lab.home
+    nasty = ["it's", '$(touch /tmp/pwned)', "a;b", "two words", "line\nbreak", '"q"']
+    hello = _add(home, str(ROOT / "jobs/hello.sh"), *nasty, "--env", "GREETING=$(id) ;x",
+                 "--env", "SLEEP_S=0", "--name", "hello `uname`")
+    steps = _add(home, str(ROOT / "jobs/steps_progress.sh"), "5", "0.05", "--workload", "mlp")
+    bad = tmp_path / "fails.sh"
+    bad.write_text("#!/bin/sh\necho about to fail\nexit 3\n")
+    failing = _add(home, str(bad))
+    jobs = _wait(home, lambda js: all(j["state"] in FINISHED for j in js.values()))
+    assert (jobs[hello]["state"], jobs[hello]["exit_code"]) == ("succeeded", 0)
+    assert (jobs[steps]["state"], jobs[steps]["exit_code"]) == ("succeeded", 0)
+    assert (jobs[failing]["state"], jobs[failing]["exit_code"]) == ("failed", 3)
+    assert all(j["node"] in lab.cluster.nodes for j in jobs.values())
+    out = cli(home, "logs", str(hello), check=True).stdout
+    for i, arg in enumerate(nasty, 1):
+        assert f"arg {i}: {arg}\n" in out
+    assert "GREETING=$(id) ;x\n" in out
+    assert not Path("/tmp/pwned").exists()
+    assert cli(home, "logs", str(failing), check=True).stdout == "about to fail\n"
+    events = json.loads(cli(home, "queue", "show", str(failing), "--json").stdout)["events"]
+    assert [e["new_state"] for e in events] == ["queued", "starting", "running", "failed"]
+    status = json.loads(cli(home, "status", "--json", check=True).stdout)
+    assert status["live"] and {n["name"] for n in status["nodes"]} == set(lab.cluster.nodes)
+    assert all(n["error"] is None and len(n["gpus"]) == 1 for n in status["nodes"])
+
+
+def test_cancel_a_running_job_stops_it_on_its_node(lab):
+    home = lab.home
+    job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "600", "0.1")
+    _wait(home, lambda js: js[job]["state"] == "running")
+    assert cli(home, "queue", "cancel", str(job), check=True).stdout.strip() == \
+        f"job {job}: cancelling"
+    jobs = _wait(home, lambda js: js[job]["state"] in FINISHED, timeout=30)
+    assert jobs[job]["state"] == "cancelled"
+
+
+def _marker_script(tmp_path, seconds):
+    """A job that appends its id to a file once per start: proof it ran exactly once."""
+    marks = tmp_path / "starts.log"
+    script = tmp_path / "marked.sh"
+    script.write_text(f"#!/bin/sh\necho $IADEEP_JOB_ID >> {marks}\nsleep {seconds}\n")
+    return script, marks
+
+
+def test_sigkill_while_jobs_start_and_run_loses_and_duplicates_nothing(lab, tmp_path):
+    home = lab.home
+    script, marks = _marker_script(tmp_path, 1.5)
+    ids = [_add(home, str(script), "--name", f"m{i}", "--workload", "mlp") for i in range(6)]
+    for _ in range(3):  # kill it mid-flight a few times, at different moments
+        time.sleep(0.7)
+        lab.kill(signal.SIGKILL)
+        lab.start()
+    jobs = _wait(home, lambda js: all(js[i]["state"] in FINISHED for i in ids))
+    assert [jobs[i]["state"] for i in ids] == ["succeeded"] * 6
+    assert [jobs[i]["exit_code"] for i in ids] == [0] * 6
+    started = marks.read_text().split()
+    assert sorted(map(int, started)) == sorted(ids), "a job was started twice or never"
+
+
+def test_lost_node_requeues_jobs_that_allow_retries(lab, tmp_path):
+    home = lab.home
+    script, marks = _marker_script(tmp_path, 30)
+    keep = _add(home, str(script), "--exclusive", "--retries", "1", "--name", "retry-me")
+    jobs = _wait(home, lambda js: js[keep]["state"] == "running")
+    first_node = jobs[keep]["node"]
+    lab.cluster.stop(first_node)
+    jobs = _wait(home, lambda js: js[keep]["state"] == "running" and js[keep]["node"] != first_node
+                 and js[keep]["attempts"] == 2, timeout=60)
+    states = [e["new_state"] for e in
+              json.loads(cli(home, "queue", "show", str(keep), "--json").stdout)["events"]]
+    assert states[-4:] == ["lost", "queued", "starting", "running"]
+    status = json.loads(cli(home, "status", "--json").stdout)
+    down = {n["name"]: n for n in status["nodes"]}[first_node]
+    assert down["error"] and down["down_since"]
+    cli(home, "queue", "cancel", str(keep), check=True)
+    _wait(home, lambda js: js[keep]["state"] == "cancelled", timeout=30)
+
+
+def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
+    home = lab.home
+    script, _ = _marker_script(tmp_path, 30)
+    job = _add(home, str(script), "--exclusive")
+    jobs = _wait(home, lambda js: js[job]["state"] == "running")
+    lab.cluster.stop(jobs[job]["node"])
+    jobs = _wait(home, lambda js: js[job]["state"] == "lost", timeout=30)
+    assert "silent" in jobs[job]["reason"]
+
+
+def test_unknown_workload_is_profiled_alone_then_known(lab):
+    home = lab.home
+    job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "40", "0.1")
+    jobs = _wait(home, lambda js: js[job]["state"] in FINISHED)
+    assert jobs[job]["state"] == "succeeded"
+    assert jobs[job]["workload"] == "steps_progress"
+    assert jobs[job]["observed_speed"] == 1.0   # it ran alone, reporting progress
+    profile = json.loads(cli(home, "profile", "show", "steps_progress", "--json",
+                             check=True).stdout)
+    assert profile["source"] == f"job {job}" and profile["gpu_model"] == "NVIDIA H200"
+    assert 5 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s

@@ -1,0 +1,113 @@
+"""The poll parser against real H200 nvidia-smi output and hand-made variants of it."""
+from __future__ import annotations
+
+import pytest
+
+from iadeep_cli.nodes.gpu import (APP_FIELDS, GPU_FIELDS, MARK, job_map, parse_poll,
+                                  poll_script, remote_path)
+
+GPU_IDLE = "h200-idle-query-gpu-full.csv-noheader-nounits.txt"
+GPU_LOADED = "h200-loaded-query-gpu-full.csv-noheader-nounits.txt"
+APPS_LOADED = "h200-loaded-compute-apps-full.csv-noheader-nounits.txt"
+APPS_IDLE = "h200-idle-compute-apps-full.csv-noheader-nounits.txt"
+
+
+def output(gpu: str, apps: str = "", gpu_rc: int = 0, procs: str = "", jobs: str = "") -> str:
+    """What the poll script prints, assembled from its parts."""
+    return (f"{MARK} gpu {gpu_rc}\n{gpu}\n{MARK} apps 0\n{apps}\n{MARK} procs\n{procs}\n"
+            f"{MARK} jobs\n{jobs}\n")
+
+
+def cols(line: str, fields) -> dict:
+    return dict(zip(fields, [c.strip() for c in line.split(",")]))
+
+
+def test_fixture_commands_are_the_ones_iadeep_runs(smi_fixture):
+    script = poll_script("~/.iadeep")
+    rows = [r.split("\t") for r in smi_fixture("COMMANDS.tsv").splitlines()[1:]]
+    used = {cmd for f, cmd, rc in rows if f in (GPU_IDLE, APPS_LOADED)}
+    assert len(used) == 2 and all(cmd in script for cmd in used)
+
+
+def test_idle_h200(smi_fixture):
+    raw = smi_fixture(GPU_IDLE)
+    snap = parse_poll("n1", output(raw, smi_fixture(APPS_IDLE)))
+    want = cols(raw.strip(), GPU_FIELDS)
+    assert snap.ok and len(snap.gpus) == 1
+    g = snap.gpus[0]
+    assert (g.index, g.uuid, g.name) == (int(want["index"]), want["uuid"], want["name"])
+    assert g.memory_total_mib == float(want["memory.total"])
+    assert g.memory_free_mib == float(want["memory.free"])
+    assert g.power_draw_w == float(want["power.draw"])
+    assert g.temperature_c == float(want["temperature.gpu"])
+    assert snap.driver_version == want["driver_version"]
+    assert g.processes == ()
+
+
+def test_loaded_h200_processes_are_foreign(smi_fixture):
+    apps = smi_fixture(APPS_LOADED)
+    snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), apps))
+    rows = [cols(line, APP_FIELDS) for line in apps.splitlines() if line.strip()]
+    procs = snap.gpus[0].processes
+    assert sorted(p.pid for p in procs) == sorted(int(r["pid"]) for r in rows)
+    assert sum(p.used_memory_mib for p in procs) == sum(float(r["used_memory"]) for r in rows)
+    assert all(p.foreign for p in procs)
+    assert snap.gpus[0].utilization_gpu == float(cols(smi_fixture(GPU_LOADED), GPU_FIELDS)
+                                                 ["utilization.gpu"])
+
+
+def test_not_available_fields_become_none(smi_fixture):
+    parts = smi_fixture(GPU_LOADED).strip().split(", ")
+    for i in (8, 9):
+        parts[i] = "[Not Supported]"
+    for i in (10, 11, 12):
+        parts[i] = "[N/A]"
+    apps = smi_fixture(APPS_LOADED).replace(", 1838,", ", [N/A],")
+    g = parse_poll("n1", output(", ".join(parts), apps)).gpus[0]
+    assert (g.utilization_gpu, g.utilization_memory, g.temperature_c, g.power_draw_w,
+            g.power_limit_w) == (None,) * 5
+    assert g.memory_used_mib == float(parts[6])
+    assert sum(p.used_memory_mib is None for p in g.processes) == apps.count("[N/A]") > 0
+
+
+@pytest.mark.parametrize("rc,body,needle", [
+    (127, "sh: 1: nvidia-smi: not found", "not found"),
+    (9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+        "sure that the latest NVIDIA driver is installed and running.", "couldn't communicate"),
+])
+def test_failures_are_node_errors(rc, body, needle):
+    snap = parse_poll("n1", output(body, gpu_rc=rc))
+    assert not snap.ok and needle in snap.error and f"exit {rc}" in snap.error
+
+
+def test_no_gpu_is_ok_and_empty():
+    snap = parse_poll("n1", output("No devices were found", gpu_rc=6))
+    assert snap.ok and snap.gpus == ()
+
+
+def test_garbage_is_an_error_not_a_crash():
+    assert "unexpected poll output" in parse_poll("n1", "bash: fish\n").error
+    assert "cannot parse" in parse_poll("n1", output("0, only, three")).error
+
+
+def test_job_processes_tagged_by_env_or_session(smi_fixture):
+    apps = smi_fixture(APPS_LOADED)
+    # 450: env says job 5 (live); 451: same session as job 6's leader; 452: env names a job
+    # that has no live pid file here -> foreign.
+    procs = "450 100 5\n451 200\n452 300 99\n"
+    jobs = "5 100\n6 200\n"
+    snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), apps, procs=procs, jobs=jobs))
+    tags = {p.pid: p.job_id for p in snap.gpus[0].processes}
+    assert (tags[450], tags[451], tags[452], tags[453]) == (5, 6, None, None)
+    assert job_map("x y\n", "garbage\n") == {}
+
+
+def test_inventory_gpu_subset(smi_fixture):
+    two = smi_fixture(GPU_IDLE) + smi_fixture(GPU_IDLE).replace("0, GPU-bd43", "1, GPU-ff43")
+    assert [g.index for g in parse_poll("n", output(two)).gpus] == [0, 1]
+    assert [g.index for g in parse_poll("n", output(two), only=(1,)).gpus] == [1]
+
+
+def test_remote_path_quotes_but_keeps_home():
+    assert remote_path("~/.iadeep") == '"$HOME"/.iadeep'
+    assert remote_path("/a b/$(x)") == "'/a b/$(x)'"

@@ -1,0 +1,114 @@
+"""Jobs on a real sshd node: quoting, detach, idempotent launch, cancel, reconcile, logs."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from iadeep_cli.errors import NotFoundError
+from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.nodes import launcher as L
+from iadeep_cli.nodes.poller import NodePool
+
+pytestmark = pytest.mark.sshd
+
+ECHO = """#!/bin/sh
+for a in "$@"; do printf 'ARG<%s>\\n' "$a"; done
+for v in IADEEP_JOB_ID IADEEP_JOB_NAME IADEEP_PROGRESS_FILE CUDA_VISIBLE_DEVICES TRICKY; do
+  eval "printf '%s<%s>\\n' $v \\"\\$$v\\""
+done
+printf 'PWD<%s>\\n' "$(pwd)"
+"""
+TRICKY = ("a b", "$(touch /tmp/iadeep-pwned)", "x;y", "q'u\"o`t`e", "new\nline", "", "*")
+
+
+def wait_until(fn, limit=10.0):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def make_job(tmp_path, job_id, body, **spec):
+    script = tmp_path / f"job{job_id}.sh"
+    script.write_text(body)
+    return Job(job_id, "alice", JobSpec(str(script), **spec), JobState.STARTING, 0.0), script
+
+
+@pytest.fixture
+def pool(sshd_cluster):
+    c = sshd_cluster(2, key="jobs")
+    with NodePool(c.inventory, connect_timeout=3, command_timeout=10, backoff_base=0) as p:
+        yield p
+
+
+def finished(pool, job_id):
+    return L.reconcile(pool, "node01", [job_id])[job_id].state == "exited"
+
+
+def test_user_values_reach_the_job_exactly(pool, tmp_path):
+    env = (("TRICKY", "v $HOME '\"; $(id) `id`\nnext"),)
+    job, script = make_job(tmp_path, 101, ECHO, args=TRICKY, name="n'a;m e$(x)", env=env,
+                           workdir=str(tmp_path))
+    res = L.launch(pool, "node01", job, [1, 3], script)
+    wait_until(lambda: finished(pool, 101))
+    log, _ = L.read_log(pool, "node01", 101)
+    want = "".join(f"ARG<{a}>\n" for a in TRICKY) + "".join(
+        f"{k}<{v}>\n" for k, v in (("IADEEP_JOB_ID", "101"), ("IADEEP_JOB_NAME", job.name),
+                                   ("IADEEP_PROGRESS_FILE", f"{res.job_dir}/progress"),
+                                   ("CUDA_VISIBLE_DEVICES", "1,3"), ("TRICKY", env[0][1]),
+                                   ("PWD", str(tmp_path))))
+    assert log.decode() == want
+    assert L.reconcile(pool, "node01", [101])[101].exit_code == 0
+    rc, out, _ = pool.run("node01", ["stat", "-c", "%a", res.job_dir])
+    assert out.strip() == "700"
+
+
+def test_launch_is_idempotent_and_detached(pool, tmp_path):
+    job, script = make_job(tmp_path, 102, "#!/bin/sh\necho started\nsleep 30\n")
+    first = L.launch(pool, "node01", job, [0], script)
+    pool.connection("node01").close()           # the controller's connection goes away
+    second = L.launch(pool, "node01", job, [0], script)
+    assert not first.already_started and second.already_started
+    assert second.pid == first.pid == first.pgid
+    state = L.reconcile(pool, "node01", [102])[102]
+    assert (state.state, state.pid) == ("running", first.pid)
+    snap = pool.poll("node01")
+    tagged = [p for g in snap.gpus for p in g.processes if p.job_id == 102]
+    assert tagged and not any(p.job_id == 102 for p in snap.gpus[0].foreign_processes)
+    assert L.cancel(pool, "node01", 102, grace_s=5) == "terminated"
+    assert L.reconcile(pool, "node01", [102])[102] == L.RemoteJob("exited", 143, first.pid)
+
+
+def test_cancel_kills_after_grace(pool, tmp_path):
+    job, script = make_job(tmp_path, 103, "#!/bin/sh\ntrap '' TERM\necho ready\n"
+                                          "while :; do sleep 0.1; done\n")
+    res = L.launch(pool, "node01", job, [0], script)
+    wait_until(lambda: L.read_log(pool, "node01", 103)[0] == b"ready\n")
+    assert L.cancel(pool, "node01", 103, grace_s=0.5) == "killed"
+    assert L.reconcile(pool, "node01", [103])[103] == L.RemoteJob("exited", 137, res.pid)
+    assert L.cancel(pool, "node01", 103, grace_s=0.5) == "not-running"
+
+
+def test_reconcile_exit_codes_and_missing(pool, tmp_path):
+    job, script = make_job(tmp_path, 104, "#!/bin/sh\nexit 3\n")
+    L.launch(pool, "node01", job, [0], script)
+    wait_until(lambda: finished(pool, 104))
+    got = L.reconcile(pool, "node01", [104, 105])
+    assert got[104].exit_code == 3 and got[105] == L.RemoteJob("missing")
+    assert L.cancel(pool, "node01", 105) == "missing"
+
+
+def test_read_log_offsets(pool, tmp_path):
+    job, script = make_job(tmp_path, 106, "#!/bin/sh\nprintf 'abcdefghij'\n")
+    L.launch(pool, "node01", job, [0], script)
+    wait_until(lambda: finished(pool, 106))
+    a, off = L.read_log(pool, "node01", 106, 0, 4)
+    b, off2 = L.read_log(pool, "node01", 106, off, 100)
+    c, off3 = L.read_log(pool, "node01", 106, off2, 100)
+    assert (a + b, off, off2, c, off3) == (b"abcdefghij", 4, 10, b"", 10)
+    with pytest.raises(NotFoundError):
+        L.read_log(pool, "node01", 999)

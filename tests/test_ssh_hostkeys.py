@@ -1,0 +1,59 @@
+"""Host keys: unknown refused with the trust hint, `nodes trust --yes` works, changed refused."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from iadeep_cli.errors import HostKeyError
+from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.paths import known_hosts_path
+
+pytestmark = pytest.mark.sshd
+
+
+def iadeep(*args, env=None):
+    code = "import sys; from iadeep_cli.cli.main import main; sys.argv[0]='iadeep'; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=60)
+
+
+def test_unknown_then_trust_then_changed(sshd_cluster):
+    c = sshd_cluster(2, key="hostkeys")
+    c.write_known_hosts(trusted=False)
+    known_hosts_path().unlink(missing_ok=True)
+    with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
+        snap = pool.poll("node01")
+        with pytest.raises(HostKeyError) as exc:
+            pool.connection("node01").client()
+    assert "unknown host key" in snap.error
+    assert "iadeep nodes trust node01" in exc.value.hint
+
+    refused = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path),
+                     env={"HOME": str(c.home)})   # no --yes, no tty answer: aborted
+    assert refused.returncode != 0 and not known_hosts_path().exists()
+    ok = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path), "--yes")
+    assert ok.returncode == 0, ok.stderr
+    pub_b64 = c.node("node01").known_hosts_line().split()[2]
+    assert pub_b64 in known_hosts_path().read_text()
+    fp = subprocess.run(["ssh-keygen", "-lf", str(c.node("node01").host_key) + ".pub"],
+                        capture_output=True, text=True).stdout.split()[1]
+    assert fp in ok.stdout                       # the fingerprint shown is OpenSSH's
+    again = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path), "--yes")
+    assert "already trusted" in again.stdout
+
+    with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
+        assert pool.poll("node01").ok
+        assert "unknown host key" in pool.poll("node02").error
+
+    c.node("node01").new_host_key()
+    with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
+        changed = pool.poll("node01")
+    assert "CHANGED" in changed.error
+    before = known_hosts_path().read_text()
+    res = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path), "--yes")
+    assert res.returncode == 1 and "CHANGED" in res.stderr and "ssh-keygen -R" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert known_hosts_path().read_text() == before     # never replaced
