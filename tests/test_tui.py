@@ -1,0 +1,352 @@
+"""`iadeep monitor`: the pure view model, and the real app driven with Textual's Pilot.
+
+The app reads seeded state databases through the real client (the controller's socket when a
+real controller runs in a thread, else the database fallback) and sends actions through a real
+controller, so permission checks and state changes are the controller's own.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import getpass
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from iadeep_cli.errors import StoreError
+from iadeep_cli.inventory import Inventory
+from iadeep_cli.jobs import ACTIVE, PENDING, JobState
+from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.tui import seed, source, viewmodel as vm
+from iadeep_cli.tui.source import MonitorData
+
+NOW = seed.NOW
+
+
+def run_async(test):
+    """pytest-asyncio is not installed: run the coroutine test in a fresh event loop."""
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        asyncio.run(test(*args, **kwargs))
+    return wrapper
+
+
+# --------------------------------------------------------------------------- view model (pure)
+def _job(id, state="queued", user="alice", priority=0, submitted_at=NOW - 60, **kw):
+    return {"id": id, "name": f"j{id}", "user": user, "state": state, "gpus": 1,
+            "priority": priority, "submitted_at": submitted_at, "reason": "", "node": None,
+            "gpu_indices": [], **kw}
+
+
+@pytest.mark.parametrize("predicted, observed, level", [
+    (0.95, None, "ok"), (0.85, None, "ok"), (0.84, None, "warn"), (0.6, None, "warn"),
+    (0.59, None, "bad"), (None, None, "none"), (0.95, 0.4, "bad"), (0.3, 0.9, "ok")])
+def test_speed_level_prefers_observed_speed(predicted, observed, level):
+    assert vm.speed_level(predicted, observed) == level
+
+
+def test_queue_order_is_priority_plus_ageing_then_age():
+    # ageing is 1 point per hour: job 1 waited 3 h at priority 0 (3.0) beats job 2 at
+    # priority 2 submitted just now (2.0); job 3 (priority 5) beats both.
+    jobs = [_job(2, priority=2, submitted_at=NOW), _job(1, submitted_at=NOW - 3 * 3600),
+            _job(3, priority=5, submitted_at=NOW), _job(4, state="held"),
+            _job(5, state="running", node="n1", gpu_indices=[0], started_at=NOW - 120)]
+    rows = vm.job_rows(jobs, NOW)
+    assert [r.id for r in rows] == [3, 1, 2, 4, 5]
+    assert [r.cells[0] for r in rows] == ["1", "2", "3", "-", "-"]
+    assert rows[1].cells[6] == "3h00m"          # waiting time from the injected clock
+    assert rows[4].cells[6] == "2m" and rows[4].cells[7] == "on n1:0"
+
+
+def test_filter_by_user_keeps_real_queue_positions():
+    jobs = [_job(1, user="bob", submitted_at=NOW - 30), _job(2, user="alice"),
+            _job(3, user="bob", submitted_at=NOW - 10)]
+    rows = vm.job_rows(jobs, NOW, "user:bob")
+    # alice's job 2 (waiting 60 s) is first in the whole queue, so bob's are 2nd and 3rd
+    assert [(r.cells[0], r.id) for r in rows] == [("2", 1), ("3", 3)]
+    assert [r.id for r in vm.job_rows(jobs, NOW, "@alice")] == [2]
+    assert [r.id for r in vm.job_rows(jobs, NOW, "j3")] == [3]
+    assert vm.job_rows(jobs, NOW, "user:nobody") == ()
+
+
+@pytest.mark.parametrize("stale, level", [(None, "live"), (0.0, "never"), (NOW - 300, "stale")])
+def test_banner_says_whether_the_controller_runs(stale, level):
+    banner = vm.banner(MonitorData({"controller": {"poll_interval_s": 5}}, [], stale), NOW)
+    assert banner.level == level
+    if level == "stale":
+        assert "5m ago" in banner.text
+
+
+def test_node_age_comes_from_the_injected_clock_and_flags_stale_data():
+    node = {"name": "n1", "taken_at": NOW - 45, "error": None, "down_since": None,
+            "age_s": 999999, "gpus": []}
+    card = vm.node_card(node, NOW, poll_s=10)
+    assert card.age_s == 45 and card.stale          # 45 s > 3 polls of 10 s
+    assert not vm.node_card(node, NOW, poll_s=20).stale
+
+
+def test_gpu_shows_foreign_processes_and_jobs_that_left():
+    gpu = {"index": 0, "name": "H200", "utilization_gpu": None, "memory_used_mib": 10.0,
+           "memory_total_mib": 100.0,
+           "jobs": [{"id": 7, "user": "bob", "name": "x", "predicted_speed": 0.5,
+                     "observed_speed": None}],
+           "processes": [{"pid": 1, "used_memory_mib": 5.0, "name": "jupyter", "job_id": None},
+                         {"pid": 2, "used_memory_mib": 5.0, "name": "python", "job_id": 7},
+                         {"pid": 3, "used_memory_mib": 5.0, "name": "python", "job_id": 9}]}
+    line = vm._gpu_line(gpu, "")
+    assert [f.pid for f in line.foreign] == [1]
+    assert line.gone == (9,)
+    assert line.jobs[0].level == "bad"
+
+
+# --------------------------------------------------------------------------- seeded stores
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("IADEEP_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _seed(scenario: str) -> None:
+    store = Store()
+    seed.seed(store, scenario)
+    store.close()
+
+
+def _jobs_in_store(states) -> list:
+    store = Store(readonly=True)
+    try:
+        with store.tx() as conn:
+            return jobrows.select(conn, states=states)
+    finally:
+        store.close()
+
+
+def _job_state(job_id: int) -> JobState:
+    store = Store(readonly=True)
+    try:
+        with store.tx() as conn:
+            return jobrows.get(conn, job_id).state
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def controller(home):
+    """A real controller on the seeded state directory, serving its socket in a thread."""
+    from iadeep_cli.controller.runtime import Controller
+
+    _seed("busy")
+    ctl = Controller(Inventory(nodes=()), home, clock=lambda: NOW)
+    ready = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(ready.set,), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield ctl
+    ctl.stop()
+    thread.join(10)
+
+
+def _app(**kw):
+    from iadeep_cli.tui.app import MonitorApp
+
+    class Recording(MonitorApp):
+        """The real app, remembering the notifications it showed."""
+
+        def notify(self, message, **kwargs):
+            self.messages.append(str(message))
+            return super().notify(message, **kwargs)
+
+    app = Recording(now=lambda: NOW, auto_refresh=False, **kw)
+    app.messages = []
+    return app
+
+
+async def _settle(pilot, rounds: int = 4) -> None:
+    """Let thread workers finish and their results reach the UI (a chain: act -> refresh)."""
+    for _ in range(rounds):
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def _select(app, job_id: int) -> None:
+    row = next(i for i, r in enumerate(app._rows) if r.id == job_id)
+    app.query_one("#queue").move_cursor(row=row, animate=False)
+    assert app.selected_job_id() == job_id
+
+
+def _find(name: str) -> int:
+    return next(j.id for j in _jobs_in_store(None) if j.name == name)
+
+
+# --------------------------------------------------------------------------- Pilot
+@run_async
+async def test_first_refresh_runs_in_a_worker_and_reads_the_database(home):
+    _seed("down")
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        unfinished = _jobs_in_store([s for s in JobState if s.value in
+                                     ("queued", "held", "starting", "running", "lost")])
+        table = app.query_one("#queue")
+        assert table.row_count == len(unfinished) > 0
+        assert sorted(app._cards) == ["gpu-a", "gpu-b", "gpu-c"]
+        assert app._cards["gpu-c"].has_class("down")
+        assert not app._cards["gpu-a"].has_class("down")
+        assert app.view.banner.level == "stale"           # no controller: database fallback
+        assert "NOT running" in str(app.query_one("#banner").content)
+
+
+@run_async
+async def test_live_controller_banner_and_tab_switches_panes(controller):
+    app = _app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        assert app.view.banner.level == "live"
+        assert app.focused.id == "queue"
+        await pilot.press("tab")
+        assert app.focused.id == "cluster"
+        await pilot.press("tab")
+        assert app.focused.id == "queue"
+
+
+@run_async
+async def test_filter_by_user_then_escape_clears(home):
+    _seed("long_queue")
+    app = _app(initial=source.fetch())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        everyone = app.query_one("#queue").row_count
+        await pilot.press("slash", *"user:bob", "enter")
+        bobs = [j for j in _jobs_in_store(PENDING | ACTIVE | {JobState.LOST})
+                if j.owner == "bob"]
+        assert {r.user for r in app._rows} == {"bob"}
+        assert app.query_one("#queue").row_count == len(bobs) < everyone
+        await pilot.press("slash", "escape")
+        assert app.query_text == ""
+        assert app.query_one("#queue").row_count == everyone
+
+
+@run_async
+async def test_cancel_asks_first_and_goes_through_the_controller(controller):
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        job = _find("new-model")
+        _select(app, job)
+        await pilot.press("c")
+        assert type(app.screen).__name__ == "ConfirmScreen"
+        await pilot.press("n")
+        await _settle(pilot)
+        assert _job_state(job) is JobState.QUEUED
+        await pilot.press("c", "y")
+        await _settle(pilot)
+        assert _job_state(job) is JobState.CANCELLED
+        assert job not in [r.id for r in app._rows]       # the refresh dropped it
+        store = Store(readonly=True)
+        with store.tx() as conn:
+            last = jobrows.events(conn, job)[-1]
+        store.close()
+        assert last["actor"] == getpass.getuser()     # the socket's user, not the TUI's claim
+
+
+@run_async
+async def test_hold_and_release_through_the_controller(controller):
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        job = _find("vgg16-aug")
+        _select(app, job)
+        await pilot.press("h")
+        await _settle(pilot)
+        assert _job_state(job) is JobState.HELD
+        _select(app, job)
+        await pilot.press("r")
+        await _settle(pilot)
+        assert _job_state(job) is JobState.QUEUED
+        assert any(f"job {job}: queued" in m for m in app.messages)
+
+
+@run_async
+async def test_controller_refusal_is_shown_not_raised(controller):
+    """Holding a running job is an invalid transition: the controller's message is shown."""
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        job = _find("mlp-base")
+        _select(app, job)
+        await pilot.press("h")
+        await _settle(pilot)
+        assert _job_state(job) is JobState.RUNNING
+        assert any("cannot become held" in m for m in app.messages), app.messages
+
+
+@run_async
+async def test_actions_without_a_controller_say_so(home):
+    _seed("busy")
+    app = _app(initial=source.fetch())
+    async with app.run_test(size=(120, 40)) as pilot:
+        job = _find("vgg16-aug")
+        _select(app, job)
+        await pilot.press("h")
+        await _settle(pilot)
+        assert _job_state(job) is JobState.QUEUED
+        assert any("controller is not running" in m for m in app.messages), app.messages
+
+
+@run_async
+async def test_enter_opens_job_details_with_events_and_log_note(home):
+    _seed("busy")
+    app = _app(initial=source.fetch())
+    async with app.run_test(size=(120, 40)) as pilot:
+        job = _find("ablation-7")
+        _select(app, job)
+        await pilot.press("enter")
+        await _settle(pilot)
+        assert type(app.screen).__name__ == "JobDetailScreen"
+        fields = str(app.screen.query_one("#fields").content)
+        assert "ablation-7" in fields and "held by dana" in fields and "submitted" in fields
+        assert "controller is not running" in str(app.screen.query_one("#log").content)
+        await pilot.press("escape")
+        assert type(app.screen).__name__ != "JobDetailScreen"
+
+
+@run_async
+async def test_help_screen_opens_and_closes(home):
+    _seed("empty")
+    app = _app(initial=source.fetch())
+    async with app.run_test() as pilot:
+        await pilot.press("question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "Screen"
+
+
+@run_async
+async def test_a_failing_refresh_keeps_the_last_data_and_says_why(home):
+    _seed("busy")
+    first = source.fetch()
+
+    def broken():
+        raise StoreError("iadeep.db: database is locked", hint="try again")
+
+    app = _app(initial=first, fetch=broken)
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = app.query_one("#queue").row_count
+        await pilot.press("ctrl+r")
+        await _settle(pilot)
+        assert "database is locked" in str(app.query_one("#banner").content)
+        assert app.query_one("#queue").row_count == rows > 0
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+def test_cli_imports_textual_only_inside_the_command():
+    code = ("import sys; import iadeep_cli.cli.groups; "
+            "assert 'textual' not in sys.modules, 'textual imported at start-up'; "
+            "from iadeep_cli.cli.main import app; "
+            "import typer.main; names = [c.name for c in app.registered_commands]; "
+            "assert 'monitor' in names, names")
+    subprocess.run([sys.executable, "-c", code], check=True)
