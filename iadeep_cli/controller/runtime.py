@@ -59,6 +59,7 @@ class Controller:
             cluster.set_meta(conn, "controller", {
                 "pid": os.getpid(), "started_at": self.started_at,
                 "heartbeat_at": self.clock(), "poll_interval_s": self.inventory.poll_interval_s,
+                "aging_per_hour": self.inventory.policy.aging_per_hour,
                 "nodes": [n.name for n in self.inventory.nodes], **extra})
 
     def run(self, on_ready: Callable[[], None] = lambda: None) -> None:

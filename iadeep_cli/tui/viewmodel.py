@@ -236,5 +236,7 @@ def build_view(data: MonitorData, now: float, query: str = "") -> View:
     """Everything the screen shows, from one refresh's data and the time to measure ages at."""
     poll_s = poll_interval(data.status)
     nodes = tuple(node_card(n, now, poll_s, query) for n in data.status.get("nodes", ()))
-    return View(banner(data, now), nodes, job_rows(data.jobs, now, query),
+    ctl = data.status.get("controller") or {}
+    aging = ctl.get("aging_per_hour", Policy().aging_per_hour)  # the lab's, as the controller runs it
+    return View(banner(data, now), nodes, job_rows(data.jobs, now, query, aging),
                 summary(data.status), poll_s)
