@@ -73,6 +73,11 @@ def test_jobs_run_to_completion_with_exact_arguments(lab, tmp_path):
     assert "GREETING=$(id) ;x\n" in out
     assert not Path("/tmp/pwned").exists()
     assert cli(home, "logs", str(failing), check=True).stdout == "about to fail\n"
+    from iadeep_cli.controller import client
+    head = client.call("logs", {"id": hello, "offset": 0, "max_bytes": 10},
+                       socket_path=home / "controller.sock")
+    assert head["data"] == out[:10] and head["offset"] == 10
+    assert head["size"] == len(out.encode()) and head["finished"]
     events = json.loads(cli(home, "queue", "show", str(failing), "--json").stdout)["events"]
     assert [e["new_state"] for e in events] == ["queued", "starting", "running", "failed"]
     status = json.loads(cli(home, "status", "--json", check=True).stdout)
@@ -144,12 +149,14 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
 
 def test_unknown_workload_is_profiled_alone_then_known(lab):
     home = lab.home
-    job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "40", "0.1")
-    jobs = _wait(home, lambda js: js[job]["state"] in FINISHED)
-    assert jobs[job]["state"] == "succeeded"
-    assert jobs[job]["workload"] == "steps_progress"
-    assert jobs[job]["observed_speed"] == 1.0   # it ran alone, reporting progress
+    job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1")
+    jobs = _wait(home, lambda js: js[job]["workload"] == "steps_progress"
+                 and js[job]["observed_speed"] is not None)
+    assert jobs[job]["state"] == "running"
+    assert jobs[job]["observed_speed"] == 1.0   # it runs alone, reporting progress
     profile = json.loads(cli(home, "profile", "show", "steps_progress", "--json",
                              check=True).stdout)
     assert profile["source"] == f"job {job}" and profile["gpu_model"] == "NVIDIA H200"
-    assert 5 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s
+    assert 1 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s
+    cli(home, "queue", "cancel", str(job), check=True)
+    _wait(home, lambda js: js[job]["state"] == "cancelled", timeout=30)

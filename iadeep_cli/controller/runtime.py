@@ -40,7 +40,7 @@ class Controller:
 
     def _make_loop(self):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
-        from ..nodes.launcher import read_log
+        from ..nodes.launcher import log_size, read_log
         from ..nodes.poller import NodePool
         from .loop import SchedulingLoop
 
@@ -48,7 +48,8 @@ class Controller:
 
         def logs(job, offset: int, max_bytes: int) -> dict:
             data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
-            return {"data": data.decode("utf-8", "replace"), "offset": nxt}
+            size = log_size(pool, job.node, job.id) if len(data) == max_bytes else nxt
+            return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
 
         self.service.log_reader = logs
         return SchedulingLoop(self.store, self.inventory, pool, self.state_dir / "scripts",

@@ -189,3 +189,10 @@ def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
     d = job_dir(pool.node(node).workdir, job_id)
     _sh(pool, node, f'd={remote_path(d)}; [ -d "$d" ] || exit 0; '
                     f'mv "$d" "$d.{suffix}.$(date +%s)"')
+
+
+def log_size(pool, node: str, job_id: int) -> int | None:
+    """Bytes in the job's log so far (None if there is none yet): lets a viewer ask for the tail."""
+    path = f"{job_dir(pool.node(node).workdir, job_id)}/log"
+    out = _sh(pool, node, f"wc -c < {remote_path(path)} 2>/dev/null || true").strip()
+    return int(out) if out.isdigit() else None
