@@ -41,6 +41,15 @@ def test_poll_all_modes_each_node_its_own_result(sshd_cluster, smi_fixture):
     assert "nvidia-smi not found" in by["node05"].error
 
 
+def test_a_warning_on_stderr_does_not_break_the_node(sshd_cluster):
+    c = sshd_cluster(5)
+    c.node("node01").set_fake(mode="warn", gpus=2)
+    with pool_for(c.inventory) as pool:
+        n = pool.poll("node01")
+    assert n.ok, n.error
+    assert [g.name for g in n.gpus] == ["NVIDIA H200", "NVIDIA H200"]
+
+
 def test_many_gpus_and_na_values(sshd_cluster):
     c = sshd_cluster(5)
     c.node("node01").set_fake(mode="na", gpus=4)

@@ -43,12 +43,16 @@ def poll_script(workdir: str) -> str:
     """The shell script for one poll; ``workdir`` is Node.workdir (quoted, ``~`` kept working).
 
     GPU pids are validated as digits before they touch /proc; nothing else is interpolated.
+    stderr is kept out of the parsed output (a driver warning there must not make the node
+    look broken) and fetched again only when the command failed, for the error message.
     """
     jobs = remote_path(workdir.rstrip("/") + "/jobs")
     return f"""\
-g=$({GPU_QUERY} 2>&1); r=$?
+g=$({GPU_QUERY} 2>/dev/null); r=$?
+[ "$r" -eq 0 ] || g=$({GPU_QUERY} 2>&1)
 echo "{MARK} gpu $r"; printf '%s\\n' "$g"
-a=$({APP_QUERY} 2>&1); r=$?
+a=$({APP_QUERY} 2>/dev/null); r=$?
+[ "$r" -eq 0 ] || a=$({APP_QUERY} 2>&1)
 echo "{MARK} apps $r"; printf '%s\\n' "$a"
 echo "{MARK} procs"
 if [ "$r" -eq 0 ]; then
