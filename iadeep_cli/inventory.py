@@ -41,6 +41,7 @@ class Policy:
     max_jobs_per_gpu: int = 2
     memory_margin_gib: float = 2.0   # added to a profile's peak memory (CUDA context, cache)
     aging_per_hour: float = 1.0      # priority points a waiting job gains per hour
+    reserve_after_s: float = 3600.0  # a blocked whole-GPU job then reserves GPUs (no starvation)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ _POLICY_FIELDS = {
     "share_threshold": _positive(_num), "min_speed": _positive(_num),
     "max_jobs_per_gpu": _positive(_int, "a whole number >= 1"),
     "memory_margin_gib": _positive(_num), "aging_per_hour": _positive(_num),
+    "reserve_after_s": _positive(_num),
 }
 _LIMIT_FIELDS = {"max_gpus": _positive(_int), "max_jobs": _positive(_int)}
 

@@ -102,6 +102,20 @@ def test_reconcile_exit_codes_and_missing(pool, tmp_path):
     assert L.cancel(pool, "node01", 105) == "missing"
 
 
+def test_an_interrupted_launch_is_reported_claimed_and_never_restarted(pool, tmp_path):
+    """The controller died after claiming the job dir but before the pid was recorded."""
+    job, script = make_job(tmp_path, 107, "#!/bin/sh\nexit 0\n")
+    d = L.job_dir(pool.node("node01").workdir, 107)
+    pool.run("node01", ["sh", "-c", f"mkdir -p {d} && : > {d}/launched"])
+    assert L.reconcile(pool, "node01", [107])[107] == L.RemoteJob("claimed")
+    with pytest.raises(Exception, match="claimed by another launch"):
+        L.launch(pool, "node01", job, [0], script)
+    L.set_aside(pool, "node01", 107, "lost1")   # what the controller does before a retry
+    assert L.reconcile(pool, "node01", [107])[107] == L.RemoteJob("missing")
+    assert not L.launch(pool, "node01", job, [0], script).already_started
+    wait_until(lambda: finished(pool, 107))
+
+
 def test_read_log_offsets(pool, tmp_path):
     job, script = make_job(tmp_path, 106, "#!/bin/sh\nprintf 'abcdefghij'\n")
     L.launch(pool, "node01", job, [0], script)

@@ -5,6 +5,7 @@ under test. The model is the measured-truth table, so the rules are tested, not 
 """
 from __future__ import annotations
 
+import dataclasses
 import csv
 from importlib import resources
 
@@ -188,6 +189,16 @@ def test_long_blocked_big_job_reserves_gpus_so_it_cannot_starve():
     active = [job(9, "transformer", node="a", idx=(1,), exclusive=True)]
     p = run(q, slots, active=active, now=3 * 3600.0)
     assert p.placements == () and set(p.waits) == {1, 2}
+
+
+def test_reservation_waits_for_the_labs_reserve_after_s():
+    q = [job(1, "resnet50", t=0.0, gpus=2), job(2, "resnet18", t=1.0)]
+    slots = [slot("a", 0), slot("a", 1, jobs=(9,))]
+    active = [job(9, "transformer", node="a", idx=(1,), exclusive=True)]
+    patient = dataclasses.replace(POLICY, reserve_after_s=4 * 3600.0)
+    assert where(run(q, slots, active=active, now=3 * 3600.0, policy=patient), 2) == ("a", (0,))
+    eager = dataclasses.replace(POLICY, reserve_after_s=60.0)
+    assert run(q, slots, active=active, now=120.0, policy=eager).placements == ()
 
 
 def test_every_queued_job_is_placed_or_has_a_reason():

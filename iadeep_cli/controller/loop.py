@@ -129,6 +129,10 @@ class SchedulingLoop:
                            node=None, gpu_indices=())
             elif job.state == JobState.RUNNING:
                 self._lose(job, f"its directory vanished from node {job.node}")
+        elif remote.state == "claimed":
+            if job.state != JobState.LOST:
+                self._lose(job, f"its launch on {job.node} was interrupted; whether it started "
+                                "is unknown")
         elif remote.state == "running":
             if job.state != JobState.RUNNING:
                 why = "node answers again" if job.state == JobState.LOST else "running"

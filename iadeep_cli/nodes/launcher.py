@@ -42,7 +42,7 @@ class LaunchResult:
 
 @dataclass(frozen=True)
 class RemoteJob:
-    state: str                      # "running" | "exited" | "missing"
+    state: str                      # "running" | "exited" | "missing" | "claimed"
     exit_code: int | None = None    # None when exited without a code (killed hard, reboot)
     pid: int | None = None
 
@@ -139,7 +139,9 @@ def reconcile(pool, node: str, job_ids: Sequence[int]) -> dict[int, RemoteJob]:
 
     running: the pid is alive (not a zombie) and still leads its own session (pid reuse);
     exited: an exit file (its code), or the process is gone without one (code None);
-    missing: no pid file (never started, or the dir is gone).
+    missing: no pid file (never started, or the dir is gone);
+    claimed: a launch claimed the dir but recorded no pid (it was interrupted): whether the job
+    started is unknown, so it must be neither started again nor assumed dead.
     """
     if not job_ids:
         return {}
@@ -148,7 +150,8 @@ def reconcile(pool, node: str, job_ids: Sequence[int]) -> dict[int, RemoteJob]:
              f"  d={remote_path(wd.rstrip('/') + '/jobs')}/$j",
              '  if [ -f "$d/exit" ]; then echo "$j exited $(cat "$d/pid" 2>/dev/null) '
              '$(cat "$d/exit")"; continue; fi',
-             '  if [ ! -f "$d/pid" ]; then echo "$j missing"; continue; fi',
+             '  if [ ! -f "$d/pid" ]; then [ -f "$d/launched" ] && echo "$j claimed" ||'
+             ' echo "$j missing"; continue; fi',
              '  p=$(cat "$d/pid"); s=""',
              '  [ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat | cut -d" " -f1,4)',
              '  case "$s" in Z*|X*|"") echo "$j exited $p";; *" $p") echo "$j running $p";;',

@@ -36,10 +36,9 @@ from ..model.profiles import Profile
 from ..snapshot import ClusterSnapshot
 
 MIB_PER_GIB = 1024.0
-# A blocked whole-GPU job reserves GPUs only after waiting this long: reserving at once left
-# GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20% average JCT in the
-# simulator; after an hour the reservation still bounds its wait.
-RESERVE_AFTER_S = 3600.0
+# A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
+# reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
+# average JCT in the simulator; after an hour the reservation still bounds its wait.
 
 
 # --------------------------------------------------------------------------- values
@@ -288,7 +287,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         if got is None:
             waits[job.id] = why
             if (not reserved and (job.spec.gpus > 1 or res.solo_only or res.profile is None)
-                    and now - job.submitted_at >= RESERVE_AFTER_S):
+                    and now - job.submitted_at >= policy.reserve_after_s):
                 reserved = _reserve(rnd, job)
             continue
         placements.append(got)

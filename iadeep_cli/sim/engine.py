@@ -20,7 +20,7 @@ from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
 from ..model.profiles import Profile
-from ..scheduler.placement import (RESERVE_AFTER_S, CachedModel, GpuSlot, Placement, Plan,
+from ..scheduler.placement import (CachedModel, GpuSlot, Placement, Plan,
                                    order_queue, plan)
 from .truth import TruthModel
 
@@ -160,7 +160,7 @@ def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int,
     shares when it must: an honest time-slicing setup, not first-fit onto GPU 0);
     'random' picks uniformly among all GPUs that fit. Multi-GPU jobs get empty GPUs on one node
     (fewest-empty node first) and nothing joins them, and a blocked one reserves GPUs after
-    RESERVE_AFTER_S exactly as in plan(): the same queue discipline, only placement differs.
+    policy.reserve_after_s exactly as in plan(): the same queue discipline, only placement differs.
     """
     def planner(queue, slots, active, now):
         solo = {j.id for j in active if j.spec.gpus > 1}
@@ -178,7 +178,7 @@ def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int,
                 ok = [keys for keys in by_node.values() if len(keys) >= job.spec.gpus]
                 if not ok:
                     waits[job.id] = "no whole node free"
-                    if not reserved and now - job.submitted_at >= RESERVE_AFTER_S:
+                    if not reserved and now - job.submitted_at >= policy.reserve_after_s:
                         reserved = _reserve_baseline(state, job.spec.gpus)
                     continue
                 keys = sorted(min(ok, key=len))[: job.spec.gpus]
