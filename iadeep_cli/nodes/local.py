@@ -2,7 +2,9 @@
 
 The launcher and ``NodePool.run`` talk to a "connection" with ``run``/``put``/``read``/``close``;
 for ``Node.local`` that is a subprocess running ``sh -c`` and plain file copies, so a one-machine
-lab needs no sshd and the launcher's shell code is the same everywhere.
+lab needs no sshd and the launcher's shell code is the same everywhere.  Like an SSH session,
+commands start in the home directory, so a relative ``workdir`` means the same on every node
+(not "relative to wherever the controller was started").
 """
 from __future__ import annotations
 
@@ -16,6 +18,16 @@ from ..inventory import Node
 from .ssh import as_command
 
 
+def on_node(path: str) -> str:
+    """A path as an SSH session on this machine would see it: ``~`` expanded, relative to home."""
+    return os.path.join(os.path.expanduser("~"), os.path.expanduser(path))
+
+
+def _home() -> str | None:
+    home = on_node("~")
+    return home if os.path.isdir(home) else None   # no home: sshd would start in / too
+
+
 class LocalConnection:
     def __init__(self, node: Node, command_timeout: float = 20.0, **_ignored):
         self.node = node
@@ -27,7 +39,7 @@ class LocalConnection:
         timeout = self.command_timeout if timeout is None else timeout
         try:
             p = subprocess.run(["sh", "-c", as_command(command)], input=stdin or b"",
-                               capture_output=True, timeout=timeout)
+                               capture_output=True, timeout=timeout, cwd=_home())
         except subprocess.TimeoutExpired:
             raise NodeError(f"node {self.node.name}: command did not finish within {timeout:g} s",
                             hint="raise command_timeout if it is just slow") from None
@@ -36,15 +48,15 @@ class LocalConnection:
 
     def put(self, local, remote: str, mode: int = 0o700) -> None:
         try:
-            shutil.copyfile(local, remote)
-            os.chmod(remote, mode)
+            shutil.copyfile(local, on_node(remote))
+            os.chmod(on_node(remote), mode)
         except OSError as exc:
             raise NodeError(f"node {self.node.name}: cannot copy {local} to {remote}: "
                             f"{exc.strerror}") from None
 
     def read(self, remote: str, offset: int, max_bytes: int) -> bytes | None:
         try:
-            with open(os.path.expanduser(remote), "rb") as f:
+            with open(on_node(remote), "rb") as f:
                 f.seek(offset)
                 return f.read(max_bytes)
         except FileNotFoundError:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
 from .gpu import job_map
+from .local import on_node
 
 
 def _try(fn: Callable[[], Any]) -> Any:
@@ -31,9 +32,21 @@ def _mib(nbytes: Any) -> float | None:
     return None if nbytes is None else nbytes / (1024 * 1024)
 
 
+def _memory(nv, h) -> Any:
+    """Memory info as nvidia-smi reports it, so a local node reads like a remote one.
+
+    NVML's v1 struct counts the driver's reserved memory as used (an idle H200: 615 MiB "used",
+    nvidia-smi says 0) and that would leak into profiles' memory; the v2 struct reports it
+    apart.  Older drivers or nvidia-ml-py releases lack v2: fall back to v1 there.
+    """
+    v2 = getattr(nv, "nvmlMemory_v2", None)
+    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h, version=v2)) if v2 else None
+    return mem if mem is not None else _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+
+
 def _sample(nv, index: int, jobs: dict[int, int]) -> GpuSample:
     h = nv.nvmlDeviceGetHandleByIndex(index)
-    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    mem = _memory(nv, h)
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
@@ -80,10 +93,13 @@ def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
         except OSError:
             job = ""
         procs.append(f"{pid} {sid} {job}")
-    root = Path(workdir).expanduser() / "jobs"
+    root = Path(on_node(workdir)) / "jobs"
     for pidfile in root.glob("*/pid"):
-        if not (pidfile.parent / "exit").exists():
-            jobs.append(f"{pidfile.parent.name} {pidfile.read_text().strip()}")
+        try:   # a job dir may be set aside (renamed) between the glob and the read
+            if not (pidfile.parent / "exit").exists():
+                jobs.append(f"{pidfile.parent.name} {pidfile.read_text().strip()}")
+        except OSError:
+            continue
     return job_map("\n".join(procs), "\n".join(jobs))
 
 

@@ -1,0 +1,305 @@
+"""The controller's own machine (``Node.local``): NVML polling, local jobs, a real controller.
+
+No GPU here, so NVML is the replaying fake in tests/fakes/pynvml (real H200 numbers, real local
+processes); everything else is real: the launcher's shell code run by ``LocalConnection``, /proc,
+a controller process and the CLI.  Expected values are read from the fixture files here, never
+from the code under test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controllers import ControllerProcess, cli
+from iadeep_cli.inventory import Inventory, Node
+from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.nodes import launcher as L
+from iadeep_cli.nodes.local import on_node
+from iadeep_cli.nodes.nvml import poll_local
+from iadeep_cli.nodes.poller import NodePool
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKES = ROOT / "tests" / "fakes" / "pynvml"
+SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
+UUID0 = "GPU-bd43dabd-be64-a562-a627-684496845cbc"
+
+
+def fixture_gpu(base: str) -> dict[str, str]:
+    """The real nvidia-smi --query-gpu row for the idle or loaded H200, by field name."""
+    fields = ("index", "uuid", "name", "bus", "driver", "mem_total", "mem_used", "mem_free",
+              "util_gpu", "util_mem", "temp", "power", "limit")
+    text = (SMI / f"h200-{base}-query-gpu-full.csv-noheader-nounits.txt").read_text()
+    return dict(zip(fields, [v.strip() for v in text.split(",")]))
+
+
+def fixture_apps(base: str) -> list[tuple[int, float]]:
+    text = (SMI / f"h200-{base}-compute-apps-full.csv-noheader-nounits.txt").read_text()
+    return [(int(r.split(",")[0]), float(r.split(",")[3])) for r in text.splitlines() if r]
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch, tmp_path):
+    """Import the fake pynvml (fresh per test); set its mode/GPU count with the returned fn."""
+    monkeypatch.syspath_prepend(str(FAKES))
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    monkeypatch.setenv("FAKE_NVML_JOBS_UNDER", str(tmp_path))
+
+    def use(mode="idle", gpus=1):
+        monkeypatch.setenv("FAKE_NVML_MODE", mode)
+        monkeypatch.setenv("FAKE_NVML_GPUS", str(gpus))
+        import pynvml
+        assert pynvml.__file__.startswith(str(FAKES))
+        return pynvml
+
+    return use
+
+
+def assert_matches_fixture(gpu, row: dict[str, str]) -> None:
+    assert (gpu.index, gpu.uuid, gpu.name) == (0, row["uuid"], row["name"])
+    assert gpu.memory_total_mib == float(row["mem_total"])
+    assert gpu.memory_used_mib == float(row["mem_used"])
+    assert gpu.memory_free_mib == float(row["mem_free"])
+    assert gpu.utilization_gpu == float(row["util_gpu"])
+    assert gpu.utilization_memory == float(row["util_mem"])
+    assert gpu.temperature_c == float(row["temp"])
+    assert gpu.power_draw_w == pytest.approx(float(row["power"]))
+    assert gpu.power_limit_w == pytest.approx(float(row["limit"]))
+
+
+# --------------------------------------------------------------------------- poll_local
+@pytest.mark.parametrize("base", ["idle", "loaded"])
+def test_every_field_is_the_real_h200s(fake_nvml, tmp_path, base):
+    nv = fake_nvml(base)
+    snap = poll_local("here", str(tmp_path))
+    row = fixture_gpu(base)
+    assert snap.ok and snap.error is None and snap.driver_version == row["driver"]
+    assert len(snap.gpus) == 1
+    assert_matches_fixture(snap.gpus[0], row)
+    procs = snap.gpus[0].processes
+    assert [(p.pid, p.used_memory_mib) for p in procs] == sorted(fixture_apps(base))
+    assert all(p.job_id is None for p in procs)
+    with pytest.raises(nv.NVMLError_Uninitialized):   # init and shutdown were balanced
+        nv.nvmlDeviceGetCount()
+
+
+def test_unsupported_counters_become_none_and_the_node_stays_ok(fake_nvml, tmp_path):
+    fake_nvml("na")
+    snap = poll_local("here", str(tmp_path))
+    row = fixture_gpu("loaded")
+    assert snap.ok and snap.error is None
+    (gpu,) = snap.gpus
+    assert (gpu.utilization_gpu, gpu.utilization_memory, gpu.temperature_c, gpu.power_draw_w,
+            gpu.power_limit_w) == (None, None, None, None, None)
+    assert (gpu.name, gpu.memory_total_mib, gpu.memory_used_mib) == (
+        row["name"], float(row["mem_total"]), float(row["mem_used"]))
+    assert [p.pid for p in gpu.processes] == sorted(pid for pid, _ in fixture_apps("loaded"))
+    assert all(p.used_memory_mib is None for p in gpu.processes)
+
+
+def test_no_driver_is_a_per_node_error(fake_nvml, tmp_path):
+    fake_nvml("noinit")
+    snap = poll_local("here", str(tmp_path))
+    assert not snap.ok and snap.gpus == ()
+    assert "NVML" in snap.error and "Driver Not Loaded" in snap.error
+
+
+def test_only_the_inventorys_gpus(fake_nvml, tmp_path):
+    fake_nvml("idle", gpus=4)
+    snap = poll_local("here", str(tmp_path), only=(1, 3))
+    assert [g.index for g in snap.gpus] == [1, 3]
+    uuids = {g.uuid for g in snap.gpus}
+    assert len(uuids) == 2 and UUID0 not in uuids
+    assert all(g.name == fixture_gpu("idle")["name"] for g in snap.gpus)
+
+
+def test_real_pynvml_without_a_driver_is_a_per_node_error(monkeypatch, tmp_path):
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "fakes" not in p])
+    import pynvml
+    assert "fakes" not in pynvml.__file__
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has a working NVIDIA driver")
+    snap = poll_local("here", str(tmp_path))
+    assert not snap.ok and snap.gpus == () and "NVML" in snap.error
+
+
+def test_without_pynvml_installed_the_error_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pynvml", None)   # import pynvml -> ImportError
+    snap = poll_local("here", str(tmp_path))
+    assert not snap.ok and "nvidia-ml-py" in snap.error
+
+
+# --------------------------------------------------------------------------- LocalConnection
+TRICKY = ("it's", "$(touch {pwned})", "a;b", "two words", "line\nbreak", '"q"', "", "*")
+ECHO = """#!/bin/sh
+for a in "$@"; do printf 'ARG<%s>\\n' "$a"; done
+printf 'GPUS<%s> JOB<%s>\\n' "$CUDA_VISIBLE_DEVICES" "$IADEEP_JOB_ID"
+exit "${CODE:-0}"
+"""
+
+
+def wait_until(fn, limit=15.0):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def local_node_pool(workdir: str):
+    """A pool with one local node (the controller's own machine) keeping jobs in ``workdir``."""
+    node = Node(name="here", host="localhost", local=True, workdir=workdir)
+    return NodePool(Inventory(nodes=(node,)), command_timeout=10)
+
+
+@pytest.fixture
+def local_pool(tmp_path):
+    with local_node_pool(str(tmp_path / "wd")) as pool:
+        yield pool
+        stop_all(pool)
+
+
+def stop_all(pool) -> None:
+    """Cancel every job the pool's node still runs, so a failing test leaves no process."""
+    for pidfile in (Path(on_node(pool.node("here").workdir)) / "jobs").glob("*/pid"):
+        L.cancel(pool, "here", int(pidfile.parent.name), grace_s=1)
+
+
+def job(tmp_path, job_id, body, **spec):
+    script = tmp_path / f"job{job_id}.sh"
+    script.write_text(body)
+    return Job(job_id, "alice", JobSpec(str(script), **spec), JobState.STARTING, 0.0), script
+
+
+def test_local_jobs_get_exact_arguments_and_exit_codes(local_pool, tmp_path):
+    pwned = tmp_path / "pwned"
+    args = tuple(a.format(pwned=pwned) for a in TRICKY)
+    ok, script = job(tmp_path, 11, ECHO, args=args)
+    L.launch(local_pool, "here", ok, [1], script)
+    failing, script2 = job(tmp_path, 12, ECHO, env=(("CODE", "7"),))
+    L.launch(local_pool, "here", failing, [0], script2)
+    wait_until(lambda: all(r.state == "exited"
+                           for r in L.reconcile(local_pool, "here", [11, 12]).values()))
+    got = L.reconcile(local_pool, "here", [11, 12, 13])
+    assert (got[11].exit_code, got[12].exit_code, got[13]) == (0, 7, L.RemoteJob("missing"))
+    log, offset = L.read_log(local_pool, "here", 11)
+    assert log.decode() == "".join(f"ARG<{a}>\n" for a in args) + "GPUS<1> JOB<11>\n"
+    assert offset == len(log) and not pwned.exists()
+    assert L.read_log(local_pool, "here", 11, 4, 6) == (log[4:10], 10)
+    assert (tmp_path / "wd" / "jobs" / "11").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_running_local_job_is_on_its_gpu_then_cancelled(local_pool, fake_nvml, tmp_path):
+    fake_nvml("loaded", gpus=2)
+    running, script = job(tmp_path, 21, "#!/bin/sh\necho up\nsleep 30\n")
+    res = L.launch(local_pool, "here", running, [1], script)
+    assert L.launch(local_pool, "here", running, [1], script).already_started
+    wait_until(lambda: L.read_log(local_pool, "here", 21)[0] == b"up\n")
+    snap = local_pool.poll("here")
+    assert snap.ok
+    gpu0, gpu1 = snap.gpus
+    assert all(p.job_id is None for p in gpu0.processes)      # the fixture's foreign load
+    mine = [p for p in gpu1.processes if p.job_id == 21]
+    assert mine and {p.pid for p in gpu1.processes} == {p.pid for p in mine}
+    assert all(p.used_memory_mib == fixture_apps("loaded")[0][1] for p in mine)
+    assert {Path(p.name).name for p in mine} <= {"sh", "dash", "bash", "sleep"}
+    assert L.reconcile(local_pool, "here", [21])[21] == L.RemoteJob("running", None, res.pid)
+    assert L.cancel(local_pool, "here", 21, grace_s=5) == "terminated"
+    assert L.reconcile(local_pool, "here", [21])[21] == L.RemoteJob("exited", 143, res.pid)
+    wait_until(lambda: local_pool.poll("here").gpus[1].processes == ())
+
+
+def test_a_relative_workdir_is_under_home_as_over_ssh(fake_nvml, monkeypatch, tmp_path):
+    """An SSH session starts in the home directory; the local node must too, whatever the
+    controller's own working directory is."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    fake_nvml("idle")
+    with local_node_pool("rel-wd") as pool:
+        try:
+            running, script = job(tmp_path, 31, "#!/bin/sh\necho up\nsleep 30\n")
+            L.launch(pool, "here", running, [0], script)
+            wait_until(lambda: L.read_log(pool, "here", 31)[0] == b"up\n")
+            assert (home / "rel-wd" / "jobs" / "31" / "pid").is_file()
+            assert not (elsewhere / "rel-wd").exists()
+            assert any(p.job_id == 31 for p in pool.poll("here").gpus[0].processes)
+        finally:
+            stop_all(pool)
+
+
+def test_memory_falls_back_to_nvml_v1_on_older_bindings(fake_nvml, monkeypatch, tmp_path):
+    """Without the v2 struct, NVML's v1 counts reserved memory as used (total = free + used)."""
+    nv = fake_nvml("idle")
+    monkeypatch.delattr(nv, "nvmlMemory_v2")
+    (gpu,) = poll_local("here", str(tmp_path)).gpus
+    row = fixture_gpu("idle")
+    assert gpu.memory_free_mib == float(row["mem_free"])
+    assert gpu.memory_used_mib == float(row["mem_total"]) - float(row["mem_free"])
+
+
+# --------------------------------------------------------------------------- end to end
+FINISHED = {"succeeded", "failed", "cancelled"}
+
+
+def _jobs(home):
+    out = cli(home, "queue", "list", "--all", "--json", check=True).stdout
+    return {j["id"]: j for j in json.loads(out)}
+
+
+def test_controller_runs_jobs_on_its_own_machine(monkeypatch, tmp_path):
+    workdir = tmp_path / "wd"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("FAKE_NVML_MODE", "idle")
+    monkeypatch.setenv("FAKE_NVML_GPUS", "2")
+    monkeypatch.setenv("FAKE_NVML_JOBS_UNDER", str(workdir))
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 10\n"
+                         f"nodes:\n  - name: here\n    local: true\n    workdir: {workdir}\n")
+    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    try:
+        home = ctl.home
+        hello = int(cli(home, "queue", "add", str(ROOT / "jobs/hello.sh"), "a b", "$(x);y",
+                        "--env", "SLEEP_S=3", check=True).stdout)
+        steps = int(cli(home, "queue", "add", str(ROOT / "jobs/steps_progress.sh"), "15", "0.2",
+                        "--workload", "mlp", check=True).stdout)
+        seen: dict[int, int] = {}       # job id -> GPU its process was seen on
+        name = fixture_gpu("idle")["name"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = json.loads(cli(home, "status", "--json", check=True).stdout)
+            (node,) = status["nodes"]
+            assert node["name"] == "here" and node["error"] is None, node
+            assert [g["name"] for g in node["gpus"]] == [name, name]
+            jobs = _jobs(home)
+            for g in node["gpus"]:
+                for p in g["processes"]:
+                    assert p["job_id"] in (hello, steps), p
+                    assert g["index"] in jobs[p["job_id"]]["gpu_indices"], (p, jobs)
+                    seen[p["job_id"]] = g["index"]
+            if all(j["state"] in FINISHED for j in jobs.values()):
+                break
+            time.sleep(0.2)
+        assert {i: (jobs[i]["state"], jobs[i]["exit_code"]) for i in (hello, steps)} == {
+            hello: ("succeeded", 0), steps: ("succeeded", 0)}
+        assert set(seen) == {hello, steps}
+        assert all(jobs[i]["node"] == "here" for i in (hello, steps))
+        log = cli(home, "logs", str(hello), check=True).stdout
+        assert "arg 1: a b\narg 2: $(x);y\n" in log
+    finally:
+        ctl.stop()
