@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -210,11 +211,29 @@ class Cluster:
         self.nodes[name].start()
 
     def reset(self) -> None:
-        """Every node running with the default stand-in behaviour (between tests)."""
+        """Every node running with the default stand-in behaviour (between tests), and no job
+        left over from an earlier test (they would show as GPU processes on every node)."""
+        self.kill_jobs()
         for node in self.nodes.values():
             node.set_fake()
             node.start()
 
+    def kill_jobs(self) -> None:
+        """Kill the process groups of jobs launched under this cluster's workdir."""
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                env = environ.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            progress = next((e[len(b"IADEEP_PROGRESS_FILE="):] for e in env
+                             if e.startswith(b"IADEEP_PROGRESS_FILE=")), b"")
+            if progress.decode(errors="replace").startswith(self.workdir + "/"):
+                try:
+                    os.killpg(int(environ.parent.name), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, ValueError):
+                    pass
+
     def shutdown(self) -> None:
+        self.kill_jobs()
         for node in self.nodes.values():
             node.stop()

@@ -93,12 +93,15 @@ def test_garbage_is_an_error_not_a_crash():
 def test_job_processes_tagged_by_env_or_session(smi_fixture):
     apps = smi_fixture(APPS_LOADED)
     # 450: env says job 5 (live); 451: same session as job 6's leader; 452: env names a job
-    # that has no live pid file here -> foreign.
-    procs = "450 100 5\n451 200\n452 300 99\n"
-    jobs = "5 100\n6 200\n"
+    # with no directory here -> foreign; 454: env names job 7, which just exited (its last
+    # process is still going) -> still job 7; 455: session of job 8's leader, but job 8 has
+    # exited, so that pid (and session) may be reused by a stranger -> foreign.
+    procs = "450 100 5\n451 200\n452 300 99\n454 400 7\n455 500\n"
+    jobs = "5 100\n6 200\n7 400 exited\n8 500 exited\n"
     snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), apps, procs=procs, jobs=jobs))
     tags = {p.pid: p.job_id for p in snap.gpus[0].processes}
     assert (tags[450], tags[451], tags[452], tags[453]) == (5, 6, None, None)
+    assert (tags[454], tags[455]) == (7, None)
     assert job_map("x y\n", "garbage\n") == {}
 
 

@@ -67,8 +67,8 @@ fi
 echo "{MARK} jobs"
 for f in {jobs}/*/pid; do
   [ -f "$f" ] || continue
-  d=${{f%/pid}}; [ -f "$d/exit" ] && continue
-  echo "${{d##*/}} $(cat "$f")"
+  d=${{f%/pid}}; x=""; [ -f "$d/exit" ] && x=" exited"
+  echo "${{d##*/}} $(cat "$f")$x"
 done
 """
 
@@ -171,16 +171,21 @@ def nvidia_smi_error(rc: int, body: str) -> str | None:
 def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
     """pid -> job id for GPU processes that iadeep started.
 
-    A process belongs to job J if its environment says ``IADEEP_JOB_ID=J`` and J has a live pid
-    file on this node, or (environment unreadable: another user's process) if its session id is
-    the session that J's pid file records (jobs are started with setsid, so pid == sid).
+    ``jobs_text``: one line per job directory, ``ID PID`` (live) or ``ID PID exited``.
+    A process belongs to job J if its environment says ``IADEEP_JOB_ID=J`` and J has a job
+    directory on this node (finished ones too: a job's last process may outlive its exit file
+    by a moment, and is still not foreign), or (environment unreadable: another user's process)
+    if its session id is the session of a *live* job (jobs are started with setsid, so
+    pid == sid; a finished job's pid may already belong to someone else).
     """
     sessions: dict[int, int] = {}
+    known: set[int] = set()
     for line in jobs_text.splitlines():
         parts = line.split()
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            sessions[int(parts[1])] = int(parts[0])
-    live_jobs = set(sessions.values())
+            known.add(int(parts[0]))
+            if parts[2:3] != ["exited"]:
+                sessions[int(parts[1])] = int(parts[0])
     out: dict[int, int] = {}
     for line in procs_text.splitlines():
         parts = line.split()
@@ -188,7 +193,7 @@ def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
             continue
         pid, sid = int(parts[0]), int(parts[1])
         env_job = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
-        if env_job is not None and env_job in live_jobs:
+        if env_job is not None and env_job in known:
             out[pid] = env_job
         elif sid in sessions:
             out[pid] = sessions[sid]

@@ -96,8 +96,8 @@ def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
     root = Path(on_node(workdir)) / "jobs"
     for pidfile in root.glob("*/pid"):
         try:   # a job dir may be set aside (renamed) between the glob and the read
-            if not (pidfile.parent / "exit").exists():
-                jobs.append(f"{pidfile.parent.name} {pidfile.read_text().strip()}")
+            done = " exited" if (pidfile.parent / "exit").exists() else ""
+            jobs.append(f"{pidfile.parent.name} {pidfile.read_text().strip()}{done}")
         except OSError:
             continue
     return job_map("\n".join(procs), "\n".join(jobs))
