@@ -23,12 +23,9 @@ import time
 
 def _seeded(scenario: str):
     os.environ["IADEEP_HOME"] = tempfile.mkdtemp(prefix=f"bench-tui-{scenario}-")
-    from iadeep_cli.store import Store
     from iadeep_cli.tui import seed, source
 
-    store = Store()
-    seed.seed(store, scenario)
-    store.close()
+    seed.seed_state_dir(scenario)
     return source.fetch()
 
 

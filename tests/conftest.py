@@ -63,3 +63,10 @@ def sshd_cluster(_sshd_clusters, monkeypatch):
 def smi_fixture():
     """Read a real nvidia-smi output file by name."""
     return lambda name: (FIXTURES / "nvidia-smi" / name).read_text()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty iadeep state directory ($IADEEP_HOME) for this test."""
+    monkeypatch.setenv("IADEEP_HOME", str(tmp_path))
+    return tmp_path

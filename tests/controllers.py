@@ -61,3 +61,22 @@ class ControllerProcess:
     def stop(self) -> int | None:
         self.kill(signal.SIGTERM)
         return self.proc.returncode if self.proc else None
+
+
+def wait_until(fn, limit: float = 15.0, every: float = 0.05):
+    """Poll ``fn`` until it returns something truthy (returned), or fail after ``limit`` s."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("condition not reached")
+
+
+def jobs_by_id(home: Path) -> dict:
+    """Every job in the state directory, through the real CLI, keyed by id."""
+    import json
+
+    out = cli(home, "queue", "list", "--all", "--json", check=True).stdout
+    return {j["id"]: j for j in json.loads(out)}

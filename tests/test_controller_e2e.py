@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, cli
+from controllers import ControllerProcess, cli, jobs_by_id
 
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -25,9 +25,7 @@ def _inventory(cluster, tmp_path, gpus=1, grace=3.0):
     return path
 
 
-def _jobs(home):
-    return {j["id"]: j for j in json.loads(cli(home, "queue", "list", "--all", "--json",
-                                               check=True).stdout)}
+_jobs = jobs_by_id
 
 
 def _wait(home, done, timeout=90.0):

@@ -1,7 +1,6 @@
 """Jobs on a real sshd node: quoting, detach, idempotent launch, cancel, reconcile, logs."""
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -22,14 +21,7 @@ printf 'PWD<%s>\\n' "$(pwd)"
 TRICKY = ("a b", "$(touch /tmp/iadeep-pwned)", "x;y", "q'u\"o`t`e", "new\nline", "", "*")
 
 
-def wait_until(fn, limit=10.0):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
+from controllers import wait_until  # noqa: E402
 
 
 def make_job(tmp_path, job_id, body, **spec):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from iadeep_cli.errors import InputError, ModelError
+from iadeep_cli.errors import ModelError
 from iadeep_cli.model.evaluate import lowo_evaluate, triple_composition_error
 from iadeep_cli.model.predictor import (InterferenceModel, analytic_model, default_model,
                                         fit_model)

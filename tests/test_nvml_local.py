@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, cli
+from controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes import launcher as L
@@ -148,14 +148,6 @@ exit "${CODE:-0}"
 """
 
 
-def wait_until(fn, limit=15.0):
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def local_node_pool(workdir: str):
@@ -256,9 +248,7 @@ def test_memory_falls_back_to_nvml_v1_on_older_bindings(fake_nvml, monkeypatch, 
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 
-def _jobs(home):
-    out = cli(home, "queue", "list", "--all", "--json", check=True).stdout
-    return {j["id"]: j for j in json.loads(out)}
+_jobs = jobs_by_id
 
 
 def test_controller_runs_jobs_on_its_own_machine(monkeypatch, tmp_path):

@@ -102,16 +102,7 @@ def test_gpu_shows_foreign_processes_and_jobs_that_left():
 
 
 # --------------------------------------------------------------------------- seeded stores
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("IADEEP_HOME", str(tmp_path))
-    return tmp_path
-
-
-def _seed(scenario: str) -> None:
-    store = Store()
-    seed.seed(store, scenario)
-    store.close()
+_seed = seed.seed_state_dir
 
 
 def _jobs_in_store(states) -> list:

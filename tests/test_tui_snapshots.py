@@ -12,23 +12,14 @@ import threading
 import pytest
 
 from iadeep_cli.inventory import Inventory
-from iadeep_cli.store import Store
 from iadeep_cli.tui import seed, source
 from iadeep_cli.tui.app import MonitorApp
 
 NOW = seed.NOW
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("IADEEP_HOME", str(tmp_path))
-    return tmp_path
-
-
 def _seeded_app(scenario: str) -> MonitorApp:
-    store = Store()
-    seed.seed(store, scenario)
-    store.close()
+    seed.seed_state_dir(scenario)
     return MonitorApp(initial=source.fetch(), now=lambda: NOW, user="alice", auto_refresh=False)
 
 
@@ -37,9 +28,7 @@ def live_busy(home):
     """The busy cluster served by a real controller (clock fixed), so the banner is 'live'."""
     from iadeep_cli.controller.runtime import Controller
 
-    store = Store()
-    seed.seed(store, "busy")
-    store.close()
+    seed.seed_state_dir("busy")
     ctl = Controller(Inventory(nodes=()), home, clock=lambda: NOW)
     ready = threading.Event()
     thread = threading.Thread(target=ctl.run, args=(ready.set,), daemon=True)

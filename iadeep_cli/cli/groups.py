@@ -1,14 +1,11 @@
-"""Registers every command module on the main app. One import (and add_typer) per module."""
-from .main import app  # noqa: F401
-from . import queue as _queue, status as _status, controller as _controller  # noqa: F401,E401
-app.add_typer(_queue.app, name="queue")
-app.add_typer(_controller.app, name="controller")
-from . import model as _model  # noqa: E402
-app.add_typer(_model.app, name="model")
-from . import nodes as _nodes
-app.add_typer(_nodes.app, name="nodes")
-from . import monitor as _monitor  # noqa: F401,E402
-from . import sim as _sim  # noqa: F401,E402  (registers `iadeep sim` on the main app)
-from . import logs as _logs  # noqa: E402,F401
-from . import profile as _profile  # noqa: E402
-app.add_typer(_profile.app, name="profile")
+"""Registers every command module on the main app: a group via add_typer, or a module whose
+commands decorate the main app directly (status, logs, sim, monitor)."""
+from . import status, logs, monitor, sim  # noqa: F401,I001  (this order is --help's order)
+from . import controller, model, nodes, profile, queue
+from .main import app
+
+app.add_typer(queue.app, name="queue")
+app.add_typer(controller.app, name="controller")
+app.add_typer(model.app, name="model")
+app.add_typer(nodes.app, name="nodes")
+app.add_typer(profile.app, name="profile")

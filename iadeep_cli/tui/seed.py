@@ -185,3 +185,12 @@ def seed(store: Store, scenario: str, now: float = NOW) -> None:
     """Write ``scenario`` (see SCENARIOS) into an empty store, all in one transaction."""
     with store.tx() as conn:
         SCENARIOS[scenario](_Seeder(conn, now))
+
+
+def seed_state_dir(scenario: str, now: float = NOW) -> None:
+    """Seed the database of the current state directory ($IADEEP_HOME) with ``scenario``."""
+    store = Store()
+    try:
+        seed(store, scenario, now)
+    finally:
+        store.close()
