@@ -87,9 +87,11 @@ class SchedulingLoop:
                 self._reconcile(node.name)
         self._lose_silent_nodes(now)
         self._cancel_requested()
-        self._profile_new_workloads(snapshot)
+        profiles = self.profiles()
+        if self._profile_new_workloads(snapshot, profiles):
+            profiles = self.profiles()
         self._observe_speeds(snapshot, now)
-        self._schedule(snapshot)
+        self._schedule(snapshot, profiles)
 
     def close(self) -> None:
         self.pool.close()
@@ -208,39 +210,41 @@ class SchedulingLoop:
             self._reconcile(job.node)
 
     # ------------------------------------------------------------------ profiling
-    def _profile_new_workloads(self, snapshot: ClusterSnapshot) -> None:
+    def _profile_new_workloads(self, snapshot: ClusterSnapshot,
+                               known: dict[str, Profile]) -> bool:
         """Sample the GPU of each running job without a profile while it runs alone; after
-        PROFILE_SAMPLES polls record its profile, so later jobs of the kind can share."""
+        PROFILE_SAMPLES polls record its profile, so later jobs of the kind can share.
+        Returns whether a profile was recorded."""
+        recorded = False
+        for job in self._jobs({JobState.RUNNING}):
+            if job.spec.workload in known or len(job.gpu_indices) != 1:
+                continue
+            sample = _alone_on_gpu(job, snapshot)
+            if sample is None:
+                continue
+            samples = self._samples.setdefault(job.id, [])
+            samples.append(sample)
+            if len(samples) >= PROFILE_SAMPLES:
+                recorded |= self._record_profile(job, samples)
+        return recorded
+
+    def _record_profile(self, job: Job, samples: list[tuple[GpuSample, float | None]]) -> bool:
         from ..model.online import profile_from_samples
 
-        known = self.profiles()
-        for job in self._jobs({JobState.RUNNING}):
-            if (job.spec.workload in known) or len(job.gpu_indices) != 1:
-                continue
-            node = snapshot.node(job.node or "")
-            gpu = next((g for g in (node.gpus if node and node.ok else ())
-                        if g.index == job.gpu_indices[0]), None)
-            if gpu is None or any(p.job_id not in (None, job.id) for p in gpu.processes):
-                continue
-            mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]
-            mem = max(mine) if mine and None not in mine else gpu.memory_used_mib
-            samples = self._samples.setdefault(job.id, [])
-            samples.append((gpu, mem))
-            if len(samples) < PROFILE_SAMPLES:
-                continue
-            label = job.spec.workload or Path(job.spec.script).stem
-            peak = max((m or 0.0) for _, m in samples) / 1024.0
-            try:
-                profile = profile_from_samples(label, gpu.name, [g for g, _ in samples], peak,
-                                               solo_it_per_s=self.observer.solo_rate(job.id))
-            except IadeepError as exc:
-                log.warning("profiling job %s: %s", job.id, exc.message)
-                continue
-            with self.store.tx() as conn:
-                profrows.upsert_profile(conn, profile, self.clock(), source=f"job {job.id}")
-                jobrows.update(conn, job.id, workload=label)
-            self._samples.pop(job.id, None)
-            log.info("profiled job %s as %r", job.id, label)
+        label = job.spec.workload or Path(job.spec.script).stem
+        peak_gib = max((mem or 0.0) for _, mem in samples) / 1024.0
+        try:
+            profile = profile_from_samples(label, samples[0][0].name, [g for g, _ in samples],
+                                           peak_gib, solo_it_per_s=self.observer.solo_rate(job.id))
+        except IadeepError as exc:
+            log.warning("profiling job %s: %s", job.id, exc.message)
+            return False
+        with self.store.tx() as conn:
+            profrows.upsert_profile(conn, profile, self.clock(), source=f"job {job.id}")
+            jobrows.update(conn, job.id, workload=label)
+        self._samples.pop(job.id, None)
+        log.info("profiled job %s as %r", job.id, label)
+        return True
 
     # ------------------------------------------------------------------ online learning
     def _observe_speeds(self, snapshot: ClusterSnapshot, now: float) -> None:
@@ -261,14 +265,13 @@ class SchedulingLoop:
             self._refit()
 
     # ------------------------------------------------------------------ schedule
-    def _schedule(self, snapshot: ClusterSnapshot) -> None:
+    def _schedule(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
         from ..scheduler.placement import plan, slots_from_snapshot
 
         queue = self._jobs({JobState.QUEUED})
         if not queue:
             return
         active = self._jobs(ACTIVE)
-        profiles = self.profiles()
         slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
         decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
                        self.inventory.user_limits, self.clock())
@@ -313,3 +316,15 @@ class SchedulingLoop:
     def script_copy(self, job: Job) -> Path:
         """The copy of the script taken when the job was submitted (later edits don't leak)."""
         return self.scripts_dir / str(job.id) / Path(job.spec.script).name
+
+
+def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float | None] | None:
+    """(its GPU's sample, the job's memory in MiB) if the job is the only iadeep job on its
+    GPU in this snapshot, else None (a profile must describe the job running alone)."""
+    node = snapshot.node(job.node or "")
+    gpu = next((g for g in (node.gpus if node and node.ok else ())
+                if g.index == job.gpu_indices[0]), None)
+    if gpu is None or any(p.job_id not in (None, job.id) for p in gpu.processes):
+        return None
+    mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]
+    return gpu, (max(mine) if mine and None not in mine else gpu.memory_used_mib)
