@@ -158,3 +158,13 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
     assert 1 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s
     cli(home, "queue", "cancel", str(job), check=True)
     _wait(home, lambda js: js[job]["state"] == "cancelled", timeout=30)
+
+
+def test_logs_follow_streams_until_the_job_ends(lab):
+    home = lab.home
+    job = _add(home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=2")
+    _wait(home, lambda js: js[job]["state"] == "running")
+    followed = cli(home, "logs", str(job), "--follow")   # returns only once the job has ended
+    assert followed.returncode == 0
+    assert followed.stdout.startswith(f"job {job} on ") and followed.stdout.endswith("done\n")
+    assert _jobs(home)[job]["state"] == "succeeded"
