@@ -13,12 +13,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """One compute process on a GPU; ``job_id`` is set when iadeep launched it, else foreign."""
+    """One compute process on a GPU; ``job_id`` is set when iadeep launched it, else foreign.
+    ``sm_util``: its share of the GPU's SM time (%), where the poll can see it (NVML)."""
 
     pid: int
     used_memory_mib: float | None
     name: str = ""
     job_id: int | None = None
+    sm_util: float | None = None
 
     @property
     def foreign(self) -> bool:

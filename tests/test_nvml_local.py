@@ -83,6 +83,12 @@ def test_every_field_is_the_real_h200s(fake_nvml, tmp_path, base):
     procs = snap.gpus[0].processes
     assert [(p.pid, p.used_memory_mib) for p in procs] == sorted(fixture_apps(base))
     assert all(p.job_id is None for p in procs)
+    captured = {s["pid"]: float(s["sm"]) for s in
+                json.loads((SMI / "h200-pair-nvml-process-utilization.json").read_text())}
+    # per-process SM utilisation: the real capture's figures; a process NVML kept no sample
+    # for (6 of the 14 there; all when idle) has none
+    assert {p.pid: p.sm_util for p in procs} == {pid: captured.get(pid) for pid, _ in
+                                                  fixture_apps(base)}
     with pytest.raises(nv.NVMLError_Uninitialized):   # init and shutdown were balanced
         nv.nvmlDeviceGetCount()
 
@@ -99,6 +105,7 @@ def test_unsupported_counters_become_none_and_the_node_stays_ok(fake_nvml, tmp_p
         row["name"], float(row["mem_total"]), float(row["mem_used"]))
     assert [p.pid for p in gpu.processes] == sorted(pid for pid, _ in fixture_apps("loaded"))
     assert all(p.used_memory_mib is None for p in gpu.processes)
+    assert all(p.sm_util is None for p in gpu.processes)   # not supported: no figure
 
 
 def test_no_driver_is_a_per_node_error(fake_nvml, tmp_path):
@@ -288,6 +295,8 @@ def test_controller_runs_jobs_on_its_own_machine(monkeypatch, tmp_path):
         assert {i: (jobs[i]["state"], jobs[i]["exit_code"]) for i in (hello, steps)} == {
             hello: ("succeeded", 0), steps: ("succeeded", 0)}
         assert set(seen) == {hello, steps}
+        # hello.sh reports no progress: its speed comes from NVML's per-process SM figure
+        assert jobs[hello]["observed_speed"] == 1.0
         assert all(jobs[i]["node"] == "here" for i in (hello, steps))
         log = cli(home, "logs", str(hello), check=True).stdout
         assert "arg 1: a b\narg 2: $(x);y\n" in log

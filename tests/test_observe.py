@@ -89,3 +89,34 @@ def test_a_newcomer_uses_the_solo_rate_this_lab_profiled(tmp_path):
     _progress(tmp_path, 2, 0, 60, 5)
     speeds, _ = observer.observe([_job(1, "a"), _job(2, "b")], snap, 0.0, {"b": 10.0})
     assert speeds == {2: 0.5}  # job 1's workload has no known solo rate: no guess
+
+
+def _gpu_with(*procs):
+    """A snapshot whose GPU 0 holds iadeep processes (job id, sm %)."""
+    from iadeep_cli.snapshot import GpuProcess
+    processes = tuple(GpuProcess(pid=1000 + j, used_memory_mib=100.0, job_id=j, sm_util=sm)
+                      for j, sm in procs)
+    gpu = GpuSample(0, "u", "NVIDIA H200", processes=processes)
+    return ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, (gpu,)),))
+
+
+def test_without_progress_sm_utilisation_is_the_proxy_but_never_a_model_row(tmp_path):
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    a = _job(1, "vgg16")
+    assert observer.observe([a], _gpu_with((1, 40.0)), 0.0)[0] == {1: 1.0}   # alone: solo SM
+    b = _job(2, "mlp")
+    shared = _gpu_with((1, 30.0), (2, 5.0))
+    speeds, rows = observer.observe([a, b], shared, 10.0, known_util={"mlp": 10.0})
+    assert speeds == {1: 0.75, 2: 0.5}   # b never ran alone: its profile's utilisation
+    assert observer.observe([a, b], shared, 100.0, known_util={"mlp": 10.0})[1] == []
+
+
+def test_no_progress_and_no_sm_figure_means_no_speed(tmp_path):
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    speeds, _ = observer.observe([_job(1, "x"), _job(2, "y")], _gpu_with((1, None), (2, None)),
+                                 0.0, known_util={"x": 50.0, "y": 50.0})
+    assert speeds == {}

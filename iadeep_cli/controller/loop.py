@@ -90,7 +90,7 @@ class SchedulingLoop:
         profiles = self.profiles()
         if self._profile_new_workloads(snapshot, profiles):
             profiles = self.profiles()
-        self._observe_speeds(snapshot, now)
+        self._observe_speeds(snapshot, now, profiles)
         self._schedule(snapshot, profiles)
 
     def close(self) -> None:
@@ -247,12 +247,14 @@ class SchedulingLoop:
         return True
 
     # ------------------------------------------------------------------ online learning
-    def _observe_speeds(self, snapshot: ClusterSnapshot, now: float) -> None:
+    def _observe_speeds(self, snapshot: ClusterSnapshot, now: float,
+                        profiles: dict[str, Profile]) -> None:
         with self.store.tx() as conn:  # solo rates of workloads this lab profiled itself
             known_solo = {p.workload: p.solo_it_per_s for p, _, _ in profrows.load_profiles(conn)
                           if p.solo_it_per_s}
+        known_util = {name: p.gpu_util for name, p in profiles.items() if p.gpu_util}
         speeds, pairs = self.observer.observe(self._jobs({JobState.RUNNING}), snapshot, now,
-                                              known_solo)
+                                              known_solo, known_util)
         with self.store.tx() as conn:
             for job_id, speed in speeds.items():
                 jobrows.update(conn, job_id, observed_speed=round(speed, 4))

@@ -27,6 +27,7 @@ class _Track:
     offset: int = 0
     points: list = field(default_factory=list)
     solo_rate: float | None = None
+    solo_sm: float | None = None
 
 
 class SpeedObserver:
@@ -41,30 +42,54 @@ class SpeedObserver:
         return track.solo_rate if track else None
 
     def observe(self, running: list[Job], snapshot: ClusterSnapshot, now: float,
-                known_solo: dict[str, float] | None = None
+                known_solo: dict[str, float] | None = None,
+                known_util: dict[str, float] | None = None
                 ) -> tuple[dict[int, float], list[CoLocation]]:
         """Returns (job id -> observed speed, new co-location rows) for this round.
 
         A job that never ran alone is compared with ``known_solo[workload]``: the solo rate a
-        job with the same label showed when this lab profiled it."""
-        known_solo = known_solo or {}
+        job with the same label showed when this lab profiled it. A job that reports no
+        progress is judged by its processes' SM utilisation (where the poll sees it: NVML)
+        against its own while alone, else its profile's ``known_util[workload]``: a proxy, so
+        such speeds are shown but never become co-location rows for the model."""
         groups = _groups(running)
         speeds: dict[int, float] = {}
-        for key, jobs in groups.items():
+        measured: set[int] = set()
+        for jobs in groups.values():
             for job in jobs:
-                current = self._rate(job)
-                track = self._tracks.get(job.id)
-                if current is None or track is None:
-                    continue
-                if len(jobs) == 1:
-                    track.solo_rate = current
-                    speeds[job.id] = 1.0
-                    continue
-                solo = track.solo_rate or known_solo.get(job.spec.workload or "")
-                if solo:
-                    speeds[job.id] = min(1.5, current / solo)
+                speed = self._from_progress(job, len(jobs) == 1, known_solo or {})
+                if speed is not None:
+                    measured.add(job.id)
+                else:
+                    speed = self._from_sm(job, snapshot, len(jobs) == 1, known_util or {})
+                if speed is not None:
+                    speeds[job.id] = speed
         self._forget([j.id for j in running])
-        return speeds, self._pairs(groups, speeds, snapshot, now)
+        return speeds, self._pairs(groups, {i: speeds[i] for i in measured}, snapshot, now)
+
+    def _from_progress(self, job: Job, alone: bool, known_solo: dict[str, float]
+                       ) -> float | None:
+        current = self._rate(job)
+        if current is None:
+            return None
+        track = self._tracks[job.id]
+        if alone:
+            track.solo_rate = current
+            return 1.0
+        solo = track.solo_rate or known_solo.get(job.spec.workload or "")
+        return min(1.5, current / solo) if solo else None
+
+    def _from_sm(self, job: Job, snapshot: ClusterSnapshot, alone: bool,
+                 known_util: dict[str, float]) -> float | None:
+        sm = _job_sm(job, snapshot)
+        if sm is None:
+            return None
+        track = self._tracks.setdefault(job.id, _Track())
+        if alone:
+            track.solo_sm = sm
+            return 1.0
+        solo = track.solo_sm or known_util.get(job.spec.workload or "")
+        return min(1.5, sm / solo) if solo else None
 
     def _rate(self, job: Job) -> float | None:
         from ..nodes.launcher import job_dir
@@ -113,3 +138,12 @@ def _groups(running: list[Job]) -> dict[tuple[str, int], list[Job]]:
         if job.node and len(job.gpu_indices) == 1:
             groups.setdefault((job.node, job.gpu_indices[0]), []).append(job)
     return groups
+
+
+def _job_sm(job: Job, snapshot: ClusterSnapshot) -> float | None:
+    """The job's processes' summed SM utilisation on its GPU in this snapshot, if reported."""
+    node = snapshot.node(job.node or "")
+    gpu = next((g for g in (node.gpus if node else ()) if g.index == job.gpu_indices[0]), None)
+    values = [p.sm_util for p in (gpu.processes if gpu else ())
+              if p.job_id == job.id and p.sm_util is not None]
+    return sum(values) if values else None

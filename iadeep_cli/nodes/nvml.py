@@ -51,6 +51,7 @@ def _sample(nv, index: int, jobs: dict[int, int]) -> GpuSample:
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
     procs = _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []
+    sm = _process_sm(nv, h)
     return GpuSample(
         index=index,
         uuid=_text(_try(lambda: nv.nvmlDeviceGetUUID(h)) or ""),
@@ -65,9 +66,20 @@ def _sample(nv, index: int, jobs: dict[int, int]) -> GpuSample:
         power_limit_w=limit / 1000.0 if limit is not None else None,
         processes=tuple(sorted(
             (GpuProcess(pid=p.pid, used_memory_mib=_mib(getattr(p, "usedGpuMemory", None)),
-                        name=_proc_name(p.pid), job_id=jobs.get(p.pid)) for p in procs),
+                        name=_proc_name(p.pid), job_id=jobs.get(p.pid), sm_util=sm.get(p.pid))
+             for p in procs),
             key=lambda p: p.pid)),
     )
+
+
+def _process_sm(nv, h) -> dict[int, float]:
+    """pid -> SM utilisation (%) from the latest per-process sample NVML keeps: the speed proxy
+    for jobs that do not report progress. Not found / not supported: no figures."""
+    latest: dict[int, tuple[int, float]] = {}
+    for sample in _try(lambda: nv.nvmlDeviceGetProcessUtilization(h, 0)) or []:
+        if sample.pid not in latest or sample.timeStamp >= latest[sample.pid][0]:
+            latest[sample.pid] = (sample.timeStamp, float(sample.smUtil))
+    return {pid: util for pid, (_, util) in latest.items()}
 
 
 def _proc_name(pid: int) -> str:

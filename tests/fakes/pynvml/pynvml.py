@@ -26,7 +26,10 @@ What is REPLAYED / invented:
   real UUID, others get the same made-up variation as the stand-in nvidia-smi.
 - the fixture's 14 foreign training processes (pids 450-463) on GPU 0 in ``loaded``/``na``
   modes: those pids do not belong to them on this machine.
-- a launched job's GPU memory: the first process row of the loaded fixture (1838 MiB).
+- a launched job's GPU memory: the first process row of the loaded fixture (1838 MiB), and its
+  per-process utilisation: the busiest sample of the real capture.
+- per-process utilisation of the 14 foreign processes: the real nvmlDeviceGetProcessUtilization
+  capture taken on that machine (h200-pair-nvml-process-utilization.json), same pids.
 
 FAKE_NVML_MODE (read at every ``nvmlInit``, so one process can switch between polls):
   idle (default)  the idle H200, no foreign processes
@@ -42,6 +45,7 @@ FAKE_NVML_JOBS_UNDER: if set, only iadeep jobs whose IADEEP_PROGRESS_FILE lies u
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,6 +71,7 @@ def _apps(base: str) -> list[tuple[int, int]]:
 
 
 _ROWS = {"idle": _gpu_row("idle"), "loaded": _gpu_row("loaded")}
+_PROC_UTIL = json.loads((_FX / "h200-pair-nvml-process-utilization.json").read_text())
 _FOREIGN = {"idle": _apps("idle"), "loaded": _apps("loaded")}
 _JOB_MIB = _FOREIGN["loaded"][0][1]
 
@@ -76,8 +81,9 @@ nvmlMemory_v2 = 0x02000028
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
-_MESSAGES = {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported",
+_MESSAGES = {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 6: "Not Found",
              9: "Driver Not Loaded"}
 
 
@@ -109,6 +115,7 @@ def _error_class(code: int, name: str) -> type:
 NVMLError_Uninitialized = _error_class(1, "NVMLError_Uninitialized")
 NVMLError_InvalidArgument = _error_class(2, "NVMLError_InvalidArgument")
 NVMLError_NotSupported = _error_class(3, "NVMLError_NotSupported")
+NVMLError_NotFound = _error_class(6, "NVMLError_NotFound")
 NVMLError_DriverNotLoaded = _error_class(9, "NVMLError_DriverNotLoaded")
 
 
@@ -259,6 +266,25 @@ def nvmlDeviceGetComputeRunningProcesses(handle) -> list[_Struct]:
     procs += [_Struct(pid=pid, usedGpuMemory=_JOB_MIB * _MIB, gpuInstanceId=None,
                       computeInstanceId=None) for pid in _iadeep_pids_on(i)]
     return procs
+
+
+def nvmlDeviceGetProcessUtilization(handle, timeStamp) -> list[_Struct]:
+    """Per-process SM/memory utilisation samples. The foreign processes replay the real
+    nvmlDeviceGetProcessUtilization capture (h200-pair-nvml-process-utilization.json);
+    iadeep's own processes get the busiest captured sample (that capture has no iadeep job).
+    Like NVML, no sample at all is NVMLError_NotFound."""
+    i = _h(handle)
+    _supported()
+    samples = []
+    if i == 0 and _State.mode != "idle":
+        samples = [_Struct(pid=s["pid"], timeStamp=1, smUtil=s["sm"], memUtil=s["mem"],
+                           encUtil=0, decUtil=0) for s in _PROC_UTIL]
+    busiest = max(_PROC_UTIL, key=lambda s: s["sm"])
+    samples += [_Struct(pid=pid, timeStamp=1, smUtil=busiest["sm"], memUtil=busiest["mem"],
+                        encUtil=0, decUtil=0) for pid in _iadeep_pids_on(i)]
+    if not samples:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return samples
 
 
 def _iadeep_pids_on(index: int) -> list[int]:
