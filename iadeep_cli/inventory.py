@@ -89,9 +89,11 @@ class _Ctx:
 def _scalar(ctx: _Ctx, node: yaml.Node, where: str) -> Any:
     if not isinstance(node, yaml.ScalarNode):
         raise ctx.fail(node, where, "expected a single value, got a list or mapping")
-    return yaml.SafeLoader(  # resolve the tag the way safe_load would
-        ""
-    ).construct_object(node)
+    try:  # resolve the tag the way safe_load would (`!!int abc` and `!foo 1` fail here)
+        return yaml.SafeLoader("").construct_object(node)
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ctx.fail(node, where, f"cannot read value {node.value!r}: "
+                                    f"{getattr(exc, 'problem', None) or exc}") from None
 
 
 def _typed(kind: type | tuple, label: str) -> Callable[[_Ctx, yaml.Node, str], Any]:

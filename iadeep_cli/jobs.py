@@ -181,3 +181,18 @@ def spec_from_dict(data: dict) -> JobSpec:
         if not isinstance(getattr(spec, name), kind) or isinstance(getattr(spec, name), bool):
             raise InputError(f"malformed job request: {name} must be an integer")
     return spec
+
+
+def with_orphan(extra: dict, node: str | None) -> dict:
+    """``extra`` noting that an abandoned attempt may still run on ``node`` (the controller
+    stops it there when the node answers again, and places no new attempt there before)."""
+    orphans = list(extra.get("orphans", ()))
+    if node and node not in orphans:
+        orphans.append(node)
+    return {**extra, "orphans": orphans}
+
+
+def without_orphan(extra: dict, node: str) -> dict:
+    orphans = [n for n in extra.get("orphans", ()) if n != node]
+    rest = {k: v for k, v in extra.items() if k != "orphans"}
+    return {**rest, "orphans": orphans} if orphans else rest

@@ -44,6 +44,10 @@ def _error(text: str) -> str:
      "lab/nodes.yaml:4: nodes[0].local: expected true or false"),
     ("clusters: []\n", "lab/nodes.yaml:1: clusters: unknown key"),
     ("nodes: [\n", "lab/nodes.yaml:2: not valid YAML"),
+    ("nodes:\n  - name: a\n    host: h\n    port: !!int abc\n",
+     "lab/nodes.yaml:4: nodes[0].port: cannot read value 'abc'"),
+    ("nodes:\n  - name: a\n    host: h\n    port: !custom 1\n",
+     "lab/nodes.yaml:4: nodes[0].port: cannot read value '1'"),
 ])
 def test_bad_inventory_names_file_line_and_field(text, expected):
     assert _error(text).startswith(expected)

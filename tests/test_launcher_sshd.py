@@ -118,3 +118,15 @@ def test_read_log_offsets(pool, tmp_path):
     assert (a + b, off, off2, c, off3) == (b"abcdefghij", 4, 10, b"", 10)
     with pytest.raises(NotFoundError):
         L.read_log(pool, "node01", 999)
+
+
+@pytest.mark.parametrize("name", ["exit", "pid", "log", "launched", "progress"])
+def test_a_script_named_like_a_control_file_runs_normally(pool, tmp_path, name):
+    job_id = 120 + ["exit", "pid", "log", "launched", "progress"].index(name)
+    script = tmp_path / name
+    script.write_text("#!/bin/sh\necho 7 exited 1 0\nexit 4\n")
+    job = Job(job_id, "alice", JobSpec(str(script)), JobState.STARTING, 0.0)
+    assert not L.launch(pool, "node01", job, [0], script).already_started
+    wait_until(lambda: finished(pool, job_id))
+    assert L.reconcile(pool, "node01", [job_id])[job_id].exit_code == 4
+    assert L.read_log(pool, "node01", job_id)[0] == b"7 exited 1 0\n"

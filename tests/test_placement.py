@@ -277,3 +277,33 @@ def test_plan_with_the_fitted_predictor_refuses_heavy_pairs():
             model=default_model())
     assert sum(measured("ncf", "mlp")) > 1.1
     assert where(p, 2) == ("a", (0,))
+
+
+def test_a_job_no_gpu_can_ever_hold_waits_with_why_and_reserves_nothing():
+    # --mem 500 (GiB) on 141 GiB GPUs, e.g. a value meant in MiB: it must not block the node.
+    q = [job(1, "resnet50", t=0.0, gpus=2, mem=500), job(2, "resnet18", t=1.0)]
+    slots = [slot("a", 0), slot("a", 1, jobs=(9,))]
+    active = [job(9, "transformer", node="a", idx=(1,), exclusive=True)]
+    p = run(q, slots, active=active, now=10 * 3600.0)
+    assert "500.0 GiB" in p.waits[1] and "141.0 GiB" in p.waits[1] and "--mem" in p.waits[1]
+    assert where(p, 2) == ("a", (0,))   # no reservation held for a job that can never run
+
+
+def test_unknown_memory_needs_a_mostly_free_gpu():
+    # no profile and no --mem: a GPU 90% held by a stranger's process would likely OOM it
+    p = run([job(1, None)], [slot("a", 0, free_gib=14, foreign_gib=127), slot("a", 1)])
+    assert where(p, 1) == ("a", (1,))
+    p = run([job(1, None)], [slot("a", 0, free_gib=14, foreign_gib=127)])
+    assert p.placements == () and 1 in p.waits
+
+
+def test_a_resident_still_growing_into_its_memory_is_counted():
+    from iadeep_cli.snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot
+    from iadeep_cli.inventory import Inventory, Node
+    resident = job(1, "resnet18", node="a", idx=(0,), mem=100)   # asked for 100 GiB
+    seen = GpuProcess(pid=7, used_memory_mib=0.5 * GIB, job_id=1)   # shows 0.5 GiB so far
+    gpu = GpuSample(0, "u", "NVIDIA H200", memory_total_mib=141 * GIB,
+                    memory_used_mib=0.5 * GIB, memory_free_mib=140.5 * GIB, processes=(seen,))
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("a", 0.0, (gpu,)),))
+    (s,) = slots_from_snapshot(snap, [resident], Inventory(nodes=(Node("a", "h"),)), PROFILES)
+    assert s.memory_free_mib == pytest.approx(41 * GIB)   # 140.5 - (100 - 0.5)

@@ -150,3 +150,18 @@ def test_controller_killed_during_submissions_loses_and_duplicates_nothing(contr
     assert set(ids) <= set(stored), "a job the client saw accepted is missing"
     names = [r["name"] for r in rows]
     assert len(names) == len(set(names)), "a submission was stored twice"
+
+
+def test_the_labs_default_retries_apply_unless_the_job_says(tmp_path, script):
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("lab:\n  default_retries: 2\nnodes: []\n")
+    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    try:
+        default = cli(ctl.home, "queue", "add", str(script), check=True).stdout.strip()
+        explicit = cli(ctl.home, "queue", "add", str(script), "--retries", "0",
+                       check=True).stdout.strip()
+        shown = {i: json.loads(cli(ctl.home, "queue", "show", i, "--json").stdout)["retries"]
+                 for i in (default, explicit)}
+        assert shown == {default: 2, explicit: 0}
+    finally:
+        ctl.stop()

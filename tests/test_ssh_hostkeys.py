@@ -57,3 +57,22 @@ def test_unknown_then_trust_then_changed(sshd_cluster):
     assert res.returncode == 1 and "CHANGED" in res.stderr and "ssh-keygen -R" in res.stderr
     assert "Traceback" not in res.stderr
     assert known_hosts_path().read_text() == before     # never replaced
+
+
+def test_marker_and_corrupt_known_hosts_lines_do_not_stop_polling(sshd_cluster):
+    """A lab using an SSH CA has @cert-authority lines; one odd line must not break the rest,
+    and a key listed only under @revoked or @cert-authority is still not trusted."""
+    c = sshd_cluster(2, key="markers")
+    trusted = c.node("node01").known_hosts_line()
+    other = c.node("node02").known_hosts_line()
+    c.known_hosts.write_text(
+        "@cert-authority *.lab.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVz\n"
+        f"@revoked {other}\n"
+        "this line is not a known_hosts entry\n"
+        f"{trusted}\n")
+    known_hosts_path().unlink(missing_ok=True)
+    with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
+        snap = pool.poll_all()
+    by = {n.name: n for n in snap.nodes}
+    assert by["node01"].ok, by["node01"].error
+    assert not by["node02"].ok and "unknown host key" in by["node02"].error

@@ -45,7 +45,9 @@ def add(
     exclusive: bool = typer.Option(False, "--exclusive", help="Never share its GPUs."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Working directory on the node."),
     env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="NAME=VALUE, repeatable."),
-    retries: int = typer.Option(0, "--retries", help="Requeue this often if its node is lost."),
+    retries: Optional[int] = typer.Option(None, "--retries",
+                                          help="Requeue this often if its node is lost "
+                                               "(default: the lab's default_retries)."),
     min_speed: Optional[float] = typer.Option(None, "--min-speed",
                                               help="Lowest predicted speed accepted when "
                                                    "sharing (0-1]; default from the lab."),
@@ -53,10 +55,13 @@ def add(
     """Queue SCRIPT to run on GPUs; prints the new job's id."""
     spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
                    mem_gib=mem, workload=workload, priority=priority, exclusive=exclusive,
-                   workdir=workdir, env=parse_env(env or ()), retries=retries,
+                   workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
                    min_speed=min_speed)
     validate_spec(spec)
-    print(client.submit(spec_to_dict(spec), Path(spec.script).read_bytes())["id"])
+    request = spec_to_dict(spec)
+    if retries is None:
+        del request["retries"]   # the controller applies the lab's default
+    print(client.submit(request, Path(spec.script).read_bytes())["id"])
 
 
 @app.command("list")

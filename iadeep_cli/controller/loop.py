@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..errors import IadeepError, NodeError
+from ..errors import IadeepError, InvalidTransition, NodeError
 from ..inventory import Inventory
-from ..jobs import ACTIVE, Job, JobState
+from ..jobs import ACTIVE, Job, JobState, with_orphan, without_orphan
 from ..model.profiles import Profile
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
@@ -126,15 +126,15 @@ class SchedulingLoop:
     def _apply_remote(self, job: Job, remote) -> None:
         now = self.clock()
         if remote is None or remote.state == "missing":
-            if job.state == JobState.STARTING:   # the launch never happened: try again
-                self._move(job, JobState.QUEUED, "launch did not happen; back in the queue",
-                           node=None, gpu_indices=())
+            if job.state == JobState.STARTING:   # the launch never happened
+                self._not_started(job)
             elif job.state == JobState.RUNNING:
-                self._lose(job, f"its directory vanished from node {job.node}")
+                # Its process may live on without its directory: never start it elsewhere.
+                self._lose(job, f"its directory vanished from node {job.node}", requeue=False)
         elif remote.state == "claimed":
             if job.state != JobState.LOST:
                 self._lose(job, f"its launch on {job.node} was interrupted; whether it started "
-                                "is unknown")
+                                "is unknown (check the node, then cancel it)", requeue=False)
         elif remote.state == "running":
             if job.state != JobState.RUNNING:
                 why = "node answers again" if job.state == JobState.LOST else "running"
@@ -142,6 +142,16 @@ class SchedulingLoop:
                            started_at=job.started_at or now)
         else:  # exited
             self._finish(job, remote.exit_code)
+
+    def _not_started(self, job: Job) -> None:
+        """A launch that provably never started: cancelled if that was asked, else queued
+        again without spending one of its retries."""
+        if job.extra.get("cancel_requested_by"):
+            self._move(job, JobState.CANCELLED, f"cancelled by {job.extra['cancel_requested_by']}"
+                       " before it started", ended_at=self.clock())
+        else:
+            self._move(job, JobState.QUEUED, "launch did not happen; back in the queue",
+                       node=None, gpu_indices=(), attempts=max(0, job.attempts - 1))
 
     def _finish(self, job: Job, code: int | None) -> None:
         now = self.clock()
@@ -158,42 +168,50 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ node loss
     def _lose_silent_nodes(self, now: float) -> None:
+        """Jobs on nodes silent past the grace period, or no longer in the inventory, are lost."""
         with self.store.tx() as conn:
             silent = {n.name for n, since in cluster.load_nodes(conn)
                       if since is not None and now - since >= self.inventory.node_grace_s}
+        known = {n.name for n in self.inventory.nodes}
         for job in self._jobs(ACTIVE):
             if job.node in silent:
                 self._lose(job, f"node {job.node} silent for over "
                                 f"{self.inventory.node_grace_s:.0f}s")
+            elif job.node not in known:
+                self._lose(job, f"node {job.node} is no longer in the inventory", requeue=False)
 
-    def _lose(self, job: Job, why: str) -> None:
+    def _lose(self, job: Job, why: str, requeue: bool = True) -> None:
+        """Mark a job lost; requeue it if it allows retries and its old attempt can be stopped
+        later (its node is remembered as holding an orphan until then)."""
         lost = self._move(job, JobState.LOST, why)
-        if job.extra.get("cancel_requested_by"):
+        if lost.extra.get("cancel_requested_by"):
             self._move(lost, JobState.CANCELLED, "cancelled while its node was lost",
-                       ended_at=self.clock())
-        elif lost.attempts <= lost.spec.retries:
-            # The old attempt may still run behind a partition: remember to stop it there.
-            extra = {**lost.extra, "orphaned_on": lost.node}
+                       ended_at=self.clock(), extra=with_orphan(lost.extra, lost.node))
+        elif requeue and lost.attempts <= lost.spec.retries:
             self._move(lost, JobState.QUEUED, f"requeued after loss (attempt {lost.attempts} "
-                       f"of {lost.spec.retries + 1})", node=None, gpu_indices=(), extra=extra)
+                       f"of {lost.spec.retries + 1})", node=None, gpu_indices=(),
+                       extra=with_orphan(lost.extra, lost.node))
 
     def _clean_orphans(self, node: str) -> None:
-        """Stop a requeued job's old attempt on a node that answers again, and set its
-        directory aside so a new attempt there starts fresh."""
+        """Stop abandoned attempts on a node that answers again (a requeued or cancelled job's
+        old process), and set their directories aside so a new attempt there starts fresh."""
         from ..nodes import launcher
 
-        for job in self._jobs({JobState.QUEUED, JobState.HELD}):
-            if job.extra.get("orphaned_on") != node:
+        with self.store.tx() as conn:
+            jobs = jobrows.with_extra(conn, "orphans")
+        for job in jobs:
+            if node not in job.extra["orphans"]:
                 continue
             try:
                 launcher.cancel(self.pool, node, job.id, grace_s=5)
-                launcher.set_aside(self.pool, node, job.id, f"lost{job.attempts}")
+                launcher.set_aside(self.pool, node, job.id, "abandoned")
             except IadeepError as exc:
-                log.warning("cleaning old attempt of job %s on %s: %s", job.id, node, exc.message)
+                log.warning("stopping old attempt of job %s on %s: %s", job.id, node, exc.message)
                 continue
-            extra = {k: v for k, v in job.extra.items() if k != "orphaned_on"}
-            with self.store.tx() as conn:
-                jobrows.update(conn, job.id, extra=extra)
+            with self.store.tx() as conn:   # re-read: the job may have moved meanwhile
+                fresh = jobrows.get(conn, job.id)
+                jobrows.update(conn, job.id, extra=without_orphan(fresh.extra, node))
+            log.info("stopped the abandoned attempt of job %s on %s", job.id, node)
 
     # ------------------------------------------------------------------ cancel
     def _cancel_requested(self) -> None:
@@ -281,10 +299,13 @@ class SchedulingLoop:
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
-            if job.extra.get("orphaned_on") == placement.node:
+            if placement.node in job.extra.get("orphans", ()):
                 waits[job.id] = f"waits for node {placement.node} to stop its lost attempt"
                 continue
-            self._start(job, placement)
+            try:
+                self._start(job, placement)
+            except InvalidTransition:   # held or cancelled since the plan was made
+                waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
 
@@ -330,3 +351,4 @@ def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float
         return None
     mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]
     return gpu, (max(mine) if mine and None not in mine else gpu.memory_used_mib)
+

@@ -44,7 +44,9 @@ class Controller:
         from ..nodes.poller import NodePool
         from .loop import SchedulingLoop
 
-        pool = NodePool(_scoped_workdirs(self.inventory, self._install_id()))
+        # A node that stopped answering is retried at least once per grace period.
+        pool = NodePool(_scoped_workdirs(self.inventory, self._install_id()),
+                        backoff_max=min(60.0, max(5.0, self.inventory.node_grace_s)))
 
         def logs(job, offset: int, max_bytes: int) -> dict:
             data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
@@ -104,11 +106,13 @@ class Controller:
 
 
 def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
-    """Job directories live under WORKDIR/<install id>/jobs/<job id> on each node: job ids
-    restart at 1 with a new database, and a new controller must never mistake an old job's
-    directory (pid file, exit code) for its own job's."""
-    nodes = tuple(dataclasses.replace(n, workdir=f"{n.workdir.rstrip('/')}/{install_id}")
-                  for n in inventory.nodes)
+    """Job directories live under WORKDIR/<install id>/<node>/jobs/<job id>:
+    - the install id: job ids restart at 1 with a new database, and a new controller must never
+      mistake an old job's directory (pid file, exit code) for its own job's;
+    - the node name: labs often share home directories over NFS, and a job retried on another
+      node must not find its first attempt's directory there."""
+    nodes = tuple(dataclasses.replace(
+        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{n.name}") for n in inventory.nodes)
     return dataclasses.replace(inventory, nodes=nodes)
 
 

@@ -10,6 +10,7 @@ is held for the process's lifetime (the kernel drops it if the process dies, eve
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import pwd
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 from ..errors import ControllerUnavailable, IadeepError
 from . import protocol
 from .service import Service
+
+log = logging.getLogger("iadeep.controller")
 
 
 def peer_user(sock: socket.socket) -> str:
@@ -44,8 +47,13 @@ class _Handler(socketserver.StreamRequestHandler):
             reply = {"ok": True, "result": result}
         except IadeepError as exc:
             reply = {"ok": False, "error": exc.to_dict()}
-        except (ValueError, OSError) as exc:
+        except (ValueError, TypeError, OSError) as exc:
             reply = {"ok": False, "error": {"type": "InputError", "message": f"bad request: {exc}"}}
+        except Exception as exc:  # a bug: log it, and still answer the client in one line
+            log.exception("request failed")
+            reply = {"ok": False, "error": {
+                "type": "IadeepError", "message": f"the controller failed: {type(exc).__name__}: "
+                f"{exc}", "hint": "see the controller's log; this is a bug worth reporting"}}
         try:
             protocol.send(self.request, reply)
         except OSError:

@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
 from ..inventory import Inventory
-from ..jobs import ACTIVE, FINISHED, Job, JobState, spec_from_dict, validate_spec
+from ..jobs import (ACTIVE, FINISHED, Job, JobState, spec_from_dict, validate_spec,
+                    with_orphan)
 from ..store import Store, jobs as jobrows
 from . import views
 
@@ -47,7 +48,7 @@ class Service:
                script_b64: str | None = None) -> dict:
         """Queue a job. The script's content travels with the request and is kept with the
         job, like sbatch does: editing the file later does not change a queued job."""
-        job_spec = spec_from_dict(spec)
+        job_spec = spec_from_dict({"retries": self.inventory.default_retries, **spec})
         validate_spec(job_spec)
         content = _script_content(job_spec.script, script_b64)
         with self.store.tx() as conn:
@@ -68,8 +69,10 @@ class Service:
                 jobrows.update(conn, job_id, extra={**job.extra, "cancel_requested_by": user})
                 self.wake()
                 return {"id": job_id, "state": "cancelling"}
+            # A lost job may still run on its silent node: the loop stops it when it answers.
+            extra = with_orphan(job.extra, job.node) if job.state == JobState.LOST else job.extra
             jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
-                               self.clock(), ended_at=self.clock())
+                               self.clock(), ended_at=self.clock(), extra=extra)
         return {"id": job_id, "state": JobState.CANCELLED.value}
 
     def op_hold(self, user: str, ids: list[int]) -> list[dict]:

@@ -1,7 +1,7 @@
 """Start, cancel, inspect and read jobs on nodes (the controller calls these).
 
 A job lives in ``{Node.workdir}/jobs/{job_id}/`` (0700) on its node:
-  ``<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
+  ``bin/<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
   lock), ``pid`` (pid == pgid == sid, started with setsid), ``log`` (stdout+stderr),
   ``progress`` (IADEEP_PROGRESS_FILE, written by the job if it wants), ``exit`` (exit code).
 Because the directory is the record, a restarted controller can ``reconcile`` and learn the truth,
@@ -86,14 +86,15 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
                             hint="submit the job again with an existing script")
     wd = pool.node(node).workdir
     out = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
-                          'mkdir -p "$d" && chmod 700 "$d" && cd "$d" && pwd && '
+                          'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
                           "cat pid 2>/dev/null; true")
     lines = out.splitlines()
     jdir = lines[0]
     if len(lines) > 1 and lines[1].strip():
         pid = int(lines[1].split()[0])
         return LaunchResult(pid, pid, jdir, already_started=True)
-    remote_script = f"{jdir}/{script.name}"
+    # In its own folder: a script named like a control file (pid, exit, log...) can't clobber it.
+    remote_script = f"{jdir}/bin/{script.name}"
     pool.connection(node).put(script, remote_script, 0o700)
     cwd = remote_path(job.spec.workdir) if job.spec.workdir else shlex.quote(jdir)
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))

@@ -7,6 +7,7 @@ whose previous poll is still running (hung) is not polled twice; it reports that
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -17,6 +18,8 @@ from ..errors import IadeepError, NotFoundError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
 from .gpu import parse_poll, poll_script
+
+log = logging.getLogger("iadeep.nodes")
 
 
 class NodePool:
@@ -78,6 +81,9 @@ class NodePool:
             rc, out, err = self.run(node_name, ["sh", "-c", poll_script(node.workdir)])
         except IadeepError as exc:
             return NodeSnapshot(node.name, start, error=exc.message)
+        except Exception as exc:  # a bug or a library surprise: this node's error, not a crash
+            log.exception("polling %s failed", node.name)
+            return NodeSnapshot(node.name, start, error=f"poll failed: {type(exc).__name__}: {exc}")
         rtt = time.monotonic() - t0
         return parse_poll(node.name, out + ("\n" + err if "@@iadeep gpu" not in out else ""),
                           only=node.gpus, taken_at=start, rtt_s=rtt)

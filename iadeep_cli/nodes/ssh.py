@@ -110,16 +110,32 @@ def _parse_hop(hop: str) -> tuple[str, str | None, int | None]:
 
 # --------------------------------------------------------------------------- host keys
 def _load_host_keys(files: Sequence[Path]):
+    """known_hosts entries from ``files``, line by line. Lines with a marker (@cert-authority,
+    @revoked) or that paramiko cannot parse are skipped: their keys stay untrusted, and one odd
+    line must not stop every connection (paramiko's own loader raises on them)."""
     import paramiko
+    from paramiko.hostkeys import HostKeyEntry
 
     keys = paramiko.HostKeys()
     for f in files:
-        if Path(f).is_file():
+        if not Path(f).is_file():
+            continue
+        try:
+            lines = Path(f).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise HostKeyError(f"{f}: cannot read known_hosts: {exc.strerror}",
+                               hint="check the file's permissions") from None
+        for line in lines:
+            line = line.strip()
+            if not line or line.startswith(("#", "@")):
+                continue
             try:
-                keys.load(str(f))
-            except Exception as exc:
-                raise HostKeyError(f"{f}: cannot read known_hosts: {exc}",
-                                   hint="fix or remove the bad line in that file") from None
+                entry = HostKeyEntry.from_line(line)
+            except Exception:  # an unsupported key type or a corrupt line
+                continue
+            if entry is not None and entry.key is not None:
+                for name in entry.hostnames:
+                    keys.add(name, entry.key.get_name(), entry.key)
     return keys
 
 
@@ -196,9 +212,10 @@ class SshConnection:
         import paramiko
 
         client = paramiko.SSHClient()
-        for f in self.known_hosts:
-            if Path(f).is_file():
-                client.load_system_host_keys(str(f))
+        trusted = client.get_host_keys()
+        for name, by_type in _load_host_keys(self.known_hosts).items():
+            for key_type, key in by_type.items():
+                trusted.add(name, key_type, key)
         client.set_missing_host_key_policy(_refusing_policy(hostkey_node or self.node.name))
         t = self.connect_timeout
         try:
@@ -370,8 +387,19 @@ class SshConnection:
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
     # -- files (SFTP over the same connection)
+    def _sftp(self):
+        """An SFTP session on the pooled connection; failures are node errors, not crashes."""
+        import paramiko
+
+        try:
+            return self.client().open_sftp()
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self.close()
+            raise NodeError(f"node {self.node.name}: cannot open SFTP: {exc or type(exc).__name__}",
+                            hint="check that the node's sshd allows the sftp subsystem") from None
+
     def put(self, local: str | os.PathLike, remote: str, mode: int = 0o700) -> None:
-        sftp = self.client().open_sftp()
+        sftp = self._sftp()
         try:
             sftp.put(str(local), remote)
             sftp.chmod(remote, mode)
@@ -386,7 +414,7 @@ class SshConnection:
         """Up to ``max_bytes`` of a remote file from ``offset``; None if the file is missing."""
         if remote.startswith("~/"):
             remote = remote[2:]      # SFTP paths are relative to the login directory
-        sftp = self.client().open_sftp()
+        sftp = self._sftp()
         try:
             with sftp.open(remote, "rb") as f:
                 f.seek(offset)

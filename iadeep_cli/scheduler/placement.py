@@ -36,6 +36,9 @@ from ..model.profiles import Profile
 from ..snapshot import ClusterSnapshot
 
 MIB_PER_GIB = 1024.0
+# A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
+# this fraction of its memory free: a GPU mostly taken by someone else's process would OOM it.
+UNKNOWN_NEED_FREE = 0.5
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -113,8 +116,9 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
                         profiles: Mapping[str, Profile] | None = None) -> tuple[GpuSlot, ...]:
     """Schedulable GPUs: inventory nodes that answered, restricted to ``Node.gpus``.
 
-    A job that just started may not show in nvidia-smi yet; its expected memory (from
-    ``profiles``) is subtracted from the free figure so the next round does not overfill the GPU.
+    A job that just started may not show in nvidia-smi yet, or not at its full size: the part
+    of its expected memory (from ``profiles`` or ``--mem``) that the GPU does not show it using
+    yet is subtracted from the free figure, so the next round does not overfill the GPU.
     """
     profiles = profiles or {}
     policy = inventory.policy
@@ -132,12 +136,12 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
             if node.gpus is not None and gpu.index not in node.gpus:
                 continue
             jobs_here = by_gpu.get((node.name, gpu.index), [])
-            seen = {p.job_id for p in gpu.processes if p.job_id is not None}
             free = gpu.free_mib
             if free is not None:
-                for job in jobs_here:
-                    if job.id not in seen:
-                        free -= job_memory_mib(job, profiles, policy) or 0.0
+                for job in jobs_here:   # memory it will still grow into (or not show yet)
+                    seen = sum(p.used_memory_mib or 0.0 for p in gpu.processes
+                               if p.job_id == job.id)
+                    free -= max(0.0, (job_memory_mib(job, profiles, policy) or 0.0) - seen)
             foreign = sum(p.used_memory_mib or 0.0 for p in gpu.foreign_processes)
             slots.append(GpuSlot(node.name, gpu.index, gpu.memory_total_mib, free,
                                  tuple(sorted(j.id for j in jobs_here)), max_jobs, foreign))
@@ -159,12 +163,14 @@ def order_queue(queue: Sequence[Job], policy: Policy, now: float) -> list[Job]:
 class _Gpu:
     """Mutable working copy of a slot during one round."""
 
-    __slots__ = ("node", "index", "free", "residents", "max_jobs", "reserved", "foreign")
+    __slots__ = ("node", "index", "free", "total", "residents", "max_jobs", "reserved",
+                 "foreign")
 
     def __init__(self, slot: GpuSlot):
         self.node = slot.node
         self.index = slot.index
         self.free = slot.memory_free_mib
+        self.total = slot.memory_total_mib
         self.max_jobs = max(1, slot.max_jobs)
         self.residents: list[_Res] = []
         self.reserved = False
@@ -175,9 +181,16 @@ class _Gpu:
         return f"{self.node}:{self.index}"
 
     def fits(self, need: float | None) -> bool:
-        if need is None or self.free is None:
-            return not self.residents        # unknown: only an empty GPU is safe
+        if need is None:   # unknown needs: an empty GPU with most of its memory free
+            return not self.residents and (self.free is None or self.total is None
+                                           or self.free >= UNKNOWN_NEED_FREE * self.total)
+        if self.free is None:
+            return not self.residents
         return self.free >= need
+
+    def could_ever_fit(self, need: float | None) -> bool:
+        """Whether the job fits once this GPU empties (foreign load comes and goes too)."""
+        return need is None or self.total is None or self.total >= need
 
 
 @dataclass(frozen=True)
@@ -279,6 +292,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             continue
         res = _resident(job, profiles, policy)
         need = job_memory_mib(job, profiles, policy)
+        never = _never_fits(rnd, need)
+        if never:
+            waits[job.id] = never
+            continue
         behind = len(ordered) - i - 1
         if job.spec.gpus > 1 or res.solo_only or res.profile is None:
             got, why = _place_whole(rnd, job, res, need)
@@ -288,7 +305,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             waits[job.id] = why
             if (not reserved and (job.spec.gpus > 1 or res.solo_only or res.profile is None)
                     and now - job.submitted_at >= policy.reserve_after_s):
-                reserved = _reserve(rnd, job)
+                reserved = _reserve(rnd, job, need)
             continue
         placements.append(got)
         usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
@@ -350,6 +367,9 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None
         if len(fit) >= k and (best is None or len(gpus) < len(rnd.empty[best[0].node])):
             best = fit[:k]
     if best is None:
+        if k > 1 and largest >= k and mem_blocked is not None:
+            return None, (f"needs {k} GPUs with {_gib(need)} free on one node; "
+                          f"{mem_blocked.name} has {_gib(mem_blocked.free)} free")
         if k > 1:
             where = f" (node {largest_node})" if largest else ""
             return None, f"needs {k} free GPUs on one node; largest is {largest}{where}"
@@ -443,12 +463,22 @@ def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
     return (best[1], best[2]), ""
 
 
-def _reserve(rnd: _Round, job: Job) -> bool:
-    """Hold GPUs for a blocked whole-GPU job so it cannot starve: the node closest to ready."""
+def _never_fits(rnd: _Round, need: float | None) -> str:
+    """A reason if no GPU here could ever hold ``need`` (e.g. --mem typed in MiB), else ''."""
+    totals = [g.total for g in rnd.gpus if g.total is not None]
+    if need is None or not totals or len(totals) < len(rnd.gpus) or need <= max(totals):
+        return ""
+    return (f"needs {_gib(need)} of GPU memory per GPU; the largest GPU here has "
+            f"{_gib(max(totals))} (check --mem, given in GiB)")
+
+
+def _reserve(rnd: _Round, job: Job, need: float | None) -> bool:
+    """Hold GPUs for a blocked whole-GPU job so it cannot starve: the node closest to ready
+    among GPUs that could hold it at all."""
     k = job.spec.gpus
     by_node: dict[str, list[_Gpu]] = {}
     for g in rnd.gpus:
-        if not g.reserved:
+        if not g.reserved and g.could_ever_fit(need):
             by_node.setdefault(g.node, []).append(g)
     cands = [(n, gs) for n, gs in by_node.items() if len(gs) >= k]
     if not cands:

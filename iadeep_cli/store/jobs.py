@@ -99,6 +99,13 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
     return [job_from_row(r) for r in conn.execute(sql, params)]
 
 
+def with_extra(conn: sqlite3.Connection, key: str) -> list[Job]:
+    """Jobs (any state) whose ``extra`` has ``key``: e.g. abandoned attempts to clean up."""
+    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, ?) IS NOT NULL ORDER BY id",
+                        (f"$.{key}",))
+    return [job_from_row(r) for r in rows]
+
+
 def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str, actor: str,
                now: float, **fields: Any) -> Job:
     """Move a job to ``new`` (checked against the state machine) and record the event."""
