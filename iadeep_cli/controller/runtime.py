@@ -45,6 +45,10 @@ class Controller:
         from .loop import SchedulingLoop
 
         # A node that stopped answering is retried at least once per grace period.
+        for node in self.inventory.nodes:
+            if node.local:
+                log.warning("node %s is local: its jobs run as the controller's own account and "
+                            "could change its state; see README 'Security model'", node.name)
         pool = NodePool(_scoped_workdirs(self.inventory, self._install_id()),
                         backoff_max=min(60.0, max(5.0, self.inventory.node_grace_s)))
 
