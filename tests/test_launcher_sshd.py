@@ -130,3 +130,21 @@ def test_a_script_named_like_a_control_file_runs_normally(pool, tmp_path, name):
     wait_until(lambda: finished(pool, job_id))
     assert L.reconcile(pool, "node01", [job_id])[job_id].exit_code == 4
     assert L.read_log(pool, "node01", job_id)[0] == b"7 exited 1 0\n"
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_job(pool, tmp_path):
+    """After a reboot the recorded pid may lead someone else's session: its start time differs,
+    so reconcile must not call the job running and cancel must not kill that stranger."""
+    job, script = make_job(tmp_path, 130, "#!/bin/sh\nsleep 30\n")
+    res = L.launch(pool, "node01", job, [0], script)
+    wait_until(lambda: L.reconcile(pool, "node01", [130])[130].state == "running")
+    d = L.job_dir(pool.node("node01").workdir, 130)
+    rc, real, _ = pool.run("node01", ["cat", f"{d}/pid"])
+    pid, start = real.split()
+    assert int(pid) == res.pid and start.isdigit()
+    pool.run("node01", ["sh", "-c", f"echo '{pid} 1' > {d}/pid"])   # same pid, other process
+    assert L.reconcile(pool, "node01", [130])[130] == L.RemoteJob("exited", None, res.pid)
+    assert L.cancel(pool, "node01", 130, grace_s=1) == "not-running"
+    assert pool.run("node01", ["kill", "-0", pid])[0] == 0          # the "stranger" lives on
+    pool.run("node01", ["sh", "-c", f"echo '{pid} {start}' > {d}/pid"])
+    assert L.cancel(pool, "node01", 130, grace_s=1) == "terminated"

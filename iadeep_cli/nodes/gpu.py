@@ -68,7 +68,7 @@ echo "{MARK} jobs"
 for f in {jobs}/*/pid; do
   [ -f "$f" ] || continue
   d=${{f%/pid}}; x=""; [ -f "$d/exit" ] && x=" exited"
-  echo "${{d##*/}} $(cat "$f")$x"
+  read p st < "$f"; echo "${{d##*/}} $p$x"
 done
 """
 

@@ -30,6 +30,17 @@ if cd "$w"; then "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; f
 echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The pid file holds "PID STARTTIME" (field 22 of /proc/PID/stat: clock ticks since boot).
+# After a reboot the pid may belong to someone else, even another job's session leader: a
+# process is ours only if it is alive, leads its own session and started when ours did.
+# Sets $p (the pid) and $ours (1 or 0) from "$d/pid".
+_IS_OURS = (
+    'read p st < "$d/pid"; s=""\n'
+    '[ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat | cut -d" " -f1,4,20)\n'
+    'set -- $s; ours=0\n'
+    'case "$1" in Z*|X*|"") ;; *) [ "$2" = "$p" ] && { [ -z "$st" ] || [ "$3" = "$st" ]; } '
+    '&& ours=1;; esac\n'
+)
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,8 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
         " exit 0; fi\n"
         f"setsid env {' '.join(_env_args(job, gpu_indices, jdir))} sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {argv} </dev/null >log 2>&1 &\n"
-        'echo "$!" > pid.tmp && mv pid.tmp pid && echo "started $!"\n'
+        'st=$(sed "s/.*) //" /proc/$!/stat 2>/dev/null | cut -d" " -f20)\n'
+        'echo "$! $st" > pid.tmp && mv pid.tmp pid && echo "started $!"\n'
     )
     out = _sh(pool, node, start).split()
     if len(out) < 2 or not out[1].isdigit():
@@ -123,7 +135,9 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
         f"d={remote_path(job_dir(wd, job_id))}\n"
         '[ -f "$d/pid" ] || { echo missing; exit 0; }\n'
         '[ -f "$d/exit" ] && { echo not-running; exit 0; }\n'
-        'g=$(cat "$d/pid")\n'
+        + _IS_OURS +
+        '[ "$ours" = 1 ] || { echo not-running; exit 0; }\n'
+        'g=$p\n'
         'kill -TERM "-$g" 2>/dev/null || { echo not-running; exit 0; }\n'
         f"i=0; while [ $i -lt {steps} ]; do [ -f \"$d/exit\" ] && {{ echo terminated; exit 0; }}; "
         "kill -0 \"-$g\" 2>/dev/null || { echo terminated; exit 0; }; sleep 0.1; "
@@ -138,7 +152,8 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
 def reconcile(pool, node: str, job_ids: Sequence[int]) -> dict[int, RemoteJob]:
     """What each job's directory on the node says now, in one round trip.
 
-    running: the pid is alive (not a zombie) and still leads its own session (pid reuse);
+    running: the pid is alive (not a zombie), leads its own session and started when the job
+    did (see _IS_OURS: a pid reused after a reboot is not the job);
     exited: an exit file (its code), or the process is gone without one (code None);
     missing: no pid file (never started, or the dir is gone);
     claimed: a launch claimed the dir but recorded no pid (it was interrupted): whether the job
@@ -149,14 +164,12 @@ def reconcile(pool, node: str, job_ids: Sequence[int]) -> dict[int, RemoteJob]:
     wd = pool.node(node).workdir
     lines = [f"for j in {' '.join(str(int(j)) for j in job_ids)}; do",
              f"  d={remote_path(wd.rstrip('/') + '/jobs')}/$j",
-             '  if [ -f "$d/exit" ]; then echo "$j exited $(cat "$d/pid" 2>/dev/null) '
-             '$(cat "$d/exit")"; continue; fi',
              '  if [ ! -f "$d/pid" ]; then [ -f "$d/launched" ] && echo "$j claimed" ||'
              ' echo "$j missing"; continue; fi',
-             '  p=$(cat "$d/pid"); s=""',
-             '  [ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat | cut -d" " -f1,4)',
-             '  case "$s" in Z*|X*|"") echo "$j exited $p";; *" $p") echo "$j running $p";;',
-             '    *) echo "$j exited $p";; esac',
+             '  if [ -f "$d/exit" ]; then read p st < "$d/pid"; echo "$j exited $p '
+             '$(cat "$d/exit")"; continue; fi',
+             _IS_OURS.replace("\n", "\n  ").rstrip(),
+             '  if [ "$ours" = 1 ]; then echo "$j running $p"; else echo "$j exited $p"; fi',
              "done"]
     out = _sh(pool, node, "\n".join(lines))
     result: dict[int, RemoteJob] = {}

@@ -109,7 +109,8 @@ def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
     for pidfile in root.glob("*/pid"):
         try:   # a job dir may be set aside (renamed) between the glob and the read
             done = " exited" if (pidfile.parent / "exit").exists() else ""
-            jobs.append(f"{pidfile.parent.name} {pidfile.read_text().strip()}{done}")
+            pid = (pidfile.read_text().split() or ["?"])[0]   # "PID STARTTIME"
+            jobs.append(f"{pidfile.parent.name} {pid}{done}")
         except OSError:
             continue
     return job_map("\n".join(procs), "\n".join(jobs))
