@@ -179,6 +179,8 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
                  and js[job]["observed_speed"] is not None)
     assert jobs[job]["state"] == "running"
     assert jobs[job]["observed_speed"] == 1.0   # it runs alone, reporting progress
+    text = cli(home, "status", check=True).stdout
+    assert f"#{job} " in text and "(predicted 1.00, seen 1.00)" in text, text
     profile = json.loads(cli(home, "profile", "show", "steps_progress", "--json",
                              check=True).stdout)
     assert profile["source"] == f"job {job}" and profile["gpu_model"] == "NVIDIA H200"

@@ -16,8 +16,17 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0f}%"
 
 
+def _speeds(job: dict) -> str:
+    """' (predicted 0.82, seen 0.80)' when known: how well the sharing goes."""
+    parts = [f"{label} {job[key]:.2f}" for label, key in
+             (("predicted", "predicted_speed"), ("seen", "observed_speed"))
+             if job.get(key) is not None]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _gpu_line(gpu: dict) -> str:
-    jobs = ", ".join(f"#{j['id']} {j['user']}/{j['name']}" for j in gpu["jobs"]) or "idle"
+    jobs = ", ".join(f"#{j['id']} {j['user']}/{j['name']}{_speeds(j)}"
+                     for j in gpu["jobs"]) or "idle"
     foreign = [p for p in gpu["processes"] if p["job_id"] is None]
     extra = f"  +{len(foreign)} foreign" if foreign else ""
     return (f"  gpu{gpu['index']} {gpu['name']:<16} util {_pct(gpu['utilization_gpu']):>4}  "
