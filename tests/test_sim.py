@@ -101,6 +101,16 @@ def test_cli_json_shape():
     assert data["settings"]["jobs"] == 40 and data["settings"]["seed"] == 1
 
 
+def test_table_ends_with_the_verdict_from_the_same_numbers():
+    data = json.loads(cli("sim", "--json", "--jobs", "40", "--seed", "1").stdout)["policies"]
+    text = cli("sim", "--jobs", "40", "--seed", "1").stdout
+    ratio = data["iadeep"]["avg_jct_s"] / data["exclusive"]["avg_jct_s"]
+    vs_oracle = data["iadeep"]["avg_jct_s"] / data["oracle"]["avg_jct_s"] - 1
+    verdict = text.strip().splitlines()[-1]
+    assert verdict.startswith("iadeep's average JCT: ")
+    assert f"{ratio:.2f}x exclusive" in verdict and f"{vs_oracle:+.1%} vs oracle" in verdict
+
+
 def test_cli_table_and_trace(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("submit_s,workload,duration_s,gpus\n0,resnet50,600,1\n5,mlp,300,1\n"

@@ -137,7 +137,20 @@ def format_table(report: SimReport) -> str:
     src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
                                             f"seed {s.seed}")
     lines.append(f"{src}; {s.gpus} GPUs; model: {report.model_note}")
-    return "\n".join(lines)
+    lines.append(_verdict(report))
+    return "\n".join(line for line in lines if line)
+
+
+def _verdict(report: SimReport) -> str:
+    """One sentence a reader takes away: iadeep against the others, from this run's numbers."""
+    by = {r.name: r.avg_jct_s for r in report.results}
+    if "iadeep" not in by:
+        return ""
+    parts = [f"{by['iadeep'] / by[name]:.2f}x {name}" for name in ("exclusive", "packing", "random")
+             if by.get(name)]
+    if by.get("oracle"):
+        parts.append(f"{by['iadeep'] / by['oracle'] - 1:+.1%} vs oracle")
+    return "iadeep's average JCT: " + ", ".join(parts) if parts else ""
 
 
 def plot_jct(report: SimReport, path: str) -> None:
