@@ -131,6 +131,27 @@ def validate_spec(spec: JobSpec) -> None:
         raise bad("--name must be one line of at most 200 characters", "e.g. --name resnet-lr3")
 
 
+INTERPRETERS = {".py": "#!/usr/bin/env python3", ".pl": "#!/usr/bin/env perl",
+                ".rb": "#!/usr/bin/env ruby", ".jl": "#!/usr/bin/env julia"}
+
+
+def check_interpreter(path) -> None:
+    """A job script is executed directly on its node; without a ``#!`` line the shell would
+    run a Python file as shell commands, failing in confusing ways an hour into the queue."""
+    from pathlib import Path
+
+    from .errors import InputError
+
+    suffix = Path(path).suffix
+    if suffix not in INTERPRETERS:
+        return
+    with open(path, "rb") as f:
+        first = f.readline(256)
+    if not first.startswith(b"#!"):
+        raise InputError(f"script {str(path)!r} has no '#!' first line, so the node would run it "
+                         "with sh", hint=f"add '{INTERPRETERS[suffix]}' as its first line")
+
+
 def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """``["K=V", ...]`` from the command line into pairs, with a clear error for a bad one."""
     from .errors import InputError

@@ -70,6 +70,9 @@ def test_bad_input_is_one_line_error(controller, script, tmp_path):
                     "NAME=VALUE")
     _one_line_error(cli(home, "queue", "add", str(script), "--env", "1BAD=x"), "--env")
     _one_line_error(cli(home, "queue", "add", str(script), "--mem", "-3"), "--mem")
+    no_shebang = tmp_path / "train.py"
+    no_shebang.write_text("import torch\n")
+    _one_line_error(cli(home, "queue", "add", str(no_shebang)), "train.py", "#!/usr/bin/env python3")
     (tmp_path / "bad.yaml").write_text("nodes:\n  - name: a\n    hots: x\n")
     _one_line_error(cli(home, "controller", "run", "--inventory", str(tmp_path / "bad.yaml")),
                     "bad.yaml:3", "hots")

@@ -10,7 +10,7 @@ import typer
 
 from ..controller import client
 from ..errors import InputError, error_from_dict
-from ..jobs import JobSpec, parse_env, spec_to_dict, validate_spec
+from ..jobs import JobSpec, check_interpreter, parse_env, spec_to_dict, validate_spec
 from . import render
 from .errors import report
 
@@ -28,6 +28,7 @@ def _script_path(script: str) -> str:
                          hint="give the path of an executable job script, e.g. jobs/hello.sh")
     if not os.access(path, os.R_OK):
         raise InputError(f"script {script!r} is not readable", hint=f"chmod a+r {script}")
+    check_interpreter(path)
     return str(path.resolve())
 
 
