@@ -84,6 +84,12 @@ class ClusterSnapshot:
     def node(self, name: str) -> NodeSnapshot | None:
         return next((n for n in self.nodes if n.name == name), None)
 
+    def gpu(self, node: str | None, index: int) -> GpuSample | None:
+        """GPU ``index`` of ``node`` as last read; None if the node failed or has no such GPU."""
+        snap = self.node(node or "")
+        return next((g for g in (snap.gpus if snap and snap.ok else ()) if g.index == index),
+                    None)
+
 
 def to_dict(obj: Any) -> dict:
     """Serialise a snapshot (any of the classes above) to plain JSON-able data."""

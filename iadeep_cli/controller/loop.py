@@ -17,7 +17,7 @@ from typing import Callable
 from ..errors import IadeepError, InvalidTransition, NodeError
 from ..inventory import Inventory
 from ..jobs import ACTIVE, Job, JobState, with_orphan, without_orphan
-from ..model.profiles import Profile
+from ..model.profiles import Profile, shipped_profiles
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 
@@ -31,12 +31,11 @@ class SchedulingLoop:
     def __init__(self, store: Store, inventory: Inventory, pool, scripts_dir: Path,
                  clock: Callable[[], float] = time.time, fit_in_background: bool = True):
         from ..model.predictor import analytic_model
+        from .observe import SpeedObserver
 
         self.store, self.inventory, self.pool = store, inventory, pool
         self.scripts_dir = scripts_dir
         self.clock = clock
-        from .observe import SpeedObserver
-
         self.model = analytic_model()   # conservative until the fitted model is ready
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
         self.observer = SpeedObserver(pool)
@@ -52,15 +51,10 @@ class SchedulingLoop:
             self._fit()
 
     # ------------------------------------------------------------------ model
-    def profiles(self) -> dict[str, Profile]:
-        """Shipped profiles, overridden by this lab's own measurements."""
-        from ..model.profiles import shipped_profiles
-
-        merged = dict(shipped_profiles())
+    def lab_profiles(self) -> dict[str, Profile]:
+        """Profiles measured in this lab (they override the shipped ones of the same name)."""
         with self.store.tx() as conn:
-            for profile, _source, _at in profrows.load_profiles(conn):
-                merged[profile.workload] = profile
-        return merged
+            return {p.workload: p for p, _source, _at in profrows.load_profiles(conn)}
 
     def _fit(self) -> None:
         from ..model.catalog import lab_measurements
@@ -87,10 +81,10 @@ class SchedulingLoop:
                 self._reconcile(node.name)
         self._lose_silent_nodes(now)
         self._cancel_requested()
-        profiles = self.profiles()
-        if self._profile_new_workloads(snapshot, profiles):
-            profiles = self.profiles()
-        self._observe_speeds(snapshot, now, profiles)
+        shipped, lab = shipped_profiles(), self.lab_profiles()
+        lab.update(self._profile_new_workloads(snapshot, {**shipped, **lab}))
+        profiles = {**shipped, **lab}
+        self._observe_speeds(snapshot, now, profiles, lab)
         self._schedule(snapshot, profiles)
 
     def close(self) -> None:
@@ -103,8 +97,7 @@ class SchedulingLoop:
 
     def _jobs(self, states, node: str | None = None) -> list[Job]:
         with self.store.tx() as conn:
-            found = jobrows.select(conn, states=states)
-        return [j for j in found if node is None or j.node == node]
+            return jobrows.select(conn, states=states, node=node)
 
     # ------------------------------------------------------------------ reconcile
     def _reconcile(self, node: str) -> None:
@@ -229,11 +222,11 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ profiling
     def _profile_new_workloads(self, snapshot: ClusterSnapshot,
-                               known: dict[str, Profile]) -> bool:
+                               known: dict[str, Profile]) -> dict[str, Profile]:
         """Sample the GPU of each running job without a profile while it runs alone; after
         PROFILE_SAMPLES polls record its profile, so later jobs of the kind can share.
-        Returns whether a profile was recorded."""
-        recorded = False
+        Returns the profiles recorded this round."""
+        recorded: dict[str, Profile] = {}
         for job in self._jobs({JobState.RUNNING}):
             if job.spec.workload in known or len(job.gpu_indices) != 1:
                 continue
@@ -242,11 +235,14 @@ class SchedulingLoop:
                 continue
             samples = self._samples.setdefault(job.id, [])
             samples.append(sample)
-            if len(samples) >= PROFILE_SAMPLES:
-                recorded |= self._record_profile(job, samples)
+            profile = self._record_profile(job, samples) if len(samples) >= PROFILE_SAMPLES \
+                else None
+            if profile is not None:
+                recorded[profile.workload] = profile
         return recorded
 
-    def _record_profile(self, job: Job, samples: list[tuple[GpuSample, float | None]]) -> bool:
+    def _record_profile(self, job: Job, samples: list[tuple[GpuSample, float | None]]
+                        ) -> Profile | None:
         from ..model.online import profile_from_samples
 
         label = job.spec.workload or Path(job.spec.script).stem
@@ -256,20 +252,20 @@ class SchedulingLoop:
                                            peak_gib, solo_it_per_s=self.observer.solo_rate(job.id))
         except IadeepError as exc:
             log.warning("profiling job %s: %s", job.id, exc.message)
-            return False
+            return None
         with self.store.tx() as conn:
             profrows.upsert_profile(conn, profile, self.clock(), source=f"job {job.id}")
             jobrows.update(conn, job.id, workload=label)
         self._samples.pop(job.id, None)
         log.info("profiled job %s as %r", job.id, label)
-        return True
+        return profile
 
     # ------------------------------------------------------------------ online learning
     def _observe_speeds(self, snapshot: ClusterSnapshot, now: float,
-                        profiles: dict[str, Profile]) -> None:
-        with self.store.tx() as conn:  # solo rates of workloads this lab profiled itself
-            known_solo = {p.workload: p.solo_it_per_s for p, _, _ in profrows.load_profiles(conn)
-                          if p.solo_it_per_s}
+                        profiles: dict[str, Profile], lab: dict[str, Profile]) -> None:
+        # Solo rates only of workloads this lab profiled itself (the shipped ones are other
+        # programs with other batch sizes).
+        known_solo = {name: p.solo_it_per_s for name, p in lab.items() if p.solo_it_per_s}
         known_util = {name: p.gpu_util for name, p in profiles.items() if p.gpu_util}
         speeds, pairs = self.observer.observe(self._jobs({JobState.RUNNING}), snapshot, now,
                                               known_solo, known_util)
@@ -344,9 +340,7 @@ class SchedulingLoop:
 def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float | None] | None:
     """(its GPU's sample, the job's memory in MiB) if the job is the only iadeep job on its
     GPU in this snapshot, else None (a profile must describe the job running alone)."""
-    node = snapshot.node(job.node or "")
-    gpu = next((g for g in (node.gpus if node and node.ok else ())
-                if g.index == job.gpu_indices[0]), None)
+    gpu = snapshot.gpu(job.node, job.gpu_indices[0])
     if gpu is None or any(p.job_id not in (None, job.id) for p in gpu.processes):
         return None
     mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]

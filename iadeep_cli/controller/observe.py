@@ -118,8 +118,7 @@ class SpeedObserver:
             if (key in self._recorded or now - since < MIN_TOGETHER_S or a.id not in speeds
                     or b.id not in speeds or not (a.spec.workload and b.spec.workload)):
                 continue
-            snap = snapshot.node(node)
-            gpu = next((g for g in (snap.gpus if snap else ()) if g.index == index), None)
+            gpu = snapshot.gpu(node, index)
             rows.append(CoLocation(gpu.name if gpu else "", (a.spec.workload, b.spec.workload),
                                    (round(speeds[a.id], 4), round(speeds[b.id], 4)), 1))
             self._recorded.add(key)
@@ -142,8 +141,7 @@ def _groups(running: list[Job]) -> dict[tuple[str, int], list[Job]]:
 
 def _job_sm(job: Job, snapshot: ClusterSnapshot) -> float | None:
     """The job's processes' summed SM utilisation on its GPU in this snapshot, if reported."""
-    node = snapshot.node(job.node or "")
-    gpu = next((g for g in (node.gpus if node else ()) if g.index == job.gpu_indices[0]), None)
+    gpu = snapshot.gpu(job.node, job.gpu_indices[0])
     values = [p.sm_util for p in (gpu.processes if gpu else ())
               if p.job_id == job.id and p.sm_util is not None]
     return sum(values) if values else None

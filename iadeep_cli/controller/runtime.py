@@ -32,7 +32,8 @@ class Controller:
         self._wake = threading.Event()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = Store(self.state_dir / "iadeep.db")
-        self.service = Service(self.store, inventory, clock)
+        self.scripts_dir = self.state_dir / "scripts"   # copies taken at submission
+        self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
         self.service.wake = self._wake.set
         self.socket = ControllerSocket(self.service, self.state_dir)
         self.loop = self._make_loop() if inventory.nodes else None
@@ -58,7 +59,7 @@ class Controller:
             return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
 
         self.service.log_reader = logs
-        return SchedulingLoop(self.store, self.inventory, pool, self.state_dir / "scripts",
+        return SchedulingLoop(self.store, self.inventory, pool, self.scripts_dir,
                               self.clock)
 
     def heartbeat(self, **extra) -> None:

@@ -83,16 +83,18 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job:
 
 
 def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
-           owner: str | None = None, limit: int | None = None) -> list[Job]:
-    """Jobs filtered by state and owner, oldest first (the queue's natural order)."""
+           owner: str | None = None, limit: int | None = None,
+           node: str | None = None) -> list[Job]:
+    """Jobs filtered by state, owner and node, oldest first (the queue's natural order)."""
     where, params = [], []
     if states is not None:
         states = list(states)
         where.append(f"state IN ({', '.join('?' * len(states))})")
         params += [s.value for s in states]
-    if owner is not None:
-        where.append("owner=?")
-        params.append(owner)
+    for column, value in (("owner", owner), ("node", node)):
+        if value is not None:
+            where.append(f"{column}=?")
+            params.append(value)
     sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
