@@ -103,6 +103,9 @@ def test_job_processes_tagged_by_env_or_session(smi_fixture):
     assert (tags[450], tags[451], tags[452], tags[453]) == (5, 6, None, None)
     assert (tags[454], tags[455]) == (7, None)
     assert job_map("x y\n", "garbage\n") == {}
+    # a launch in progress ("claimed": no pid file yet) already counts for its env-tagged
+    # processes, but gives no session to match strangers against
+    assert job_map("460 600 9\n461 9\n", "9 - claimed\n") == {460: 9}
 
 
 def test_inventory_gpu_subset(smi_fixture):

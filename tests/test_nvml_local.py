@@ -251,6 +251,68 @@ def test_memory_falls_back_to_nvml_v1_on_older_bindings(fake_nvml, monkeypatch, 
     assert gpu.memory_used_mib == float(row["mem_total"]) - float(row["mem_free"])
 
 
+def _start_job_process(tmp_path, job_id: int, gpu: int):
+    """A real process carrying job ``job_id``'s environment, as the launcher would start it."""
+    import subprocess
+    env = {**os.environ, "IADEEP_JOB_ID": str(job_id), "CUDA_VISIBLE_DEVICES": str(gpu),
+           "IADEEP_PROGRESS_FILE": str(tmp_path / "jobs" / str(job_id) / "progress")}
+    return subprocess.Popen(["sleep", "30"], env=env)
+
+
+def test_a_process_starting_mid_poll_is_never_shown_as_foreign(fake_nvml, monkeypatch, tmp_path):
+    """Regression (CI flake): the GPU's processes were listed twice per poll, once to map pids to
+    jobs and once for the sample, so a job process that started in between was 'foreign'.  Here
+    the job's process starts right after the first listing of GPU 0, every time."""
+    nv = fake_nvml("idle")
+    (tmp_path / "jobs" / "41").mkdir(parents=True)
+    (tmp_path / "jobs" / "41" / "launched").touch()
+    real_list = nv.nvmlDeviceGetComputeRunningProcesses
+    started = []
+
+    def list_then_start(handle):
+        procs = real_list(handle)
+        if not started:
+            started.append(_start_job_process(tmp_path, 41, 0))
+            wait_until(lambda: any(p.pid == started[0].pid for p in real_list(handle)))
+        return procs
+
+    monkeypatch.setattr(nv, "nvmlDeviceGetComputeRunningProcesses", list_then_start)
+    try:
+        first = poll_local("here", str(tmp_path)).gpus[0].processes
+        assert all(p.job_id == 41 for p in first)          # not listed yet, or listed as 41
+        second = poll_local("here", str(tmp_path)).gpus[0].processes
+        assert [p.job_id for p in second] == [41]
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_job_process_before_its_pid_file_is_the_jobs(fake_nvml, tmp_path):
+    """Between the launch's claim (``launched``) and its pid file the job already runs: its
+    process carries IADEEP_JOB_ID of a claimed directory, so it is the job's, not foreign."""
+    fake_nvml("idle")
+    (tmp_path / "jobs" / "42").mkdir(parents=True)
+    (tmp_path / "jobs" / "42" / "launched").touch()
+    proc = _start_job_process(tmp_path, 42, 0)
+    try:
+        wait_until(lambda: poll_local("here", str(tmp_path)).gpus[0].processes != ())
+        (gpu,) = poll_local("here", str(tmp_path)).gpus
+        assert [(p.pid, p.job_id) for p in gpu.processes] == [(proc.pid, 42)]
+    finally:
+        proc.kill()
+        proc.wait()
+    # an unclaimed directory proves nothing: a process merely claiming a job id stays foreign
+    (tmp_path / "jobs" / "42" / "launched").unlink()
+    proc = _start_job_process(tmp_path, 42, 0)
+    try:
+        wait_until(lambda: poll_local("here", str(tmp_path)).gpus[0].processes != ())
+        assert [p.job_id for p in poll_local("here", str(tmp_path)).gpus[0].processes] == [None]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 # --------------------------------------------------------------------------- end to end
 FINISHED = {"succeeded", "failed", "cancelled"}
 

@@ -65,10 +65,13 @@ if [ "$r" -eq 0 ]; then
   done
 fi
 echo "{MARK} jobs"
-for f in {jobs}/*/pid; do
+for f in {jobs}/*/launched; do
   [ -f "$f" ] || continue
-  d=${{f%/pid}}; x=""; [ -f "$d/exit" ] && x=" exited"
-  read p st < "$f"; echo "${{d##*/}} $p$x"
+  d=${{f%/launched}}
+  if [ -f "$d/pid" ]; then
+    x=""; [ -f "$d/exit" ] && x=" exited"
+    read p st < "$d/pid"; echo "${{d##*/}} $p$x"
+  else echo "${{d##*/}} - claimed"; fi
 done
 """
 
@@ -171,10 +174,11 @@ def nvidia_smi_error(rc: int, body: str) -> str | None:
 def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
     """pid -> job id for GPU processes that iadeep started.
 
-    ``jobs_text``: one line per job directory, ``ID PID`` (live) or ``ID PID exited``.
-    A process belongs to job J if its environment says ``IADEEP_JOB_ID=J`` and J has a job
-    directory on this node (finished ones too: a job's last process may outlive its exit file
-    by a moment, and is still not foreign), or (environment unreadable: another user's process)
+    ``jobs_text``: one line per claimed job directory, ``ID PID`` (live), ``ID PID exited`` or
+    ``ID - claimed`` (launch in progress: its process may already run before its pid file is
+    written).  A process belongs to job J if its environment says ``IADEEP_JOB_ID=J`` and J has
+    a job directory on this node (finished ones too: a job's last process may outlive its exit
+    file by a moment, and is still not foreign), or (environment unreadable: another user's process)
     if its session id is the session of a *live* job (jobs are started with setsid, so
     pid == sid; a finished job's pid may already belong to someone else).
     """
@@ -182,10 +186,11 @@ def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
     known: set[int] = set()
     for line in jobs_text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            known.add(int(parts[0]))
-            if parts[2:3] != ["exited"]:
-                sessions[int(parts[1])] = int(parts[0])
+        if len(parts) < 2 or not parts[0].isdigit():
+            continue
+        known.add(int(parts[0]))
+        if parts[1].isdigit() and parts[2:3] != ["exited"]:
+            sessions[int(parts[1])] = int(parts[0])
     out: dict[int, int] = {}
     for line in procs_text.splitlines():
         parts = line.split()

@@ -44,13 +44,14 @@ def _memory(nv, h) -> Any:
     return mem if mem is not None else _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
 
 
-def _sample(nv, index: int, jobs: dict[int, int]) -> GpuSample:
-    h = nv.nvmlDeviceGetHandleByIndex(index)
+def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
+    """One GPU's sample.  ``procs`` is the process listing the job map was built from: listing
+    again here would show a process that started in between as foreign (the job map never saw
+    it), so a poll lists each GPU's processes exactly once."""
     mem = _memory(nv, h)
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-    procs = _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []
     sm = _process_sm(nv, h)
     return GpuSample(
         index=index,
@@ -106,11 +107,12 @@ def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
             job = ""
         procs.append(f"{pid} {sid} {job}")
     root = Path(on_node(workdir)) / "jobs"
-    for pidfile in root.glob("*/pid"):
+    for claim in root.glob("*/launched"):
+        d = claim.parent
         try:   # a job dir may be set aside (renamed) between the glob and the read
-            done = " exited" if (pidfile.parent / "exit").exists() else ""
-            pid = (pidfile.read_text().split() or ["?"])[0]   # "PID STARTTIME"
-            jobs.append(f"{pidfile.parent.name} {pid}{done}")
+            pid = (d / "pid").read_text().split()[:1] if (d / "pid").exists() else []
+            done = " exited" if (d / "exit").exists() else ""
+            jobs.append(f"{d.name} {pid[0]}{done}" if pid else f"{d.name} - claimed")
         except OSError:
             continue
     return job_map("\n".join(procs), "\n".join(jobs))
@@ -132,12 +134,13 @@ def poll_local(name: str, workdir: str = "~/.iadeep",
     try:
         driver = _text(_try(nv.nvmlSystemGetDriverVersion) or "") or None
         count = nv.nvmlDeviceGetCount()
-        pids = []
+        listed = []   # (index, handle, processes): one listing per GPU, used for everything
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
-            pids += [p.pid for p in _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []]
-        jobs = local_job_map(workdir, pids)
-        gpus = tuple(_sample(nv, i, jobs) for i in range(count) if only is None or i in only)
+            listed.append((i, h, _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []))
+        jobs = local_job_map(workdir, [p.pid for _, _, procs in listed for p in procs])
+        gpus = tuple(_sample(nv, i, h, procs, jobs) for i, h, procs in listed
+                     if only is None or i in only)
         return NodeSnapshot(name, start, gpus=gpus, driver_version=driver,
                             rtt_s=time.time() - start)
     except Exception as exc:
