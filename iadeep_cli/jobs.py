@@ -1,7 +1,10 @@
 """Jobs and their explicit state machine.
 
     queued -> (held <-> queued) -> starting -> running -> succeeded | failed | cancelled
-    starting/running -> lost (node silent past its grace period) -> queued (if retries remain)
+    starting/running -> lost (node silent past its grace period)
+    lost -> running | succeeded | failed | cancelled (the node answers again and says which)
+    lost -> queued (retries remain and the old attempt is known dead: the node answered and it
+                    is gone, or an admin fenced the node)
 
 Every change goes through ``check_transition`` so an illegal move (cancelling a finished job,
 starting a held one) is refused with a clear message instead of corrupting the queue.
@@ -88,6 +91,7 @@ class Job:
     exit_code: int | None = None
     attempts: int = 0
     remote_pid: int | None = None
+    remote_start: int | None = None   # the session leader's start time (ticks since boot)
     reason: str = ""                  # last transition's or wait's reason, for `queue why`
     observed_speed: float | None = None
     predicted_speed: float | None = None

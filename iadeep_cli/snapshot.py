@@ -59,8 +59,32 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
+class RemoteJob:
+    """What a job's session and directory on its node say.
+
+    ``state``: running (its session leader is alive and is ours) | exited (the leader is gone;
+    ``exit_code`` from the exit file, None when there is none: killed hard, node rebooted) |
+    missing (no pid file and no launch claim: never started) | claimed (a launch claimed the
+    directory but recorded no pid: interrupted; whether it started is unknown).
+    ``start``: the leader's start time (clock ticks since boot), reported for running jobs so
+    that a pid reused after a reboot is never mistaken for the job.
+    """
+
+    state: str
+    exit_code: int | None = None
+    pid: int | None = None
+    start: int | None = None
+
+
+@dataclass(frozen=True)
 class NodeSnapshot:
-    """One node at one poll: its GPUs, or the reason it could not be read."""
+    """One node at one poll: its GPUs and its jobs, or the reason they could not be read.
+
+    ``error`` says why there is no GPU data; ``jobs`` is None when the node did not answer at
+    all, else the state of every job the controller expects there (``(job id, RemoteJob)``).
+    The two differ on purpose: a node whose nvidia-smi fails still answers over SSH, and its
+    jobs are still known to be running; only a node that does not answer can lose its jobs.
+    """
 
     name: str
     taken_at: float
@@ -68,10 +92,20 @@ class NodeSnapshot:
     error: str | None = None
     driver_version: str | None = None
     rtt_s: float | None = None
+    jobs: tuple[tuple[int, RemoteJob], ...] | None = None
 
     @property
     def ok(self) -> bool:
+        """GPU data is usable (placement may use this node)."""
         return self.error is None
+
+    @property
+    def reached(self) -> bool:
+        """The node answered this poll (its jobs' states are known)."""
+        return self.jobs is not None
+
+    def job(self, job_id: int) -> RemoteJob | None:
+        return dict(self.jobs or ()).get(job_id)
 
 
 @dataclass(frozen=True)
@@ -102,7 +136,10 @@ def gpu_from_dict(d: dict) -> GpuSample:
 
 
 def node_from_dict(d: dict) -> NodeSnapshot:
-    return NodeSnapshot(**{**d, "gpus": tuple(gpu_from_dict(g) for g in d.get("gpus", ()))})
+    jobs = d.get("jobs")
+    return NodeSnapshot(**{**d, "gpus": tuple(gpu_from_dict(g) for g in d.get("gpus", ())),
+                           "jobs": None if jobs is None else
+                           tuple((int(i), RemoteJob(**r)) for i, r in jobs)})
 
 
 def cluster_from_dict(d: dict) -> ClusterSnapshot:

@@ -80,3 +80,26 @@ def jobs_by_id(home: Path) -> dict:
 
     out = cli(home, "queue", "list", "--all", "--json", check=True).stdout
     return {j["id"]: j for j in json.loads(out)}
+
+
+def attempt_processes(job_id: int, node: str) -> list[int]:
+    """pids of processes of ``job_id``'s attempt on ``node`` (its progress file names both)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            env = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(b"IADEEP_PROGRESS_FILE=") and
+               e.endswith(f"/{node}/jobs/{job_id}/progress".encode()) for e in env):
+            found.append(int(environ.parent.name))
+    return found
+
+
+def kill_attempt(job_id: int, node: str) -> None:
+    """Kill every process of a job's attempt on a node, as a power cut or reboot would."""
+    for pid in attempt_processes(job_id, node):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

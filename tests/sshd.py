@@ -129,6 +129,23 @@ SetEnv PATH={FAKES}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOM
             self.proc.wait()
         self.proc = None
 
+    def pause(self) -> None:
+        """SIGSTOP this sshd and its per-connection processes: a hung machine that still
+        accepts TCP connections (the kernel does) but never answers."""
+        self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
     def new_host_key(self) -> None:
         """Replace the host key (as a reinstall would) and restart."""
         self.stop()
@@ -215,6 +232,7 @@ class Cluster:
         left over from an earlier test (they would show as GPU processes on every node)."""
         self.kill_jobs()
         for node in self.nodes.values():
+            node.resume()
             node.set_fake()
             node.start()
 

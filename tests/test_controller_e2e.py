@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from controllers import ControllerProcess, attempt_processes, cli, jobs_by_id, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -116,46 +116,6 @@ def test_sigkill_while_jobs_start_and_run_loses_and_duplicates_nothing(lab, tmp_
     assert sorted(map(int, started)) == sorted(ids), "a job was started twice or never"
 
 
-def _attempt_processes(job_id, node):
-    """pids of processes of ``job_id``'s attempt on ``node`` (its progress file names both)."""
-    from pathlib import Path as P
-    found = []
-    for environ in P("/proc").glob("[0-9]*/environ"):
-        try:
-            env = environ.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"/{node}/jobs/{job_id}/progress".encode() in b"".join(
-                e for e in env if e.startswith(b"IADEEP_PROGRESS_FILE=")):
-            found.append(int(environ.parent.name))
-    return found
-
-
-def test_lost_node_requeues_jobs_that_allow_retries(lab, tmp_path):
-    home = lab.home
-    script, marks = _marker_script(tmp_path, 30)
-    keep = _add(home, str(script), "--exclusive", "--retries", "1", "--name", "retry-me")
-    jobs = _wait(home, lambda js: js[keep]["state"] == "running")
-    first_node = jobs[keep]["node"]
-    lab.cluster.stop(first_node)   # the job keeps running there, behind a "partition"
-    jobs = _wait(home, lambda js: js[keep]["state"] == "running" and js[keep]["node"] != first_node
-                 and js[keep]["attempts"] == 2, timeout=60)
-    second_node = jobs[keep]["node"]
-    states = [e["new_state"] for e in
-              json.loads(cli(home, "queue", "show", str(keep), "--json").stdout)["events"]]
-    assert states[-4:] == ["lost", "queued", "starting", "running"]
-    assert marks.read_text().split() == [str(keep), str(keep)]   # a real second attempt
-    status = json.loads(cli(home, "status", "--json").stdout)
-    down = {n["name"]: n for n in status["nodes"]}[first_node]
-    assert down["error"] and down["down_since"]
-    assert _attempt_processes(keep, first_node), "the first attempt should still be running"
-    lab.cluster.start(first_node)   # the node answers again: its orphan is stopped
-    wait_until(lambda: not _attempt_processes(keep, first_node), limit=60)
-    assert _attempt_processes(keep, second_node) and _jobs(home)[keep]["state"] == "running"
-    cli(home, "queue", "cancel", str(keep), check=True)
-    _wait(home, lambda js: js[keep]["state"] == "cancelled", timeout=30)
-
-
 def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
     home = lab.home
     script, _ = _marker_script(tmp_path, 30)
@@ -167,9 +127,9 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
     assert "silent" in jobs[job]["reason"]
     assert cli(home, "queue", "cancel", str(job), check=True).stdout.strip() == \
         f"job {job}: cancelled"
-    assert _attempt_processes(job, node)   # still running behind the silent node
+    assert attempt_processes(job, node)   # still running behind the silent node
     lab.cluster.start(node)                # once it answers, the cancelled job is stopped
-    wait_until(lambda: not _attempt_processes(job, node), limit=60)
+    wait_until(lambda: not attempt_processes(job, node), limit=60)
 
 
 def test_unknown_workload_is_profiled_alone_then_known(lab):

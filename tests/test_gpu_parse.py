@@ -5,6 +5,7 @@ import pytest
 
 from iadeep_cli.nodes.gpu import (APP_FIELDS, GPU_FIELDS, MARK, job_map, parse_poll,
                                   poll_script, remote_path)
+from iadeep_cli.snapshot import RemoteJob
 
 GPU_IDLE = "h200-idle-query-gpu-full.csv-noheader-nounits.txt"
 GPU_LOADED = "h200-loaded-query-gpu-full.csv-noheader-nounits.txt"
@@ -12,10 +13,11 @@ APPS_LOADED = "h200-loaded-compute-apps-full.csv-noheader-nounits.txt"
 APPS_IDLE = "h200-idle-compute-apps-full.csv-noheader-nounits.txt"
 
 
-def output(gpu: str, apps: str = "", gpu_rc: int = 0, procs: str = "", jobs: str = "") -> str:
+def output(gpu: str, apps: str = "", gpu_rc: int = 0, procs: str = "", state: str = "",
+           dirs: str = "") -> str:
     """What the poll script prints, assembled from its parts."""
-    return (f"{MARK} gpu {gpu_rc}\n{gpu}\n{MARK} apps 0\n{apps}\n{MARK} procs\n{procs}\n"
-            f"{MARK} jobs\n{jobs}\n")
+    return (f"{MARK} state\n{state}\n{MARK} dirs\n{dirs}\n"
+            f"{MARK} gpu {gpu_rc}\n{gpu}\n{MARK} apps 0\n{apps}\n{MARK} procs\n{procs}\n")
 
 
 def cols(line: str, fields) -> dict:
@@ -97,15 +99,22 @@ def test_job_processes_tagged_by_env_or_session(smi_fixture):
     # process is still going) -> still job 7; 455: session of job 8's leader, but job 8 has
     # exited, so that pid (and session) may be reused by a stranger -> foreign.
     procs = "450 100 5\n451 200\n452 300 99\n454 400 7\n455 500\n"
-    jobs = "5 100\n6 200\n7 400 exited\n8 500 exited\n"
-    snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), apps, procs=procs, jobs=jobs))
+    state = "5 running 100 11\n6 running 200 12\n7 exited 400 0\n8 exited 500 1\n"
+    snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), apps, procs=procs, state=state,
+                                   dirs="5\n6\n7\n8\n"))
     tags = {p.pid: p.job_id for p in snap.gpus[0].processes}
     assert (tags[450], tags[451], tags[452], tags[453]) == (5, 6, None, None)
     assert (tags[454], tags[455]) == (7, None)
-    assert job_map("x y\n", "garbage\n") == {}
-    # a launch in progress ("claimed": no pid file yet) already counts for its env-tagged
-    # processes, but gives no session to match strangers against
-    assert job_map("460 600 9\n461 9\n", "9 - claimed\n") == {460: 9}
+    assert snap.jobs == ((5, RemoteJob("running", None, 100, 11)),
+                         (6, RemoteJob("running", None, 200, 12)),
+                         (7, RemoteJob("exited", 0, 400)), (8, RemoteJob("exited", 1, 500)))
+    assert job_map("x y\n", set(), {}) == {}
+    # a launch in progress (a claimed directory, no pid yet) already counts for its
+    # env-tagged processes, but gives no session to match strangers against
+    snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), apps, procs="450 600 9\n451 9\n",
+                                   state="9 claimed\n", dirs="9\n"))
+    tags = {p.pid: p.job_id for p in snap.gpus[0].processes}
+    assert (tags[450], tags[451]) == (9, None) and snap.jobs == ((9, RemoteJob("claimed")),)
 
 
 def test_inventory_gpu_subset(smi_fixture):

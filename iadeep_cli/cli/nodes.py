@@ -71,3 +71,22 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory"),
         typer.confirm("Trust this key?", abort=True)
     path = trust_key(scanned)
     typer.echo(f"recorded in {path}")
+
+
+@app.command("fence")
+def fence(node: str = typer.Argument(..., help="node name from the inventory"),
+          yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation")):
+    """Declare NODE's jobs dead (admins): the node is powered off or gone for good.
+
+    Jobs lost on a silent node are never started again while their first attempt might still
+    run there. Fencing says it cannot: they are requeued (if they allow retries) or failed, and
+    should NODE come back, their old attempts are stopped before anything new starts there.
+    """
+    from ..controller.client import call
+
+    if not yes:
+        typer.confirm(f"Is {node} really powered off? A job still running there would run "
+                      "twice", abort=True)
+    result = call("fence", {"node": node})
+    ids = ", ".join(map(str, result["jobs"])) or "none"
+    typer.echo(f"node {result['node']} fenced; its jobs requeued or failed: {ids}")

@@ -5,12 +5,26 @@ so a restarted controller never starts a job that is already running. A launch i
 ``starting`` (with node and GPUs) and committed *before* the job is started on the node; if the
 controller dies in between, the next round's reconcile finds either the job's pid file (it did
 start: running) or nothing (it did not: queued again). A job is therefore never started twice.
+
+Nodes never wait for each other. Every poll reads a node's GPUs *and* the state of its jobs in
+one round trip; the round waits for the nodes only briefly (``round_wait_s``) and a slow node's
+answer is used when it comes. What the loop does on a node (launch, cancel, stop an abandoned
+attempt) runs on that node's own worker thread (``NodeActions``), so a hung node holds up only
+its own work. A job with an action in flight is left alone by reconcile until it is done.
+
+The rule that keeps a job from running twice: a job's next attempt starts only once its previous
+attempt is known to have ended: its node answered and the attempt is gone, or an admin fenced
+the node (``iadeep nodes fence``: "it is powered off, its jobs are dead"). A node whose
+nvidia-smi fails still answers over SSH, so its jobs are still tracked; only a node that does
+not answer at all for ``node_grace`` loses its jobs, and lost jobs wait for one of the two.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +39,72 @@ log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
+LAUNCH_BACKOFF_S = (30.0, 600.0)   # a node whose launches fail is skipped this long, doubling
+
+
+class NodeActions:
+    """One worker thread per node for what the loop does there (launch, cancel, clean up).
+
+    Actions on one node run in order; a node that hangs delays only its own queue.  An action
+    is keyed (e.g. ``("launch", 12)``): the same key is not queued twice while one is pending,
+    and ``busy(job_id)`` tells reconcile to leave that job alone until its action is done.
+    """
+
+    def __init__(self):
+        self._workers: dict[str, ThreadPoolExecutor] = {}
+        self._pending: set[tuple] = set()
+        self._done_at: dict[int, float] = {}   # job id -> when its last action ended
+        self._lock = threading.Lock()
+
+    def submit(self, node: str, key: tuple, fn: Callable[[], None]) -> bool:
+        with self._lock:
+            if key in self._pending:
+                return False
+            self._pending.add(key)
+            worker = self._workers.get(node)
+            if worker is None:
+                worker = self._workers[node] = ThreadPoolExecutor(
+                    1, thread_name_prefix=f"iadeep-{node}")
+        worker.submit(self._run, key, fn)
+        return True
+
+    def _run(self, key: tuple, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:   # a bug in one action must not kill the node's worker
+            log.exception("action %s failed", key)
+        finally:
+            with self._lock:
+                self._pending.discard(key)
+                self._done_at[key[1]] = time.time()   # wall clock, like a poll's taken_at
+
+    def busy(self, job_id: int) -> bool:
+        with self._lock:
+            return any(key[1] == job_id for key in self._pending)
+
+    def acted_at(self, job_id: int) -> float:
+        with self._lock:
+            return self._done_at.get(job_id, 0.0)
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) for queued actions: tests and a clean shutdown."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending:
+                    return
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclasses.dataclass
+class _LaunchHealth:
+    failures: int = 0
+    until: float = 0.0
+    reason: str = ""
 
 
 class SchedulingLoop:
@@ -42,7 +122,16 @@ class SchedulingLoop:
         self._fit_in_background = fit_in_background
         self._last_fit = clock()
         self._new_pairs = 0
+        self.actions = NodeActions()
+        self._launch_health: dict[str, _LaunchHealth] = {}
+        self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
         self._refit()
+
+    @property
+    def round_wait_s(self) -> float:
+        """How long a round waits for slow nodes: never longer than one poll interval, so one
+        sick node cannot make every other node's data old."""
+        return min(max(1.0, self.inventory.poll_interval_s), 10.0)
 
     def _refit(self) -> None:
         if self._fit_in_background:
@@ -72,13 +161,15 @@ class SchedulingLoop:
     # ------------------------------------------------------------------ the round
     def tick(self) -> None:
         now = self.clock()
-        snapshot = self.pool.poll_all()
+        snapshot = self.pool.poll_all(self._expected(), wait_s=self.round_wait_s)
         with self.store.tx() as conn:
             cluster.save_nodes(conn, snapshot.nodes)
             cluster.forget_nodes(conn, {n.name for n in self.inventory.nodes})
+        self._log_node_changes(snapshot)
         for node in snapshot.nodes:
-            if node.ok:
-                self._reconcile(node.name)
+            if node.reached:
+                self._reconcile(node)
+                self._clean_orphans(node.name)
         self._lose_silent_nodes(now)
         self._cancel_requested()
         shipped, lab = shipped_profiles(), self.lab_profiles()
@@ -88,7 +179,35 @@ class SchedulingLoop:
         self._schedule(snapshot, profiles)
 
     def close(self) -> None:
+        self.actions.close()
         self.pool.close()
+
+    def _expected(self) -> dict[str, list[tuple[int, int | None, int | None]]]:
+        """Per node, the jobs whose state its poll must read, with their recorded leader."""
+        out: dict[str, list[tuple[int, int | None, int | None]]] = {}
+        for job in self._jobs(ACTIVE | {JobState.LOST}):
+            if job.node is not None:
+                out.setdefault(job.node, []).append((job.id, job.remote_pid, job.remote_start))
+        return out
+
+    def _log_node_changes(self, snapshot: ClusterSnapshot) -> None:
+        """A node going silent or coming back, its GPU query failing or recovering: the lab's
+        events, logged once when they happen (not every round)."""
+        for node in snapshot.nodes:
+            now_seen = (node.reached, node.ok)
+            before = self._seen.get(node.name, (True, True))
+            self._seen[node.name] = now_seen
+            if now_seen == before:
+                continue
+            if not node.reached:
+                log.warning("node %s does not answer: %s", node.name, node.error)
+            elif not before[0]:
+                log.info("node %s answers again", node.name)
+            if node.reached and not node.ok:
+                log.warning("node %s answers, but its GPUs cannot be read: %s (its jobs are "
+                            "still tracked; nothing new is placed there)", node.name, node.error)
+            elif node.reached and not before[1]:
+                log.info("node %s: GPU data available again", node.name)
 
     # ------------------------------------------------------------------ helpers
     def _move(self, job: Job, new: JobState, reason: str, **fields) -> Job:
@@ -100,39 +219,31 @@ class SchedulingLoop:
             return jobrows.select(conn, states=states, node=node)
 
     # ------------------------------------------------------------------ reconcile
-    def _reconcile(self, node: str) -> None:
-        """Bring every job we think is on ``node`` in line with what the node says."""
-        from ..nodes import launcher
+    def _reconcile(self, node) -> None:
+        """Bring every job we think is on ``node`` in line with what its poll says.
 
-        self._clean_orphans(node)
-        jobs = self._jobs(ACTIVE | {JobState.LOST}, node)
-        if not jobs:
-            return
-        try:
-            remote = launcher.reconcile(self.pool, node, [j.id for j in jobs])
-        except IadeepError as exc:
-            log.warning("reconcile on %s failed: %s", node, exc.message)
-            return
-        for job in jobs:
-            self._apply_remote(job, remote.get(job.id))
+        A job with an action in flight, or whose action ended after this poll began, is left
+        for the next round: the poll may predate what the action did (a launch completing)."""
+        for job in self._jobs(ACTIVE | {JobState.LOST}, node.name):
+            if self.actions.busy(job.id) or self.actions.acted_at(job.id) >= node.taken_at:
+                continue
+            self._apply_remote(job, node.job(job.id))
 
     def _apply_remote(self, job: Job, remote) -> None:
         now = self.clock()
         if remote is None or remote.state == "missing":
-            if job.state == JobState.STARTING:   # the launch never happened
-                self._not_started(job)
-            elif job.state == JobState.RUNNING:
-                # Its process may live on without its directory: never start it elsewhere.
-                self._lose(job, f"its directory vanished from node {job.node}", requeue=False)
+            if job.state == JobState.STARTING or (job.state == JobState.LOST
+                                                  and job.remote_pid is None):
+                self._not_started(job)   # the launch never happened
         elif remote.state == "claimed":
             if job.state != JobState.LOST:
-                self._lose(job, f"its launch on {job.node} was interrupted; whether it started "
-                                "is unknown (check the node, then cancel it)", requeue=False)
+                self._move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
+                           "whether it started is unknown (check the node, then cancel it)")
         elif remote.state == "running":
-            if job.state != JobState.RUNNING:
+            if job.state != JobState.RUNNING or job.remote_pid is None:
                 why = "node answers again" if job.state == JobState.LOST else "running"
                 self._move(job, JobState.RUNNING, why, remote_pid=remote.pid,
-                           started_at=job.started_at or now)
+                           remote_start=remote.start, started_at=job.started_at or now)
         else:  # exited
             self._finish(job, remote.exit_code)
 
@@ -142,9 +253,14 @@ class SchedulingLoop:
         if job.extra.get("cancel_requested_by"):
             self._move(job, JobState.CANCELLED, f"cancelled by {job.extra['cancel_requested_by']}"
                        " before it started", ended_at=self.clock())
-        else:
-            self._move(job, JobState.QUEUED, "launch did not happen; back in the queue",
-                       node=None, gpu_indices=(), attempts=max(0, job.attempts - 1))
+            return
+        why = "launch did not happen; back in the queue"
+        health = self._launch_health.get(job.node or "")
+        if health is not None and health.until > self.clock():
+            why = (f"launch on {job.node} failed ({health.reason}); back in the queue, "
+                   f"{job.node} is skipped for {health.until - self.clock():.0f} s")
+        self._move(job, JobState.QUEUED, why, node=None, gpu_indices=(),
+                   attempts=max(0, job.attempts - 1))
 
     def _finish(self, job: Job, code: int | None) -> None:
         now = self.clock()
@@ -153,15 +269,35 @@ class SchedulingLoop:
         elif code == 0:
             new, why = JobState.SUCCEEDED, "exited with code 0"
         elif code is None:
+            if self._requeue(job, f"its attempt on {job.node} ended without an exit code "
+                                  "(killed, or the node rebooted)"):
+                return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
             new, why = JobState.FAILED, f"exited with code {code}"
         self._samples.pop(job.id, None)
         self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
 
+    def _requeue(self, job: Job, why: str) -> bool:
+        """Queue a job's next attempt, if it has retries left; its previous attempt must be
+        known dead or fenced.  The old attempt's node is remembered (an orphan): its directory
+        is set aside, and anything of it still running stopped, before a new attempt may start
+        there (else the new launch would find the old pid file)."""
+        if job.attempts > job.spec.retries:
+            return False
+        if job.state != JobState.LOST:
+            job = self._move(job, JobState.LOST, why)
+        extra = with_orphan(job.extra, job.node)
+        self._move(job, JobState.QUEUED, f"{why}; requeued (attempt {job.attempts + 1} of "
+                   f"{job.spec.retries + 1} next)", node=None, gpu_indices=(), remote_pid=None,
+                   remote_start=None, extra=extra)
+        self._samples.pop(job.id, None)
+        return True
+
     # ------------------------------------------------------------------ node loss
     def _lose_silent_nodes(self, now: float) -> None:
-        """Jobs on nodes silent past the grace period, or no longer in the inventory, are lost."""
+        """Jobs on nodes silent past the grace period, or no longer in the inventory, are lost.
+        They are not requeued here: their attempt may still run (see the module docstring)."""
         with self.store.tx() as conn:
             silent = {n.name for n, since in cluster.load_nodes(conn)
                       if since is not None and now - since >= self.inventory.node_grace_s}
@@ -169,56 +305,69 @@ class SchedulingLoop:
         for job in self._jobs(ACTIVE):
             if job.node in silent:
                 self._lose(job, f"node {job.node} silent for over "
-                                f"{self.inventory.node_grace_s:.0f}s")
+                                f"{self.inventory.node_grace_s:.0f}s; it is requeued when the "
+                                f"node answers and its attempt is gone, or when an admin runs "
+                                f"`iadeep nodes fence {job.node}`")
             elif job.node not in known:
-                self._lose(job, f"node {job.node} is no longer in the inventory", requeue=False)
+                self._lose(job, f"node {job.node} is no longer in the inventory")
 
-    def _lose(self, job: Job, why: str, requeue: bool = True) -> None:
-        """Mark a job lost; requeue it if it allows retries and its old attempt can be stopped
-        later (its node is remembered as holding an orphan until then)."""
+    def _lose(self, job: Job, why: str) -> None:
         lost = self._move(job, JobState.LOST, why)
         if lost.extra.get("cancel_requested_by"):
             self._move(lost, JobState.CANCELLED, "cancelled while its node was lost",
                        ended_at=self.clock(), extra=with_orphan(lost.extra, lost.node))
-        elif requeue and lost.attempts <= lost.spec.retries:
-            self._move(lost, JobState.QUEUED, f"requeued after loss (attempt {lost.attempts} "
-                       f"of {lost.spec.retries + 1})", node=None, gpu_indices=(),
-                       extra=with_orphan(lost.extra, lost.node))
+
+    def fence(self, node: str, by: str) -> list[int]:
+        """An admin declares every attempt on ``node`` dead (powered off, gone for good): its
+        lost and active jobs are requeued if they have retries left, else failed. Should the
+        node come back, those attempts are stopped before anything else starts there."""
+        moved = []
+        for job in self._jobs(ACTIVE | {JobState.LOST}, node):
+            why = f"node {node} fenced by {by}"
+            if not self._requeue(job, why):
+                self._move(job, JobState.FAILED, f"{why}; no retries left", ended_at=self.clock(),
+                           extra=with_orphan(job.extra, node))
+            moved.append(job.id)
+        return moved
 
     def _clean_orphans(self, node: str) -> None:
         """Stop abandoned attempts on a node that answers again (a requeued or cancelled job's
         old process), and set their directories aside so a new attempt there starts fresh."""
+        with self.store.tx() as conn:
+            jobs = [j for j in jobrows.with_extra(conn, "orphans") if node in j.extra["orphans"]]
+        for job in jobs:
+            self.actions.submit(node, ("orphan", job.id, node),
+                                lambda job=job: self._stop_orphan(node, job.id))
+
+    def _stop_orphan(self, node: str, job_id: int) -> None:
         from ..nodes import launcher
 
-        with self.store.tx() as conn:
-            jobs = jobrows.with_extra(conn, "orphans")
-        for job in jobs:
-            if node not in job.extra["orphans"]:
-                continue
-            try:
-                launcher.cancel(self.pool, node, job.id, grace_s=5)
-                launcher.set_aside(self.pool, node, job.id, "abandoned")
-            except IadeepError as exc:
-                log.warning("stopping old attempt of job %s on %s: %s", job.id, node, exc.message)
-                continue
-            with self.store.tx() as conn:   # re-read: the job may have moved meanwhile
-                fresh = jobrows.get(conn, job.id)
-                jobrows.update(conn, job.id, extra=without_orphan(fresh.extra, node))
-            log.info("stopped the abandoned attempt of job %s on %s", job.id, node)
+        try:
+            launcher.cancel(self.pool, node, job_id, grace_s=5)
+            launcher.set_aside(self.pool, node, job_id, "abandoned")
+        except IadeepError as exc:
+            log.warning("stopping old attempt of job %s on %s: %s", job_id, node, exc.message)
+            return
+        with self.store.tx() as conn:   # re-read: the job may have moved meanwhile
+            fresh = jobrows.get(conn, job_id)
+            jobrows.update(conn, job_id, extra=without_orphan(fresh.extra, node))
+        log.info("stopped the abandoned attempt of job %s on %s", job_id, node)
 
     # ------------------------------------------------------------------ cancel
     def _cancel_requested(self) -> None:
+        """Stop cancelled jobs on their node's worker; the poll then sees them exit."""
+        for job in self._jobs(ACTIVE):
+            if job.extra.get("cancel_requested_by") and job.node is not None:
+                self.actions.submit(job.node, ("cancel", job.id),
+                                    lambda job=job: self._stop(job))
+
+    def _stop(self, job: Job) -> None:
         from ..nodes import launcher
 
-        for job in self._jobs(ACTIVE):
-            if not job.extra.get("cancel_requested_by"):
-                continue
-            try:
-                launcher.cancel(self.pool, job.node, job.id)
-            except IadeepError as exc:
-                log.warning("cancel of job %s on %s failed: %s", job.id, job.node, exc.message)
-                continue
-            self._reconcile(job.node)
+        try:
+            launcher.cancel(self.pool, job.node, job.id)
+        except IadeepError as exc:
+            log.warning("cancel of job %s on %s failed: %s", job.id, job.node, exc.message)
 
     # ------------------------------------------------------------------ profiling
     def _profile_new_workloads(self, snapshot: ClusterSnapshot,
@@ -267,8 +416,9 @@ class SchedulingLoop:
         # programs with other batch sizes).
         known_solo = {name: p.solo_it_per_s for name, p in lab.items() if p.solo_it_per_s}
         known_util = {name: p.gpu_util for name, p in profiles.items() if p.gpu_util}
-        speeds, pairs = self.observer.observe(self._jobs({JobState.RUNNING}), snapshot, now,
-                                              known_solo, known_util)
+        answered = {n.name for n in snapshot.nodes if n.reached}
+        running = [j for j in self._jobs({JobState.RUNNING}) if j.node in answered]
+        speeds, pairs = self.observer.observe(running, snapshot, now, known_solo, known_util)
         with self.store.tx() as conn:
             for job_id, speed in speeds.items():
                 jobrows.update(conn, job_id, observed_speed=round(speed, 4))
@@ -288,7 +438,8 @@ class SchedulingLoop:
         if not queue:
             return
         active = self._jobs(ACTIVE)
-        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        slots = slots_from_snapshot(self._without_failing_nodes(snapshot), active,
+                                    self.inventory, profiles)
         decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
                        self.inventory.user_limits, self.clock())
         waits = dict(decided.waits)
@@ -305,32 +456,70 @@ class SchedulingLoop:
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
 
-    def _start(self, job: Job, placement) -> None:
-        from ..nodes import launcher
+    def _without_failing_nodes(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """Nodes whose launches keep failing (full disk, broken workdir) offer no GPUs until
+        their back-off ends, so jobs go to the other nodes instead of looping on one."""
+        now = self.clock()
+        failing = {n: h for n, h in self._launch_health.items() if h.until > now}
+        if not failing:
+            return snapshot
+        return dataclasses.replace(snapshot, nodes=tuple(
+            dataclasses.replace(n, error=f"launches failing: {failing[n.name].reason}")
+            if n.name in failing else n for n in snapshot.nodes))
 
+    def _start(self, job: Job, placement) -> None:
+        """Record the placement (committed before anything happens on the node), then launch
+        on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
         started = self._move(job, JobState.STARTING, f"placed on {placement.node}:"
                              f"{','.join(map(str, placement.gpu_indices))}",
                              node=placement.node, gpu_indices=placement.gpu_indices,
-                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id))
+                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id),
+                             remote_pid=None, remote_start=None)
         with self.store.tx() as conn:
             for other, speed in speeds.items():
                 if other != job.id:
                     jobrows.update(conn, other, predicted_speed=speed)
+        self.actions.submit(placement.node, ("launch", job.id),
+                            lambda: self._launch(started, placement))
+
+    def _launch(self, started: Job, placement) -> None:
+        from ..nodes import launcher
+
+        node = placement.node
         try:
-            result = launcher.launch(self.pool, placement.node, started,
-                                     placement.gpu_indices, self.script_copy(job))
+            result = launcher.launch(self.pool, node, started, placement.gpu_indices,
+                                     self.script_copy(started))
         except NodeError as exc:
-            # Unknown whether it started: the next round's reconcile finds out.
-            log.warning("launch of job %s on %s: %s", job.id, placement.node, exc.message)
+            # Unknown whether it started: the next poll's reconcile finds out.
+            health = self._launch_health.setdefault(node, _LaunchHealth())
+            health.failures += 1
+            health.reason = exc.message
+            health.until = self.clock() + min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (
+                health.failures - 1))
+            log.warning("launch of job %s on %s failed: %s; %s is skipped for %.0f s",
+                        started.id, node, exc.message, node, health.until - self.clock())
             return
         except IadeepError as exc:
             self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
                        ended_at=self.clock())
             return
-        self._move(started, JobState.RUNNING, f"running on {placement.node}:"
-                   f"{','.join(map(str, placement.gpu_indices))}",
-                   remote_pid=result.pid, started_at=self.clock())
+        if node in self._launch_health:
+            log.info("node %s launches jobs again", node)
+            self._launch_health.pop(node, None)
+        try:
+            self._move(started, JobState.RUNNING, f"running on {node}:"
+                       f"{','.join(map(str, placement.gpu_indices))}",
+                       remote_pid=result.pid, remote_start=result.start,
+                       started_at=self.clock())
+        except InvalidTransition:   # reconcile got there first (it ran, and maybe ended)
+            pass
+
+    def launch_health(self) -> dict[str, dict]:
+        """Nodes skipped because their launches fail: node -> {reason, until}."""
+        now = self.clock()
+        return {n: {"reason": h.reason, "until": h.until}
+                for n, h in self._launch_health.items() if h.until > now}
 
     def script_copy(self, job: Job) -> Path:
         """The copy of the script taken when the job was submitted (later edits don't leak)."""

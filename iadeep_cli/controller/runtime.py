@@ -50,8 +50,12 @@ class Controller:
             if node.local:
                 log.warning("node %s is local: its jobs run as the controller's own account and "
                             "could change its state; see README 'Security model'", node.name)
+        # A hung nvidia-smi must give up well inside the grace period, so that its node,
+        # which still answers, is never taken for a silent one.
+        grace = self.inventory.node_grace_s
         pool = NodePool(_scoped_workdirs(self.inventory, self._install_id()),
-                        backoff_max=min(60.0, max(5.0, self.inventory.node_grace_s)))
+                        backoff_max=min(60.0, max(5.0, grace)),
+                        gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
         def logs(job, offset: int, max_bytes: int) -> dict:
             data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
@@ -59,8 +63,9 @@ class Controller:
             return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
 
         self.service.log_reader = logs
-        return SchedulingLoop(self.store, self.inventory, pool, self.scripts_dir,
-                              self.clock)
+        loop = SchedulingLoop(self.store, self.inventory, pool, self.scripts_dir, self.clock)
+        self.service.fencer = loop.fence
+        return loop
 
     def heartbeat(self, **extra) -> None:
         with self.store.tx() as conn:
@@ -77,10 +82,13 @@ class Controller:
         on_ready()
         try:
             while not self._stop.is_set():
+                began = time.monotonic()
                 if self.loop is not None:
                     self._tick()
                 self.heartbeat()
-                self._wake.wait(self.inventory.poll_interval_s)
+                # a fixed rate: a round that took long does not also delay the next one
+                self._wake.wait(max(0.0, self.inventory.poll_interval_s -
+                                    (time.monotonic() - began)))
                 self._wake.clear()
         finally:
             self.socket.close()

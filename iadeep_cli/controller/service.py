@@ -32,6 +32,7 @@ class Service:
         self.clock = clock
         self.log_reader = log_reader
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
+        self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
@@ -121,6 +122,23 @@ class Service:
                 f"job {job_id} belongs to {job.owner}; {user} may not change it",
                 hint="only a job's owner or a lab admin (lab.admins in nodes.yaml) can")
         return job
+
+    def op_fence(self, user: str, node: str) -> dict:
+        """An admin declares a node's job attempts dead (it is powered off or gone): its lost
+        jobs may then run again elsewhere.  Admin-only: a wrong fence can run a job twice."""
+        if not self.inventory.is_admin(user):
+            raise PermissionDenied(f"only a lab admin may fence a node; {user} is not one",
+                                   hint="ask an admin listed in lab.admins in nodes.yaml")
+        if not isinstance(node, str) or self.inventory.node(node) is None:
+            known = ", ".join(n.name for n in self.inventory.nodes) or "none"
+            raise InputError(f"no node named {node!r} in the controller's inventory",
+                             hint=f"known nodes: {known}")
+        if self.fencer is None:
+            raise InputError("this controller schedules no nodes",
+                             hint="start it with an inventory that lists nodes")
+        jobs = self.fencer(node, user)
+        self.wake()
+        return {"node": node, "jobs": jobs}
 
     # ------------------------------------------------------------------ reads
     def op_ping(self, user: str) -> dict:

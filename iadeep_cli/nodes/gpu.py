@@ -14,8 +14,9 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
-from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
+from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob
 
 GPU_FIELDS = (
     "index", "uuid", "name", "pci.bus_id", "driver_version", "memory.total", "memory.used",
@@ -39,20 +40,91 @@ def remote_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def poll_script(workdir: str) -> str:
-    """The shell script for one poll; ``workdir`` is Node.workdir (quoted, ``~`` kept working).
+# How long nvidia-smi may take before the poll gives up on it (coreutils ``timeout`` kills it,
+# and its children, so a hung driver call never piles up processes on the node).
+SMI_TIMEOUT_S = 10
+# The most bytes of a job's control file (pid, exit) the poll reads: the job can write them.
+CONTROL_MAX = 64
+
+# Sets $p, $st (the pid file's "PID STARTTIME", bounded and checked) from "$d/pid".
+_READ_PIDFILE = (
+    'set -- $(head -c %d "$d/pid" 2>/dev/null | head -n 1); p=${1:-}; st=${2:--}\n'
+    "case $p in ''|*[!0-9]*) p=-;; esac\n"
+    "case $st in ''|*[!0-9]*) st=-;; esac\n" % CONTROL_MAX)
+# Sets $ours (1 if process $p is alive, not a zombie, leads its own session and started at $st,
+# unless $st is '-') and $now (its start time).  After a reboot a pid may belong to someone
+# else, even another job's session leader: a process is ours only if all of this holds.
+IS_OURS = (
+    'ours=0; now=-; s=""\n'
+    '[ "$p" != - ] && [ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat 2>/dev/null '
+    '| cut -d" " -f1,4,20)\n'
+    'set -- $s\n'
+    'case "${1:-}" in Z*|X*|"") ;; *) [ "$2" = "$p" ] && { [ "$st" = - ] || [ "$3" = "$st" ]; } '
+    '&& { ours=1; now=$3; };; esac\n'
+)
+
+
+# What the controller expects on a node: (job id, session leader pid, its start time).
+Expect = Sequence[tuple[int, "int | None", "int | None"]]
+
+
+def state_script(workdir: str, expect: Expect) -> str:
+    """Shell that prints one ``ID STATE [PID [CODE|START]]`` line per expected job.
+
+    ``expect``: (job id, session leader pid, its start time) as the controller recorded them at
+    launch, or None where it has not (a launch still in flight, a crash before it was recorded:
+    then the pid file says).  The recorded pid wins over the pid file because the job can
+    rewrite or delete its own files: a job is running while its recorded session leader lives,
+    whatever its directory says, and its exit file is believed only once the leader is gone.
+    Every value interpolated here is an int (checked) or '-'.
+    """
+    jobs = remote_path(workdir.rstrip("/") + "/jobs")
+    items = " ".join(f"{int(j)}:{'-' if p is None else int(p)}:{'-' if t is None else int(t)}"
+                     for j, p, t in expect)
+    return (
+        f'echo "{MARK} state"\n'
+        "set -f\n"   # no globbing of what the job wrote into its files
+        f"for x in {items}; do\n"
+        '  j=${x%%:*}; r=${x#*:}; p=${r%%:*}; st=${r#*:}; d=' + jobs + '/$j\n'
+        '  if [ "$p" = - ]; then\n'
+        '    if [ -f "$d/pid" ]; then\n' + _indent(_READ_PIDFILE, 6) +
+        '    elif [ -f "$d/launched" ]; then echo "$j claimed"; continue\n'
+        '    else echo "$j missing"; continue; fi\n'
+        '  fi\n'
+        + _indent(IS_OURS, 2) +
+        '  if [ "$ours" = 1 ]; then echo "$j running $p $now"; continue; fi\n'
+        f'  c=$(head -c {CONTROL_MAX} "$d/exit" 2>/dev/null | head -n 1)\n'
+        "  case $c in ''|-|*[!0-9-]*) c=-;; esac\n"
+        '  echo "$j exited $p $c"\n'
+        "done\n"
+        "set +f\n"
+        # every claimed job directory: their processes are iadeep's (see job_map)
+        f'echo "{MARK} dirs"\n'
+        f"for f in {jobs}/*/launched; do [ -f \"$f\" ] && {{ d=${{f%/launched}}; "
+        'echo "${d##*/}"; }; done\n'
+    )
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
+def gpu_script(timeout_s: float = SMI_TIMEOUT_S) -> str:
+    """Shell for both nvidia-smi queries and the GPU processes' sessions and job ids.
 
     GPU pids are validated as digits before they touch /proc; nothing else is interpolated.
     stderr is kept out of the parsed output (a driver warning there must not make the node
     look broken) and fetched again only when the command failed, for the error message.
+    A hung nvidia-smi is killed after ``timeout_s`` (exit 124) and the apps query is skipped.
     """
-    jobs = remote_path(workdir.rstrip("/") + "/jobs")
+    to = f"timeout -k 2 {float(timeout_s):g}"
     return f"""\
-g=$({GPU_QUERY} 2>/dev/null); r=$?
-[ "$r" -eq 0 ] || g=$({GPU_QUERY} 2>&1)
+t=""; command -v timeout >/dev/null 2>&1 && t="{to}"
+g=$($t {GPU_QUERY} 2>/dev/null); r=$?
+[ "$r" -eq 0 ] || [ "$r" -ge 124 ] || g=$($t {GPU_QUERY} 2>&1)
 echo "{MARK} gpu $r"; printf '%s\\n' "$g"
-a=$({APP_QUERY} 2>/dev/null); r=$?
-[ "$r" -eq 0 ] || a=$({APP_QUERY} 2>&1)
+a=""; [ "$r" -eq 0 ] && {{ a=$($t {APP_QUERY} 2>/dev/null); r=$?; }}
+[ "$r" -eq 0 ] || [ "$r" -ge 124 ] || a=$($t {APP_QUERY} 2>&1)
 echo "{MARK} apps $r"; printf '%s\\n' "$a"
 echo "{MARK} procs"
 if [ "$r" -eq 0 ]; then
@@ -60,20 +132,17 @@ if [ "$r" -eq 0 ]; then
     case $p in ''|*[!0-9]*) continue;; esac
     [ -r /proc/$p/stat ] || continue
     s=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f4)
-    j=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | sed -n 's/^IADEEP_JOB_ID=//p')
+    j=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | sed -n 's/^IADEEP_JOB_ID=//p' | head -n 1)
     echo "$p $s $j"
   done
 fi
-echo "{MARK} jobs"
-for f in {jobs}/*/launched; do
-  [ -f "$f" ] || continue
-  d=${{f%/launched}}
-  if [ -f "$d/pid" ]; then
-    x=""; [ -f "$d/exit" ] && x=" exited"
-    read p st < "$d/pid"; echo "${{d##*/}} $p$x"
-  else echo "${{d##*/}} - claimed"; fi
-done
 """
+
+
+def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TIMEOUT_S) -> str:
+    """One remote poll: the expected jobs' states first (cheap, never blocked by the driver),
+    then the GPUs.  One round trip per node per round."""
+    return state_script(workdir, expect) + gpu_script(gpu_timeout_s)
 
 
 def _value(raw: str) -> float | None:
@@ -146,7 +215,7 @@ def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
     return out
 
 
-def _sections(output: str) -> dict[str, tuple[str | None, str]]:
+def split_sections(output: str) -> dict[str, tuple[str | None, str]]:
     """Split the poll script's output on its marker lines: name -> (argument, body)."""
     sections: dict[str, tuple[str | None, list[str]]] = {}
     current = None
@@ -165,32 +234,26 @@ def nvidia_smi_error(rc: int, body: str) -> str | None:
     if rc == 0 or NO_DEVICES in body:
         return None
     first = next((ln.strip() for ln in body.splitlines() if ln.strip()), "")
+    if rc in (124, 137):   # killed by the poll's `timeout`
+        return "nvidia-smi did not answer in time (driver hung?); the node's jobs are still " \
+               "tracked over SSH"
     if rc == 127 or "not found" in first:
         return "nvidia-smi not found on the node (exit 127); install the NVIDIA driver or " \
                "remove the node from the inventory"
     return f"nvidia-smi failed (exit {rc}): {first or 'no output'}"
 
 
-def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
+def job_map(procs_text: str, known: set[int], sessions: dict[int, int]) -> dict[int, int]:
     """pid -> job id for GPU processes that iadeep started.
 
-    ``jobs_text``: one line per claimed job directory, ``ID PID`` (live), ``ID PID exited`` or
-    ``ID - claimed`` (launch in progress: its process may already run before its pid file is
-    written).  A process belongs to job J if its environment says ``IADEEP_JOB_ID=J`` and J has
-    a job directory on this node (finished ones too: a job's last process may outlive its exit
-    file by a moment, and is still not foreign), or (environment unreadable: another user's process)
-    if its session id is the session of a *live* job (jobs are started with setsid, so
+    ``known``: job ids with a claimed directory on this node (a launch in progress too: its
+    process may run before its pid file is written); ``sessions``: session id -> job id of the
+    jobs whose session leader is alive now.  A process belongs to job J if its environment says
+    ``IADEEP_JOB_ID=J`` and J is known here (finished jobs too: a job's last process may outlive
+    its exit file by a moment, and is still not foreign), or (environment unreadable: another
+    user's process) if its session is a live job's (jobs are started with setsid, so
     pid == sid; a finished job's pid may already belong to someone else).
     """
-    sessions: dict[int, int] = {}
-    known: set[int] = set()
-    for line in jobs_text.splitlines():
-        parts = line.split()
-        if len(parts) < 2 or not parts[0].isdigit():
-            continue
-        known.add(int(parts[0]))
-        if parts[1].isdigit() and parts[2:3] != ["exited"]:
-            sessions[int(parts[1])] = int(parts[0])
     out: dict[int, int] = {}
     for line in procs_text.splitlines():
         parts = line.split()
@@ -203,6 +266,41 @@ def job_map(procs_text: str, jobs_text: str) -> dict[int, int]:
         elif sid in sessions:
             out[pid] = sessions[sid]
     return out
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else None
+
+
+def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
+    """The state section (see ``state_script``) -> ((job id, RemoteJob), ...)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or _int(parts[0]) is None or parts[1] not in (
+                "running", "exited", "missing", "claimed"):
+            continue
+        pid = _int(parts[2]) if len(parts) > 2 else None
+        if parts[1] == "running":
+            job = RemoteJob("running", None, pid, _int(parts[3]) if len(parts) > 3 else None)
+        elif parts[1] == "exited":
+            job = RemoteJob("exited", _int(parts[3]) if len(parts) > 3 else None, pid)
+        else:
+            job = RemoteJob(parts[1])
+        out.append((int(parts[0]), job))
+    return tuple(out)
+
+
+def job_sections(sec: dict[str, tuple[str | None, str]]
+                 ) -> tuple[tuple[tuple[int, RemoteJob], ...] | None, set[int], dict[int, int]]:
+    """(states, known job dirs, live sessions) from a poll's sections; states is None when the
+    state section is missing (the script did not run)."""
+    if "state" not in sec:
+        return None, set(), {}
+    states = parse_states(sec["state"][1])
+    known = {int(x) for x in sec.get("dirs", (None, ""))[1].split() if x.isdigit()}
+    sessions = {job.pid: j for j, job in states if job.state == "running" and job.pid}
+    return states, known | {j for j, _ in states}, sessions
 
 
 def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[int, int],
@@ -225,13 +323,15 @@ def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[in
 
 def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
                taken_at: float | None = None, rtt_s: float | None = None) -> NodeSnapshot:
-    """The poll script's output -> NodeSnapshot (with ``error`` set when nvidia-smi failed)."""
+    """The poll script's output -> NodeSnapshot: the jobs' states whenever the script ran, and
+    ``error`` set when nvidia-smi failed (the node still answered: its jobs are still known)."""
     taken_at = time.time() if taken_at is None else taken_at
-    sec = _sections(output)
+    sec = split_sections(output)
+    states, known, sessions = job_sections(sec)
 
     def snap(gpus=(), error=None, driver=None):
         return NodeSnapshot(name=name, taken_at=taken_at, gpus=gpus, error=error,
-                            driver_version=driver, rtt_s=rtt_s)
+                            driver_version=driver, rtt_s=rtt_s, jobs=states)
 
     if "gpu" not in sec:
         return snap(error="unexpected poll output (no GPU section): "
@@ -249,6 +349,6 @@ def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
         apps = parse_apps(apps_body) if apps_rc == "0" and NO_DEVICES not in apps_body else []
     except ValueError as exc:
         return snap(error=f"cannot parse nvidia-smi output: {exc}")
-    jobs = job_map(sec.get("procs", (None, ""))[1], sec.get("jobs", (None, ""))[1])
+    jobs = job_map(sec.get("procs", (None, ""))[1], known, sessions)
     driver = next((r.driver for r in rows if r.driver), None)
     return snap(gpus=attach(rows, apps, jobs, only), driver=driver)

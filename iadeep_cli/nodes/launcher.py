@@ -2,10 +2,13 @@
 
 A job lives in ``{Node.workdir}/jobs/{job_id}/`` (0700) on its node:
   ``bin/<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
-  lock), ``pid`` (pid == pgid == sid, started with setsid), ``log`` (stdout+stderr),
-  ``progress`` (IADEEP_PROGRESS_FILE, written by the job if it wants), ``exit`` (exit code).
-Because the directory is the record, a restarted controller can ``reconcile`` and learn the truth,
-and a second ``launch`` of the same job never starts it twice.
+  lock), ``pid`` ("PID STARTTIME"; pid == pgid == sid, started with setsid), ``log``
+  (stdout+stderr), ``progress`` (IADEEP_PROGRESS_FILE, written by the job if it wants), ``exit``
+  (exit code).  The launch also returns the pid and start time, which the controller records:
+the job can rewrite or delete its own files, so those files are only read bounded and
+validated, and a job whose recorded session leader lives is running whatever its files say.
+Because the directory is the record of a launch, a restarted controller can ``reconcile`` and
+learn the truth, and a second ``launch`` of the same job never starts it twice.
 
 Every user-supplied value (name, args, env, paths) reaches the remote shell only through
 ``shlex.quote``; the wrapper script is a constant that receives them as positional arguments.
@@ -20,7 +23,9 @@ from typing import Sequence
 
 from ..errors import InputError, NodeError, NotFoundError
 from ..jobs import Job
-from .gpu import remote_path
+from ..snapshot import RemoteJob
+from .gpu import (IS_OURS, _READ_PIDFILE, Expect, parse_states, remote_path, split_sections,
+                  state_script)
 
 # Runs as the session leader: records the exit code even after SIGTERM to the group (the trap
 # makes sh survive it; the job itself gets the default TERM action since handlers reset on exec).
@@ -30,17 +35,8 @@ if cd "$w"; then "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; f
 echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# The pid file holds "PID STARTTIME" (field 22 of /proc/PID/stat: clock ticks since boot).
-# After a reboot the pid may belong to someone else, even another job's session leader: a
-# process is ours only if it is alive, leads its own session and started when ours did.
-# Sets $p (the pid) and $ours (1 or 0) from "$d/pid".
-_IS_OURS = (
-    'read p st < "$d/pid"; s=""\n'
-    '[ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat | cut -d" " -f1,4,20)\n'
-    'set -- $s; ours=0\n'
-    'case "$1" in Z*|X*|"") ;; *) [ "$2" = "$p" ] && { [ -z "$st" ] || [ "$3" = "$st" ]; } '
-    '&& ours=1;; esac\n'
-)
+# Sets $p (the pid) and $ours (1 or 0) from "$d/pid", read bounded and checked (see gpu.py).
+_IS_OURS = _READ_PIDFILE + IS_OURS
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,7 @@ class LaunchResult:
     pgid: int
     job_dir: str
     already_started: bool = False   # True: a pid file was there; nothing was started now
-
-
-@dataclass(frozen=True)
-class RemoteJob:
-    state: str                      # "running" | "exited" | "missing" | "claimed"
-    exit_code: int | None = None    # None when exited without a code (killed hard, reboot)
-    pid: int | None = None
+    start: int | None = None        # the session leader's start time (ticks since boot)
 
 
 def job_dir(workdir: str, job_id: int) -> str:
@@ -102,8 +92,8 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
     lines = out.splitlines()
     jdir = lines[0]
     if len(lines) > 1 and lines[1].strip():
-        pid = int(lines[1].split()[0])
-        return LaunchResult(pid, pid, jdir, already_started=True)
+        pid, start = _pid_line(lines[1])
+        return LaunchResult(pid, pid, jdir, already_started=True, start=start)
     # In its own folder: a script named like a control file (pid, exit, log...) can't clobber it.
     remote_script = f"{jdir}/bin/{script.name}"
     pool.connection(node).put(script, remote_script, 0o700)
@@ -111,19 +101,33 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
-        "if ! (set -C; : > launched) 2>/dev/null; then echo \"exists $(cat pid 2>/dev/null)\";"
+        "if ! (set -C; : > launched) 2>/dev/null; then echo \"exists $(head -c 64 pid 2>/dev/null)\";"
         " exit 0; fi\n"
         f"setsid env {' '.join(_env_args(job, gpu_indices, jdir))} sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {argv} </dev/null >log 2>&1 &\n"
         'st=$(sed "s/.*) //" /proc/$!/stat 2>/dev/null | cut -d" " -f20)\n'
-        'echo "$! $st" > pid.tmp && mv pid.tmp pid && echo "started $!"\n'
+        # reported even if the job already removed its own directory: the controller records
+        # the pid and start time, and never takes a started job for one that did not start
+        '{ echo "$! $st" > pid.tmp && mv pid.tmp pid; } 2>/dev/null; echo "started $! $st"\n'
     )
     out = _sh(pool, node, start).split()
-    if len(out) < 2 or not out[1].isdigit():
+    try:
+        pid, st = _pid_line(" ".join(out[1:]))
+    except ValueError:
         raise NodeError(f"node {node}: job {job.id} dir {jdir} was claimed by another launch "
-                        f"but has no pid", hint="reconcile the job; remove the dir to retry")
-    pid = int(out[1])
-    return LaunchResult(pid, pid, jdir, already_started=out[0] == "exists")
+                        f"but has no pid", hint="reconcile the job; remove the dir to retry") \
+            from None
+    return LaunchResult(pid, pid, jdir, already_started=out[0] == "exists", start=st)
+
+
+def _pid_line(text: str) -> tuple[int, int | None]:
+    """"PID [STARTTIME]" -> (pid, start time or None); ValueError if there is no pid."""
+    parts = text.split()
+    if not parts or not parts[0].isdigit() or len(parts[0]) > 10:
+        raise ValueError(text[:64])
+    start = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() and len(parts[1]) < 20 \
+        else None
+    return int(parts[0]), start
 
 
 def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
@@ -149,38 +153,17 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
     return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
 
 
-def reconcile(pool, node: str, job_ids: Sequence[int]) -> dict[int, RemoteJob]:
-    """What each job's directory on the node says now, in one round trip.
+def reconcile(pool, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:
+    """What each job's session and directory on the node say now, in one round trip (the
+    controller gets the same from every poll; see ``gpu.state_script`` for the rules).
 
-    running: the pid is alive (not a zombie), leads its own session and started when the job
-    did (see _IS_OURS: a pid reused after a reboot is not the job);
-    exited: an exit file (its code), or the process is gone without one (code None);
-    missing: no pid file (never started, or the dir is gone);
-    claimed: a launch claimed the dir but recorded no pid (it was interrupted): whether the job
-    started is unknown, so it must be neither started again nor assumed dead.
+    ``job_ids``: ids, or (id, recorded pid, recorded start time) triples.
     """
     if not job_ids:
         return {}
-    wd = pool.node(node).workdir
-    lines = [f"for j in {' '.join(str(int(j)) for j in job_ids)}; do",
-             f"  d={remote_path(wd.rstrip('/') + '/jobs')}/$j",
-             '  if [ ! -f "$d/pid" ]; then [ -f "$d/launched" ] && echo "$j claimed" ||'
-             ' echo "$j missing"; continue; fi',
-             '  if [ -f "$d/exit" ]; then read p st < "$d/pid"; echo "$j exited $p '
-             '$(cat "$d/exit")"; continue; fi',
-             _IS_OURS.replace("\n", "\n  ").rstrip(),
-             '  if [ "$ours" = 1 ]; then echo "$j running $p"; else echo "$j exited $p"; fi',
-             "done"]
-    out = _sh(pool, node, "\n".join(lines))
-    result: dict[int, RemoteJob] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) < 2 or not parts[0].isdigit():
-            continue
-        pid = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
-        code = int(parts[3]) if len(parts) > 3 and parts[3].lstrip("-").isdigit() else None
-        result[int(parts[0])] = RemoteJob(parts[1], code if parts[1] == "exited" else None, pid)
-    return result
+    expect = [j if isinstance(j, tuple) else (int(j), None, None) for j in job_ids]
+    out = _sh(pool, node, state_script(pool.node(node).workdir, expect))
+    return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))
 
 
 def read_log(pool, node: str, job_id: int, offset: int = 0,

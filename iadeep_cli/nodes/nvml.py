@@ -8,13 +8,15 @@ GPUs/drivers (``Not Supported``); each such field becomes ``None`` rather than f
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
-from .gpu import job_map
-from .local import on_node
+from .gpu import split_sections, job_map, job_sections, state_script
+
+STATE_TIMEOUT_S = 10.0
 
 
 def _try(fn: Callable[[], Any]) -> Any:
@@ -90,9 +92,9 @@ def _proc_name(pid: int) -> str:
         return ""
 
 
-def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
+def local_job_map(pids: list[int], known: set[int], sessions: dict[int, int]) -> dict[int, int]:
     """The same pid -> job id mapping as the remote poll script, read straight from /proc."""
-    procs, jobs = [], []
+    procs = []
     for pid in pids:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
@@ -106,31 +108,36 @@ def local_job_map(workdir: str, pids: list[int]) -> dict[int, int]:
         except OSError:
             job = ""
         procs.append(f"{pid} {sid} {job}")
-    root = Path(on_node(workdir)) / "jobs"
-    for claim in root.glob("*/launched"):
-        d = claim.parent
-        try:   # a job dir may be set aside (renamed) between the glob and the read
-            pid = (d / "pid").read_text().split()[:1] if (d / "pid").exists() else []
-            done = " exited" if (d / "exit").exists() else ""
-            jobs.append(f"{d.name} {pid[0]}{done}" if pid else f"{d.name} - claimed")
-        except OSError:
-            continue
-    return job_map("\n".join(procs), "\n".join(jobs))
+    return job_map("\n".join(procs), known, sessions)
 
 
-def poll_local(name: str, workdir: str = "~/.iadeep",
-               only: tuple[int, ...] | None = None) -> NodeSnapshot:
-    """Read every GPU on this machine through NVML; failures become a per-node error."""
+def local_job_states(workdir: str, expect) -> str:
+    """The expected jobs' states on this machine: the same shell as a remote poll's."""
+    p = subprocess.run(["sh", "-c", state_script(workdir, expect)], capture_output=True,
+                       timeout=STATE_TIMEOUT_S, cwd=os.path.expanduser("~"))
+    return p.stdout.decode("utf-8", "replace")
+
+
+def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | None = None,
+               expect=()) -> NodeSnapshot:
+    """Read every GPU on this machine through NVML, and the expected jobs' states; an NVML
+    failure is the node's GPU error (its jobs are still known, as for a remote node)."""
     start = time.time()
+    try:
+        states, known, sessions = job_sections(split_sections(local_job_states(workdir, expect)))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return NodeSnapshot(name, start, error=f"cannot read the jobs' states: {exc}")
     try:
         import pynvml as nv
     except ImportError:
-        return NodeSnapshot(name, start, error="pynvml is not installed (pip install nvidia-ml-py)")
+        return NodeSnapshot(name, start, jobs=states,
+                            error="pynvml is not installed (pip install nvidia-ml-py)")
     try:
         nv.nvmlInit()
     except Exception as exc:
-        return NodeSnapshot(name, start, error=f"NVML unavailable: {exc} (is the NVIDIA driver "
-                                               "installed on the controller's machine?)")
+        return NodeSnapshot(name, start, jobs=states,
+                            error=f"NVML unavailable: {exc} (is the NVIDIA driver "
+                                  "installed on the controller's machine?)")
     try:
         driver = _text(_try(nv.nvmlSystemGetDriverVersion) or "") or None
         count = nv.nvmlDeviceGetCount()
@@ -138,12 +145,12 @@ def poll_local(name: str, workdir: str = "~/.iadeep",
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             listed.append((i, h, _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []))
-        jobs = local_job_map(workdir, [p.pid for _, _, procs in listed for p in procs])
+        jobs = local_job_map([p.pid for _, _, procs in listed for p in procs], known, sessions)
         gpus = tuple(_sample(nv, i, h, procs, jobs) for i, h, procs in listed
                      if only is None or i in only)
         return NodeSnapshot(name, start, gpus=gpus, driver_version=driver,
-                            rtt_s=time.time() - start)
+                            rtt_s=time.time() - start, jobs=states)
     except Exception as exc:
-        return NodeSnapshot(name, start, error=f"NVML query failed: {exc}")
+        return NodeSnapshot(name, start, jobs=states, error=f"NVML query failed: {exc}")
     finally:
         _try(nv.nvmlShutdown)

@@ -17,7 +17,7 @@ from typing import Sequence
 from ..errors import IadeepError, NotFoundError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
-from .gpu import parse_poll, poll_script
+from .gpu import SMI_TIMEOUT_S, Expect, parse_poll, poll_script
 
 log = logging.getLogger("iadeep.nodes")
 
@@ -27,17 +27,20 @@ class NodePool:
 
     ``known_hosts``: files to trust keys from (default: ~/.ssh/known_hosts and iadeep's own).
     ``backoff_base``: first wait (s) before reconnecting a node that failed; doubles each time.
+    ``gpu_timeout``: how long nvidia-smi may take on a node before it is killed (the GPU data
+    is then missing for that round; the node still answers and its jobs are still known).
     """
 
     def __init__(self, inventory: Inventory, known_hosts: Sequence[Path] | None = None,
                  connect_timeout: float = 5.0, command_timeout: float = 20.0,
                  backoff_base: float = 1.0, backoff_max: float = 60.0,
-                 ssh_config_path: Path | None = None):
+                 ssh_config_path: Path | None = None, gpu_timeout: float = SMI_TIMEOUT_S):
         from .local import LocalConnection
         from .ssh import SshConnection
 
         self.inventory = inventory
         self.connect_timeout, self.command_timeout = connect_timeout, command_timeout
+        self.gpu_timeout = gpu_timeout
         self._conns = {}
         for node in inventory.nodes:
             cls = LocalConnection if node.local else SshConnection
@@ -47,7 +50,9 @@ class NodePool:
                 backoff_max=backoff_max, ssh_config_path=ssh_config_path)
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self._conns)),
                                             thread_name_prefix="iadeep-poll")
-        self._inflight: dict[str, Future] = {}
+        self._inflight: dict[str, Future] = {}     # each node's latest poll
+        self._consumed: set[Future] = set()        # polls whose result was already returned
+        self._since: dict[str, float] = {}         # when a node's unfinished poll began
         self._lock = threading.Lock()
 
     # -- access
@@ -69,16 +74,18 @@ class NodePool:
         return self.connection(node_name).run(cmd, timeout=timeout, stdin=stdin)
 
     # -- polling
-    def poll(self, node_name: str) -> NodeSnapshot:
-        """One node's GPUs now; every failure becomes ``NodeSnapshot.error``."""
+    def poll(self, node_name: str, expect: Expect = ()) -> NodeSnapshot:
+        """One node's GPUs and expected jobs now; every failure becomes ``NodeSnapshot.error``
+        (with ``jobs`` None when the node did not answer at all)."""
         node = self.node(node_name)
         start = time.time()
         t0 = time.monotonic()
         try:
             if node.local:
                 from .nvml import poll_local
-                return poll_local(node.name, node.workdir, node.gpus)
-            rc, out, err = self.run(node_name, ["sh", "-c", poll_script(node.workdir)])
+                return poll_local(node.name, node.workdir, node.gpus, expect)
+            rc, out, err = self.run(node_name, ["sh", "-c", poll_script(node.workdir, expect,
+                                                                     self.gpu_timeout)])
         except IadeepError as exc:
             return NodeSnapshot(node.name, start, error=exc.message)
         except Exception as exc:  # a bug or a library surprise: this node's error, not a crash
@@ -88,32 +95,40 @@ class NodePool:
         return parse_poll(node.name, out + ("\n" + err if "@@iadeep gpu" not in out else ""),
                           only=node.gpus, taken_at=start, rtt_s=rtt)
 
-    def poll_all(self, timeout: float | None = None) -> ClusterSnapshot:
-        """Every node concurrently (a thread each); a node not done by ``timeout`` is an error.
+    def poll_all(self, expect: dict[str, Expect] | None = None,
+                 wait_s: float | None = None) -> ClusterSnapshot:
+        """Every node concurrently (a thread each), waiting at most ``wait_s`` for them.
 
-        The default timeout is connect + command timeout (a poll can need both).
+        A node that is not done by then does not hold up the others: its poll goes on in the
+        background and its result is used by the next call that finds it done (so a slow node
+        is seen late, never lost); while it is still running, the node reports how long it has
+        been silent.  ``expect``: per node, the jobs whose state to read (see ``state_script``).
         """
-        timeout = self.connect_timeout + self.command_timeout + 1 if timeout is None else timeout
+        expect = expect or {}
+        wait_s = self.connect_timeout + self.command_timeout + 1 if wait_s is None else wait_s
         started = time.time()
-        futures: dict[str, Future | None] = {}
+        futures: dict[str, Future] = {}
         with self._lock:
             for name in self._conns:
                 prev = self._inflight.get(name)
-                if prev is not None and not prev.done():
-                    futures[name] = None
-                    continue
-                futures[name] = self._inflight[name] = self._executor.submit(self.poll, name)
-        wait([f for f in futures.values() if f is not None], timeout=timeout)
+                if prev is None or prev.done() and prev in self._consumed:
+                    prev = self._executor.submit(self.poll, name, tuple(expect.get(name, ())))
+                    self._inflight[name] = prev
+                    self._since.setdefault(name, started)
+                futures[name] = prev
+        wait([f for f in futures.values() if not f.done()], timeout=wait_s)
         nodes = []
-        for name, fut in futures.items():
-            if fut is None:
-                nodes.append(NodeSnapshot(name, started, error="previous poll still running "
-                                                              "(node hung?)"))
-            elif not fut.done():
-                nodes.append(NodeSnapshot(name, started,
-                                          error=f"no poll result within {timeout:g} s"))
-            else:
-                nodes.append(fut.result())
+        with self._lock:
+            for name, fut in futures.items():
+                if fut.done():
+                    self._consumed.add(fut)
+                    self._consumed &= set(self._inflight.values())
+                    self._since.pop(name, None)
+                    nodes.append(fut.result())
+                else:
+                    silent = time.time() - self._since.get(name, started)
+                    nodes.append(NodeSnapshot(name, started, error=f"no answer for {silent:.0f} s"
+                                              " (its poll is still running)"))
         return ClusterSnapshot(taken_at=started, nodes=tuple(nodes))
 
     def close(self) -> None:

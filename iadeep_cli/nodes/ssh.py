@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import getpass
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -211,6 +212,9 @@ class SshConnection:
     def _open_client(self, target: SshTarget, sock=None, hostkey_node: str | None = None):
         import paramiko
 
+        # paramiko logs a failed handshake with a traceback at ERROR; our NodeError says it
+        logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
+        _check_identity_files(self.node.name, target)
         client = paramiko.SSHClient()
         trusted = client.get_host_keys()
         for name, by_type in _load_host_keys(self.known_hosts).items():
@@ -244,10 +248,7 @@ class SshConnection:
                             hint="check that the node is up and sshd is running") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             client.close()
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise NodeError(f"node {self.node.name}: cannot connect to {target.hostname}:"
-                            f"{target.port}: {reason}",
-                            hint="check host/port in the inventory or ~/.ssh/config") from None
+            raise _connect_error(self.node.name, target, exc) from None
         return client
 
     def _sock_via(self, jump: str, target: SshTarget):
@@ -369,6 +370,10 @@ class SshConnection:
                 if time.monotonic() >= deadline:
                     raise socket.timeout()
             rc = chan.exit_status
+        except _TooMuchOutput:
+            raise NodeError(f"node {self.node.name}: a command printed more than "
+                            f"{MAX_OUTPUT // 2**20} MiB; its output was discarded",
+                            hint="check the node's nvidia-smi and job directories") from None
         except (socket.timeout, TimeoutError):
             raise NodeError(f"node {self.node.name}: command did not finish within {timeout:g} s",
                             hint="the node is overloaded or hung; raise command_timeout if it "
@@ -464,17 +469,59 @@ class SshConnection:
                           fingerprint(key), line, status)
 
 
+def _check_identity_files(node: str, target: SshTarget) -> None:
+    """A key file that is named but missing is a configuration error, not a network one."""
+    files = [os.path.expanduser(f) for f in target.identity_files]
+    if files and not any(os.path.isfile(f) for f in files):
+        raise NodeError(f"node {node}: identity_file {', '.join(target.identity_files)} does not "
+                        "exist on the controller's machine",
+                        hint="fix identity_file in the inventory (or IdentityFile in "
+                             "~/.ssh/config), or create the key with ssh-keygen")
+
+
+def _connect_error(node: str, target: SshTarget, exc: BaseException) -> NodeError:
+    """One line that says what the failure means, with the fix that fits it."""
+    where = f"{target.hostname}:{target.port}"
+    text = str(exc)
+    if isinstance(exc, ConnectionRefusedError):
+        return NodeError(f"node {node}: connection refused by {where} (the node is down or its "
+                         "sshd is not running)",
+                         hint="start sshd on the node; iadeep retries it automatically")
+    if "protocol banner" in text or "SSH protocol" in text:
+        return NodeError(f"node {node}: {where} answers but is not an SSH server",
+                         hint="check the node's port in the inventory or ~/.ssh/config")
+    if isinstance(exc, socket.gaierror):
+        return NodeError(f"node {node}: cannot resolve host name {target.hostname!r}",
+                         hint="check host in the inventory or HostName in ~/.ssh/config")
+    reason = getattr(exc, "strerror", None) or text or type(exc).__name__
+    return NodeError(f"node {node}: cannot connect to {where}: {reason}",
+                     hint="check that the node is up and host/port in the inventory or "
+                          "~/.ssh/config")
+
+
 class _Stale(Exception):
     """Internal: the cached connection turned out to be dead before the command started."""
 
 
+MAX_OUTPUT = 8 * 1024 * 1024   # a node's answer larger than this is refused, not buffered
+
+
+class _TooMuchOutput(Exception):
+    pass
+
+
 def _read_all(recv, chan, deadline: float) -> bytes:
-    chunks = []
+    """A stream until EOF, bounded in time (``deadline``) and size (MAX_OUTPUT): what a node
+    prints is untrusted, and a job or a broken driver can print without end."""
+    chunks, size = [], 0
     while True:
         chan.settimeout(max(0.001, deadline - time.monotonic()))
         data = recv(65536)
         if not data:
             return b"".join(chunks)
+        size += len(data)
+        if size > MAX_OUTPUT:
+            raise _TooMuchOutput()
         chunks.append(data)
 
 

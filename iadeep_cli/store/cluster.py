@@ -13,18 +13,19 @@ from ..snapshot import ClusterSnapshot, NodeSnapshot, node_from_dict, to_dict
 
 def save_nodes(conn: sqlite3.Connection, nodes: tuple[NodeSnapshot, ...]) -> None:
     """Store each node's latest snapshot. A failed poll keeps the last good GPUs and their
-    time (so views show what was last known and how old it is) with the error, and remembers
-    since when the node has been failing: the grace period for losing its jobs counts from it."""
+    time (so views show what was last known and how old it is) with the error.  Since when the
+    node has not *answered* is remembered apart: the grace period for losing its jobs counts
+    from it, and a node whose GPU query fails but which answers is not silent."""
     for node in nodes:
         prev = conn.execute("SELECT data, down_since FROM node_snapshots WHERE node=?",
                             (node.name,)).fetchone()
         data, taken_at, down_since = to_dict(node), node.taken_at, None
-        if not node.ok:
+        if not node.reached:
             down_since = prev["down_since"] if prev and prev["down_since"] else node.taken_at
-            if prev is not None:
-                last = json.loads(prev["data"])
-                data = {**last, "error": node.error}
-                taken_at = last["taken_at"]
+        if not node.ok and prev is not None:
+            last = json.loads(prev["data"])
+            data = {**last, "error": node.error, "jobs": data["jobs"]}
+            taken_at = last["taken_at"]
         conn.execute(
             "INSERT INTO node_snapshots (node, taken_at, data, down_since) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(node) DO UPDATE SET taken_at=excluded.taken_at, data=excluded.data, "

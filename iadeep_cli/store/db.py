@@ -87,6 +87,11 @@ MIGRATIONS: tuple[str, ...] = (
         observed_at REAL NOT NULL
     );
     """,
+    # v4: the job's session leader is identified by pid AND start time, recorded at launch, so
+    # a job that rewrites or deletes its own pid file cannot hide or fake its state.
+    """
+    ALTER TABLE jobs ADD COLUMN remote_start INTEGER;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

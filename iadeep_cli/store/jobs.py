@@ -16,8 +16,8 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
                  "exclusive", "workdir", "env", "retries", "min_speed")
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
-                      "remote_pid", "priority", "predicted_speed", "observed_speed", "extra",
-                      "workload"})
+                      "remote_pid", "remote_start", "priority", "predicted_speed",
+                      "observed_speed", "extra", "workload"})
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -33,7 +33,8 @@ def job_from_row(row: sqlite3.Row) -> Job:
         submitted_at=row["submitted_at"], started_at=row["started_at"],
         ended_at=row["ended_at"], node=row["node"],
         gpu_indices=tuple(json.loads(row["gpu_indices"])), exit_code=row["exit_code"],
-        attempts=row["attempts"], remote_pid=row["remote_pid"], reason=row["reason"],
+        attempts=row["attempts"], remote_pid=row["remote_pid"],
+        remote_start=row["remote_start"], reason=row["reason"],
         observed_speed=row["observed_speed"], predicted_speed=row["predicted_speed"],
         extra=json.loads(row["extra"]),
     )

@@ -1,0 +1,180 @@
+"""Faults a lab meets weekly, against real sshd nodes and a real controller: a job is never
+running twice, and one sick node never holds up the others (issue: faults and hostile users).
+
+Every scenario starts the same way: a job that allows a retry runs on one of two nodes; then
+that node's GPU query fails or hangs, its sshd hangs (SIGSTOP), its network goes (sshd killed)
+or it reboots (sshd killed and the job's processes with it).  Throughout, the test samples
+the job's processes on both nodes: never more than one attempt may run at once.
+"""
+import json
+import signal
+import time
+
+import pytest
+
+from controllers import (ControllerProcess, attempt_processes, cli, jobs_by_id, kill_attempt,
+                         wait_until)
+
+GRACE = 3.0
+POLL = 0.3
+
+
+def _inventory(cluster, tmp_path):
+    for node in cluster.nodes.values():
+        node.set_fake(gpus=1)
+    path = tmp_path / "nodes.yaml"
+    path.write_text(f"lab:\n  poll_interval: {POLL}\n  node_grace: {GRACE}\n"
+                    f"  admins: [{cluster.user}]\n" + cluster.inventory_yaml())
+    return path
+
+
+@pytest.fixture
+def lab(sshd_cluster, tmp_path):
+    cluster = sshd_cluster(2)
+    ctl = ControllerProcess(tmp_path / "state", _inventory(cluster, tmp_path))
+    ctl.cluster = cluster
+    yield ctl.start()
+    ctl.stop()
+
+
+class Copies:
+    """Samples a job's attempts on every node; ``most`` is the most ever running at once."""
+
+    def __init__(self, job_id, nodes):
+        self.job_id, self.nodes, self.most = job_id, list(nodes), 0
+
+    def sample(self) -> int:
+        running = sum(1 for n in self.nodes if attempt_processes(self.job_id, n))
+        self.most = max(self.most, running)
+        return running
+
+
+def _job(home, job_id):
+    return jobs_by_id(home)[job_id]
+
+
+def _watch(home, copies, done, limit=60.0):
+    """Sample the copies until ``done(job)``; returns the job."""
+    def check():
+        copies.sample()
+        job = _job(home, copies.job_id)
+        return job if done(job) else None
+    return wait_until(check, limit=limit, every=0.2)
+
+
+def _node_data(home, name):
+    status = json.loads(cli(home, "status", "--json", check=True).stdout)
+    return {n["name"]: n for n in status["nodes"]}[name]
+
+
+def _start_job(lab, tmp_path):
+    script = tmp_path / "long.sh"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    job = int(cli(lab.home, "queue", "add", str(script), "--exclusive", "--retries", "1",
+                  check=True).stdout)
+    copies = Copies(job, lab.cluster.nodes)
+    first = _watch(lab.home, copies, lambda j: j["state"] == "running")["node"]
+    other = next(n for n in lab.cluster.nodes if n != first)
+    return job, copies, first, other
+
+
+def _hold(home, copies, seconds, expect_state):
+    """For ``seconds`` (several grace periods), the job stays in ``expect_state`` and only
+    one attempt ever runs; returns how often the other node's data was refreshed meanwhile."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert copies.sample() <= 1
+        assert _job(home, copies.job_id)["state"] == expect_state
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("mode", ["driverfail", "hang"])
+def test_a_failing_gpu_query_is_not_a_lost_node(lab, tmp_path, mode):
+    job, copies, first, other = _start_job(lab, tmp_path)
+    node = lab.cluster.node(first)
+    if mode == "hang":
+        node.set_fake(sleep=120)        # nvidia-smi never answers (killed by the poll)
+    else:
+        node.set_fake(mode="driverfail")  # the real "couldn't communicate" message, exit 9
+    wait_until(lambda: _node_data(lab.home, first)["error"], limit=30)
+    before = _node_data(lab.home, other)["taken_at"]
+    _hold(lab.home, copies, 3 * GRACE, "running")   # still tracked over SSH: not lost
+    assert _node_data(lab.home, other)["taken_at"] > before   # the healthy node kept going
+    assert "nvidia-smi" in _node_data(lab.home, first)["error"]
+    assert attempt_processes(job, first) and copies.most == 1
+    node.set_fake(gpus=1)
+    wait_until(lambda: _node_data(lab.home, first)["error"] is None, limit=30)
+    cli(lab.home, "queue", "cancel", str(job), check=True)
+    _watch(lab.home, copies, lambda j: j["state"] == "cancelled")
+    assert copies.most == 1
+
+
+def test_a_hung_sshd_loses_the_job_but_never_runs_it_twice(lab, tmp_path):
+    job, copies, first, other = _start_job(lab, tmp_path)
+    lab.cluster.node(first).pause()
+    try:
+        before = _node_data(lab.home, other)["taken_at"]
+        _watch(lab.home, copies, lambda j: j["state"] == "lost", limit=60)
+        _hold(lab.home, copies, 2 * GRACE, "lost")        # not requeued: it may still run
+        assert _node_data(lab.home, other)["taken_at"] > before
+        assert "fence" in _job(lab.home, job)["reason"]
+    finally:
+        lab.cluster.node(first).resume()
+    job_now = _watch(lab.home, copies, lambda j: j["state"] == "running")
+    assert job_now["node"] == first and job_now["attempts"] == 1 and copies.most == 1
+
+
+def test_network_gone_then_fenced_runs_the_job_again_once(lab, tmp_path):
+    job, copies, first, other = _start_job(lab, tmp_path)
+    lab.cluster.stop(first)                       # unreachable; the job runs on behind it
+    _watch(lab.home, copies, lambda j: j["state"] == "lost")
+    _hold(lab.home, copies, 2 * GRACE, "lost")
+    assert attempt_processes(job, first)
+    kill_attempt(job, first)                      # the admin powers the node off...
+    out = cli(lab.home, "nodes", "fence", first, "--yes", check=True).stdout   # ...and says so
+    assert f"node {first} fenced" in out and str(job) in out
+    again = _watch(lab.home, copies, lambda j: j["state"] == "running")
+    assert again["node"] == other and again["attempts"] == 2
+    lab.cluster.start(first)
+    time.sleep(3 * GRACE)
+    assert copies.sample() == 1 and copies.most == 1
+    assert _job(lab.home, job)["node"] == other
+
+
+def test_a_rebooted_node_runs_the_job_again_once(lab, tmp_path):
+    job, copies, first, other = _start_job(lab, tmp_path)
+    lab.cluster.stop(first)
+    _watch(lab.home, copies, lambda j: j["state"] == "lost")
+    kill_attempt(job, first)                      # the reboot: its processes are gone
+    lab.cluster.start(first)                      # ...and it answers again
+    again = _watch(lab.home, copies, lambda j: j["state"] == "running" and j["attempts"] == 2)
+    events = json.loads(cli(lab.home, "queue", "show", str(job), "--json").stdout)["events"]
+    assert [e["new_state"] for e in events][-4:] == ["lost", "queued", "starting", "running"]
+    assert "without an exit code" in events[-3]["reason"]
+    assert "attempt 2 of 2" in events[-3]["reason"]
+    assert again["node"] in (first, other) and copies.most == 1
+
+
+def test_fencing_an_unknown_node_is_refused(lab, tmp_path):
+    out = cli(lab.home, "nodes", "fence", "nosuch", "--yes")
+    assert out.returncode == 1 and "no node named 'nosuch'" in out.stderr
+
+
+@pytest.mark.parametrize("mischief", [
+    # a 50 MB one-word pid file (once made every poll time out: node down, jobs run twice)
+    'head -c 50000000 /dev/zero | tr "\\0" 7 > "$d/pid"',
+    'rm -f "$d/pid"',                       # hide from the pid file
+    'echo 0 > "$d/exit"',                   # claim to have finished
+    'rm -rf "$d"',                          # remove its whole directory
+])
+def test_a_job_cannot_fake_its_state_or_blind_the_poll(lab, tmp_path, mischief):
+    script = tmp_path / "sly.sh"
+    script.write_text("#!/bin/sh\nd=$(dirname \"$IADEEP_PROGRESS_FILE\")\n"
+                      f"{mischief}\ntouch {tmp_path}/done\nsleep 300\n")
+    job = int(cli(lab.home, "queue", "add", str(script), "--exclusive", check=True).stdout)
+    copies = Copies(job, lab.cluster.nodes)
+    node = _watch(lab.home, copies, lambda j: j["state"] == "running")["node"]
+    wait_until(lambda: (tmp_path / "done").exists(), limit=30)
+    _hold(lab.home, copies, 2 * GRACE, "running")      # still running, as it is
+    assert _node_data(lab.home, node)["error"] is None   # and its node still reads fine
+    assert attempt_processes(job, node)
