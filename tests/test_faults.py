@@ -100,7 +100,7 @@ def test_a_failing_gpu_query_is_not_a_lost_node(lab, tmp_path, mode):
     before = _node_data(lab.home, other)["taken_at"]
     _hold(lab.home, copies, 3 * GRACE, "running")   # still tracked over SSH: not lost
     assert _node_data(lab.home, other)["taken_at"] > before   # the healthy node kept going
-    assert "nvidia-smi" in _node_data(lab.home, first)["error"]
+    wait_until(lambda: "nvidia-smi" in (_node_data(lab.home, first)["error"] or ""), limit=30)
     assert attempt_processes(job, first) and copies.most == 1
     node.set_fake(gpus=1)
     wait_until(lambda: _node_data(lab.home, first)["error"] is None, limit=30)

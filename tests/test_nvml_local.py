@@ -334,13 +334,19 @@ def test_controller_runs_jobs_on_its_own_machine(monkeypatch, tmp_path):
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     try:
         home = ctl.home
+        # gated: runs (reporting no progress) until the test has seen it on its GPU; a job
+        # that just sleeps a few seconds can end unseen on a loaded machine
+        gate = tmp_path / "gate"
+        gated_sh = tmp_path / "gated.sh"
+        gated_sh.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.1; done\n")
         hello = int(cli(home, "queue", "add", str(ROOT / "jobs/hello.sh"), "a b", "$(x);y",
-                        "--env", "SLEEP_S=3", check=True).stdout)
+                        "--env", "SLEEP_S=0", check=True).stdout)
         steps = int(cli(home, "queue", "add", str(ROOT / "jobs/steps_progress.sh"), "15", "0.2",
                         "--workload", "mlp", check=True).stdout)
+        gated = int(cli(home, "queue", "add", str(gated_sh), check=True).stdout)
         seen: dict[int, int] = {}       # job id -> GPU its process was seen on
         name = fixture_gpu("idle")["name"]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             status = json.loads(cli(home, "status", "--json", check=True).stdout)
             (node,) = status["nodes"]
@@ -349,18 +355,20 @@ def test_controller_runs_jobs_on_its_own_machine(monkeypatch, tmp_path):
             jobs = _jobs(home)
             for g in node["gpus"]:
                 for p in g["processes"]:
-                    assert p["job_id"] in (hello, steps), p
+                    assert p["job_id"] in (hello, steps, gated), p
                     assert g["index"] in jobs[p["job_id"]]["gpu_indices"], (p, jobs)
                     seen[p["job_id"]] = g["index"]
+            if gated in seen and jobs[gated]["observed_speed"] is not None:
+                gate.touch()
             if all(j["state"] in FINISHED for j in jobs.values()):
                 break
             time.sleep(0.2)
-        assert {i: (jobs[i]["state"], jobs[i]["exit_code"]) for i in (hello, steps)} == {
-            hello: ("succeeded", 0), steps: ("succeeded", 0)}
-        assert set(seen) == {hello, steps}
-        # hello.sh reports no progress: its speed comes from NVML's per-process SM figure
-        assert jobs[hello]["observed_speed"] == 1.0
-        assert all(jobs[i]["node"] == "here" for i in (hello, steps))
+        assert {i: (jobs[i]["state"], jobs[i]["exit_code"]) for i in (hello, steps, gated)} == {
+            hello: ("succeeded", 0), steps: ("succeeded", 0), gated: ("succeeded", 0)}
+        assert gated in seen
+        # the gated job reports no progress: its speed comes from NVML's per-process SM figure
+        assert jobs[gated]["observed_speed"] == 1.0
+        assert all(jobs[i]["node"] == "here" for i in (hello, steps, gated))
         log = cli(home, "logs", str(hello), check=True).stdout
         assert "arg 1: a b\narg 2: $(x);y\n" in log
     finally:

@@ -92,8 +92,10 @@ def _proc_name(pid: int) -> str:
         return ""
 
 
-def local_job_map(pids: list[int], known: set[int], sessions: dict[int, int]) -> dict[int, int]:
-    """The same pid -> job id mapping as the remote poll script, read straight from /proc."""
+def local_job_map(pids: list[int], known: set[int], sessions: dict[int, int]
+                  ) -> tuple[dict[int, int], set[int]]:
+    """The same pid -> job id mapping as the remote poll script, read straight from /proc;
+    and the pids found there."""
     procs = []
     for pid in pids:
         try:
@@ -108,7 +110,18 @@ def local_job_map(pids: list[int], known: set[int], sessions: dict[int, int]) ->
         except OSError:
             job = ""
         procs.append(f"{pid} {sid} {job}")
-    return job_map("\n".join(procs), known, sessions)
+    return job_map("\n".join(procs), known, sessions), {int(p.split()[0]) for p in procs}
+
+
+def _still_there(nv, h, procs: list, alive: set[int]) -> list:
+    """The listed processes minus those that exited since the listing.  A pid missing from
+    our /proc is not proof: NVML also lists processes of other PID namespaces (containers).
+    Only a pid that NVML itself no longer lists is gone (else a job's process that just ended
+    would show as a stranger's for one poll)."""
+    if all(p.pid in alive for p in procs):
+        return procs
+    again = {p.pid for p in _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []}
+    return [p for p in procs if p.pid in alive or p.pid in again]
 
 
 def local_job_states(workdir: str, expect) -> str:
@@ -145,9 +158,10 @@ def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | No
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             listed.append((i, h, _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []))
-        jobs = local_job_map([p.pid for _, _, procs in listed for p in procs], known, sessions)
-        gpus = tuple(_sample(nv, i, h, procs, jobs) for i, h, procs in listed
-                     if only is None or i in only)
+        jobs, alive = local_job_map([p.pid for _, _, procs in listed for p in procs], known,
+                                    sessions)
+        gpus = tuple(_sample(nv, i, h, _still_there(nv, h, procs, alive), jobs)
+                     for i, h, procs in listed if only is None or i in only)
         return NodeSnapshot(name, start, gpus=gpus, driver_version=driver,
                             rtt_s=time.time() - start, jobs=states)
     except Exception as exc:

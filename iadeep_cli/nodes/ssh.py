@@ -222,6 +222,7 @@ class SshConnection:
                 trusted.add(name, key_type, key)
         client.set_missing_host_key_policy(_refusing_policy(hostkey_node or self.node.name))
         t = self.connect_timeout
+        began = time.monotonic()
         try:
             client.connect(
                 target.hostname, port=target.port, username=target.user,
@@ -248,6 +249,10 @@ class SshConnection:
                             hint="check that the node is up and sshd is running") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             client.close()
+            if time.monotonic() - began >= 0.9 * t:   # it never said anything in time
+                raise NodeError(f"node {self.node.name}: no answer from {target.hostname}:"
+                                f"{target.port} within {t:g} s",
+                                hint="check that the node is up and sshd is running") from None
             raise _connect_error(self.node.name, target, exc) from None
         return client
 

@@ -113,13 +113,13 @@ def _busy(s: _Seeder, down: bool = False) -> None:
         s.shared("gpu-a", 1, ("chen", "vgg16-ft", "vgg16"), ("dana", "lstm-lm", "lstm")),
         s.solo("gpu-a", 2, "alice", "transformer-xl", "transformer"),
         s.gpu("gpu-a", 3, [], foreign=(("jupyter-kernel", 6144.0),)),
-    ), driver_version="570.124.06", rtt_s=0.004)
+    ), driver_version="570.124.06", rtt_s=0.004, jobs=())
     n2 = NodeSnapshot("gpu-b", s.now - 4, (
         s.shared("gpu-b", 0, ("eve", "ncf-rec", "ncf"), ("bob", "mlp-small", "mlp")),
         s.solo("gpu-b", 1, "dana", "resnet50-imagenet", "resnet50"),
         s.gpu("gpu-b", 2, []),
         s.gpu("gpu-b", 3, []),
-    ), driver_version="570.124.06", rtt_s=0.006)
+    ), driver_version="570.124.06", rtt_s=0.006, jobs=())
     s.nodes(n1, n2)
     if down:
         lost = s.running("chen", "bert-pretrain", "transformer", "gpu-c", (0, 1), 5400, 1.0, 0.97)
@@ -127,7 +127,8 @@ def _busy(s: _Seeder, down: bool = False) -> None:
                            s.now - 240)
         last_good = (s.gpu("gpu-c", 0, [(lost, "transformer")]),
                      s.gpu("gpu-c", 1, [(lost, "transformer")]))
-        s.nodes(NodeSnapshot("gpu-c", s.now - 300, last_good, driver_version="570.124.06"))
+        s.nodes(NodeSnapshot("gpu-c", s.now - 300, last_good, driver_version="570.124.06",
+                             jobs=()))
         s.nodes(NodeSnapshot("gpu-c", s.now - 10, last_good,
                              error="ssh: timed out after 10s (host 10.0.0.13:22)"))
     for i, (user, name, wl) in enumerate((("bob", "vgg16-aug", "vgg16"),
@@ -163,7 +164,8 @@ def _large(s: _Seeder, nodes: int = 64, gpus: int = 8, queued: int = 2000) -> No
             a, b = rng.sample(WORKLOADS, 2)
             samples.append(s.shared(name, g, (USERS[g % 5], f"{a}-{n}-{g}", a),
                                     (USERS[(g + 1) % 5], f"{b}-{n}-{g}", b)))
-        snaps.append(NodeSnapshot(name, s.now - rng.uniform(0, 8), tuple(samples)))
+        snaps.append(NodeSnapshot(name, s.now - rng.uniform(0, 8), tuple(samples),
+                                  jobs=()))
     s.nodes(*snaps)
     for i in range(queued):
         wl = WORKLOADS[i % len(WORKLOADS)]

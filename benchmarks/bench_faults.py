@@ -1,0 +1,141 @@
+"""Fault injection against a real controller and real sshd nodes (loopback only, bounded).
+
+For each scenario in a fixed list, two jobs that allow one retry run, one on each of two nodes;
+then node01 gets the fault for ``--fault-s`` seconds while this script samples, every 0.2 s:
+- copies at once: the most attempts of one job running at the same time (must be 1);
+- healthy node data age: node02's snapshot age in `iadeep status`, in poll intervals (<= 3);
+- other clients' latency: a `ping` request's round trip over the controller socket (< 1 s);
+then it clears the fault, lets the controller settle, and counts
+- jobs lost: accepted jobs that are neither running nor queued/starting again (must be 0).
+The "none" row is the same run without a fault: the baseline the others compare with.
+Usage: .venv/bin/python benchmarks/bench_faults.py [--fault-s 15] [--poll 1] [--grace 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+from controllers import (ControllerProcess, attempt_processes, cli, jobs_by_id,  # noqa: E402
+                         kill_attempt)
+from sshd import Cluster  # noqa: E402
+
+SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
+             "network gone", "node rebooted")
+
+
+def inject(cluster, name: str, jobs: dict[int, str]) -> None:
+    node = cluster.node("node01")
+    if name == "nvidia-smi failing":
+        node.set_fake(mode="driverfail")
+    elif name == "nvidia-smi hanging":
+        node.set_fake(sleep=600)
+    elif name == "sshd SIGSTOP":
+        node.pause()
+    elif name in ("network gone", "node rebooted"):
+        node.stop()
+
+
+def clear(cluster, name: str, jobs: dict[int, str]) -> None:
+    node = cluster.node("node01")
+    if name == "node rebooted":
+        for job, where in jobs.items():
+            if where == "node01":
+                kill_attempt(job, "node01")
+    node.resume()
+    node.set_fake(gpus=1)
+    node.start()
+
+
+def run(cluster, tmp: Path, name: str, args) -> dict:
+    from iadeep_cli.controller import client
+
+    cluster.reset()
+    for n in cluster.nodes.values():
+        n.set_fake(gpus=1)
+    state = tmp / name.replace(" ", "-")
+    inv = tmp / f"{state.name}.yaml"
+    inv.write_text(f"lab:\n  poll_interval: {args.poll}\n  node_grace: {args.grace}\n"
+                   + cluster.inventory_yaml())
+    ctl = ControllerProcess(state, inv).start()
+    script = tmp / "long.sh"
+    script.write_text("#!/bin/sh\nsleep 600\n")
+    try:
+        ids = [int(cli(state, "queue", "add", str(script), "--exclusive", "--retries", "1",
+                       check=True).stdout) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = jobs_by_id(state)
+            if all(jobs[i]["state"] == "running" for i in ids):
+                break
+            time.sleep(0.2)
+        where = {i: jobs[i]["node"] for i in ids}
+        inject(cluster, name, where)
+        copies, ages, latency = 1, [], []
+        sock = state / "controller.sock"
+        end = time.monotonic() + args.fault_s
+        while time.monotonic() < end:
+            for i in ids:
+                copies = max(copies, sum(1 for n in cluster.nodes if attempt_processes(i, n)))
+            t0 = time.perf_counter()
+            client.call("ping", socket_path=sock, timeout=10)
+            latency.append(time.perf_counter() - t0)
+            status = client.call("status", socket_path=sock, timeout=10)
+            healthy = {n["name"]: n for n in status["nodes"]}["node02"]
+            ages.append((status["now"] - healthy["taken_at"]) / args.poll)
+            time.sleep(0.2)
+        clear(cluster, name, where)
+        deadline = time.monotonic() + 60
+        lost = len(ids)
+        while time.monotonic() < deadline and lost:
+            jobs = jobs_by_id(state)
+            lost = sum(1 for i in ids if jobs[i]["state"] not in ("running", "starting",
+                                                                  "queued"))
+            for i in ids:
+                copies = max(copies, sum(1 for n in cluster.nodes if attempt_processes(i, n)))
+            time.sleep(0.3)
+        return {"scenario": name, "copies_at_once": copies,
+                "healthy_age_intervals": max(ages), "client_latency_s": max(latency),
+                "jobs_lost": lost}
+    finally:
+        ctl.stop()
+        cluster.kill_jobs()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fault-s", type=float, default=15.0)
+    ap.add_argument("--poll", type=float, default=1.0)
+    ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(Path(tmp) / "nodes", 2)
+        os.environ["HOME"] = str(cluster.home)
+        try:
+            rows = [run(cluster, Path(tmp), name, args) for name in SCENARIOS]
+        finally:
+            cluster.shutdown()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{'scenario':<20} {'copies at once':>14} {'healthy data age':>17} "
+          f"{'client latency':>15} {'jobs lost':>9}")
+    for r in rows:
+        print(f"{r['scenario']:<20} {r['copies_at_once']:>14} "
+              f"{r['healthy_age_intervals']:>10.1f} polls {r['client_latency_s']:>13.3f}s "
+              f"{r['jobs_lost']:>9}")
+    ok = all(r["copies_at_once"] == 1 and r["healthy_age_intervals"] <= 3 and
+             r["client_latency_s"] < 1 and r["jobs_lost"] == 0 for r in rows)
+    print(f"targets (1 / <= 3 poll intervals / < 1 s / 0): {'met' if ok else 'NOT met'}; "
+          f"poll interval {args.poll:g} s, grace {args.grace:g} s, fault {args.fault_s:g} s")
+
+
+if __name__ == "__main__":
+    main()
