@@ -22,7 +22,7 @@ def run(inventory: Optional[str] = typer.Option(
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    inv = load_inventory(inventory, missing_ok=True)
+    inv = load_inventory(inventory)
     source = inv.path or "no inventory (empty cluster)"
 
     def ready() -> None:
