@@ -186,10 +186,10 @@ _NODE_FIELDS = {
     "port": _within(_int, lambda v: 1 <= v <= 65535, "a port number from 1 to 65535"),
     "identity_file": _within(_str, bool, "a path to a private key file"),
     "gpus": _gpu_list, "labels": _str_list, "local": _bool, "max_jobs_per_gpu": _per_gpu,
-    # Relative paths would depend on where the login lands (or, for a local node, on the
-    # controller's working directory); ``~user/`` is not expanded by nodes.gpu.remote_path.
-    "workdir": _within(_str, lambda v: v.startswith("/") or v == "~" or v.startswith("~/"),
-                       "an absolute path, or one starting with ~/"),
+    # Relative paths start at the node account's home (nodes.local does the same); only a bare
+    # ``~`` or ``~/`` is expanded there (nodes.gpu.remote_path): ``~alice/x`` would not be.
+    "workdir": _within(_str, lambda v: v != "" and (v[0] != "~" or v == "~" or v[:2] == "~/"),
+                       "a directory path (absolute, ~/..., or relative to the node's home)"),
 }
 _POLICY_FIELDS = {
     # Sharing must pay: below 1.0 two jobs would together do less than one alone.

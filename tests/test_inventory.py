@@ -98,9 +98,9 @@ def _node(**fields) -> str:
     (_node(labels="['']"), "4: nodes[0].labels[0]: expected a non-empty value"),
     (_node(max_jobs_per_gpu=0), "4: nodes[0].max_jobs_per_gpu: expected a whole number >= 1, "
                                 "got 0"),
-    (_node(workdir="scratch/iadeep"), "4: nodes[0].workdir: expected an absolute path, or one "
-                                      "starting with ~/, got 'scratch/iadeep'"),
-    (_node(workdir="~alice/x"), "4: nodes[0].workdir: expected an absolute path"),
+    (_node(workdir="~alice/x"), "4: nodes[0].workdir: expected a directory path (absolute, "
+                                "~/..., or relative to the node's home), got '~alice/x'"),
+    (_node(workdir="''"), "4: nodes[0].workdir: expected a directory path"),
     ("lab:\n  admins: [pi, pi]\n", "2: lab.admins[1]: 'pi' is listed twice"),
     ("lab:\n  admins: ['a b']\n", "2: lab.admins[0]: expected a non-empty value without"),
     ("lab:\n  poll_interval: 0\n", "2: lab.poll_interval: expected seconds >= 0.1, got 0"),
@@ -143,7 +143,7 @@ def test_values_at_the_edges_of_their_ranges_are_accepted():
         " aging_per_hour: 0, reserve_after_s: 0}\n"
         "  user_limits: {guest: {max_gpus: 0, max_jobs: 0}}\n"
         "nodes:\n  - {name: A-1.x_y, host: '::1', port: 1, gpus: [], workdir: '~'}\n"
-        "  - {name: b, host: h, port: 65535, max_jobs_per_gpu: 1, workdir: /w}\n",
+        "  - {name: b, host: h, port: 65535, max_jobs_per_gpu: 1, workdir: scratch/w}\n",
         Path("n.yaml"))
     assert inv.poll_interval_s == inv.node_grace_s == 0.1
     assert inv.policy.min_speed == 1 and inv.user_limits["guest"].max_gpus == 0
