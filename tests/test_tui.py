@@ -87,6 +87,20 @@ def test_node_age_comes_from_the_injected_clock_and_flags_stale_data():
     assert not vm.node_card(node, NOW, poll_s=20).stale
 
 
+@pytest.mark.parametrize("age_s, state", [(45, "up"), (5, "removed")])
+def test_stale_or_no_longer_polled_node_is_not_up_nor_down(age_s, state):
+    from iadeep_cli.tui.widgets import card_text, card_titles
+
+    node = {"name": "n1", "taken_at": NOW - age_s, "error": None, "down_since": None,
+            "state": state, "gpus": []}
+    card = vm.node_card(node, NOW, poll_s=10)
+    assert not card.up and card.stale and card.error is None
+    title, subtitle = card_titles(card)
+    assert "unknown" in title and "up" not in title and "DOWN" not in title
+    assert "(stale)" in subtitle and "unreachable" not in card_text(card).plain
+    assert vm.node_card({**node, "taken_at": NOW - 5, "state": "up"}, NOW, poll_s=10).up
+
+
 def test_gpu_shows_foreign_processes_and_jobs_that_left():
     gpu = {"index": 0, "name": "H200", "utilization_gpu": None, "memory_used_mib": 10.0,
            "memory_total_mib": 100.0,
