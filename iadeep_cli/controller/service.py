@@ -24,6 +24,8 @@ LogReader = Callable[[Job, int, int], dict]
 
 
 class Service:
+    reload: Callable[[], dict]   # re-read the inventory: runtime.Controller.reload
+
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
                  log_reader: LogReader | None = None, scripts_dir: Path | None = None):
         self.store = store
@@ -113,6 +115,14 @@ class Service:
                               f"priority {job.spec.priority} -> {priority} by {user}", user)
         self.wake()
         return {"id": job.id, "priority": priority}
+
+    def op_reload(self, user: str) -> dict:
+        """Re-read the inventory file (runtime.Controller.reload). Admins only: it decides who
+        the admins are, and which nodes jobs run on."""
+        if not self.inventory.is_admin(user):
+            raise PermissionDenied(f"{user} may not reload the controller's inventory",
+                                   hint="ask a lab admin (lab.admins in nodes.yaml) or root")
+        return self.reload()
 
     def _owned(self, conn, user: str, job_id: int) -> Job:
         job = jobrows.get(conn, job_id)
