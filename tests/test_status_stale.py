@@ -2,12 +2,17 @@
 import json
 import re
 
+import pytest
+
 from controllers import ControllerProcess, cli, wait_until
 
 
+def _status(home) -> dict:
+    return json.loads(cli(home, "status", "--json", check=True).stdout)
+
+
 def _states(home) -> dict:
-    data = json.loads(cli(home, "status", "--json", check=True).stdout)
-    return {n["name"]: n["state"] for n in data["nodes"]}
+    return {n["name"]: n["state"] for n in _status(home)["nodes"]}
 
 
 def test_stale_and_no_longer_polled_nodes_do_not_read_up(sshd_cluster, tmp_path):
@@ -19,9 +24,13 @@ def test_stale_and_no_longer_polled_nodes_do_not_read_up(sshd_cluster, tmp_path)
     ctl = ControllerProcess(home, inventory).start()
     try:
         wait_until(lambda: _states(home) == {"node01": "up", "node02": "up"}, limit=30)
+        # While it runs, data is fresh for 3 polls or the node grace, whichever is longer
+        # (a round waiting on a hung node can outlast several poll intervals).
+        assert _status(home)["stale_after_s"] == 3
     finally:
         ctl.stop()
     # Nobody polls any more: once the data is older than three poll intervals it is stale.
+    assert _status(home)["stale_after_s"] == pytest.approx(0.9)
     wait_until(lambda: _states(home) == {"node01": "stale", "node02": "stale"})
     text = cli(home, "status", check=True).stdout
     assert re.search(r"^node01: stale \(last seen up\), data \d+s old$", text, re.M), text

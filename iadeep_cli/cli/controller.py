@@ -5,7 +5,8 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(help="Run the controller (the only writer of scheduling state).",
+app = typer.Typer(help="Run the controller (the only writer of scheduling state); reload its "
+                       "inventory.",
                   no_args_is_help=True)
 
 

@@ -146,7 +146,7 @@ class Service:
 
     def op_status(self, user: str) -> dict:
         with self.store.tx() as conn:
-            return views.status(conn, self.clock(), {n.name for n in self.inventory.nodes})
+            return views.status(conn, self.clock(), self.inventory)
 
     def op_logs(self, user: str, id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
         with self.store.tx() as conn:

@@ -6,15 +6,15 @@ views from the database directly and labels them with their age, so `iadeep stat
 from __future__ import annotations
 
 import sqlite3
-from typing import Collection
 
+from ..inventory import Inventory
 from ..jobs import ACTIVE, FINISHED, JobState, job_to_dict
 from ..snapshot import to_dict
 from ..store import cluster, jobs as jobrows
 
 UNFINISHED = tuple(s for s in JobState if s not in FINISHED)
 # A node's data older than this many poll intervals no longer says it is up: the controller
-# stopped, or stopped polling it.
+# stopped, or stopped polling it (see stale_after_s).
 STALE_POLLS = 3
 DEFAULT_POLL_S = 10.0
 
@@ -31,21 +31,30 @@ def show_job(conn: sqlite3.Connection, job_id: int) -> dict:
     return data
 
 
-def node_state(node: dict, poll_s: float, inventory: Collection[str] | None) -> str:
+def stale_after_s(inventory: Inventory | None, controller: dict) -> float:
+    """How old a node's data may be and still say "up": STALE_POLLS poll intervals. While the
+    controller runs (``inventory`` is its own), at least the grace it gives a silent node: a
+    round that waits for a hung node's poll can outlast several intervals, and the healthy
+    nodes' data then ages meanwhile without being stale."""
+    if inventory is None:
+        return STALE_POLLS * float(controller.get("poll_interval_s") or DEFAULT_POLL_S)
+    return max(STALE_POLLS * inventory.poll_interval_s, inventory.node_grace_s)
+
+
+def node_state(node: dict, stale_s: float, inventory: Inventory | None) -> str:
     """``up`` only while fresh; ``removed`` if the running controller's ``inventory`` (None:
-    not known, the controller is down) no longer lists it; ``down`` while it fails to answer;
-    ``stale`` when its last answer is older than STALE_POLLS poll intervals."""
-    if inventory is not None and node["name"] not in inventory:
+    it is not running) no longer lists it; ``down`` while it fails to answer; ``stale`` when
+    its last answer is older than ``stale_s``."""
+    if inventory is not None and inventory.node(node["name"]) is None:
         return "removed"
     if node["error"] is not None:
         return "down"
-    return "stale" if node["age_s"] > STALE_POLLS * poll_s else "up"
+    return "stale" if node["age_s"] > stale_s else "up"
 
 
-def status(conn: sqlite3.Connection, now: float, inventory: Collection[str] | None = None
-           ) -> dict:
+def status(conn: sqlite3.Connection, now: float, inventory: Inventory | None = None) -> dict:
     """Nodes, their GPUs and what runs on each, the queue summary and how old the data is.
-    ``inventory``: the node names the running controller polls (see node_state)."""
+    ``inventory``: the running controller's (None: read from the database, it is not running)."""
     active = jobrows.select(conn, states=ACTIVE)
     on_gpu: dict[tuple[str, int], list[dict]] = {}
     for job in active:
@@ -54,13 +63,13 @@ def status(conn: sqlite3.Connection, now: float, inventory: Collection[str] | No
                 {"id": job.id, "name": job.name, "user": job.owner, "state": job.state.value,
                  "predicted_speed": job.predicted_speed, "observed_speed": job.observed_speed})
     controller = cluster.get_meta(conn, "controller", {})
-    poll_s = float(controller.get("poll_interval_s") or DEFAULT_POLL_S)
+    stale_s = stale_after_s(inventory, controller)
     nodes = []
     for snap, down_since in cluster.load_nodes(conn):
         node = to_dict(snap)
         node["age_s"] = max(0.0, now - snap.taken_at)
         node["down_since"] = down_since
-        node["state"] = node_state(node, poll_s, inventory)
+        node["state"] = node_state(node, stale_s, inventory)
         for gpu in node["gpus"]:
             gpu["jobs"] = on_gpu.get((snap.name, gpu["index"]), [])
         nodes.append(node)
@@ -70,4 +79,5 @@ def status(conn: sqlite3.Connection, now: float, inventory: Collection[str] | No
         "nodes": nodes,
         "queue": {s.value: counts.get(s.value, 0) for s in JobState},
         "controller": controller,
+        "stale_after_s": stale_s,
     }

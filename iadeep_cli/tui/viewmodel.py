@@ -171,15 +171,16 @@ def _gpu_line(gpu: dict, query: str) -> GpuLine:
                    gone)
 
 
-def node_card(node: dict, now: float, poll_s: float, query: str = "") -> NodeCard:
-    """A node is up only while its data is fresh and the controller still polls it (a node
-    removed from the inventory keeps its last snapshot): otherwise stale, neither up nor down."""
+def node_card(node: dict, now: float, stale_s: float, query: str = "") -> NodeCard:
+    """A node is up only while its data is younger than ``stale_s`` and the controller still
+    polls it (a node removed from the inventory keeps its last snapshot); a node without fresh
+    data that was not failing is stale, neither up nor down."""
     gpus = tuple(_gpu_line(g, query) for g in node.get("gpus", ()))
     age = max(0.0, now - float(node.get("taken_at") or now))
     down_since = node.get("down_since")
     visible = (not query or query.strip().lower() in node["name"].lower()
                or any(c.match for g in gpus for c in g.jobs))
-    stale = age > STALE_POLLS * poll_s or node.get("state") == "removed"
+    stale = age > stale_s or node.get("state") == "removed"
     return NodeCard(node["name"], node.get("error") is None and not stale, node.get("error"),
                     age, None if down_since is None else max(0.0, now - down_since),
                     stale, gpus, visible)
@@ -237,7 +238,8 @@ def summary(status: dict) -> str:
 def build_view(data: MonitorData, now: float, query: str = "") -> View:
     """Everything the screen shows, from one refresh's data and the time to measure ages at."""
     poll_s = poll_interval(data.status)
-    nodes = tuple(node_card(n, now, poll_s, query) for n in data.status.get("nodes", ()))
+    stale_s = data.status.get("stale_after_s", STALE_POLLS * poll_s)   # views.stale_after_s
+    nodes = tuple(node_card(n, now, stale_s, query) for n in data.status.get("nodes", ()))
     ctl = data.status.get("controller") or {}
     aging = ctl.get("aging_per_hour", Policy().aging_per_hour)  # the lab's, as the controller runs it
     return View(banner(data, now), nodes, job_rows(data.jobs, now, query, aging),
