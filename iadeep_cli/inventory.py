@@ -302,10 +302,10 @@ def load_inventory(explicit: str | Path | None = None) -> Inventory:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        via = ("--inventory" if explicit else "$IADEEP_INVENTORY"
-               if os.environ.get("IADEEP_INVENTORY") else
-               "the default: no --inventory, no $IADEEP_INVENTORY")
-        raise ConfigError(f"{path}: inventory file not found (from {via})",
+        via = ("" if explicit else
+               " (from $IADEEP_INVENTORY)" if os.environ.get("IADEEP_INVENTORY") else
+               " (the default: no --inventory, no $IADEEP_INVENTORY)")
+        raise ConfigError(f"{path}: inventory file not found{via}",
                           hint="pass --inventory FILE, set IADEEP_INVENTORY, or copy "
                                "nodes.yaml.example there; for no nodes write 'nodes: []'"
                           ) from None

@@ -191,7 +191,7 @@ def test_controller_refuses_to_start_without_an_inventory(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"Error: {home / 'nodes.yaml'}: inventory file not found "
-                               "(from the default: no --inventory, no $IADEEP_INVENTORY)")
+                               "(the default: no --inventory, no $IADEEP_INVENTORY)")
     assert "nodes: []" in lines[0]
     proc = cli(home, "controller", "run", IADEEP_INVENTORY=str(tmp_path / "lab.yaml"))
     assert f"{tmp_path / 'lab.yaml'}: inventory file not found (from $IADEEP_INVENTORY)" \
