@@ -24,6 +24,7 @@ def main() -> None:
     opts = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="iadeep-bench-"))
     env = {**os.environ, "IADEEP_HOME": str(home)}
+    (home / "nodes.yaml").write_text("nodes: []\n")   # an empty cluster: no nodes to poll
     iadeep = [sys.executable, "-m", "iadeep_cli"]
     ctl = subprocess.Popen([*iadeep, "controller", "run"], env=env, stdout=subprocess.DEVNULL)
     try:

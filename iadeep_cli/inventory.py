@@ -6,6 +6,8 @@ the field, e.g. ``nodes.yaml:12: nodes[1].port: expected an integer, got 'twenty
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -116,26 +118,45 @@ _num = _typed((int, float), "a number")
 _bool = _typed(bool, "true or false")
 
 
-def _positive(conv, label="a positive number"):
-    def check(ctx, node, where):
+def _within(conv, ok: Callable[[Any], bool], allowed: str):
+    """``conv``, then a range check: a value of the right type can still be meaningless
+    (``port: 99999``, ``poll_interval: 0``) and must be refused, saying what is allowed."""
+    def check(ctx: _Ctx, node: yaml.Node, where: str) -> Any:
         value = conv(ctx, node, where)
-        if value is not None and value < 0:
-            raise ctx.fail(node, where, f"expected {label}, got {value!r}")
+        if not ok(value):
+            got = f"{value:g}" if isinstance(value, float) else repr(value)
+            raise ctx.fail(node, where, f"expected {allowed}, got {got}")
         return value
     return check
 
 
-def _str_list(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[str, ...]:
-    if not isinstance(node, yaml.SequenceNode):
-        raise ctx.fail(node, where, "expected a list of strings")
-    return tuple(_str(ctx, item, f"{where}[{i}]") for i, item in enumerate(node.value))
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_word = _within(_str, lambda v: v != "" and not any(c.isspace() for c in v) and v[0] != "-",
+                "a non-empty value without spaces, not starting with '-'")
+_at_least_0 = _within(_num, lambda v: v >= 0, "a number >= 0")
+_count = _within(_int, lambda v: v >= 0, "a whole number >= 0")
+_per_gpu = _within(_int, lambda v: v >= 1, "a whole number >= 1")
 
 
-def _int_list(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[int, ...]:
-    if not isinstance(node, yaml.SequenceNode):
-        raise ctx.fail(node, where, "expected a list of GPU indices, e.g. [0, 1]")
-    return tuple(_positive(_int, "a GPU index >= 0")(ctx, item, f"{where}[{i}]")
-                 for i, item in enumerate(node.value))
+def _list_of(item_conv, what: str):
+    """A YAML list whose items ``item_conv`` checks; the same item twice is refused (a
+    repeated GPU index or admin is a typo for another one)."""
+    def conv(ctx: _Ctx, node: yaml.Node, where: str) -> tuple:
+        if not isinstance(node, yaml.SequenceNode):
+            raise ctx.fail(node, where, f"expected a list of {what}")
+        items: list = []
+        for i, item in enumerate(node.value):
+            value = item_conv(ctx, item, f"{where}[{i}]")
+            if value in items:
+                raise ctx.fail(item, f"{where}[{i}]", f"{value!r} is listed twice")
+            items.append(value)
+        return tuple(items)
+    return conv
+
+
+_str_list = _list_of(_word, "strings")
+_gpu_list = _list_of(_within(_int, lambda v: v >= 0, "a GPU index >= 0"),
+                     "GPU indices, e.g. [0, 1]")
 
 
 def _mapping(ctx: _Ctx, node: yaml.Node, where: str, fields: dict) -> dict[str, Any]:
@@ -156,18 +177,31 @@ def _mapping(ctx: _Ctx, node: yaml.Node, where: str, fields: dict) -> dict[str, 
 
 
 # --------------------------------------------------------------------------- schema
+# Each field's converter checks its type and its range; "what is allowed" is in the message.
 _NODE_FIELDS = {
-    "name": _str, "host": _str, "port": _positive(_int, "a port number"), "user": _str,
-    "identity_file": _str, "gpus": _int_list, "labels": _str_list, "local": _bool,
-    "max_jobs_per_gpu": _positive(_int, "a whole number >= 1"), "workdir": _str,
+    # The name is part of job directory paths on the node and of every message: keep it plain.
+    "name": _within(_str, _NAME.fullmatch, "a name of letters, digits, '.', '_' and '-', "
+                                           "starting with a letter or digit"),
+    "host": _word, "user": _word,
+    "port": _within(_int, lambda v: 1 <= v <= 65535, "a port number from 1 to 65535"),
+    "identity_file": _within(_str, bool, "a path to a private key file"),
+    "gpus": _gpu_list, "labels": _str_list, "local": _bool, "max_jobs_per_gpu": _per_gpu,
+    # Relative paths start at the node account's home (nodes.local does the same); only a bare
+    # ``~`` or ``~/`` is expanded there (nodes.gpu.remote_path): ``~alice/x`` would not be.
+    "workdir": _within(_str, lambda v: v != "" and (v[0] != "~" or v == "~" or v[:2] == "~/"),
+                       "a directory path (absolute, ~/..., or relative to the node's home)"),
 }
 _POLICY_FIELDS = {
-    "share_threshold": _positive(_num), "min_speed": _positive(_num),
-    "max_jobs_per_gpu": _positive(_int, "a whole number >= 1"),
-    "memory_margin_gib": _positive(_num), "aging_per_hour": _positive(_num),
-    "reserve_after_s": _positive(_num),
+    # Sharing must pay: below 1.0 two jobs would together do less than one alone.
+    "share_threshold": _within(_num, lambda v: v >= 1, "a number >= 1.0 (the combined "
+                                                       "predicted speed sharing must reach)"),
+    "min_speed": _within(_num, lambda v: 0 < v <= 1, "a speed in (0, 1] (1.0: never slowed)"),
+    "max_jobs_per_gpu": _per_gpu, "memory_margin_gib": _at_least_0,
+    "aging_per_hour": _at_least_0, "reserve_after_s": _at_least_0,
 }
-_LIMIT_FIELDS = {"max_gpus": _positive(_int), "max_jobs": _positive(_int)}
+# 0 is allowed: it stops a user from starting jobs without removing their account.
+_LIMIT_FIELDS = {"max_gpus": _count, "max_jobs": _count}
+MIN_POLL_INTERVAL_S = 0.1   # below this the controller would spin on its nodes
 
 
 def _user_limits(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, UserLimit]:
@@ -175,17 +209,35 @@ def _user_limits(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, UserLimit]
         raise ctx.fail(node, where, "expected a mapping of user: {max_gpus: N, max_jobs: N}")
     out = {}
     for key_node, value_node in node.value:
-        user = _str(ctx, key_node, where)
+        user = _word(ctx, key_node, where)
         out[user] = UserLimit(**_mapping(ctx, value_node, f"{where}.{user}", _LIMIT_FIELDS))
     return out
 
 
 _LAB_FIELDS = {
-    "admins": _str_list, "poll_interval": _positive(_num), "node_grace": _positive(_num),
-    "default_retries": _positive(_int),
+    "admins": _str_list,
+    "poll_interval": _within(_num, lambda v: v >= MIN_POLL_INTERVAL_S,
+                             f"seconds >= {MIN_POLL_INTERVAL_S:g}"),
+    "node_grace": _within(_num, lambda v: v > 0, "seconds > 0"),
+    "default_retries": _count,
     "policy": lambda ctx, n, w: Policy(**_mapping(ctx, n, w, _POLICY_FIELDS)),
     "user_limits": _user_limits,
 }
+
+
+def _lab(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, Any]:
+    """The lab section. Silence is only noticed once per poll, so a grace shorter than the poll
+    interval cannot be honoured: it is refused where it is written rather than stretched."""
+    values = _mapping(ctx, node, where, _LAB_FIELDS)
+    poll = values.get("poll_interval", Inventory.poll_interval_s)
+    grace = values.get("node_grace", Inventory.node_grace_s)
+    if grace < poll:
+        key, allowed, got = (("node_grace", f">= lab.poll_interval ({poll:g})", grace)
+                             if "node_grace" in values else
+                             ("poll_interval", f"<= lab.node_grace ({grace:g})", poll))
+        at = next(v for k, v in node.value if k.value == key)
+        raise ctx.fail(at, f"lab.{key}", f"expected seconds {allowed}, got {got:g}")
+    return values
 
 
 def _nodes(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[Node, ...]:
@@ -205,13 +257,11 @@ def _nodes(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[Node, ...]:
             raise ctx.fail(item, f"{sub}.name", f"duplicate node name {name!r} "
                                                 f"(also nodes[{seen[name]}])")
         seen[name] = i
-        if values.get("max_jobs_per_gpu") == 0:
-            raise ctx.fail(item, f"{sub}.max_jobs_per_gpu", "must be at least 1")
         result.append(Node(**values))
     return tuple(result)
 
 
-_TOP_FIELDS = {"lab": lambda ctx, n, w: _mapping(ctx, n, w, _LAB_FIELDS), "nodes": _nodes}
+_TOP_FIELDS = {"lab": _lab, "nodes": _nodes}
 
 
 def parse_inventory(text: str, path: Path) -> Inventory:
@@ -241,20 +291,24 @@ def parse_inventory(text: str, path: Path) -> Inventory:
     )
 
 
-def load_inventory(explicit: str | Path | None = None, *, missing_ok: bool = False) -> Inventory:
+def load_inventory(explicit: str | Path | None = None) -> Inventory:
     """Load and validate the inventory from ``--inventory``, ``$IADEEP_INVENTORY`` or the state dir.
 
-    ``missing_ok`` lets the controller start on an empty cluster when no file was named at all.
+    A missing file is an error, never an empty cluster: a controller started without its
+    inventory would show the lab's nodes as they were last seen. An empty cluster is a file
+    saying ``nodes: []``.
     """
     path = inventory_path(explicit)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        if missing_ok and explicit is None:
-            return Inventory(nodes=(), path=None)
-        raise ConfigError(f"{path}: inventory file not found",
-                          hint="pass --inventory FILE, set IADEEP_INVENTORY, "
-                               "or copy nodes.yaml.example there") from None
+        via = ("" if explicit else
+               " (from $IADEEP_INVENTORY)" if os.environ.get("IADEEP_INVENTORY") else
+               " (the default: no --inventory, no $IADEEP_INVENTORY)")
+        raise ConfigError(f"{path}: inventory file not found{via}",
+                          hint="pass --inventory FILE, set IADEEP_INVENTORY, or copy "
+                               "nodes.yaml.example there; for no nodes write 'nodes: []'"
+                          ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read inventory: {getattr(exc, 'strerror', None) or exc}",
                           hint="check the file's permissions and encoding (UTF-8)") from None

@@ -38,9 +38,11 @@ class ControllerProcess:
 
     def start(self, timeout: float = 30.0) -> "ControllerProcess":
         args = [*IADEEP, "controller", "run"]
+        self.home.mkdir(parents=True, exist_ok=True)
         if self.inventory:
             args += ["--inventory", str(self.inventory)]
-        self.home.mkdir(parents=True, exist_ok=True)
+        elif not (self.home / "nodes.yaml").exists():   # a controller needs an inventory
+            (self.home / "nodes.yaml").write_text("nodes: []\n")
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(args, env=env_for(self.home), stdout=log,
                                          stderr=subprocess.STDOUT)

@@ -22,6 +22,27 @@ def test_example_inventory_is_valid_and_complete():
     assert inv.is_admin("pi") and not inv.is_admin("student1")
 
 
+def test_example_inventory_shows_every_field():
+    """nodes.yaml.example is the reference for the inventory: every field the parser knows is
+    in it (a new field must be documented there), and nothing it shows is unknown."""
+    import yaml
+
+    from iadeep_cli import inventory
+
+    data = yaml.safe_load((ROOT / "nodes.yaml.example").read_text())
+    shown = {
+        "lab": set(data["lab"]), "lab.policy": set(data["lab"]["policy"]),
+        "lab.user_limits.*": set().union(*map(set, data["lab"]["user_limits"].values())),
+        "nodes[*]": set().union(*map(set, data["nodes"])),
+    }
+    assert shown == {"lab": set(inventory._LAB_FIELDS), "lab.policy": set(inventory._POLICY_FIELDS),
+                     "lab.user_limits.*": set(inventory._LIMIT_FIELDS),
+                     "nodes[*]": set(inventory._NODE_FIELDS)}
+    text = (ROOT / "nodes.yaml.example").read_text()
+    assert "WORKDIR/<install id>/<node>/jobs/<id>/" in text   # runtime._scoped_workdirs
+    assert "WORKDIR/jobs/ID" not in text
+
+
 def _error(text: str) -> str:
     with pytest.raises(ConfigError) as info:
         parse_inventory(text, Path("lab/nodes.yaml"))
@@ -53,6 +74,82 @@ def test_bad_inventory_names_file_line_and_field(text, expected):
     assert _error(text).startswith(expected)
 
 
+def _node(**fields) -> str:
+    """One node's YAML with ``fields`` added to a valid name and host (line 4 onwards)."""
+    extra = "".join(f"    {k}: {v}\n" for k, v in fields.items())
+    return f"nodes:\n  - name: a\n    host: h\n{extra}"
+
+
+@pytest.mark.parametrize("text, expected", [
+    # every field's range; the message says what is allowed
+    (_node(port=99999), "4: nodes[0].port: expected a port number from 1 to 65535, got 99999"),
+    (_node(port=0), "4: nodes[0].port: expected a port number from 1 to 65535, got 0"),
+    ("nodes:\n  - name: a/b\n    host: h\n", "2: nodes[0].name: expected a name of letters"),
+    ("nodes:\n  - name: ..\n    host: h\n", "2: nodes[0].name: expected a name of letters"),
+    ("nodes:\n  - name: a\n    host: ''\n", "3: nodes[0].host: expected a non-empty value"),
+    ("nodes:\n  - name: a\n    host: a b\n", "3: nodes[0].host: expected a non-empty value"),
+    ("nodes:\n  - name: a\n    host: -oProxyCommand=x\n", "3: nodes[0].host: expected"),
+    (_node(user="''"), "4: nodes[0].user: expected a non-empty value without spaces"),
+    (_node(identity_file="''"), "4: nodes[0].identity_file: expected a path to a private key"),
+    (_node(gpus="[-1]"), "4: nodes[0].gpus[0]: expected a GPU index >= 0, got -1"),
+    (_node(gpus="[0, 1, 0]"), "4: nodes[0].gpus[2]: 0 is listed twice"),
+    (_node(gpus=0), "4: nodes[0].gpus: expected a list of GPU indices"),
+    (_node(labels="[h200, h200]"), "4: nodes[0].labels[1]: 'h200' is listed twice"),
+    (_node(labels="['']"), "4: nodes[0].labels[0]: expected a non-empty value"),
+    (_node(max_jobs_per_gpu=0), "4: nodes[0].max_jobs_per_gpu: expected a whole number >= 1, "
+                                "got 0"),
+    (_node(workdir="~alice/x"), "4: nodes[0].workdir: expected a directory path (absolute, "
+                                "~/..., or relative to the node's home), got '~alice/x'"),
+    (_node(workdir="''"), "4: nodes[0].workdir: expected a directory path"),
+    ("lab:\n  admins: [pi, pi]\n", "2: lab.admins[1]: 'pi' is listed twice"),
+    ("lab:\n  admins: ['a b']\n", "2: lab.admins[0]: expected a non-empty value without"),
+    ("lab:\n  poll_interval: 0\n", "2: lab.poll_interval: expected seconds >= 0.1, got 0"),
+    ("lab:\n  poll_interval: 0.05\n", "2: lab.poll_interval: expected seconds >= 0.1, got 0.05"),
+    ("lab:\n  node_grace: 0\n", "2: lab.node_grace: expected seconds > 0, got 0"),
+    ("lab:\n  poll_interval: 30\n  node_grace: 20\n",
+     "3: lab.node_grace: expected seconds >= lab.poll_interval (30), got 20"),
+    ("lab:\n  poll_interval: 90\n",        # the default grace is 60 s
+     "2: lab.poll_interval: expected seconds <= lab.node_grace (60), got 90"),
+    ("lab:\n  default_retries: -1\n", "2: lab.default_retries: expected a whole number >= 0, "
+                                       "got -1"),
+    ("lab:\n  policy:\n    share_threshold: 0.9\n",
+     "3: lab.policy.share_threshold: expected a number >= 1.0"),
+    ("lab:\n  policy:\n    min_speed: 5\n",
+     "3: lab.policy.min_speed: expected a speed in (0, 1] (1.0: never slowed), got 5"),
+    ("lab:\n  policy:\n    min_speed: 0\n", "3: lab.policy.min_speed: expected a speed in (0, 1]"),
+    ("lab:\n  policy: {max_jobs_per_gpu: 0}\n",
+     "2: lab.policy.max_jobs_per_gpu: expected a whole number >= 1, got 0"),
+    ("lab:\n  policy:\n    memory_margin_gib: -1\n",
+     "3: lab.policy.memory_margin_gib: expected a number >= 0, got -1"),
+    ("lab:\n  policy:\n    aging_per_hour: -0.5\n",
+     "3: lab.policy.aging_per_hour: expected a number >= 0, got -0.5"),
+    ("lab:\n  policy:\n    reserve_after_s: -1\n",
+     "3: lab.policy.reserve_after_s: expected a number >= 0, got -1"),
+    ("lab:\n  user_limits:\n    'a b': {max_gpus: 1}\n",
+     "3: lab.user_limits: expected a non-empty value without spaces"),
+    ("lab:\n  user_limits:\n    alice: {max_gpus: -1}\n",
+     "3: lab.user_limits.alice.max_gpus: expected a whole number >= 0, got -1"),
+    ("lab:\n  user_limits:\n    alice: {max_jobs: 1.5}\n",
+     "3: lab.user_limits.alice.max_jobs: expected an integer, got 1.5"),
+])
+def test_out_of_range_values_are_refused(text, expected):
+    assert _error(text).startswith(f"lab/nodes.yaml:{expected}")
+
+
+def test_values_at_the_edges_of_their_ranges_are_accepted():
+    inv = parse_inventory(
+        "lab:\n  poll_interval: 0.1\n  node_grace: 0.1\n  default_retries: 0\n"
+        "  policy: {share_threshold: 1, min_speed: 1, max_jobs_per_gpu: 1, memory_margin_gib: 0,"
+        " aging_per_hour: 0, reserve_after_s: 0}\n"
+        "  user_limits: {guest: {max_gpus: 0, max_jobs: 0}}\n"
+        "nodes:\n  - {name: A-1.x_y, host: '::1', port: 1, gpus: [], workdir: '~'}\n"
+        "  - {name: b, host: h, port: 65535, max_jobs_per_gpu: 1, workdir: scratch/w}\n",
+        Path("n.yaml"))
+    assert inv.poll_interval_s == inv.node_grace_s == 0.1
+    assert inv.policy.min_speed == 1 and inv.user_limits["guest"].max_gpus == 0
+    assert [n.port for n in inv.nodes] == [1, 65535] and inv.nodes[0].gpus == ()
+
+
 def test_missing_file_says_how_to_fix(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_inventory(tmp_path / "nodes.yaml")
@@ -82,3 +179,25 @@ def test_lookup_order(tmp_path, monkeypatch):
 
 def test_empty_inventory_is_an_empty_cluster(tmp_path):
     assert parse_inventory("", tmp_path / "n.yaml").nodes == ()
+
+
+def test_controller_refuses_to_start_without_an_inventory(tmp_path):
+    """No file at all is a mistake (the lab's nodes would silently vanish); a file that
+    says ``nodes: []`` is an empty cluster on purpose."""
+    from controllers import ControllerProcess, cli
+
+    home = tmp_path / "state"
+    proc = cli(home, "controller", "run")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"Error: {home / 'nodes.yaml'}: inventory file not found "
+                               "(the default: no --inventory, no $IADEEP_INVENTORY)")
+    assert "nodes: []" in lines[0]
+    proc = cli(home, "controller", "run", IADEEP_INVENTORY=str(tmp_path / "lab.yaml"))
+    assert f"{tmp_path / 'lab.yaml'}: inventory file not found (from $IADEEP_INVENTORY)" \
+        in proc.stderr
+    ctl = ControllerProcess(home).start()    # it writes 'nodes: []' to the state directory
+    try:
+        assert (home / "nodes.yaml").read_text() == "nodes: []\n"
+    finally:
+        ctl.stop()

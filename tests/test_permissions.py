@@ -110,3 +110,19 @@ def test_owner_controls_own_job(lab):
     assert as_user("iadeep-alice", "hold", {"ids": [job_id]}, sock)["ok"][0]["state"] == "held"
     assert as_user("iadeep-alice", "release", {"ids": [job_id]}, sock)["ok"][0]["state"] == "queued"
     assert as_user("iadeep-alice", "cancel", {"ids": [job_id]}, sock)["ok"][0]["state"] == "cancelled"
+
+
+def test_only_admins_reload_the_inventory_and_its_admins_apply_at_once(lab):
+    sock = lab.home / "controller.sock"
+    refused = as_user("iadeep-bob", "reload", {}, sock)["error"]
+    assert refused["type"] == "PermissionDenied"
+    assert refused["message"] == "iadeep-bob may not reload the controller's inventory"
+    lab.inventory.write_text("lab:\n  admins: [iadeep-admin, iadeep-bob]\nnodes: []\n")
+    try:
+        done = as_user("iadeep-admin", "reload", {}, sock)["ok"]
+        assert done["nodes"] == [] and done["summary"] == "0 nodes (no node changed)"
+        assert as_user("iadeep-bob", "ping", {}, sock)["ok"]["admin"] is True
+    finally:
+        lab.inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
+        assert "ok" in as_user("iadeep-bob", "reload", {}, sock)   # bob is still an admin
+    assert as_user("iadeep-bob", "ping", {}, sock)["ok"]["admin"] is False

@@ -82,9 +82,23 @@ def test_banner_says_whether_the_controller_runs(stale, level):
 def test_node_age_comes_from_the_injected_clock_and_flags_stale_data():
     node = {"name": "n1", "taken_at": NOW - 45, "error": None, "down_since": None,
             "age_s": 999999, "gpus": []}
-    card = vm.node_card(node, NOW, poll_s=10)
-    assert card.age_s == 45 and card.stale          # 45 s > 3 polls of 10 s
-    assert not vm.node_card(node, NOW, poll_s=20).stale
+    card = vm.node_card(node, NOW, stale_s=30)
+    assert card.age_s == 45 and card.stale          # 45 s > 30 s
+    assert not vm.node_card(node, NOW, stale_s=60).stale
+
+
+@pytest.mark.parametrize("age_s, state", [(45, "up"), (5, "removed")])
+def test_stale_or_no_longer_polled_node_is_not_up_nor_down(age_s, state):
+    from iadeep_cli.tui.widgets import card_text, card_titles
+
+    node = {"name": "n1", "taken_at": NOW - age_s, "error": None, "down_since": None,
+            "state": state, "gpus": []}
+    card = vm.node_card(node, NOW, stale_s=30)
+    assert not card.up and card.stale and card.error is None
+    title, subtitle = card_titles(card)
+    assert "unknown" in title and "up" not in title and "DOWN" not in title
+    assert "(stale)" in subtitle and "unreachable" not in card_text(card).plain
+    assert vm.node_card({**node, "taken_at": NOW - 5, "state": "up"}, NOW, stale_s=30).up
 
 
 def test_gpu_shows_foreign_processes_and_jobs_that_left():

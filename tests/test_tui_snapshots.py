@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from iadeep_cli.inventory import Inventory
+from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.tui import seed, source
 from iadeep_cli.tui.app import MonitorApp
 
@@ -25,11 +25,18 @@ def _seeded_app(scenario: str) -> MonitorApp:
 
 @pytest.fixture
 def live_busy(home):
-    """The busy cluster served by a real controller (clock fixed), so the banner is 'live'."""
+    """The busy cluster served by a real controller (clock fixed), so the banner is 'live'.
+    Its inventory lists the seeded nodes (else they would show as no longer polled), but it
+    never polls them: they do not exist."""
     from iadeep_cli.controller.runtime import Controller
 
+    class ServeOnly(Controller):
+        def _make_loop(self, inventory):
+            return None
+
     seed.seed_state_dir("busy")
-    ctl = Controller(Inventory(nodes=()), home, clock=lambda: NOW)
+    ctl = ServeOnly(Inventory(nodes=(Node("gpu-a", "gpu-a"), Node("gpu-b", "gpu-b"))), home,
+                    clock=lambda: NOW)
     ready = threading.Event()
     thread = threading.Thread(target=ctl.run, args=(ready.set,), daemon=True)
     thread.start()

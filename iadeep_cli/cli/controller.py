@@ -1,32 +1,49 @@
-"""`iadeep controller run`: the long-running process that owns the queue."""
+"""`iadeep controller run` (the long-running process that owns the queue) and `reload`."""
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
 
-from .. import paths
-
-app = typer.Typer(help="Run the controller (the only writer of scheduling state).",
+app = typer.Typer(help="Run the controller (the only writer of scheduling state); reload its "
+                       "inventory.",
                   no_args_is_help=True)
+
+
+def _log_lab_events() -> None:
+    """iadeep's own events (job transitions, nodes, start and stop) at INFO; libraries only
+    from WARNING (paramiko alone logs two INFO lines per SFTP read, i.e. every poll)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("iadeep").setLevel(logging.INFO)
 
 
 @app.command("run")
 def run(inventory: Optional[str] = typer.Option(
         None, "--inventory", "-i", help="nodes.yaml (default: $IADEEP_INVENTORY, then the "
                                          "state directory's nodes.yaml).")) -> None:
-    """Run the controller in the foreground until SIGINT/SIGTERM."""
+    """Run the controller in the foreground until SIGINT/SIGTERM (SIGHUP: reload)."""
     from ..controller.runtime import run_forever
     from ..inventory import load_inventory
 
-    import logging
+    inv = load_inventory(inventory)
+    _log_lab_events()
+    run_forever(inv)
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    inv = load_inventory(inventory, missing_ok=True)
-    source = inv.path or "no inventory (empty cluster)"
 
-    def ready() -> None:
-        print(f"iadeep controller: {len(inv.nodes)} nodes from {source}; "
-              f"listening on {paths.socket_path()}", flush=True)
+@app.command("reload")
+def reload() -> None:
+    """Re-read the running controller's inventory file (admins only; same as SIGHUP).
 
-    run_forever(inv, on_ready=ready)
+    The file is checked first: with an error it is refused and nothing changes. Running jobs
+    keep running; jobs on a node no longer listed are marked lost."""
+    from ..controller import client
+
+    result = client.call("reload")
+    if result.get("pending"):
+        print(f"reload of {result['path']} accepted; it applies when the current scheduling "
+              "round ends")
+        return
+    print(f"reloaded {result['path']}: {result['summary']}")

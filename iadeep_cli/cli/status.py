@@ -34,18 +34,26 @@ def _gpu_line(gpu: dict) -> str:
             f"{jobs}{extra}")
 
 
+def _node_state(node: dict) -> str:
+    """What is known of a node; only fresh data from a node the controller polls says "up"."""
+    last = "up" if node["error"] is None else f"DOWN ({node['error']})"
+    state = node.get("state", "up" if node["error"] is None else "down")
+    return {"up": last, "down": last, "stale": f"stale (last seen {last})",
+            "removed": f"not in the controller's inventory (last seen {last})"}[state]
+
+
 def _print(data: dict, live: bool) -> None:
     ctl = data.get("controller") or {}
     if live:
-        print(f"controller: running (pid {ctl.get('pid')}, {len(data['nodes'])} nodes)")
+        print(f"controller: running (pid {ctl.get('pid')}, "
+              f"{len(ctl.get('nodes', data['nodes']))} nodes)")
     elif ctl:
         print("controller: NOT running; last heartbeat "
               f"{render.when(ctl.get('heartbeat_at'), data['now'])}")
     else:
         print("controller: NOT running (it has never run with this state directory)")
     for node in data["nodes"]:
-        state = "up" if node["error"] is None else f"DOWN ({node['error']})"
-        print(f"{node['name']}: {state}, data {render.duration(node['age_s'])} old")
+        print(f"{node['name']}: {_node_state(node)}, data {render.duration(node['age_s'])} old")
         for gpu in node["gpus"]:
             print(_gpu_line(gpu))
     queue = data["queue"]

@@ -209,6 +209,10 @@ class SchedulingLoop:
             elif node.reached and not before[1]:
                 log.info("node %s: GPU data available again", node.name)
 
+    def use(self, inventory: Inventory, pool) -> None:
+        """A reloaded inventory and its node pool, from now on (called between rounds)."""
+        self.inventory, self.pool, self.observer.pool = inventory, pool, pool
+
     # ------------------------------------------------------------------ helpers
     def _move(self, job: Job, new: JobState, reason: str, **fields) -> Job:
         with self.store.tx() as conn:

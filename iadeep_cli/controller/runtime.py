@@ -1,4 +1,5 @@
-"""Running the controller process: lock, socket, loop, clean stop on SIGINT/SIGTERM."""
+"""Running the controller process: lock, socket, loop, clean stop on SIGINT/SIGTERM, inventory
+reload on request or SIGHUP."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,16 +9,19 @@ import signal
 import threading
 import time
 import uuid
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
 from .. import paths
-from ..inventory import Inventory
+from ..errors import ConfigError, IadeepError
+from ..inventory import Inventory, load_inventory
 from ..store import Store, cluster
 from .server import ControllerSocket
 from .service import Service
 
 log = logging.getLogger("iadeep.controller")
+RELOAD_WAIT_S = 30.0   # a reload request waits this long for the current round to end
 
 
 class Controller:
@@ -29,43 +33,128 @@ class Controller:
         self.state_dir = state_dir or paths.state_dir()
         self.clock = clock
         self._stop = threading.Event()
+        self._stopped_by = "stop requested"
         self._wake = threading.Event()
+        # Validated inventories waiting for the main thread (see reload), and SIGHUP's flag.
+        self._reloads: list[tuple[Inventory, Future | None]] = []
+        self._reloads_lock = threading.Lock()
+        self._hangup = False
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = Store(self.state_dir / "iadeep.db")
         self.scripts_dir = self.state_dir / "scripts"   # copies taken at submission
         self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
         self.service.wake = self._wake.set
+        self.service.reload = self.reload
         self.socket = ControllerSocket(self.service, self.state_dir)
-        self.loop = self._make_loop() if inventory.nodes else None
+        self.loop = self._make_loop(inventory) if inventory.nodes else None
         self.started_at = clock()
 
-    def _make_loop(self):
+    def _make_loop(self, inventory: Inventory):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
-        from ..nodes.launcher import log_size, read_log
-        from ..nodes.poller import NodePool
         from .loop import SchedulingLoop
 
-        # A node that stopped answering is retried at least once per grace period.
-        for node in self.inventory.nodes:
+        loop = SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
+                              self.clock)
+        self.service.log_reader = self._read_log
+        self.service.fencer = loop.fence
+        return loop
+
+    def _pool(self, inventory: Inventory):
+        from ..nodes.poller import NodePool
+
+        for node in inventory.nodes:
             if node.local:
                 log.warning("node %s is local: its jobs run as the controller's own account and "
                             "could change its state; see README 'Security model'", node.name)
-        # A hung nvidia-smi must give up well inside the grace period, so that its node,
-        # which still answers, is never taken for a silent one.
-        grace = self.inventory.node_grace_s
-        pool = NodePool(_scoped_workdirs(self.inventory, self._install_id()),
+        # A node that stopped answering is retried at least once per grace period, and a hung
+        # nvidia-smi gives up well inside it, so that its node, which still answers, is never
+        # taken for a silent one.
+        grace = inventory.node_grace_s
+        return NodePool(_scoped_workdirs(inventory, self._install_id()),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
-        def logs(job, offset: int, max_bytes: int) -> dict:
-            data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
-            size = log_size(pool, job.node, job.id) if len(data) == max_bytes else nxt
-            return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
+    def _read_log(self, job, offset: int, max_bytes: int) -> dict:
+        from ..nodes.launcher import log_size, read_log
 
-        self.service.log_reader = logs
-        loop = SchedulingLoop(self.store, self.inventory, pool, self.scripts_dir, self.clock)
-        self.service.fencer = loop.fence
-        return loop
+        pool = self.loop.pool   # the current one: a reload may have replaced it
+        data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
+        size = log_size(pool, job.node, job.id) if len(data) == max_bytes else nxt
+        return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
+
+    # ------------------------------------------------------------------ reload
+    def reload(self) -> dict:
+        """Re-read the inventory file this controller was started with (`controller reload`).
+
+        The file is validated here, so a bad one raises its file:line error and changes
+        nothing; the main thread swaps a good one in between two rounds (no round sees half of
+        each). Returns what changed, or ``pending`` if the current round outlasts RELOAD_WAIT_S.
+        """
+        new = self._read_inventory()
+        done: Future = Future()
+        with self._reloads_lock:
+            self._reloads.append((new, done))
+        self._wake.set()
+        try:
+            return done.result(timeout=RELOAD_WAIT_S)
+        except FutureTimeout:
+            return {"path": str(new.path), "pending": True}
+
+    def hangup(self, *_args) -> None:
+        """SIGHUP: only note it; the main loop reloads between rounds (a signal handler runs in
+        the middle of whatever the main thread was doing, a round included)."""
+        self._hangup = True
+        self._wake.set()
+
+    def _read_inventory(self) -> Inventory:
+        if self.inventory.path is None:
+            raise ConfigError("this controller was started without an inventory file",
+                              hint="restart it with `iadeep controller run --inventory FILE`")
+        return load_inventory(self.inventory.path)
+
+    def _apply_reloads(self) -> None:
+        with self._reloads_lock:
+            pending, self._reloads = self._reloads, []
+        if self._hangup:
+            self._hangup = False
+            try:
+                pending.append((self._read_inventory(), None))
+            except IadeepError as exc:
+                log.error("reload on SIGHUP refused, the running configuration stays: %s",
+                          exc.message)
+        for new, done in pending:
+            try:
+                result = self._use(new)
+            except Exception as exc:   # e.g. an unreadable ~/.ssh/config: keep the old nodes
+                log.exception("reload of %s failed; the running configuration stays", new.path)
+                if done is not None:
+                    done.set_exception(exc)
+                continue
+            if done is not None:
+                done.set_result(result)
+
+    def _use(self, new: Inventory) -> dict:
+        """Swap in a validated inventory: lab settings, policy, admins and limits at once, and a
+        new node pool (connections to removed nodes close with the old one). Running jobs keep
+        running; those on a node no longer listed are the loop's to handle (lost)."""
+        old = self.inventory
+        if self.loop is not None:
+            old_pool = self.loop.pool
+            self.loop.use(new, self._pool(new))
+            old_pool.close()
+        elif new.nodes:
+            self.loop = self._make_loop(new)
+        self.inventory = self.service.inventory = new
+        names = [n.name for n in new.nodes]
+        change = {"added": [n for n in names if old.node(n) is None],
+                  "removed": [n.name for n in old.nodes if new.node(n.name) is None],
+                  "changed": [n for n in names if old.node(n) is not None
+                              and old.node(n) != new.node(n)]}
+        summary = (f"{len(names)} node{'' if len(names) == 1 else 's'} ("
+                   + ("; ".join(f"{k} {', '.join(v)}" for k, v in change.items() if v)
+                      or "no node changed") + ")")
+        log.info("reloaded %s: %s", new.path, summary)
+        return {"path": str(new.path), "nodes": names, "summary": summary, **change}
 
     def heartbeat(self, **extra) -> None:
         with self.store.tx() as conn:
@@ -79,10 +168,15 @@ class Controller:
         """Serve until stop(); each tick runs one scheduling round (if a loop is attached)."""
         self.socket.start()
         self.heartbeat()
+        log.info("controller started (pid %d): inventory %s, %s; listening on %s",
+                 os.getpid(), self.inventory.path,
+                 f"nodes {', '.join(n.name for n in self.inventory.nodes)}"
+                 if self.inventory.nodes else "no nodes", self.socket.path)
         on_ready()
         try:
             while not self._stop.is_set():
                 began = time.monotonic()
+                self._apply_reloads()
                 if self.loop is not None:
                     self._tick()
                 self.heartbeat()
@@ -91,11 +185,14 @@ class Controller:
                                     (time.monotonic() - began)))
                 self._wake.clear()
         finally:
+            log.info("controller stopping (%s); running jobs keep running on their nodes",
+                     self._stopped_by)
             self.socket.close()
             self.heartbeat(stopped_at=self.clock())
             if self.loop is not None:
                 self.loop.close()
             self.store.close()
+            log.info("controller stopped")
 
     def _install_id(self) -> str:
         """A random id made once per database; see _scoped_workdirs."""
@@ -113,7 +210,9 @@ class Controller:
         except Exception:
             log.exception("scheduling round failed; retrying next interval")
 
-    def stop(self, *_args) -> None:
+    def stop(self, signum: int | None = None, _frame=None) -> None:
+        if signum is not None:
+            self._stopped_by = signal.Signals(signum).name
         self._stop.set()
         self._wake.set()
 
@@ -133,4 +232,5 @@ def run_forever(inventory: Inventory, on_ready: Callable[[], None] = lambda: Non
     controller = Controller(inventory)
     signal.signal(signal.SIGTERM, controller.stop)
     signal.signal(signal.SIGINT, controller.stop)
+    signal.signal(signal.SIGHUP, controller.hangup)
     controller.run(on_ready)

@@ -24,6 +24,8 @@ LogReader = Callable[[Job, int, int], dict]
 
 
 class Service:
+    reload: Callable[[], dict]   # re-read the inventory: runtime.Controller.reload
+
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
                  log_reader: LogReader | None = None, scripts_dir: Path | None = None):
         self.store = store
@@ -115,6 +117,14 @@ class Service:
         self.wake()
         return {"id": job.id, "priority": priority}
 
+    def op_reload(self, user: str) -> dict:
+        """Re-read the inventory file (runtime.Controller.reload). Admins only: it decides who
+        the admins are, and which nodes jobs run on."""
+        if not self.inventory.is_admin(user):
+            raise PermissionDenied(f"{user} may not reload the controller's inventory",
+                                   hint="ask a lab admin (lab.admins in nodes.yaml) or root")
+        return self.reload()
+
     def _owned(self, conn, user: str, job_id: int) -> Job:
         job = jobrows.get(conn, job_id)
         if job.owner != user and not self.inventory.is_admin(user):
@@ -154,7 +164,7 @@ class Service:
 
     def op_status(self, user: str) -> dict:
         with self.store.tx() as conn:
-            return views.status(conn, self.clock())
+            return views.status(conn, self.clock(), self.inventory)
 
     def op_logs(self, user: str, id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
         with self.store.tx() as conn:

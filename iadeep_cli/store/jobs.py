@@ -6,12 +6,14 @@ transaction, so the events table is a complete, ordered history of every job.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from typing import Any, Iterable, Sequence
 
 from ..errors import NotFoundError
 from ..jobs import Job, JobSpec, JobState, check_transition
 
+log = logging.getLogger("iadeep.jobs")
 _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "priority",
                  "exclusive", "workdir", "env", "retries", "min_speed")
 # Columns a transition may set besides the state (guards the f-string SQL below).
@@ -116,6 +118,7 @@ def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str
     check_transition(job_id, job.state, new)
     update(conn, job_id, state=new.value, reason=reason, **fields)
     add_event(conn, job_id, now, job.state, new, reason, actor)
+    log.info("job %d (%s/%s): %s -> %s: %s", job_id, job.owner, job.name, job.state, new, reason)
     return get(conn, job_id)
 
 

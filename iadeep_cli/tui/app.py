@@ -152,7 +152,7 @@ class MonitorApp(App[None]):
             banner.set_classes(view.banner.level)
             banner.update(view.banner.text)
             self._banner = view.banner
-        down = sum(not n.up for n in view.nodes)
+        down = sum(n.error is not None for n in view.nodes)
         _set(self.query_one("#queue"), "border_title", f"Queue · {view.summary}")
         _set(self.query_one("#cluster"), "border_title",
              f"Cluster · {len(view.nodes)} nodes" + (f" ([b red]{down} DOWN[/])" if down else "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cli.render import duration
+from ..controller.views import STALE_POLLS
 from ..inventory import Policy
 from .source import MonitorData
 
@@ -18,8 +19,6 @@ ACTIVE_STATES = ("starting", "running", "lost")
 # A job's speed is its throughput relative to running alone (1.0 = no slowdown).
 SPEED_OK = 0.85
 SPEED_WARN = 0.6
-# Data older than this many poll intervals is flagged as stale on its card.
-STALE_POLLS = 3
 DEFAULT_POLL_S = 10.0
 # Fixed widths: the table never re-measures 3,000 rows; longer text is cut at the column edge.
 COLUMNS_WIDTHS = (("#", 4), ("ID", 5), ("USER", 8), ("NAME", 16), ("STATE", 7), ("GPUS", 4),
@@ -172,15 +171,19 @@ def _gpu_line(gpu: dict, query: str) -> GpuLine:
                    gone)
 
 
-def node_card(node: dict, now: float, poll_s: float, query: str = "") -> NodeCard:
+def node_card(node: dict, now: float, stale_s: float, query: str = "") -> NodeCard:
+    """A node is up only while its data is younger than ``stale_s`` and the controller still
+    polls it (a node removed from the inventory keeps its last snapshot); a node without fresh
+    data that was not failing is stale, neither up nor down."""
     gpus = tuple(_gpu_line(g, query) for g in node.get("gpus", ()))
     age = max(0.0, now - float(node.get("taken_at") or now))
     down_since = node.get("down_since")
     visible = (not query or query.strip().lower() in node["name"].lower()
                or any(c.match for g in gpus for c in g.jobs))
-    return NodeCard(node["name"], node.get("error") is None, node.get("error"), age,
-                    None if down_since is None else max(0.0, now - down_since),
-                    age > STALE_POLLS * poll_s, gpus, visible)
+    stale = age > stale_s or node.get("state") == "removed"
+    return NodeCard(node["name"], node.get("error") is None and not stale, node.get("error"),
+                    age, None if down_since is None else max(0.0, now - down_since),
+                    stale, gpus, visible)
 
 
 # --------------------------------------------------------------------------- queue rows
@@ -235,7 +238,8 @@ def summary(status: dict) -> str:
 def build_view(data: MonitorData, now: float, query: str = "") -> View:
     """Everything the screen shows, from one refresh's data and the time to measure ages at."""
     poll_s = poll_interval(data.status)
-    nodes = tuple(node_card(n, now, poll_s, query) for n in data.status.get("nodes", ()))
+    stale_s = data.status.get("stale_after_s", STALE_POLLS * poll_s)   # views.stale_after_s
+    nodes = tuple(node_card(n, now, stale_s, query) for n in data.status.get("nodes", ()))
     ctl = data.status.get("controller") or {}
     aging = ctl.get("aging_per_hour", Policy().aging_per_hour)  # the lab's, as the controller runs it
     return View(banner(data, now), nodes, job_rows(data.jobs, now, query, aging),

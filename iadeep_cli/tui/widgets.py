@@ -83,7 +83,7 @@ def gpu_text(gpu: vm.GpuLine, wide: bool = True) -> Text:
 
 def card_text(card: vm.NodeCard, wide: bool = True) -> Text:
     lines = [gpu_text(g, wide) for g in card.gpus] or [Text("no GPUs recorded", style="dim")]
-    if not card.up:
+    if card.error is not None:
         lines.insert(0, Text(f"unreachable: {card.error}", style="bold red"))
     return Text("\n").join(lines)
 
@@ -94,6 +94,8 @@ def card_titles(card: vm.NodeCard) -> tuple[str, str]:
     what = f"{len(card.gpus)}x {models[0]}" if len(models) == 1 else f"{len(card.gpus)} GPUs"
     if card.up:
         state = f"[b]{card.name}[/b] [green]up[/] · {what}"
+    elif card.error is None:   # stale: not known to be up, nor to be down
+        state = f"[b]{card.name}[/b] [yellow]unknown[/] · {what}"
     else:
         state = f"[b]{card.name}[/b] [bold red]DOWN[/] for {duration(card.down_for_s)} · {what}"
     age = f"data {duration(card.age_s)} old"
@@ -119,7 +121,7 @@ class NodeCardWidget(Widget):
             return
         old, self.card = self.card, card
         self.border_title, self.border_subtitle = card_titles(card)
-        self.set_class(not card.up, "down")
+        self.set_class(card.error is not None, "down")
         self.set_class(card.stale, "stale")
         if self.display != card.visible:
             self.display = card.visible
@@ -137,7 +139,8 @@ class NodeCardWidget(Widget):
 
 def _same_height(old: vm.NodeCard | None, new: vm.NodeCard) -> bool:
     """Same number of lines in both layouts, so the screen need not be laid out again."""
-    if old is None or old.up != new.up or len(old.gpus) != len(new.gpus) or not new.gpus:
+    if (old is None or (old.error is None) != (new.error is None)   # the "unreachable" line
+            or len(old.gpus) != len(new.gpus) or not new.gpus):
         return False
     return all((len(a.jobs), len(a.foreign), len(a.gone)) == (len(b.jobs), len(b.foreign),
                                                             len(b.gone))

@@ -1,0 +1,53 @@
+"""The controller's log, read from a real controller process driving a real sshd node: every
+job transition and the start and stop are there, and libraries' INFO chatter is not."""
+import re
+from pathlib import Path
+
+from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path):
+    cluster = sshd_cluster(1)
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 2\n" +
+                         cluster.inventory_yaml())
+    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    home = ctl.home
+    job = int(cli(home, "queue", "add", str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1",
+                  "--retries", "1", check=True).stdout)
+
+    def state():
+        return jobs_by_id(home)[job]
+
+    try:
+        # Running, its progress read over SFTP every poll (paramiko's INFO lines, each time).
+        wait_until(lambda: state()["observed_speed"] is not None, limit=60)
+        cluster.stop("node01")
+        wait_until(lambda: state()["state"] == "queued", limit=60)     # lost, then requeued
+        cluster.start("node01")
+        wait_until(lambda: state()["state"] == "running", limit=60)    # its second attempt
+        cli(home, "queue", "cancel", str(job), check=True)
+        wait_until(lambda: state()["state"] == "cancelled", limit=30)
+    finally:
+        ctl.stop()
+    log = ctl.log.read_text()
+    name = f"job {job} (root/steps_progress.sh)"
+    story = [
+        f"controller started (pid {ctl.proc.pid}): inventory {inventory}, nodes node01",
+        f"{name}: queued -> starting: placed on node01:0",
+        f"{name}: starting -> running: running on node01:0",
+        f"{name}: running -> lost: node node01 silent for over 2s",
+        f"{name}: lost -> queued: requeued after loss",
+        f"{name}: queued -> starting: placed on node01:0",
+        f"{name}: starting -> running: running on node01:0",
+        f"{name}: running -> cancelled: cancelled by root",
+        "controller stopping (SIGTERM); running jobs keep running on their nodes",
+        "controller stopped",
+    ]
+    found = [line.split(": ", 1)[1] for line in log.splitlines()
+             if any(line.split(": ", 1)[-1].startswith(s) for s in story)]
+    assert [next(s for s in story if f.startswith(s)) for f in found] == story, log
+    assert "sftp" not in log.lower(), log
+    assert not re.search(r" INFO (?!iadeep\.)", log), log

@@ -1,0 +1,50 @@
+"""`iadeep status` never calls a node "up" on old data: real controllers and sshd nodes."""
+import json
+import re
+
+import pytest
+
+from controllers import ControllerProcess, cli, wait_until
+
+
+def _status(home) -> dict:
+    return json.loads(cli(home, "status", "--json", check=True).stdout)
+
+
+def _states(home) -> dict:
+    return {n["name"]: n["state"] for n in _status(home)["nodes"]}
+
+
+def test_stale_and_no_longer_polled_nodes_do_not_read_up(sshd_cluster, tmp_path):
+    cluster = sshd_cluster(2)
+    home = tmp_path / "state"
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 3\n" +
+                         cluster.inventory_yaml())
+    ctl = ControllerProcess(home, inventory).start()
+    try:
+        wait_until(lambda: _states(home) == {"node01": "up", "node02": "up"}, limit=30)
+        # While it runs, data is fresh for 3 polls or the node grace, whichever is longer
+        # (a round waiting on a hung node can outlast several poll intervals).
+        assert _status(home)["stale_after_s"] == 3
+    finally:
+        ctl.stop()
+    # Nobody polls any more: once the data is older than three poll intervals it is stale.
+    assert _status(home)["stale_after_s"] == pytest.approx(0.9)
+    wait_until(lambda: _states(home) == {"node01": "stale", "node02": "stale"})
+    text = cli(home, "status", check=True).stdout
+    assert re.search(r"^node01: stale \(last seen up\), data \d+s old$", text, re.M), text
+
+    # A controller on an explicitly empty inventory: the old snapshots are still in the
+    # database, but it polls none of those nodes.
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("nodes: []\n")
+    ctl = ControllerProcess(home, empty).start()
+    try:
+        assert _states(home) == {"node01": "removed", "node02": "removed"}
+        text = cli(home, "status", check=True).stdout
+    finally:
+        ctl.stop()
+    assert re.search(r"^controller: running \(pid \d+, 0 nodes\)$", text, re.M), text
+    assert "node01: not in the controller's inventory (last seen up), data" in text
+    assert ": up" not in text
