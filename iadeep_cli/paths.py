@@ -40,3 +40,25 @@ def inventory_path(explicit: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return state_dir() / "nodes.yaml"
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """None if ``path`` is a regular file (or a link to one), else what it is instead:
+    "not found", "is a directory", "is not a regular file (a character device)" (``/dev/null``)
+    ... so a message names the real mistake instead of calling every such path missing."""
+    import stat
+
+    p = Path(path).expanduser()
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "is a broken symbolic link" if p.is_symlink() else "not found"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a named pipe" if stat.S_ISFIFO(mode) else "a socket")
+    return f"is not a regular file ({kind})"

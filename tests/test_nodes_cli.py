@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+from iadeep_cli.paths import known_hosts_path
 from test_ssh_hostkeys import iadeep
 
 pytestmark = pytest.mark.sshd
@@ -34,3 +38,25 @@ def test_check_bad_inventory_is_one_line(tmp_path):
     res = iadeep("nodes", "check", "--inventory", str(bad))
     assert res.returncode == 1 and res.stderr.startswith("Error: ") and "port" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_trust_answered_no_records_nothing_and_says_so(sshd_cluster):
+    c = sshd_cluster(1, key="trust-no")
+    c.write_known_hosts(trusted=False)
+    known_hosts_path().unlink(missing_ok=True)
+
+    def trust(answer: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "iadeep_cli", "nodes", "trust", "node01",
+                               "--inventory", str(c.inventory_path)], input=answer,
+                              capture_output=True, text=True, env=dict(os.environ), timeout=60)
+
+    for answer in ("n\n", ""):                     # "n", then no answer at all (end of input)
+        res = trust(answer)
+        assert res.returncode == 1 and "Aborted" not in res.stderr + res.stdout
+        assert res.stderr.splitlines() == [
+            "Error: host key of node01 not trusted; nothing was recorded (hint: answer y once "
+            "the fingerprint matches the node's own (`ssh-keygen -lf "
+            "/etc/ssh/ssh_host_*_key.pub` there), or pass --yes)"]
+        assert "Trust this key?" in res.stdout and not known_hosts_path().exists()
+    yes = trust("y\n")
+    assert yes.returncode == 0 and "recorded in" in yes.stdout and known_hosts_path().exists()

@@ -142,13 +142,15 @@ def test_multi_gpu_wait_reason_names_largest_node():
     active = [job(1, "resnet50", node="a", idx=(0,)), job(3, "vgg16", node="b", idx=(0,))]
     slots = [slot("a", 0, jobs=(1,)), slot("a", 1), slot("b", 0, jobs=(3,)), slot("b", 1)]
     p = run([job(2, "resnet50", gpus=2)], slots, active=active)
-    assert p.waits[2] == "needs 2 free GPUs on one node; largest is 1 (node a)"
+    assert p.waits[2] == ("needs 2 free GPUs on one node; largest is 1 (node a); "
+                          "will reserve GPUs in 1h00m")
 
 
 def test_unknown_profile_runs_alone_and_nothing_joins_it():
     resident = job(1, "resnet18", node="a", idx=(0,))
     p = run([job(2, None)], [slot(jobs=(1,))], active=[resident])
-    assert p.waits[2] == "no profile yet: waits for an empty GPU to profile on"
+    assert p.waits[2] == ("no profile yet: waits for an empty GPU to profile on; "
+                          "will reserve a GPU in 1h00m")
     p = run([job(2, "never-profiled")], [slot(jobs=(1,)), slot(index=1)], active=[resident])
     assert where(p, 2) == ("a", (1,))
     unknown = job(1, None, node="a", idx=(0,))
@@ -189,6 +191,24 @@ def test_long_blocked_big_job_reserves_gpus_so_it_cannot_starve():
     active = [job(9, "transformer", node="a", idx=(1,), exclusive=True)]
     p = run(q, slots, active=active, now=3 * 3600.0)
     assert p.placements == () and set(p.waits) == {1, 2}
+
+
+def test_a_blocked_whole_gpu_job_says_when_it_reserves_gpus_and_which():
+    q = [job(1, "resnet50", t=0.0, gpus=2), job(2, "resnet50", t=10.0, gpus=2)]
+    slots = [slot("a", 0), slot("a", 1, jobs=(9,)), slot("b", 0, jobs=(8,))]
+    active = [job(9, "transformer", node="a", idx=(1,), exclusive=True),
+              job(8, "transformer", node="b", idx=(0,), exclusive=True)]
+    early = run(q, slots, active=active, now=18 * 60.0)        # reserve_after_s: 1 h
+    assert early.waits[1].endswith("; will reserve GPUs in 42m")
+    assert early.waits[2].endswith("; will reserve GPUs in 43m")   # rounded up: 42m10s
+    late = run(q, slots, active=active, now=2 * 3600.0)
+    assert late.waits[1].endswith("; reserving a:0,1 while they drain")
+    assert late.waits[2].endswith("; job 1 reserves GPUs first")
+    full = [slot("a", 0, jobs=(9,)), slot("a", 1, jobs=(8,))]   # no GPU free at all
+    busy = [dataclasses.replace(j, node="a", gpu_indices=(i,)) for i, j in enumerate(active)]
+    p = run(q[:1], full, active=busy, now=3000.0)
+    assert p.waits[1] == ("needs 2 free GPUs on one node; all 2 GPUs are busy; "
+                          "will reserve GPUs in 10m")
 
 
 def test_reservation_waits_for_the_labs_reserve_after_s():

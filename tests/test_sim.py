@@ -109,6 +109,8 @@ def test_table_ends_with_the_verdict_from_the_same_numbers():
     verdict = text.strip().splitlines()[-1]
     assert verdict.startswith("iadeep's average JCT: ")
     assert f"{ratio:.2f}x exclusive" in verdict and f"{vs_oracle:+.1%} vs oracle" in verdict
+    assert verdict.endswith("vs oracle (iadeep's rule with the measured speeds instead of "
+                            "predictions)")         # a reader learns what the oracle is
 
 
 def test_cli_table_and_trace(tmp_path):

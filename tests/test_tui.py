@@ -235,6 +235,27 @@ async def test_filter_by_user_then_escape_clears(home):
 
 
 @run_async
+async def test_filter_caption_follows_every_keystroke(home):
+    """The queue's caption names the filter as typed, also when a keystroke leaves the matching
+    rows unchanged ("user:b" and "user:bo" both match nobody)."""
+    _seed("long_queue")
+    app = _app(initial=source.fetch())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        table, box = app.query_one("#queue"), app.query_one("#filter")
+        await pilot.press("slash")
+        unchanged = 0
+        for key in "user:bob":
+            before = app._rows
+            await pilot.press(key)
+            unchanged += app._rows == before
+            assert table.border_subtitle == f"{table.row_count} jobs matching {box.value!r}"
+        assert unchanged and box.value == "user:bob" and table.row_count > 0
+        await pilot.press("backspace", *"b")     # fast: two keys, one pause
+        assert table.border_subtitle.endswith("matching 'user:bob'")
+
+
+@run_async
 async def test_cancel_asks_first_and_goes_through_the_controller(controller):
     app = _app()
     async with app.run_test(size=(120, 40)) as pilot:

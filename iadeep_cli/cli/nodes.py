@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import IadeepError
 from ..inventory import load_inventory
 from ..snapshot import to_dict
 
@@ -51,6 +52,15 @@ def check(inventory: Optional[str] = INVENTORY,
         raise typer.Exit(1)
 
 
+def _confirmed(question: str) -> bool:
+    """Ask yes/no; end of input (no terminal, Ctrl-D) or Ctrl-C count as no."""
+    try:
+        return typer.confirm(question)
+    except typer.Abort:
+        typer.echo()      # end the prompt's line
+        return False
+
+
 @app.command("trust")
 def trust(node: str = typer.Argument(..., help="node name from the inventory"),
           inventory: Optional[str] = INVENTORY,
@@ -67,8 +77,11 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory"),
     if scanned.status == "trusted":
         typer.echo("already trusted")
         return
-    if scanned.status == "new" and not yes:
-        typer.confirm("Trust this key?", abort=True)
+    if scanned.status == "new" and not yes and not _confirmed("Trust this key?"):
+        raise IadeepError(f"host key of {scanned.node} not trusted; nothing was recorded",
+                          hint="answer y once the fingerprint matches the node's own "
+                               "(`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` there), "
+                               "or pass --yes")
     path = trust_key(scanned)
     typer.echo(f"recorded in {path}")
 
@@ -84,9 +97,10 @@ def fence(node: str = typer.Argument(..., help="node name from the inventory"),
     """
     from ..controller.client import call
 
-    if not yes:
-        typer.confirm(f"Is {node} really powered off? A job still running there would run "
-                      "twice", abort=True)
+    if not yes and not _confirmed(f"Is {node} really powered off? A job still running there "
+                                  "would run twice"):
+        raise IadeepError(f"node {node} not fenced; nothing changed",
+                          hint="fence a node only once it is powered off or its jobs are dead")
     result = call("fence", {"node": node})
     ids = ", ".join(map(str, result["jobs"])) or "none"
     typer.echo(f"node {result['node']} fenced; its jobs requeued or failed: {ids}")

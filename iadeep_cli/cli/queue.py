@@ -1,7 +1,11 @@
 """`iadeep queue ...`: submit, list, inspect and control jobs (through the controller)."""
 from __future__ import annotations
 
+import difflib
 import os
+import shlex
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -11,6 +15,7 @@ import typer
 from ..controller import client
 from ..errors import InputError, error_from_dict
 from ..jobs import JobSpec, check_interpreter, parse_env, spec_to_dict, validate_spec
+from ..paths import file_problem
 from . import render
 from .errors import report
 
@@ -22,9 +27,9 @@ JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 def _script_path(script: str) -> str:
     path = Path(script).expanduser()
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "not found"
-        raise InputError(f"script {script!r} {what}",
+    problem = file_problem(path)
+    if problem:
+        raise InputError(f"script {script!r} {problem}",
                          hint="give the path of an executable job script, e.g. jobs/hello.sh")
     if not os.access(path, os.R_OK):
         raise InputError(f"script {script!r} is not readable", hint=f"chmod a+r {script}")
@@ -42,6 +47,9 @@ def add(
     name: str = typer.Option("", "--name", "-n", help="A name to recognise it by."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w",
                                            help="Profile label (see `iadeep profile list`)."),
+    new_workload: bool = typer.Option(False, "--new-workload",
+                                      help="--workload is a new label, though close to a "
+                                           "known one (it is profiled on its first run)."),
     priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first."),
     exclusive: bool = typer.Option(False, "--exclusive", help="Never share its GPUs."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Working directory on the node."),
@@ -59,16 +67,39 @@ def add(
                    workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
                    min_speed=min_speed)
     validate_spec(spec)
+    if workload and not new_workload:
+        _check_workload(workload)
     request = spec_to_dict(spec)
     if retries is None:
         del request["retries"]   # the controller applies the lab's default
     print(client.submit(request, Path(spec.script).read_bytes())["id"])
 
 
+def _check_workload(label: str) -> None:
+    """Refuse a --workload label that is not known but close to one that is (a typo would
+    silently start a new workload, profiled from scratch and never sharing until then)."""
+    from ..model.catalog import known_profiles
+
+    known = [p["workload"] for p in known_profiles()]
+    if label in known:
+        return
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(label.lower(), list(by_lower), n=1, cutoff=0.85)
+    if close:
+        raise InputError(f"unknown workload {label!r}; did you mean {by_lower[close[0]]!r}?",
+                         hint="`iadeep profile list` shows the known labels; pass "
+                              "--new-workload to start a new one")
+
+
+LIST_HEADERS = ["ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "AGE", "REASON"]
+
+
 @app.command("list")
 def list_(
     all_: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
     user: Optional[str] = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
+    wide: bool = typer.Option(False, "--wide", help="Never shorten NAME and REASON (they are "
+                              "shortened only on a terminal)."),
     json_: bool = JSON,
 ) -> None:
     """List unfinished jobs (all with --all)."""
@@ -78,17 +109,54 @@ def list_(
         return
     render.stale_note(stale)
     now = time.time()
-    render.table(
-        ["ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "AGE", "REASON"],
-        ([j["id"], j["name"][:28], j["user"], j["state"], j["gpus"], _where(j),
-          render.duration(now - j["submitted_at"]), j["reason"][:60]] for j in jobs),
-    )
+    rows = [[str(j["id"]), j["name"], j["user"], j["state"], str(j["gpus"]), _where(j),
+             render.duration(now - j["submitted_at"]), j["reason"]] for j in jobs]
+    if sys.stdout.isatty() and not wide:
+        rows = _fit(LIST_HEADERS, rows, shutil.get_terminal_size().columns)
+    render.table(LIST_HEADERS, rows)
+
+
+def _fit(headers: list[str], rows: list[list[str]], columns: int) -> list[list[str]]:
+    """One job a line on a terminal: NAME cut to 28 characters and REASON to the rest of the
+    line (at least 20), each marked "...". A pipe gets them whole, so grep finds them."""
+    rows = [[r[0], _shorten(r[1], 28), *r[2:]] for r in rows]
+    used = sum(max([len(h)] + [len(r[i]) for r in rows]) + 2 for i, h in enumerate(headers[:-1]))
+    room = max(20, columns - used)
+    return [[*r[:-1], _shorten(r[-1], room)] for r in rows]
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _where(job: dict) -> str:
     if not job["node"]:
         return "-"
     return f"{job['node']}:{','.join(str(i) for i in job['gpu_indices'])}"
+
+
+SHOW_FIELDS = ("id", "name", "user", "state", "reason", "script", "args", "workdir", "env",
+               "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "attempts",
+               "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
+               "observed_speed")
+
+
+def _field(key: str, value) -> str:
+    """A job field as a person reads it: '-' for nothing, yes/no, speeds to 2 decimals, the
+    arguments and environment as they would be typed in a shell."""
+    if value is None or value == "" or value == [] or value == {}:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if key == "args":
+        return shlex.join(value)
+    if key == "env":
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 @app.command("show")
@@ -99,11 +167,8 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
         render.as_json(job)
         return
     render.stale_note(stale)
-    for key in ("id", "name", "user", "state", "reason", "script", "args", "workdir", "env",
-                "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "attempts",
-                "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
-                "observed_speed"):
-        print(f"{key:>16}: {job[key]}")
+    for key in SHOW_FIELDS:
+        print(f"{key:>16}: {_field(key, job[key])}")
     for key in ("submitted_at", "started_at", "ended_at"):
         print(f"{key:>16}: {render.when(job[key])}")
     print("events:")
@@ -152,7 +217,8 @@ def release(ids: List[int] = IDS) -> None:
     _act("release", ids)
 
 
-@app.command("priority")
+# `queue priority 13 -5`: without ignore_unknown_options click reads "-5" as an option.
+@app.command("priority", context_settings={"ignore_unknown_options": True})
 def priority(job_id: int = typer.Argument(..., help="Job id."),
              value: int = typer.Argument(..., help="New priority (higher runs first).")) -> None:
     """Change a waiting job's priority."""

@@ -50,6 +50,7 @@ from pathlib import Path  # noqa: E402
 from typing import Iterator, Mapping  # noqa: E402
 
 from ..errors import InputError, NotFoundError  # noqa: E402
+from ..paths import file_problem  # noqa: E402
 
 _DATA_PACKAGE = "iadeep_cli"
 _DATA_DIR = ("data", "h200")
@@ -61,8 +62,9 @@ def _read_rows(path, required: tuple[str, ...], text: str | None = None
     name = str(path)
     if text is None:
         p = Path(path)
-        if not p.is_file():
-            raise NotFoundError(f"{name}: no such file", hint="check the path")
+        problem = file_problem(p)
+        if problem:
+            raise NotFoundError(f"{name}: {problem}", hint="check the path")
         try:
             text = p.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:

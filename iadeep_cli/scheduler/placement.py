@@ -27,6 +27,7 @@ How a round decides (README 'How placement decides'):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -280,32 +281,34 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     total_gpus = len(slots)
     placements: list[Placement] = []
     waits: dict[int, str] = {}
-    reserved = False
+    holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now)
     for i, job in enumerate(ordered):
-        if not rnd.has_room():
-            waits[job.id] = _full_reason(job, total_gpus)
-            continue
         limit = _user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
             continue
         res = _resident(job, profiles, policy)
         need = job_memory_mib(job, profiles, policy)
-        never = _never_fits(rnd, need)
-        if never:
-            waits[job.id] = never
-            continue
-        behind = len(ordered) - i - 1
-        if job.spec.gpus > 1 or res.solo_only or res.profile is None:
-            got, why = _place_whole(rnd, job, res, need)
+        whole = job.spec.gpus > 1 or res.solo_only or res.profile is None
+        if not rnd.has_room():
+            got, why = None, _full_reason(job, total_gpus)
         else:
-            got, why = _place_single(rnd, job, res, need, predict, policy, behind)
+            never = _never_fits(rnd, need)
+            if never:
+                waits[job.id] = never
+                continue
+            behind = len(ordered) - i - 1
+            if whole:
+                got, why = _place_whole(rnd, job, res, need)
+            else:
+                got, why = _place_single(rnd, job, res, need, predict, policy, behind)
         if got is None:
+            if whole and total_gpus:
+                note, holder = _reservation(rnd, job, need, policy.reserve_after_s
+                                            - (now - job.submitted_at), holder)
+                why += note
             waits[job.id] = why
-            if (not reserved and (job.spec.gpus > 1 or res.solo_only or res.profile is None)
-                    and now - job.submitted_at >= policy.reserve_after_s):
-                reserved = _reserve(rnd, job, need)
             continue
         placements.append(got)
         usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
@@ -472,9 +475,31 @@ def _never_fits(rnd: _Round, need: float | None) -> str:
             f"{_gib(max(totals))} (check --mem, given in GiB)")
 
 
-def _reserve(rnd: _Round, job: Job, need: float | None) -> bool:
+def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
+                 holder: int | None) -> tuple[str, int | None]:
+    """For a blocked whole-GPU job: what its reason adds about reserving GPUs (so a user knows
+    when it stops waiting behind small jobs), and the job holding this round's reservation."""
+    if left_s > 0:
+        what = "GPUs" if job.spec.gpus > 1 else "a GPU"
+        return f"; will reserve {what} in {_eta(left_s)}", holder
+    if holder is not None:
+        return f"; job {holder} reserves GPUs first", holder
+    gpus = _reserve(rnd, job, need)
+    if not gpus:
+        return "", None
+    where = f"{gpus[0].node}:{','.join(str(g.index) for g in gpus)}"
+    return f"; reserving {where} while {'they drain' if len(gpus) > 1 else 'it drains'}", job.id
+
+
+def _eta(seconds: float) -> str:
+    """A wait rounded up to the minute: 42m, 3h05m."""
+    m = math.ceil(seconds / 60)
+    return f"{m}m" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def _reserve(rnd: _Round, job: Job, need: float | None) -> list[_Gpu]:
     """Hold GPUs for a blocked whole-GPU job so it cannot starve: the node closest to ready
-    among GPUs that could hold it at all."""
+    among GPUs that could hold it at all (none if no node could)."""
     k = job.spec.gpus
     by_node: dict[str, list[_Gpu]] = {}
     for g in rnd.gpus:
@@ -482,10 +507,11 @@ def _reserve(rnd: _Round, job: Job, need: float | None) -> bool:
             by_node.setdefault(g.node, []).append(g)
     cands = [(n, gs) for n, gs in by_node.items() if len(gs) >= k]
     if not cands:
-        return False
+        return []
     def readiness(item):  # fewest jobs left on its k emptiest GPUs
         gs = sorted(item[1], key=lambda g: len(g.residents))[:k]
         return (sum(len(g.residents) for g in gs), item[0])
     node, gs = min(cands, key=readiness)
-    rnd.reserve(sorted(gs, key=lambda g: (len(g.residents), g.index))[:k])
-    return True
+    held = sorted(sorted(gs, key=lambda g: (len(g.residents), g.index))[:k], key=lambda g: g.index)
+    rnd.reserve(held)
+    return held

@@ -7,11 +7,11 @@ trained on other workloads with ``--model`` and truth/profiles that include new 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import InputError, NotFoundError
 from ..inventory import Policy
+from ..paths import file_problem
 from .engine import (POLICIES, PolicyResult, SimJob, generate_jobs, load_trace, make_planner,
                      simulate, _mem_mib)
 from .truth import TruthModel
@@ -64,8 +64,9 @@ class SimReport:
 
 
 def _check_path(path: str | None, what: str) -> None:
-    if path is not None and not Path(path).is_file():
-        raise NotFoundError(f"{path}: {what} file not found", hint=f"check the --{what} path")
+    problem = file_problem(path) if path is not None else None
+    if problem:
+        raise NotFoundError(f"{path}: {what} file {problem}", hint=f"check the --{what} path")
 
 
 def load_inputs(s: SimSettings):
@@ -149,7 +150,8 @@ def _verdict(report: SimReport) -> str:
     parts = [f"{by['iadeep'] / by[name]:.2f}x {name}" for name in ("exclusive", "packing", "random")
              if by.get(name)]
     if by.get("oracle"):
-        parts.append(f"{by['iadeep'] / by['oracle'] - 1:+.1%} vs oracle")
+        parts.append(f"{by['iadeep'] / by['oracle'] - 1:+.1%} vs oracle (iadeep's rule with the "
+                     f"measured speeds instead of predictions)")
     return "iadeep's average JCT: " + ", ".join(parts) if parts else ""
 
 

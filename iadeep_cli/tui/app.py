@@ -184,9 +184,13 @@ class MonitorApp(App[None]):
         rewritten (fixed column widths, so nothing is re-measured): a DataTable measures every
         newly added row, which for 3,000 rows costs far more than the poll interval allows.
         """
+        table = self.query_one("#queue", DataTable)
+        # The caption names the filter as typed now, also when a keystroke leaves the matching
+        # rows as they were and the early return below skips the table.
+        _set(table, "border_subtitle", f"{len(rows)} jobs" + (
+            f" matching {self.query_text!r}" if self.query_text else ""))
         if rows == self._rows:
             return
-        table = self.query_one("#queue", DataTable)
         keep = self.selected_job_id()
         old = self._rows or ()
         self._rows = rows
@@ -218,8 +222,6 @@ class MonitorApp(App[None]):
             table.remove_row(slots.pop())
         for slot in range(len(old), len(rows)):
             slots.append(table.add_row(*rows[slot].cells, key=str(slot)))
-        _set(table, "border_subtitle", f"{len(rows)} jobs" + (
-            f" matching {self.query_text!r}" if self.query_text else ""))
         if keep is not None:
             at = next((i for i, r in enumerate(rows) if r.id == keep), None)
             if at is not None and at != table.cursor_row:
@@ -309,7 +311,7 @@ class MonitorApp(App[None]):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
-            self.query_text = event.value
+            self.query_text = event.input.value   # the box's value now, not at the keystroke
             self.render_view()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

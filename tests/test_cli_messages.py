@@ -1,0 +1,167 @@
+"""What a new lab trips over in the CLI: usage errors, odd paths, long reasons, raw field
+values, workload typos, negative priorities. Real `iadeep` processes, a real controller."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+
+import pytest
+
+from controllers import IADEEP, ControllerProcess, cli, env_for, wait_until
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/sh\necho hello \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+def _controller(tmp_path, nodes: str = "[]"):
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text(f"nodes: {nodes}\n")
+    return ControllerProcess(tmp_path / "state", inventory).start()
+
+
+@pytest.fixture
+def controller(tmp_path):
+    """A controller with an (explicitly) empty cluster: jobs are accepted and wait."""
+    ctl = _controller(tmp_path)
+    yield ctl
+    ctl.stop()
+
+
+@pytest.fixture
+def unreachable(tmp_path):
+    """A controller whose one node never answers (nothing listens on 127.0.0.1:9): a queued
+    job waits with a 66-character reason."""
+    ctl = _controller(tmp_path, "[{name: gone, host: 127.0.0.1, port: 9}]")
+    yield ctl
+    ctl.stop()
+
+
+def _one_line(proc, code: int, *fragments: str) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def _on_terminal(home, *args: str, columns: int = 100) -> str:
+    """Run `iadeep ARGS` with stdout on a pseudo-terminal ``columns`` wide, as at a shell."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([*IADEEP, *args], env=env_for(home, COLUMNS=str(columns)),
+                              stdout=slave, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(slave)
+    assert proc.returncode == 0, proc.stderr
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:          # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return out.decode().replace("\r\n", "\n")
+
+
+# --------------------------------------------------------------------------- usage errors
+@pytest.mark.parametrize("args, fragments", [
+    (("queue", "add"), ("missing argument 'script'", "`iadeep queue add --help`")),
+    (("queue", "list", "--usr", "x"), ("no such option: --usr", "did you mean --user?",
+                                       "`iadeep queue list --help`")),
+    (("queue", "show", "abc"), ("invalid value for 'job_id'", "`iadeep queue show --help`")),
+    (("queu", "list"), ("no such command 'queu'", "did you mean 'queue'?", "`iadeep --help`")),
+    (("sim", "--jobs"), ("option '--jobs' requires an argument", "--help")),
+])
+def test_usage_errors_are_one_line_with_exit_2(tmp_path, args, fragments):
+    res = cli(tmp_path, *args)
+    line = _one_line(res, 2, "(hint: ", *fragments)
+    assert "Usage:" not in res.stderr and "╭" not in res.stderr and not res.stdout
+    assert line.endswith("--help`)")
+
+
+def test_help_and_a_commands_own_exit_code_still_work(tmp_path):
+    assert cli(tmp_path, "queue", "priority", "--help").returncode == 0
+    # `queue cancel` exits 1 through typer.Exit when a job fails (here: no controller at all)
+    assert cli(tmp_path, "queue", "cancel", "1").returncode == 1
+
+
+def test_a_path_that_is_not_a_regular_file_says_what_it_is(tmp_path):
+    _one_line(cli(tmp_path, "queue", "add", "/dev/null"), 1,
+              "script '/dev/null' is not a regular file (a character device)")
+    _one_line(cli(tmp_path, "queue", "add", str(tmp_path)), 1, "is a directory")
+    _one_line(cli(tmp_path, "queue", "add", str(tmp_path / "nope.sh")), 1, "nope.sh' not found")
+    _one_line(cli(tmp_path, "sim", "--trace", "/dev/null"), 1,
+              "trace file is not a regular file (a character device)")
+    _one_line(cli(tmp_path, "model", "eval", "--profiles", "/dev/null"), 1,
+              "/dev/null: is not a regular file")
+
+
+# --------------------------------------------------------------------------- queue list / show
+def test_long_reasons_are_shortened_with_dots_only_on_a_terminal(unreachable, script):
+    home = unreachable.home
+    cli(home, "queue", "add", str(script), "--name", "n" * 40, check=True)
+    reason = wait_until(lambda: json.loads(cli(home, "queue", "list", "--json").stdout)[0]
+                        ["reason"], limit=60)
+    piped = cli(home, "queue", "list", check=True).stdout
+    assert piped.rstrip().endswith(reason) and "n" * 40 in piped       # nothing cut in a pipe
+    lines = {}
+    for columns in (100, 80):                  # the other columns take ~66
+        line = lines[columns] = _on_terminal(home, "queue", "list", columns=columns).splitlines()[1]
+        assert "n" * 25 + "..." in line and "n" * 26 not in line
+        cut = line.rsplit("  ", 1)[1]
+        assert cut.endswith("...") and reason.startswith(cut[:-3])
+    assert len(lines[100]) == 100                               # REASON: the rest of the line,
+    assert len(lines[80].rsplit("  ", 1)[1]) == 20              # but at least 20 characters
+    wide = _on_terminal(home, "queue", "list", "--wide")
+    assert reason in wide and "n" * 40 in wide
+
+
+def test_show_prints_values_as_people_read_them(controller, script):
+    home = controller.home
+    job = cli(home, "queue", "add", str(script), "a b", "--mem", "7.123456789", "--exclusive",
+              "--env", "X=1 2", "--", "--lr", "3", check=True).stdout.strip()
+    fields = dict(line.split(": ", 1) for line in
+                  cli(home, "queue", "show", job, check=True).stdout.split("events:")[0]
+                  .strip().splitlines())
+    fields = {k.strip(): v for k, v in fields.items()}
+    assert fields["exclusive"] == "yes" and fields["mem_gib"] == "7.12"
+    assert fields["node"] == fields["remote_pid"] == fields["gpu_indices"] == "-"
+    assert fields["observed_speed"] == "-" and fields["workdir"] == "-"
+    assert fields["args"] == "'a b' --lr 3" and fields["env"] == "X='1 2'"
+    assert not {"None", "False", "True", "[]", "{}"} & set(fields.values())
+
+
+# --------------------------------------------------------------------------- queue add / priority
+def test_a_workload_close_to_a_known_one_is_refused_unless_new(controller, script):
+    home = controller.home
+    _one_line(cli(home, "queue", "add", str(script), "--workload", "resnet-50"), 1,
+              "unknown workload 'resnet-50'; did you mean 'resnet50'?", "--new-workload")
+    assert json.loads(cli(home, "queue", "list", "--json").stdout) == []   # nothing accepted
+    new = cli(home, "queue", "add", str(script), "--workload", "resnet-50", "--new-workload",
+              check=True).stdout.strip()
+    unlike = cli(home, "queue", "add", str(script), "--workload", "mynet", check=True)
+    known = cli(home, "queue", "add", str(script), "--workload", "resnet50", check=True)
+    labels = {r["id"]: r["workload"] for r in
+              json.loads(cli(home, "queue", "list", "--json").stdout)}
+    assert labels == {int(new): "resnet-50", int(unlike.stdout): "mynet",
+                      int(known.stdout): "resnet50"}
+
+
+def test_negative_priorities_need_no_double_dash(controller, script):
+    home = controller.home
+    job = cli(home, "queue", "add", str(script), "--priority", "-3", check=True).stdout.strip()
+    assert cli(home, "queue", "priority", job, "-5", check=True).stdout.strip() == \
+        f"job {job}: priority -5"
+    assert json.loads(cli(home, "queue", "show", job, "--json").stdout)["priority"] == -5
+    _one_line(cli(home, "queue", "priority", job, "--high"), 2, "invalid value for 'value'")
