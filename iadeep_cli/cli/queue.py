@@ -99,6 +99,7 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
         render.as_json(job)
         return
     render.stale_note(stale)
+    job = render.clean(job)
     for key in ("id", "name", "user", "state", "reason", "script", "args", "workdir", "env",
                 "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "attempts",
                 "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
@@ -117,6 +118,7 @@ def why(job_id: int = typer.Argument(..., help="Job id.")) -> None:
     """Say why a job waits (or what it is doing)."""
     job, stale = client.read("show", {"id": job_id})
     render.stale_note(stale)
+    job = render.clean(job)
     reason = job["reason"] or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {job['id']} is {job['state']}: {reason}")
 

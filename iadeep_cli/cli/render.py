@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Iterable, Sequence
 
+from ..checks import UNSAFE
+
 
 def duration(seconds: float | None) -> str:
     """Short human duration: 42s, 5m, 3h12m, 2d4h."""
@@ -28,10 +30,29 @@ def when(ts: float | None, now: float | None = None) -> str:
     return f"{local} ({duration((now or time.time()) - ts)} ago)"
 
 
+def safe(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\x1b``, ``\\n``): names, arguments
+    and reasons come from other users (an old database may hold anything), and what one user
+    typed must not move the cursor or recolour another user's terminal."""
+    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def clean(data):
+    """``data`` (as decoded from JSON) with every string, keys too, made ``safe``."""
+    if isinstance(data, str):
+        return safe(data)
+    if isinstance(data, dict):
+        return {clean(k): clean(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [clean(v) for v in data]
+    return data
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) -> None:
-    """Left-aligned columns sized to their content; the last column is never padded."""
+    """Left-aligned columns sized to their content (made ``safe``); the last column is never
+    padded."""
     out = out or sys.stdout
-    rows = [["-" if c is None else str(c) for c in row] for row in rows]
+    rows = [["-" if c is None else safe(str(c)) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:

@@ -36,6 +36,9 @@ def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
             raise _NotReached() from exc
         try:
             protocol.send(sock, {"op": op, "args": args})
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # refused at once (too many connections, too large): the reason is waiting
+        try:
             return protocol.recv(sock)  # type: ignore[return-value]
         except (ConnectionResetError, BrokenPipeError, socket.timeout):
             return None
