@@ -5,7 +5,8 @@ Any local account can send any JSON: a field may have the wrong type (ids sent a
 node's connection at every launch; an escape sequence in a job name reaches other users'
 terminals through ``queue list``). ``typed`` checks a value against the annotation of the
 parameter or field it fills, ``text`` what a string may contain; both raise ``InputError``
-with one line naming the field. ``UNSAFE`` is also what the CLI escapes when it prints.
+with one line naming the field. What is shown to users goes through ``escaped`` (an old
+database may hold anything): control characters become visible escapes such as ``\\x1b``.
 """
 from __future__ import annotations
 
@@ -38,6 +39,22 @@ def text(label: str, value: str, *, max_len: int, multiline: bool = False,
         raise InputError(f"{label} contains the control character {bad.group()!r} at "
                          f"position {bad.start()}", hint=hint)
     return value
+
+
+def escape(value: str) -> str:
+    """``value`` with every ``UNSAFE`` character written as its escape (``\\x1b``, ``\\n``)."""
+    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+
+
+def escaped(data: typing.Any) -> typing.Any:
+    """``data`` (as decoded from JSON) with every string in it, keys too, ``escape``d."""
+    if isinstance(data, str):
+        return escape(data)
+    if isinstance(data, dict):
+        return {escaped(k): escaped(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [escaped(v) for v in data]
+    return data
 
 
 def typed(label: str, value: object, hint: object) -> typing.Any:

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Iterable, Sequence
 
-from ..checks import UNSAFE
+from ..checks import escape as safe, escaped as clean   # what users typed, made printable
 
 
 def duration(seconds: float | None) -> str:
@@ -28,24 +28,6 @@ def when(ts: float | None, now: float | None = None) -> str:
         return "-"
     local = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
     return f"{local} ({duration((now or time.time()) - ts)} ago)"
-
-
-def safe(text: str) -> str:
-    """``text`` with control characters shown as escapes (``\\x1b``, ``\\n``): names, arguments
-    and reasons come from other users (an old database may hold anything), and what one user
-    typed must not move the cursor or recolour another user's terminal."""
-    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
-
-
-def clean(data):
-    """``data`` (as decoded from JSON) with every string, keys too, made ``safe``."""
-    if isinstance(data, str):
-        return safe(data)
-    if isinstance(data, dict):
-        return {clean(k): clean(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [clean(v) for v in data]
-    return data
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) -> None:

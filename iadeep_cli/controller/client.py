@@ -3,6 +3,8 @@
 A request that never reached the controller fails at once with "controller is not running".
 A request whose reply was lost (the controller died mid-request) is retried for a while with
 the same ``token``, so a submission is accepted exactly once even across a controller restart.
+A connection the controller refuses (too many at once, request too large) fails at once with
+its one-line reason, which it sends before closing: it is read even if sending failed.
 """
 from __future__ import annotations
 
