@@ -59,10 +59,12 @@ def escaped(data: typing.Any) -> typing.Any:
 
 def typed(label: str, value: object, hint: object) -> typing.Any:
     """``value`` converted to ``hint`` (an annotation: bool, int, float, str, dict, list[X],
-    tuple[X, ...], tuple[X, Y], X | None), or an InputError. JSON has lists where Python
+    tuple[X, ...], tuple[X, Y], X | None, Any), or an InputError. JSON has lists where Python
     has tuples and ints where it has floats; ``true`` is never an integer, and numbers must
     be finite and fit SQLite."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None

@@ -155,12 +155,11 @@ def validate_spec(spec: JobSpec) -> None:
                                 ("--workdir", spec.workdir, MAX_PATH)):
         if value is not None:
             checks.text(label, value, max_len=limit, hint="use printable text")
-    words = (*spec.args, *(f"{k}={v}" for k, v in spec.env))
-    labels = (*(f"argument {i}" for i in range(1, len(spec.args) + 1)),
-              *(f"--env {k}" for k, _ in spec.env))
-    for label, word in zip(labels, words):
-        checks.text(label, word, max_len=MAX_COMMAND_BYTES, multiline=True,
+    for label, value in (*((f"argument {i}", a) for i, a in enumerate(spec.args, 1)),
+                         *((f"--env {k}", v) for k, v in spec.env)):
+        checks.text(label, value, max_len=MAX_COMMAND_BYTES, multiline=True,
                     hint="pass binary data in a file the script reads")
+    words = (*spec.args, *(f"{k}={v}" for k, v in spec.env))
     size = sum(len(shlex.quote(w).encode()) + 1 for w in words)
     if size > MAX_COMMAND_BYTES:
         raise bad(f"the arguments and --env values take {size // 1024} KiB on the node's command "

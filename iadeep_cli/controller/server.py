@@ -12,9 +12,11 @@ of a systemd service, and 60 concurrent 16 MB requests grew it to 1.45 GiB):
   have descriptors; one more is refused at once with a one-line ``ControllerBusy`` reply;
 - a request must arrive whole within ``REQUEST_TIMEOUT_S`` of connecting (idle and slow
   clients are dropped) and be at most ``protocol.MAX_REQUEST`` bytes;
-- only ``LARGE_AT_ONCE`` requests longer than ``protocol.SMALL_REQUEST`` (submissions with
-  their script) are read and answered at once, half of them per uid; the others wait their
-  turn, so the memory all requests hold together is bounded (``_LargeRequests``).
+- a request is answered, and one longer than ``protocol.SMALL_REQUEST`` (a submission with
+  its script) read on, only in one of ``PLACES`` places (half of them per uid) held until its
+  reply is sent; the others wait their turn. So all requests and replies together hold at
+  most ``connection_cap() x SMALL_REQUEST + PLACES x (MAX_REQUEST + a reply)`` bytes, and a
+  client that does not read its (say, 50 MB ``queue list --all``) reply holds one place.
 The accept loop and each connection run in their own threads; the scheduling loop runs in
 the main thread and shares nothing with clients but the store.
 
@@ -46,8 +48,8 @@ MAX_PER_USER = 32          # a lab member's busiest shell scripts stay far below
 MAX_CONNECTIONS = 128      # in total, when the open-file limit allows (connection_cap)
 REQUEST_TIMEOUT_S = 5.0    # `iadeep` sends its request the moment it has connected
 REPLY_TIMEOUT_S = 10.0     # a client that stops reading its reply is dropped
-LARGE_AT_ONCE = 4          # requests past protocol.SMALL_REQUEST (submissions) read at once
-LARGE_WAIT_S = 30.0        # how long one waits for its turn before it is refused as busy
+PLACES = 8                 # requests answered (or read past SMALL_REQUEST) at once
+PLACE_WAIT_S = 30.0        # how long one waits for a place before it is refused as busy
 LISTEN_BACKLOG = 256       # a lab submitting a batch from many shells at once
 
 
@@ -76,11 +78,10 @@ def _failure(exc: IadeepError) -> dict:
     return {"ok": False, "error": exc.to_dict()}
 
 
-class _LargeRequests:
-    """Places for requests longer than ``protocol.SMALL_REQUEST``: at most ``LARGE_AT_ONCE``
-    at once and half of them per uid, each taken whole before reading on, so readers never
-    wait on each other's partial reads. All requests together then hold at most
-    ``connection_cap() x SMALL_REQUEST + LARGE_AT_ONCE x MAX_REQUEST`` bytes."""
+class _Places:
+    """Places for answering requests (and reading long ones): at most ``places`` at once and
+    half of them per uid, so one account cannot hold them all. A place is taken whole, so
+    requests never wait on each other's partial reads."""
 
     def __init__(self, places: int):
         self.places = places
@@ -88,15 +89,16 @@ class _LargeRequests:
         self._cond = threading.Condition()
 
     def take(self, uid: int) -> float:
-        """Wait for a place for ``uid`` (ControllerBusy after ``LARGE_WAIT_S``); returns the
+        """Wait for a place for ``uid`` (ControllerBusy after ``PLACE_WAIT_S``); returns the
         seconds waited, which do not count against the client's deadline."""
         start = time.monotonic()
         with self._cond:
             while (sum(self._by_uid.values()) >= self.places
                    or self._by_uid[uid] >= self.places // 2):
-                left = start + LARGE_WAIT_S - time.monotonic()
+                left = start + PLACE_WAIT_S - time.monotonic()
                 if left <= 0:
-                    raise ControllerBusy("the controller is busy reading other large requests",
+                    raise ControllerBusy(f"the controller is busy: no place to answer this "
+                                         f"request within {PLACE_WAIT_S:g} s",
                                          hint="try again in a moment")
                 self._cond.wait(left)
             self._by_uid[uid] += 1
@@ -141,7 +143,7 @@ class ControllerSocket:
         self.max_connections = connection_cap()
         self._open: collections.Counter[int] = collections.Counter()   # connections per uid
         self._count_lock = threading.Lock()
-        self._large = _LargeRequests(LARGE_AT_ONCE)
+        self._places = _Places(PLACES)
         self._warned_at: dict[object, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name="iadeep-socket",
@@ -228,16 +230,19 @@ class ControllerSocket:
             log.warning("%s", message)
 
     def _serve(self, conn: socket.socket, uid: int) -> None:
-        large = False
+        held = False
 
-        def take_large_place() -> float:
-            nonlocal large
-            waited = self._large.take(uid)
-            large = True
+        def place() -> float:
+            """Hold a place (once); returns the seconds waited for it."""
+            nonlocal held
+            if held:
+                return 0.0
+            waited = self._places.take(uid)
+            held = True
             return waited
 
         try:
-            reply = self._reply(conn, uid, take_large_place)
+            reply = self._reply(conn, uid, place)
             if reply is not None:
                 conn.settimeout(REPLY_TIMEOUT_S)
                 protocol.send(conn, reply)
@@ -245,16 +250,14 @@ class ControllerSocket:
             pass  # the client went away; a retried 'add' is de-duplicated by its token
         finally:
             conn.close()
-            if large:
-                self._large.give(uid)
+            if held:
+                self._places.give(uid)
             self._release(uid)
 
-    def _reply(self, conn: socket.socket, uid: int,
-               take_large_place: Callable[[], float]) -> dict | None:
+    def _reply(self, conn: socket.socket, uid: int, place: Callable[[], float]) -> dict | None:
         """The reply to the one request on ``conn``; None if the client left before sending."""
         try:
-            request = protocol.read_request(conn, time.monotonic() + REQUEST_TIMEOUT_S,
-                                            take_large_place)
+            request = protocol.read_request(conn, time.monotonic() + REQUEST_TIMEOUT_S, place)
         except TimeoutError:
             return _failure(InputError(
                 f"no complete request within {REQUEST_TIMEOUT_S:g} s of connecting; "
@@ -264,6 +267,7 @@ class ControllerSocket:
         if request is None:
             return None
         try:
+            place()
             op, args = protocol.parse_request(request)
             return {"ok": True, "result": self.service.handle(op, args, user_name(uid))}
         except IadeepError as exc:
