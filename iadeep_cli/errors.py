@@ -46,6 +46,10 @@ class ControllerUnavailable(IadeepError):
     """The controller is not running or its socket cannot be reached."""
 
 
+class ControllerBusy(IadeepError):
+    """The controller refused a connection at once: too many from this user, or in total."""
+
+
 class StoreError(IadeepError):
     """The state database is unreadable, locked, or from an unknown (newer) schema version."""
 
@@ -67,7 +71,8 @@ ERROR_TYPES: dict[str, type[IadeepError]] = {
     cls.__name__: cls
     for cls in (
         IadeepError, ConfigError, InputError, NotFoundError, PermissionDenied,
-        InvalidTransition, ControllerUnavailable, StoreError, NodeError, HostKeyError, ModelError,
+        InvalidTransition, ControllerUnavailable, ControllerBusy, StoreError, NodeError,
+        HostKeyError, ModelError,
     )
 }
 

@@ -12,9 +12,13 @@ starting a held one) is refused with a clear message instead of corrupting the q
 from __future__ import annotations
 
 import enum
+import functools
+import shlex
+import typing
 from dataclasses import dataclass, field
 
-from .errors import InvalidTransition
+from . import checks
+from .errors import InputError, InvalidTransition
 
 
 class JobState(str, enum.Enum):
@@ -103,36 +107,68 @@ class Job:
 
 
 MAX_GPUS_PER_JOB = 64
+MAX_MEM_GIB = 4096.0          # GiB per GPU; no GPU comes close (and --mem in MiB is caught)
+PRIORITY_LIMIT = 1_000_000
+MAX_RETRIES = 100
+MAX_NAME = 200                # --name, --workload
+MAX_PATH = 4096               # the script's path, --workdir (Linux's PATH_MAX)
+# Arguments and --env values reach the node inside one shell command line, shell-quoted;
+# Linux refuses a single argument over 128 KiB, and iadeep's own part needs room.
+MAX_COMMAND_BYTES = 64 * 1024
+
+
+def check_priority(priority: int) -> None:
+    if not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
+        raise InputError(f"--priority must be between -{PRIORITY_LIMIT} and {PRIORITY_LIMIT}, "
+                         f"got {priority}", hint="e.g. --priority 5 (higher runs first)")
 
 
 def validate_spec(spec: JobSpec) -> None:
     """Refuse a spec that could never run, with a message naming the field (trust boundary:
-    the controller calls this again on everything a client sends)."""
-    from .errors import InputError
-
+    the controller calls this again on everything a client sends). Text must be printable: a
+    NUL byte makes sshd drop the node's connection at every launch, and an escape sequence in
+    a name would reach other users' terminals; arguments and --env values may hold tabs and
+    newlines (they are quoted on their way to the node)."""
     def bad(msg: str, hint: str) -> InputError:
         return InputError(msg, hint=hint)
 
     if not 1 <= spec.gpus <= MAX_GPUS_PER_JOB:
         raise bad(f"--gpus must be between 1 and {MAX_GPUS_PER_JOB}, got {spec.gpus}",
                   "ask for the number of GPUs the job uses, e.g. --gpus 1")
-    if spec.mem_gib is not None and not spec.mem_gib > 0:
-        raise bad(f"--mem must be a positive number of GiB, got {spec.mem_gib}",
-                  "give the GPU memory one GPU of the job needs, e.g. --mem 12")
-    if spec.retries < 0:
-        raise bad(f"--retries must be 0 or more, got {spec.retries}", "e.g. --retries 2")
+    if spec.mem_gib is not None and not 0 < spec.mem_gib <= MAX_MEM_GIB:
+        raise bad(f"--mem must be a positive number of GiB up to {MAX_MEM_GIB:g}, got "
+                  f"{spec.mem_gib}", "give the GPU memory one GPU of the job needs, e.g. --mem 12")
+    if not 0 <= spec.retries <= MAX_RETRIES:
+        raise bad(f"--retries must be between 0 and {MAX_RETRIES}, got {spec.retries}",
+                  "e.g. --retries 2")
     if spec.min_speed is not None and not 0 < spec.min_speed <= 1:
         raise bad(f"--min-speed must be in (0, 1], got {spec.min_speed}",
                   "1.0 means never share; 0.5 accepts half speed")
+    check_priority(spec.priority)
     for key, _ in spec.env:
         if not key.isidentifier() or not key.isascii():
-            raise bad(f"bad --env name {key!r}: not a valid variable name",
+            raise bad(f"bad --env name {key[:80]!r}: not a valid variable name",
                       "use --env NAME=VALUE with NAME made of letters, digits and _")
     if not spec.script.startswith("/"):
-        raise bad(f"script path must be absolute, got {spec.script!r}",
+        raise bad(f"script path must be absolute, got {spec.script[:200]!r}",
                   "the CLI resolves relative paths; pass an absolute path to the API")
-    if "\n" in spec.name or len(spec.name) > 200:
-        raise bad("--name must be one line of at most 200 characters", "e.g. --name resnet-lr3")
+    checks.text("the script's path", spec.script, max_len=MAX_PATH,
+                hint="rename the script (or its folder) to printable characters")
+    checks.text("--name", spec.name, max_len=MAX_NAME, hint="e.g. --name resnet-lr3")
+    for label, value, limit in (("--workload", spec.workload, MAX_NAME),
+                                ("--workdir", spec.workdir, MAX_PATH)):
+        if value is not None:
+            checks.text(label, value, max_len=limit, hint="use printable text")
+    for label, value in (*((f"argument {i}", a) for i, a in enumerate(spec.args, 1)),
+                         *((f"--env {k}", v) for k, v in spec.env)):
+        checks.text(label, value, max_len=MAX_COMMAND_BYTES, multiline=True,
+                    hint="pass binary data in a file the script reads")
+    words = (*spec.args, *(f"{k}={v}" for k, v in spec.env))
+    size = sum(len(shlex.quote(w).encode()) + 1 for w in words)
+    if size > MAX_COMMAND_BYTES:
+        raise bad(f"the arguments and --env values take {size // 1024} KiB on the node's command "
+                  f"line (quoted); at most {MAX_COMMAND_BYTES // 1024} KiB fit",
+                  "pass large inputs in a file that the script reads")
 
 
 INTERPRETERS = {".py": "#!/usr/bin/env python3", ".pl": "#!/usr/bin/env perl",
@@ -158,8 +194,6 @@ def check_interpreter(path) -> None:
 
 def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """``["K=V", ...]`` from the command line into pairs, with a clear error for a bad one."""
-    from .errors import InputError
-
     out = []
     for item in items:
         key, sep, value = item.partition("=")
@@ -191,21 +225,25 @@ def spec_to_dict(spec: JobSpec) -> dict:
     return asdict(spec)
 
 
-def spec_from_dict(data: dict) -> JobSpec:
-    """Rebuild a spec sent over the socket; unknown or mistyped fields are an InputError."""
-    from .errors import InputError
+def spec_from_dict(data: object) -> JobSpec:
+    """Rebuild a spec sent over the socket; every field is checked against its annotation
+    (unknown, missing or mistyped fields are an InputError)."""
+    hint = "upgrade the iadeep client to the controller's version"
+    if not isinstance(data, dict):
+        raise InputError("malformed request: spec must be an object", hint=hint)
+    fields = _spec_fields()
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise InputError(f"malformed request: spec has an unknown field {unknown[0][:40]!r}",
+                         hint=hint)
+    if "script" not in data:
+        raise InputError("malformed request: spec.script is missing", hint=hint)
+    return JobSpec(**{k: checks.typed(f"spec.{k}", v, fields[k]) for k, v in data.items()})
 
-    try:
-        fields = dict(data)
-        fields["args"] = tuple(str(a) for a in fields.get("args", ()))
-        fields["env"] = tuple((str(k), str(v)) for k, v in fields.get("env", ()))
-        spec = JobSpec(**fields)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"malformed job request: {exc}", hint="upgrade the iadeep client") from None
-    for name, kind in (("gpus", int), ("priority", int), ("retries", int)):
-        if not isinstance(getattr(spec, name), kind) or isinstance(getattr(spec, name), bool):
-            raise InputError(f"malformed job request: {name} must be an integer")
-    return spec
+
+@functools.lru_cache(maxsize=None)
+def _spec_fields() -> dict[str, object]:
+    return typing.get_type_hints(JobSpec)
 
 
 def with_orphan(extra: dict, node: str | None) -> dict:

@@ -30,9 +30,10 @@ def cli(home: Path, *args: str, check: bool = False, **extra: str) -> subprocess
 class ControllerProcess:
     """`iadeep controller run` in the background; start() waits until its socket answers."""
 
-    def __init__(self, home: Path, inventory: Path | None = None):
+    def __init__(self, home: Path, inventory: Path | None = None, preexec_fn=None):
         self.home = home
         self.inventory = inventory
+        self.preexec_fn = preexec_fn   # e.g. set a resource limit in the controller process
         self.proc: subprocess.Popen | None = None
         self.log = home / "controller.log"
 
@@ -45,7 +46,7 @@ class ControllerProcess:
             (self.home / "nodes.yaml").write_text("nodes: []\n")
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(args, env=env_for(self.home), stdout=log,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

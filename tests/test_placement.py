@@ -250,8 +250,11 @@ def test_user_limits():
     q = [job(2, "mlp", owner="alice"), job(3, "mlp", owner="bob", t=1.0)]
     limits = {"alice": UserLimit(max_gpus=1)}
     p = run(q, [slot(jobs=(1,)), slot(index=1)], active=active, limits=limits)
-    assert p.waits[2] == "user limit: alice already uses 1 of 1 GPUs"
+    assert p.waits[2] == "user limit: alice may use 1 GPU at once; 1 in use, this job needs 1"
     assert where(p, 3) is not None
+    wide = [job(4, "mlp", owner="bob", gpus=2)]
+    p = run(wide, [slot(index=0), slot(index=1)], limits={"bob": UserLimit(max_gpus=1)})
+    assert p.waits[4] == "user limit: bob may use 1 GPU at once; 0 in use, this job needs 2"
     p = run(q, [slot(jobs=(1,)), slot(index=1)], active=active,
             limits={"alice": UserLimit(max_jobs=1)})
     assert p.waits[2] == "user limit: alice already runs 1 of 1 jobs"

@@ -13,12 +13,13 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption, UsageError
 
 from ..errors import IadeepError
+from .render import safe
 
 
 def report(exc: IadeepError) -> None:
     """One line on stderr: what is wrong, then how to fix it."""
     hint = f" (hint: {exc.hint})" if exc.hint else ""
-    print(f"Error: {exc.message}{hint}", file=sys.stderr)
+    print(safe(f"Error: {exc.message}{hint}"), file=sys.stderr)
 
 
 def fail(exc: IadeepError) -> NoReturn:

@@ -167,6 +167,7 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
         render.as_json(job)
         return
     render.stale_note(stale)
+    job = render.clean(job)
     for key in SHOW_FIELDS:
         print(f"{key:>16}: {_field(key, job[key])}")
     for key in ("submitted_at", "started_at", "ended_at"):
@@ -182,6 +183,7 @@ def why(job_id: int = typer.Argument(..., help="Job id.")) -> None:
     """Say why a job waits (or what it is doing)."""
     job, stale = client.read("show", {"id": job_id})
     render.stale_note(stale)
+    job = render.clean(job)
     reason = job["reason"] or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {job['id']} is {job['state']}: {reason}")
 

@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Iterable, Sequence
 
+from ..checks import escape as safe, escaped as clean   # what users typed, made printable
+
 
 def duration(seconds: float | None) -> str:
     """Short human duration: 42s, 5m, 3h12m, 2d4h."""
@@ -29,9 +31,10 @@ def when(ts: float | None, now: float | None = None) -> str:
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) -> None:
-    """Left-aligned columns sized to their content; the last column is never padded."""
+    """Left-aligned columns sized to their content (made ``safe``); the last column is never
+    padded."""
     out = out or sys.stdout
-    rows = [["-" if c is None else str(c) for c in row] for row in rows]
+    rows = [["-" if c is None else safe(str(c)) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:

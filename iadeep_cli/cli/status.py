@@ -71,4 +71,4 @@ def status(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     if json_:
         render.as_json(data)
     else:
-        _print(data, live)
+        _print(render.clean(data), live)

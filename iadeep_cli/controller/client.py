@@ -3,6 +3,8 @@
 A request that never reached the controller fails at once with "controller is not running".
 A request whose reply was lost (the controller died mid-request) is retried for a while with
 the same ``token``, so a submission is accepted exactly once even across a controller restart.
+A connection the controller refuses (too many at once, request too large) fails at once with
+its one-line reason, which it sends before closing: it is read even if sending failed.
 """
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
             raise _NotReached() from exc
         try:
             protocol.send(sock, {"op": op, "args": args})
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # refused at once (too many connections, too large): the reason is waiting
+        try:
             return protocol.recv(sock)  # type: ignore[return-value]
         except (ConnectionResetError, BrokenPipeError, socket.timeout):
             return None

@@ -4,72 +4,119 @@ Identity: ``SO_PEERCRED`` gives the connecting process's uid, which the kernel v
 the user name is looked up from it. The socket is world-connectable (0666) so every lab member
 can submit, and that is safe precisely because nobody can claim another uid.
 
+Every local account can connect, so no account may take the controller away from the others
+(before these limits, 1,100 idle connections from one user used up the 1,024 file descriptors
+of a systemd service, and 60 concurrent 16 MB requests grew it to 1.45 GiB):
+- at most ``MAX_PER_USER`` connections per uid, and in total at most a quarter of the open-file
+  limit (``connection_cap``), so the scheduling loop's database and SSH connections always
+  have descriptors; one more is refused at once with a one-line ``ControllerBusy`` reply;
+- a request must arrive whole within ``REQUEST_TIMEOUT_S`` of connecting (idle and slow
+  clients are dropped) and be at most ``protocol.MAX_REQUEST`` bytes;
+- a request is answered, and one longer than ``protocol.SMALL_REQUEST`` (a submission with
+  its script) read on, only in one of ``PLACES`` places (half of them per uid) held until its
+  reply is sent; the others wait their turn. So all requests and replies together hold at
+  most ``connection_cap() x SMALL_REQUEST + PLACES x (MAX_REQUEST + a reply)`` bytes, and a
+  client that does not read its (say, 50 MB ``queue list --all``) reply holds one place.
+The accept loop and each connection run in their own threads; the scheduling loop runs in
+the main thread and shares nothing with clients but the store.
+
 Only one controller may run per state directory: an exclusive ``flock`` on ``controller.lock``
 is held for the process's lifetime (the kernel drops it if the process dies, even by SIGKILL).
 """
 from __future__ import annotations
 
+import collections
 import fcntl
 import logging
 import os
 import pwd
+import resource
 import socket
-import socketserver
 import struct
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
-from ..errors import ControllerUnavailable, IadeepError
+from ..errors import ControllerBusy, ControllerUnavailable, IadeepError, InputError
 from . import protocol
 from .service import Service
 
 log = logging.getLogger("iadeep.controller")
 
+MAX_PER_USER = 32          # a lab member's busiest shell scripts stay far below it
+MAX_CONNECTIONS = 128      # in total, when the open-file limit allows (connection_cap)
+REQUEST_TIMEOUT_S = 5.0    # `iadeep` sends its request the moment it has connected
+REPLY_TIMEOUT_S = 10.0     # a client that stops reading its reply is dropped
+PLACES = 8                 # requests answered (or read past SMALL_REQUEST) at once
+PLACE_WAIT_S = 30.0        # how long one waits for a place before it is refused as busy
+LISTEN_BACKLOG = 256       # a lab submitting a batch from many shells at once
 
-def peer_user(sock: socket.socket) -> str:
+
+def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
+    return struct.unpack("3i", creds)[1]
+
+
+def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid{uid}"
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        service: Service = self.server.service  # type: ignore[attr-defined]
-        try:
-            request = protocol.recv(self.request)
-            if not isinstance(request, dict):
-                return
-            user = peer_user(self.request)
-            result = service.handle(str(request.get("op")), dict(request.get("args") or {}), user)
-            reply = {"ok": True, "result": result}
-        except IadeepError as exc:
-            reply = {"ok": False, "error": exc.to_dict()}
-        except (ValueError, TypeError, OSError) as exc:
-            reply = {"ok": False, "error": {"type": "InputError", "message": f"bad request: {exc}"}}
-        except Exception as exc:  # a bug: log it, and still answer the client in one line
-            log.exception("request failed")
-            reply = {"ok": False, "error": {
-                "type": "IadeepError", "message": f"the controller failed: {type(exc).__name__}: "
-                f"{exc}", "hint": "see the controller's log; this is a bug worth reporting"}}
-        try:
-            protocol.send(self.request, reply)
-        except OSError:
-            pass  # the client went away; a retried 'add' is de-duplicated by its token
+def connection_cap() -> int:
+    """Client connections at once: a quarter of the open-file limit (the rest is for the
+    database, the nodes' SSH connections and the loop), at most ``MAX_CONNECTIONS``."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(4, min(MAX_CONNECTIONS, soft // 4))
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 256  # a lab submitting a batch from many shells at once
+def _failure(exc: IadeepError) -> dict:
+    return {"ok": False, "error": exc.to_dict()}
+
+
+class _Places:
+    """Places for answering requests (and reading long ones): at most ``places`` at once and
+    half of them per uid, so one account cannot hold them all. A place is taken whole, so
+    requests never wait on each other's partial reads."""
+
+    def __init__(self, places: int):
+        self.places = places
+        self._by_uid: collections.Counter[int] = collections.Counter()
+        self._cond = threading.Condition()
+
+    def take(self, uid: int) -> float:
+        """Wait for a place for ``uid`` (ControllerBusy after ``PLACE_WAIT_S``); returns the
+        seconds waited, which do not count against the client's deadline."""
+        start = time.monotonic()
+        with self._cond:
+            while (sum(self._by_uid.values()) >= self.places
+                   or self._by_uid[uid] >= self.places // 2):
+                left = start + PLACE_WAIT_S - time.monotonic()
+                if left <= 0:
+                    raise ControllerBusy(f"the controller is busy: no place to answer this "
+                                         f"request within {PLACE_WAIT_S:g} s",
+                                         hint="try again in a moment")
+                self._cond.wait(left)
+            self._by_uid[uid] += 1
+        return time.monotonic() - start
+
+    def give(self, uid: int) -> None:
+        with self._cond:
+            self._by_uid[uid] -= 1
+            if self._by_uid[uid] <= 0:
+                del self._by_uid[uid]
+            self._cond.notify_all()
 
 
 class ControllerSocket:
-    """Binds the socket (after taking the lock) and serves requests in a background thread."""
+    """Binds the socket (after taking the lock) and serves requests in background threads."""
 
     def __init__(self, service: Service, state_dir: Path):
+        self.service = service
         self.state_dir = state_dir
         self.path = state_dir / "controller.sock"
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -88,20 +135,145 @@ class ControllerSocket:
         self._lock_file.flush()
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()  # left by a crashed controller; we hold the lock, so it is stale
-        self._server = _Server(str(self.path), _Handler)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(self.path))
         os.chmod(self.path, 0o666)
-        self._server.service = service  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2}, daemon=True)
+        self._listener.listen(LISTEN_BACKLOG)
+        self._listener.settimeout(0.2)   # how often the accept loop checks for close()
+        self.max_connections = connection_cap()
+        self._open: collections.Counter[int] = collections.Counter()   # connections per uid
+        self._count_lock = threading.Lock()
+        self._places = _Places(PLACES)
+        self._warned_at: dict[object, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept_loop, name="iadeep-socket",
+                                        daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._listener.close()
         try:
             self.path.unlink()
         except FileNotFoundError:
             pass
         self._lock_file.close()
+
+    # ------------------------------------------------------------------ connections
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError as exc:   # e.g. EMFILE: the caps should prevent it; never spin
+                self._warn("accept", f"cannot accept a connection: {exc}")
+                time.sleep(0.1)
+                continue
+            self._admit(conn)
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Serve ``conn`` in a thread of its own, or refuse it at once if over a cap."""
+        try:
+            uid = peer_uid(conn)
+        except OSError:
+            conn.close()
+            return
+        with self._count_lock:
+            refusal = self._refusal(uid)
+            if refusal is None:
+                self._open[uid] += 1
+        if refusal is not None:
+            self._warn(uid, f"refusing connections: {refusal.message}")
+            conn.setblocking(False)
+            try:
+                conn.send(protocol.encode(_failure(refusal)))
+            except OSError:
+                pass
+            conn.close()
+            return
+        try:
+            threading.Thread(target=self._serve, args=(conn, uid), daemon=True).start()
+        except RuntimeError as exc:   # no thread to be had: as busy as it gets
+            self._warn("thread", f"cannot start a request thread: {exc}")
+            conn.close()
+            self._release(uid)
+
+    def _refusal(self, uid: int) -> ControllerBusy | None:
+        if self._open[uid] >= MAX_PER_USER:
+            return ControllerBusy(
+                f"{user_name(uid)} already has {MAX_PER_USER} connections to the controller "
+                "open; this one is refused",
+                hint=f"wait for your other iadeep commands to finish (connections that send "
+                     f"nothing are closed after {REQUEST_TIMEOUT_S:g} s)")
+        if sum(self._open.values()) >= self.max_connections:
+            return ControllerBusy(
+                f"the controller is serving {self.max_connections} connections already; "
+                "this one is refused", hint="try again in a moment")
+        return None
+
+    def _release(self, uid: int) -> None:
+        with self._count_lock:
+            self._open[uid] -= 1
+            if self._open[uid] <= 0:
+                del self._open[uid]
+
+    def _warn(self, key: object, message: str) -> None:
+        """Log ``message`` at most once a minute per ``key`` (a flood must not flood the log)."""
+        now = time.monotonic()
+        if now - self._warned_at.get(key, -60.0) >= 60.0:
+            self._warned_at[key] = now
+            log.warning("%s", message)
+
+    def _serve(self, conn: socket.socket, uid: int) -> None:
+        held = False
+
+        def place() -> float:
+            """Hold a place (once); returns the seconds waited for it."""
+            nonlocal held
+            if held:
+                return 0.0
+            waited = self._places.take(uid)
+            held = True
+            return waited
+
+        try:
+            reply = self._reply(conn, uid, place)
+            if reply is not None:
+                conn.settimeout(REPLY_TIMEOUT_S)
+                protocol.send(conn, reply)
+        except OSError:
+            pass  # the client went away; a retried 'add' is de-duplicated by its token
+        finally:
+            conn.close()
+            if held:
+                self._places.give(uid)
+            self._release(uid)
+
+    def _reply(self, conn: socket.socket, uid: int, place: Callable[[], float]) -> dict | None:
+        """The reply to the one request on ``conn``; None if the client left before sending."""
+        try:
+            request = protocol.read_request(conn, time.monotonic() + REQUEST_TIMEOUT_S, place)
+        except TimeoutError:
+            return _failure(InputError(
+                f"no complete request within {REQUEST_TIMEOUT_S:g} s of connecting; "
+                "connection closed", hint="send the request as soon as you connect"))
+        except IadeepError as exc:
+            return _failure(exc)
+        if request is None:
+            return None
+        try:
+            place()
+            op, args = protocol.parse_request(request)
+            return {"ok": True, "result": self.service.handle(op, args, user_name(uid))}
+        except IadeepError as exc:
+            return _failure(exc)
+        except Exception as exc:  # a bug: log it, and still answer the client in one line
+            log.exception("request failed")
+            return {"ok": False, "error": {
+                "type": "IadeepError", "message": f"the controller failed: {type(exc).__name__}: "
+                f"{exc}", "hint": "see the controller's log; this is a bug worth reporting"}}

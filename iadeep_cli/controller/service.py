@@ -3,20 +3,30 @@
 The caller's user name comes from the socket's peer credentials (``server``), never from the
 request, so nobody can act as someone else. Owners act on their own jobs; admins listed in the
 inventory (and root) on any.
+
+Every argument is checked against its ``op_*`` parameter's annotation before the op runs
+(``checks.typed``): a request from any local account is untrusted, and an ill-typed one is
+the caller's mistake (InputError), never a controller bug.
 """
 from __future__ import annotations
 
 import base64
+import functools
+import inspect
 import os
 import time
+import typing
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import checks
 from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
 from ..inventory import Inventory
-from ..jobs import (ACTIVE, FINISHED, Job, JobState, spec_from_dict, validate_spec,
-                    with_orphan)
-from ..store import Store, jobs as jobrows
+from ..jobs import (ACTIVE, FINISHED, Job, JobSpec, JobState, check_priority, spec_from_dict,
+                    validate_spec, with_orphan)
+from ..scheduler.placement import MIB_PER_GIB
+from ..snapshot import NodeSnapshot
+from ..store import Store, cluster, jobs as jobrows
 from . import views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -38,13 +48,20 @@ class Service:
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
-        method = getattr(self, f"op_{op}", None)
+        method = getattr(self, f"op_{op}", None) if op.isidentifier() else None
         if method is None:
-            raise InputError(f"unknown request {op!r}", hint="client and controller versions differ?")
+            raise InputError(f"unknown request {op[:40]!r}",
+                             hint="client and controller versions differ?")
+        if "user" in args:
+            raise InputError("malformed request: a request cannot name its user",
+                             hint="identity comes from the socket (the calling account)")
         try:
-            return method(user, **args)
+            inspect.signature(method).bind(user, **args)
         except TypeError as exc:
-            raise InputError(f"malformed {op!r} request: {exc}") from None
+            raise InputError(f"malformed {op!r} request: {exc}",
+                             hint="client and controller versions differ?") from None
+        hints = _arg_hints(type(self), op)
+        return method(user, **{k: checks.typed(k, v, hints[k]) for k, v in args.items()})
 
     # ------------------------------------------------------------------ writes
     def op_add(self, user: str, spec: dict, token: str | None = None,
@@ -53,8 +70,11 @@ class Service:
         job, like sbatch does: editing the file later does not change a queued job."""
         job_spec = spec_from_dict({"retries": self.inventory.default_retries, **spec})
         validate_spec(job_spec)
+        if token is not None:
+            checks.text("token", token, max_len=128)
         content = _script_content(job_spec.script, script_b64)
         with self.store.tx() as conn:
+            self._check_runnable(conn, user, job_spec)
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), token)
             if created:  # written before COMMIT: an accepted job always has its script
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
@@ -91,11 +111,11 @@ class Service:
     def _each(ids: list[int], act: Callable[[int], dict]) -> list[dict]:
         """Act on every id; one failure (not yours, unknown id) does not stop the others."""
         results = []
-        for raw in ids:
+        for job_id in ids:
             try:
-                results.append(act(int(raw)))
+                results.append(act(job_id))
             except IadeepError as exc:
-                results.append({"id": raw, "error": exc.to_dict()})
+                results.append({"id": job_id, "error": exc.to_dict()})
         return results
 
     def _move(self, user: str, job_id: int, new: JobState, reason: str) -> dict:
@@ -105,10 +125,9 @@ class Service:
         return {"id": job.id, "state": job.state.value}
 
     def op_priority(self, user: str, id: int, priority: int) -> dict:
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise InputError(f"priority must be an integer, got {priority!r}")
+        check_priority(priority)
         with self.store.tx() as conn:
-            job = self._owned(conn, user, int(id))
+            job = self._owned(conn, user, id)
             if job.state in FINISHED:
                 raise InvalidTransition(f"job {id} is {job.state}; its priority no longer matters")
             jobrows.update(conn, job.id, priority=priority)
@@ -124,6 +143,37 @@ class Service:
             raise PermissionDenied(f"{user} may not reload the controller's inventory",
                                    hint="ask a lab admin (lab.admins in nodes.yaml) or root")
         return self.reload()
+
+    def _check_runnable(self, conn, user: str, spec: JobSpec) -> None:
+        """Refuse a job that could never start here (it would wait forever): more GPUs than
+        the user may use or than any node has, more memory than any GPU. What is known comes
+        from the inventory (``gpus:`` lists, user limits) and each node's last snapshot; a
+        node never seen could be any size, so nothing is refused on what it might hold."""
+        limit = self.inventory.user_limits.get(user)
+        if limit is not None and limit.max_gpus is not None and spec.gpus > limit.max_gpus:
+            raise InputError(
+                f"the job needs {spec.gpus} GPUs but {user} may use at most {limit.max_gpus} "
+                "at once (lab.user_limits)", hint=f"ask for at most {limit.max_gpus} with "
+                "--gpus, or ask a lab admin to raise your max_gpus in nodes.yaml")
+        seen = {snap.name: snap for snap, _ in cluster.load_nodes(conn)}
+        nodes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in self.inventory.nodes]
+        if not nodes or None in nodes:
+            return
+        need = (spec.mem_gib or 0.0) * MIB_PER_GIB
+        if any(sum(1 for size in gpus if size is None or size >= need) >= spec.gpus
+               for gpus in nodes):
+            return
+        most = max(len(gpus) for gpus in nodes)
+        if spec.gpus > most:
+            raise InputError(
+                f"the job needs {spec.gpus} GPUs on one node; the largest node here has {most}",
+                hint=f"ask for at most {most} with --gpus (a job runs on one node), or add a "
+                     "larger node to the inventory")
+        largest = max(size for gpus in nodes for size in gpus if size is not None) / MIB_PER_GIB
+        each = "" if spec.gpus == 1 else f" on each of {spec.gpus} GPUs of one node"
+        raise InputError(
+            f"the job needs {spec.mem_gib:g} GiB of GPU memory{each}; the largest GPU here has "
+            f"{largest:.1f} GiB", hint="--mem is the memory one GPU of the job needs, in GiB")
 
     def _owned(self, conn, user: str, job_id: int) -> Job:
         job = jobrows.get(conn, job_id)
@@ -160,23 +210,41 @@ class Service:
 
     def op_show(self, user: str, id: int) -> dict:
         with self.store.tx() as conn:
-            return views.show_job(conn, int(id))
+            return views.show_job(conn, id)
 
     def op_status(self, user: str) -> dict:
         with self.store.tx() as conn:
             return views.status(conn, self.clock(), self.inventory)
 
     def op_logs(self, user: str, id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
+        if offset < 0 or max_bytes < 0:
+            raise InputError(f"offset and max_bytes must be 0 or more, got {offset}, {max_bytes}")
         with self.store.tx() as conn:
-            job = jobrows.get(conn, int(id))
+            job = jobrows.get(conn, id)
         if job.node is None:
             return {"data": "", "offset": 0, "finished": job.state in FINISHED,
                     "state": job.state.value}
         if self.log_reader is None:
             raise InputError("this controller has no node connections to read logs from",
                              hint="start it with an inventory: iadeep controller run --inventory FILE")
-        result = self.log_reader(job, int(offset), int(max_bytes))
+        result = self.log_reader(job, offset, max_bytes)
         return {**result, "finished": job.state in FINISHED, "state": job.state.value}
+
+
+@functools.lru_cache(maxsize=None)
+def _arg_hints(cls: type, op: str) -> dict[str, Any]:
+    """The annotations of ``op_<op>``'s request arguments (all but the caller's name)."""
+    hints = typing.get_type_hints(getattr(cls, f"op_{op}"))
+    return {k: v for k, v in hints.items() if k not in ("user", "return")}
+
+
+def _gpu_sizes(listed: tuple[int, ...] | None, snap: NodeSnapshot | None
+               ) -> list[float | None] | None:
+    """Memory (MiB; None where not reported) of each GPU a node lets iadeep schedule, from its
+    last snapshot; only their number if it was never seen but lists ``gpus:``; else None."""
+    if snap is not None and snap.gpus:
+        return [g.memory_total_mib for g in snap.gpus if listed is None or g.index in listed]
+    return None if listed is None else [None] * len(listed)
 
 
 def _script_content(path: str, script_b64: str | None) -> bytes:

@@ -337,7 +337,9 @@ def _user_limit_reason(job: Job, usage: Mapping[str, tuple[int, int]],
         return None
     gpus, jobs = usage.get(job.owner, (0, 0))
     if lim.max_gpus is not None and gpus + job.spec.gpus > lim.max_gpus:
-        return f"user limit: {job.owner} already uses {gpus} of {lim.max_gpus} GPUs"
+        plural = "s" if lim.max_gpus != 1 else ""
+        return (f"user limit: {job.owner} may use {lim.max_gpus} GPU{plural} at once; "
+                f"{gpus} in use, this job needs {job.spec.gpus}")
     if lim.max_jobs is not None and jobs + 1 > lim.max_jobs:
         return f"user limit: {job.owner} already runs {jobs} of {lim.max_jobs} jobs"
     return None

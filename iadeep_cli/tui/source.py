@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..checks import escaped   # names and reasons other users typed: never raw to the terminal
 from ..controller import client
 
 LOG_TAIL_BYTES = 16384
@@ -32,12 +33,13 @@ def fetch() -> MonitorData:
     jobs, stale_jobs = client.read("list", {"all_states": False, "owner": None})
     if stale is None:        # the controller may have died between the two reads
         stale = stale_jobs
-    return MonitorData(status=status, jobs=list(jobs), stale_since=stale)
+    return MonitorData(status=escaped(status), jobs=escaped(list(jobs)), stale_since=stale)
 
 
 def show(job_id: int) -> tuple[dict, float | None]:
     """A job's fields and events (same view as ``iadeep queue show``)."""
-    return client.read("show", {"id": job_id})
+    job, stale = client.read("show", {"id": job_id})
+    return escaped(job), stale
 
 
 def log_tail(job_id: int, max_bytes: int = LOG_TAIL_BYTES) -> str:

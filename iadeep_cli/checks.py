@@ -1,0 +1,113 @@
+"""Checks for values that cross the controller's socket, where nothing can be trusted.
+
+Any local account can send any JSON: a field may have the wrong type (ids sent as the string
+"12" would act on jobs 1 and 2), any size, and any characters (a NUL byte makes sshd drop the
+node's connection at every launch; an escape sequence in a job name reaches other users'
+terminals through ``queue list``). ``typed`` checks a value against the annotation of the
+parameter or field it fills, ``text`` what a string may contain; both raise ``InputError``
+with one line naming the field. What is shown to users goes through ``escaped`` (an old
+database may hold anything): control characters become visible escapes such as ``\\x1b``.
+"""
+from __future__ import annotations
+
+import re
+import types
+import typing
+
+from .errors import InputError
+
+# C0/C1 controls, DEL, Unicode line separators and bidi overrides: characters that move the
+# cursor, recolour or reorder what a terminal shows around them.
+_CONTROLS = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+UNSAFE = re.compile(f"[{_CONTROLS}\t\n]")
+UNSAFE_IN_VALUES = re.compile(f"[{_CONTROLS}]")   # arguments and --env values may hold \t, \n
+
+INT64 = 2**63 - 1    # SQLite's integers; a larger one would fail deep inside the store
+MAX_ITEMS = 10_000   # items in any list of a request
+_MALFORMED_HINT = "send requests the way `iadeep` does; is the client the controller's version?"
+
+
+def text(label: str, value: str, *, max_len: int, multiline: bool = False,
+         hint: str = "use printable text") -> str:
+    """``value`` if it is at most ``max_len`` characters without control characters (tab and
+    newline allowed when ``multiline``); else an InputError naming ``label``."""
+    if len(value) > max_len:
+        raise InputError(f"{label} is {len(value)} characters long; at most {max_len} are "
+                         "accepted", hint=hint)
+    bad = (UNSAFE_IN_VALUES if multiline else UNSAFE).search(value)
+    if bad:
+        raise InputError(f"{label} contains the control character {bad.group()!r} at "
+                         f"position {bad.start()}", hint=hint)
+    return value
+
+
+def escape(value: str) -> str:
+    """``value`` with every ``UNSAFE`` character written as its escape (``\\x1b``, ``\\n``)."""
+    return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+
+
+def escaped(data: typing.Any) -> typing.Any:
+    """``data`` (as decoded from JSON) with every string in it, keys too, ``escape``d."""
+    if isinstance(data, str):
+        return escape(data)
+    if isinstance(data, dict):
+        return {escaped(k): escaped(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [escaped(v) for v in data]
+    return data
+
+
+def typed(label: str, value: object, hint: object) -> typing.Any:
+    """``value`` converted to ``hint`` (an annotation: bool, int, float, str, dict, list[X],
+    tuple[X, ...], tuple[X, Y], X | None, Any), or an InputError. JSON has lists where Python
+    has tuples and ints where it has floats; ``true`` is never an integer, and numbers must
+    be finite and fit SQLite."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        [inner] = [a for a in args if a is not type(None)]
+        return typed(label, value, inner)
+    if origin in (list, tuple):
+        if not isinstance(value, list) or len(value) > MAX_ITEMS:
+            _wrong(label, value, f"a list of at most {MAX_ITEMS} items")
+        if origin is tuple and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                _wrong(label, value, f"a list of {len(args)} items")
+            items = [typed(f"{label}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args))]
+        else:
+            items = [typed(f"{label}[{i}]", v, args[0]) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and -INT64 - 1 <= value <= INT64
+    elif hint is float:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and abs(value) <= INT64)   # False for NaN and infinities too
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif hint is dict or origin is dict:
+        ok = isinstance(value, dict)
+    else:
+        raise TypeError(f"typed() does not know the annotation {hint!r}")  # a bug, not input
+    if not ok:
+        _wrong(label, value, _DESCRIBE[origin or hint])
+    return value
+
+
+_DESCRIBE = {bool: "true or false", int: "an integer", float: "a finite number",
+             str: "a string", dict: "an object"}
+
+
+def _wrong(label: str, value: object, want: str) -> typing.NoReturn:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        got = repr(value)[:24]   # the number itself: NaN, inf, too large, or not an integer
+    else:
+        got = {bool: "a boolean", str: "a string", list: "a list", dict: "an object",
+               type(None): "null"}.get(type(value), type(value).__name__)
+    raise InputError(f"malformed request: {label} must be {want}, got {got}",
+                     hint=_MALFORMED_HINT)

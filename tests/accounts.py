@@ -1,0 +1,103 @@
+"""Real second OS accounts (needs root): create one, run code as it in a forked process.
+
+The interpreter lives under /root here, which other accounts cannot open, so code runs as
+another account by forking this (already loaded) process and dropping to the account's uid;
+``cli_as`` runs the real CLI's ``main()`` that way.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pwd
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+
+def ensure_user(name: str) -> int:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                       check=True)
+        return pwd.getpwnam(name).pw_uid
+
+
+class AsUser:
+    """``fn(*args)`` running as ``user`` in a child process; ``result()`` waits for its
+    JSON-able return value (an exception in the child fails the test with its traceback)."""
+
+    def __init__(self, user: str, fn, *args):
+        uid = ensure_user(user)
+        read_fd, write_fd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # child: never returns into pytest
+            os.close(read_fd)
+            try:
+                os.setgroups([])
+                os.setgid(pwd.getpwnam(user).pw_gid)
+                os.setuid(uid)
+                out = {"ok": fn(*args)}
+            except BaseException:
+                out = {"failed": traceback.format_exc()}
+            try:
+                os.write(write_fd, json.dumps(out).encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        self._read_fd = read_fd
+
+    def result(self):
+        data = b""
+        while chunk := os.read(self._read_fd, 65536):
+            data += chunk
+        os.close(self._read_fd)
+        os.waitpid(self.pid, 0)
+        out = json.loads(data)
+        if "failed" in out:
+            raise AssertionError(f"in the child process:\n{out['failed']}")
+        return out["ok"]
+
+
+def run_as(user: str, fn, *args):
+    return AsUser(user, fn, *args).result()
+
+
+def cli_here(home: Path | str, *argv: str) -> dict:
+    """The real CLI in this process (as whatever account it runs as): rc, stdout, stderr."""
+    from iadeep_cli.cli.main import main
+
+    saved = sys.argv, os.environ.get("IADEEP_HOME")
+    os.environ["IADEEP_HOME"] = str(home)
+    sys.argv = ["iadeep", *argv]
+    out, err = io.StringIO(), io.StringIO()
+    rc = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved[0]
+        if saved[1] is None:
+            del os.environ["IADEEP_HOME"]
+        else:
+            os.environ["IADEEP_HOME"] = saved[1]
+    return {"rc": rc, "out": out.getvalue(), "err": err.getvalue()}
+
+
+def warm_cli(*argv: str) -> None:
+    """Run ``iadeep ARGV`` once here against an empty state directory (no controller there,
+    so nothing happens), so that what the command imports lazily is loaded before a fork:
+    other accounts cannot read the interpreter's files under /root."""
+    with tempfile.TemporaryDirectory() as empty:
+        cli_here(empty, *argv)
+
+
+def cli_as(user: str, home: Path | str, *argv: str) -> dict:
+    warm_cli(*argv)
+    return run_as(user, cli_here, str(home), *argv)
