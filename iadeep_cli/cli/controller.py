@@ -14,7 +14,10 @@ app = typer.Typer(help="Run the controller (the only writer of scheduling state)
 @app.command("run")
 def run(inventory: Optional[str] = typer.Option(
         None, "--inventory", "-i", help="nodes.yaml (default: $IADEEP_INVENTORY, then the "
-                                         "state directory's nodes.yaml).")) -> None:
+                                         "state directory's nodes.yaml)."),
+        new_database: bool = typer.Option(
+            False, "--new-database", help="Start with an empty database although this state "
+                                          "directory had one (its jobs are forgotten).")) -> None:
     """Run the controller in the foreground until SIGINT/SIGTERM."""
     from ..controller.runtime import run_forever
     from ..inventory import load_inventory
@@ -29,4 +32,4 @@ def run(inventory: Optional[str] = typer.Option(
         print(f"iadeep controller: {len(inv.nodes)} nodes from {source}; "
               f"listening on {paths.socket_path()}", flush=True)
 
-    run_forever(inv, on_ready=ready)
+    run_forever(inv, on_ready=ready, new_database=new_database)

@@ -38,6 +38,8 @@ def _print(data: dict, live: bool) -> None:
     ctl = data.get("controller") or {}
     if live:
         print(f"controller: running (pid {ctl.get('pid')}, {len(data['nodes'])} nodes)")
+        if ctl.get("degraded"):
+            print(f"  DEGRADED: {ctl['degraded']['message']} (hint: {ctl['degraded']['hint']})")
     elif ctl:
         print("controller: NOT running; last heartbeat "
               f"{render.when(ctl.get('heartbeat_at'), data['now'])}")
