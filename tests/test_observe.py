@@ -1,10 +1,10 @@
 """Online learning: observed speeds from real progress files, co-location rows, precedence."""
 from pathlib import Path
 
+from iadeep_cli.controller import client
 from iadeep_cli.controller.observe import SpeedObserver
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.controller import client
 from iadeep_cli.model.catalog import lab_measurements
 from iadeep_cli.model.profiles import CoLocation, Profile
 from iadeep_cli.nodes.poller import NodePool
