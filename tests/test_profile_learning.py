@@ -58,7 +58,7 @@ def test_an_idle_job_named_like_a_shipped_workload_does_not_replace_it(tmp_path)
     with store.tx() as conn:
         profile, verdict = _learn(conn, _p(0.5, mem=0.1, peak=0.4, label="resnet50"), 7,
                                   owner="bob", shipped=SHIPPED)
-        assert profile is None and verdict.startswith("rejected as an outlier: gpu_util 0.5")
+        assert profile is None and verdict.startswith("rejected: outlier: gpu_util 0.5")
         view = _view(conn, "resnet50")
     assert view["source"].startswith("shipped") and view["gpu_util"] == SHIPPED.gpu_util
     seed, rejected = view["samples"][1], view["samples"][0]
@@ -108,7 +108,7 @@ def test_a_pinned_profile_never_learns_until_unpinned(tmp_path):
         _learn(conn, _p(60), 1)
         profrows.set_pinned(conn, "train", "pi", 2.0)
         profile, verdict = _learn(conn, _p(65), 3)
-        assert profile is None and verdict == "not merged: pinned by pi"
+        assert profile is None and verdict == "rejected: pinned by pi"
         view = _view(conn, "train")
         assert view["gpu_util"] == 60 and (view["pinned_by"], view["pinned_at"]) == ("pi", 2.0)
         profrows.set_pinned(conn, "train", None, 4.0)

@@ -22,6 +22,11 @@ def _source(p: dict) -> str:
     return p["source"] + (f"; pinned by {p['pinned_by']}" if p["pinned_by"] else "")
 
 
+def _verdict(sample: dict) -> str:
+    word = "kept" if sample["accepted"] else "REJECTED"
+    return f"{word}: {sample['note']}" if sample["note"] else word
+
+
 @app.command("list")
 def list_(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List every known workload label (use one with `queue add --workload`)."""
@@ -58,8 +63,7 @@ def show(label: str = LABEL,
     render.table(["TIME", "JOB", "USER", "GPU", "GPU%", "MEM%", "PEAK GiB", "VERDICT"],
                  ([time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["at"])),
                    s["job"] or "-", s["user"] or "-", s["gpu_model"], _num(s["gpu_util"]),
-                   _num(s["mem_util"]), _num(s["peak_mem_gib"]),
-                   ("kept" if s["accepted"] else "REJECTED") + f": {s['note']}"]
+                   _num(s["mem_util"]), _num(s["peak_mem_gib"]), _verdict(s)]
                   for s in profile["samples"]))
 
 

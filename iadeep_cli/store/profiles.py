@@ -39,6 +39,7 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
     """Merge one job's sample into its profile, or reject it (pinned profile, outlier).
 
     Returns (the profile now in effect if it changed, else None; what happened, for the log).
+    Each sample is kept with a note: why it was rejected, or where a seed came from.
     The first sample of a profile is compared with what was in effect before it: the lab's
     earlier profile, else the shipped one measured on the same GPU model (``shipped``).
     """
@@ -46,9 +47,9 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
     row = conn.execute("SELECT data, source, pinned_by FROM profiles "
                        "WHERE gpu_model=? AND workload=?", key).fetchone()
     if row is not None and row["pinned_by"]:
-        note = f"not merged: pinned by {row['pinned_by']}"
+        note = f"pinned by {row['pinned_by']}"
         _add_sample(conn, sample, job_id, owner, now, False, note)
-        return None, note
+        return None, f"rejected: {note}"
     history = [Profile(**json.loads(r["data"])) for r in reversed(conn.execute(
         "SELECT data FROM profile_samples WHERE gpu_model=? AND workload=? AND accepted=1 "
         "ORDER BY id DESC LIMIT ?", (*key, learning.WINDOW)).fetchall())]
@@ -59,10 +60,10 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
             history = [seed]
     reason = learning.outlier_reason(sample, history)
     if reason is not None:
-        note = f"rejected as an outlier: {reason}"
+        note = f"outlier: {reason}"
         _add_sample(conn, sample, job_id, owner, now, False, note)
-        return None, note
-    _add_sample(conn, sample, job_id, owner, now, True, "merged")
+        return None, f"rejected: {note}"
+    _add_sample(conn, sample, job_id, owner, now, True, "")
     window = (history + [sample])[-learning.WINDOW:]
     profile = learning.merged(window)
     source = (f"job {job_id} ({owner})" if len(window) == 1 else
