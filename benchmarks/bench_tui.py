@@ -106,7 +106,7 @@ def main() -> int:
     worst = max(_ms(apply_s), _ms(s_apply))
     print(f"  target: update (data -> widgets refreshed) < 100 ms -> "
           f"{'OK' if worst < 100 else 'OVER'} (worst median {worst:.1f} ms)")
-    print(f"  (+paint includes pilot.pause()'s own cost, ~ the empty-cluster +paint figure)")
+    print("  (+paint includes pilot.pause()'s own cost, ~ the empty-cluster +paint figure)")
     return 0
 
 

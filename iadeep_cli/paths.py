@@ -19,8 +19,20 @@ def state_dir() -> Path:
     return base / "iadeep"
 
 
-def db_path() -> Path:
-    return state_dir() / "iadeep.db"
+def db_path(home: Path | None = None) -> Path:
+    """The database (0600: it holds every job's environment and arguments)."""
+    return (home or state_dir()) / "iadeep.db"
+
+
+def install_id_path(home: Path | None = None) -> Path:
+    """A marker written next to the database once it exists: a state directory that has one
+    but no database lost its database, and the controller refuses to start over silently."""
+    return (home or state_dir()) / "install_id"
+
+
+def public_view_path(home: Path | None = None) -> Path:
+    """The world-readable views the controller leaves for readers without database access."""
+    return (home or state_dir()) / "public.json"
 
 
 def socket_path() -> Path:

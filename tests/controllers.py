@@ -30,15 +30,17 @@ def cli(home: Path, *args: str, check: bool = False, **extra: str) -> subprocess
 class ControllerProcess:
     """`iadeep controller run` in the background; start() waits until its socket answers."""
 
-    def __init__(self, home: Path, inventory: Path | None = None, preexec_fn=None):
+    def __init__(self, home: Path, inventory: Path | None = None, *extra_args: str,
+                 preexec_fn=None):
         self.home = home
         self.inventory = inventory
+        self.extra_args = list(extra_args)   # e.g. --new-database
         self.preexec_fn = preexec_fn   # e.g. set a resource limit in the controller process
         self.proc: subprocess.Popen | None = None
         self.log = home / "controller.log"
 
     def start(self, timeout: float = 30.0) -> "ControllerProcess":
-        args = [*IADEEP, "controller", "run"]
+        args = [*IADEEP, "controller", "run", *self.extra_args]
         self.home.mkdir(parents=True, exist_ok=True)
         if self.inventory:
             args += ["--inventory", str(self.inventory)]

@@ -4,6 +4,8 @@ Jobs are the shipped examples in jobs/; the controller places, launches and fini
 survives SIGKILL and node loss without losing or duplicating a job.
 """
 import json
+import os
+import pwd
 import signal
 import time
 from pathlib import Path
@@ -143,7 +145,10 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
     assert f"#{job} " in text and "(predicted 1.00, seen 1.00)" in text, text
     profile = json.loads(cli(home, "profile", "show", "steps_progress", "--json",
                              check=True).stdout)
-    assert profile["source"] == f"job {job}" and profile["gpu_model"] == "NVIDIA H200"
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert profile["source"] == f"job {job} ({me})" and profile["gpu_model"] == "NVIDIA H200"
+    assert [(s["job"], s["user"], s["accepted"]) for s in profile["samples"]] == \
+        [(job, me, True)]   # attributable: which job, whose, when
     assert 1 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s
     cli(home, "queue", "cancel", str(job), check=True)
     _wait(home, lambda js: js[job]["state"] == "cancelled", timeout=30)

@@ -7,7 +7,6 @@ or it reboots (sshd killed and the job's processes with it).  Throughout, the te
 the job's processes on both nodes: never more than one attempt may run at once.
 """
 import json
-import signal
 import time
 
 import pytest

@@ -1,10 +1,11 @@
 """Online learning: observed speeds from real progress files, co-location rows, precedence."""
 from pathlib import Path
 
+from iadeep_cli.controller import client
 from iadeep_cli.controller.observe import SpeedObserver
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.model.catalog import known_profiles, lab_measurements
+from iadeep_cli.model.catalog import lab_measurements
 from iadeep_cli.model.profiles import CoLocation, Profile
 from iadeep_cli.nodes.poller import NodePool
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
@@ -73,7 +74,7 @@ def test_lab_measurements_take_precedence(tmp_path, monkeypatch):
         profrows.upsert_profile(conn, Profile("mine", 20.0, 5.0, 1.0, "NVIDIA H200"), 5.0)
         profrows.add_colocation(conn, CoLocation("NVIDIA H200", ("mine", "mlp"), (0.9, 0.8)), 6.0)
     store.close()
-    by_name = {p["workload"]: p for p in known_profiles()}
+    by_name = {p["workload"]: p for p in client.read("profiles")[0]}   # controller down
     assert by_name["mlp"]["gpu_util"] == 55.0 and by_name["mlp"]["source"] == "job 7"
     assert by_name["resnet50"]["source"].startswith("shipped")
     profiles, pairs = lab_measurements()

@@ -3,12 +3,16 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
 
+import iadeep_cli.cli.main
 from controllers import ControllerProcess
 
 USERS = ("iadeep-alice", "iadeep-bob", "iadeep-admin")
@@ -27,17 +31,22 @@ def _ensure_user(name: str) -> int:
         return pwd.getpwnam(name).pw_uid
 
 
+def _drop_to(user: str) -> None:
+    uid = _ensure_user(user)
+    os.setgroups([])
+    os.setgid(pwd.getpwnam(user).pw_gid)
+    os.setuid(uid)
+
+
 def as_user(user: str, op: str, args: dict, socket_path: Path) -> dict:
     """Fork, drop to ``user``'s uid, make one real request over the socket, report back."""
-    uid = _ensure_user(user)
+    _ensure_user(user)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns into pytest
         os.close(read_fd)
         try:
-            os.setgroups([])
-            os.setgid(pwd.getpwnam(user).pw_gid)
-            os.setuid(uid)
+            _drop_to(user)
             from iadeep_cli.controller import client
             from iadeep_cli.errors import IadeepError
             try:
@@ -126,3 +135,105 @@ def test_only_admins_reload_the_inventory_and_its_admins_apply_at_once(lab):
         lab.inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
         assert "ok" in as_user("iadeep-bob", "reload", {}, sock)   # bob is still an admin
     assert as_user("iadeep-bob", "ping", {}, sock)["ok"]["admin"] is False
+
+
+def cli_as(user: str, home: Path, *argv: str) -> tuple[int, str, str]:
+    """Fork, drop to ``user``'s uid, run the real `iadeep ARGV` main; (exit code, out, err)."""
+    _ensure_user(user)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:  # child: never returns into pytest
+            code = 1
+            try:
+                sys.argv = ["iadeep", *argv]
+                sys.stdout = sys.stderr = open(os.devnull, "w")
+                # As root first, on an empty state directory (so nothing in ``home`` is
+                # touched): the modules the CLI imports lazily load from /root here.
+                os.environ["IADEEP_HOME"] = warm = tempfile.mkdtemp()
+                _main()
+                shutil.rmtree(warm)
+                os.environ["IADEEP_HOME"] = str(home)
+                _drop_to(user)
+                sys.stdout = open(out.fileno(), "w", closefd=False)
+                sys.stderr = open(err.fileno(), "w", closefd=False)
+                code = _main()
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read(), err.read()
+
+
+def _main() -> int:
+    try:
+        iadeep_cli.cli.main.main()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def _submit_with_secret(sock: Path, user: str) -> int:
+    spec = {"script": "/bin/true", "env": [["TOKEN", "s3cret-value"]]}
+    return as_user(user, "add", {"spec": spec, "script_b64": "IyEvYmluL3NoCg=="}, sock)["ok"]["id"]
+
+
+def test_env_values_are_shown_to_the_owner_and_admins_only(lab):
+    sock = lab.home / "controller.sock"
+    job_id = _submit_with_secret(sock, "iadeep-alice")
+    seen = {u: as_user(u, "show", {"id": job_id}, sock)["ok"]["env"]
+            for u in ("iadeep-alice", "iadeep-admin", "iadeep-bob")}
+    assert seen == {"iadeep-alice": {"TOKEN": "s3cret-value"},
+                    "iadeep-admin": {"TOKEN": "s3cret-value"}, "iadeep-bob": {"TOKEN": "(hidden)"}}
+    listed = as_user("iadeep-bob", "list", {}, sock)["ok"]
+    assert "s3cret" not in json.dumps(listed) and job_id in [j["id"] for j in listed]
+
+
+@pytest.fixture
+def stopped_lab():
+    """A controller that ran in a shared state directory, accepted alice's job, and stopped."""
+    top = Path(tempfile.mkdtemp(prefix="iadeep-shared-", dir="/tmp"))
+    os.chmod(top, 0o755)  # pytest's tmp_path is private to root
+    inventory = top / "nodes.yaml"
+    inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
+    ctl = ControllerProcess(top / "state", inventory).start()
+    job_id = _submit_with_secret(ctl.home / "controller.sock", "iadeep-alice")
+    assert ctl.stop() == 0
+    yield ctl.home, job_id
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_after_a_clean_stop_ordinary_users_read_and_see_no_secrets(stopped_lab):
+    home, job_id = stopped_lab
+    for name in ("iadeep.db", "iadeep.db-wal", "iadeep.db-shm", "scripts"):
+        if (home / name).exists():
+            assert stat.S_IMODE((home / name).stat().st_mode) & 0o077 == 0, name
+    code, out, err = cli_as("iadeep-bob", home, "queue", "list", "--json")
+    assert code == 0, err
+    [job] = json.loads(out)
+    assert (job["id"], job["user"], job["env"]) == (job_id, "iadeep-alice", {"TOKEN": "(hidden)"})
+    code, out, err = cli_as("iadeep-bob", home, "status")
+    assert code == 0 and "controller: NOT running" in out and "queue: 1 queued" in out, err
+    for argv in (["queue", "show", str(job_id)], ["status", "--json"], ["profile", "list"]):
+        code, out, err = cli_as("iadeep-bob", home, *argv)
+        assert code == 0 and "s3cret" not in out + err, (argv, err)
+
+
+def test_only_admins_pin_profiles(lab):
+    sock = lab.home / "controller.sock"
+    refused = as_user("iadeep-bob", "profile_pin", {"label": "resnet50"}, sock)["error"]
+    assert refused["type"] == "PermissionDenied" and "iadeep-bob may not" in refused["message"]
+    assert as_user("iadeep-admin", "profile_pin", {"label": "resnet50"}, sock)["ok"] == \
+        {"label": "resnet50", "pinned_by": "iadeep-admin"}
+    profiles = {p["workload"]: p for p in as_user("iadeep-bob", "profiles", {}, sock)["ok"]}
+    assert profiles["resnet50"]["pinned_by"] == "iadeep-admin"
+    assert as_user("iadeep-bob", "profile_unpin", {"label": "resnet50"}, sock)["error"][
+        "type"] == "PermissionDenied"
+    assert as_user("iadeep-admin", "profile_pin", {"label": "nosuch"}, sock)["error"][
+        "type"] == "NotFoundError"
+    assert as_user("iadeep-admin", "profile_unpin", {"label": "resnet50"}, sock)["ok"][
+        "pinned_by"] is None

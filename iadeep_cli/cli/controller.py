@@ -23,14 +23,17 @@ def _log_lab_events() -> None:
 @app.command("run")
 def run(inventory: Optional[str] = typer.Option(
         None, "--inventory", "-i", help="nodes.yaml (default: $IADEEP_INVENTORY, then the "
-                                         "state directory's nodes.yaml).")) -> None:
+                                         "state directory's nodes.yaml)."),
+        new_database: bool = typer.Option(
+            False, "--new-database", help="Start with an empty database although this state "
+                                          "directory had one (its jobs are forgotten).")) -> None:
     """Run the controller in the foreground until SIGINT/SIGTERM (SIGHUP: reload)."""
     from ..controller.runtime import run_forever
     from ..inventory import load_inventory
 
     inv = load_inventory(inventory)
     _log_lab_events()
-    run_forever(inv)
+    run_forever(inv, new_database=new_database)
 
 
 @app.command("reload")

@@ -47,6 +47,8 @@ def _print(data: dict, live: bool) -> None:
     if live:
         print(f"controller: running (pid {ctl.get('pid')}, "
               f"{len(ctl.get('nodes', data['nodes']))} nodes)")
+        if ctl.get("degraded"):
+            print(f"  DEGRADED: {ctl['degraded']['message']} (hint: {ctl['degraded']['hint']})")
     elif ctl:
         print("controller: NOT running; last heartbeat "
               f"{render.when(ctl.get('heartbeat_at'), data['now'])}")

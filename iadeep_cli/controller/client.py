@@ -102,36 +102,15 @@ def submit(spec: dict, script_content: bytes) -> dict:
 
 
 def read(op: str, args: dict | None = None) -> tuple[Any, float | None]:
-    """A read-only view: from the controller when it runs, else straight from the database.
+    """A read-only view: from the controller when it runs, else what ``offline`` can show.
 
     Returns (result, stale_since): ``stale_since`` is None when the controller answered, else
     the time of its last heartbeat (0.0 if it never ran), so callers can show the data's age.
-    Nothing here imports paramiko or scikit-learn.
     """
     try:
         return call(op, args), None
-    except ControllerUnavailable:
-        pass
-    from ..store import Store, cluster
-    from . import views
+    except ControllerUnavailable as exc:
+        down = exc
+    from . import offline
 
-    args = dict(args or {})
-    if not paths.db_path().exists():
-        empty = {"list": [], "status": {"now": time.time(), "nodes": [], "queue": {},
-                                        "controller": {}}}
-        if op in empty:
-            return empty[op], 0.0
-    store = Store(readonly=True)
-    try:
-        with store.tx() as conn:
-            since = float(cluster.get_meta(conn, "controller", {}).get("heartbeat_at", 0.0))
-            if op == "list":
-                return views.list_jobs(conn, all_states=args.get("all_states", False),
-                                       user=args.get("owner")), since
-            if op == "show":
-                return views.show_job(conn, int(args["id"])), since
-            if op == "status":
-                return views.status(conn, time.time()), since
-    finally:
-        store.close()
-    raise _not_running(paths.socket_path())
+    return offline.read(op, dict(args or {}), down)

@@ -401,16 +401,19 @@ class SchedulingLoop:
         label = job.spec.workload or Path(job.spec.script).stem
         peak_gib = max((mem or 0.0) for _, mem in samples) / 1024.0
         try:
-            profile = profile_from_samples(label, samples[0][0].name, [g for g, _ in samples],
-                                           peak_gib, solo_it_per_s=self.observer.solo_rate(job.id))
+            sample = profile_from_samples(label, samples[0][0].name, [g for g, _ in samples],
+                                          peak_gib, solo_it_per_s=self.observer.solo_rate(job.id))
         except IadeepError as exc:
             log.warning("profiling job %s: %s", job.id, exc.message)
             return None
-        with self.store.tx() as conn:
-            profrows.upsert_profile(conn, profile, self.clock(), source=f"job {job.id}")
+        with self.store.tx() as conn:   # one job's sample never simply replaces a profile
+            profile, verdict = profrows.learn(conn, sample, job_id=job.id, owner=job.owner,
+                                              now=self.clock(),
+                                              shipped=shipped_profiles().get(label))
             jobrows.update(conn, job.id, workload=label)
         self._samples.pop(job.id, None)
-        log.info("profiled job %s as %r", job.id, label)
+        log.log(logging.INFO if profile else logging.WARNING, "profile %r, sample of job %s "
+                "(%s): %s", label, job.id, job.owner, verdict)
         return profile
 
     # ------------------------------------------------------------------ online learning

@@ -1,5 +1,12 @@
 """Running the controller process: lock, socket, loop, clean stop on SIGINT/SIGTERM, inventory
-reload on request or SIGHUP."""
+reload on request or SIGHUP.
+
+A sick state directory degrades the controller instead of stopping it (a crash-looping
+service helps nobody): with too little room it refuses new jobs and keeps running the accepted
+ones; with its database removed or replaced it stops writing, saves a copy of what it held and
+refuses every request with the reason. Both are checked at every heartbeat and logged when
+they change; room coming back is noticed by itself.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -8,27 +15,28 @@ import os
 import signal
 import threading
 import time
-import uuid
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
 from .. import paths
-from ..errors import ConfigError, IadeepError
+from ..errors import ConfigError, IadeepError, StoreError
 from ..inventory import Inventory, load_inventory
-from ..store import Store, cluster
+from ..store import cluster, statedir
+from . import offline
 from .server import ControllerSocket
 from .service import Service
 
 log = logging.getLogger("iadeep.controller")
 RELOAD_WAIT_S = 30.0   # a reload request waits this long for the current round to end
+PUBLISH_EVERY_S = 30.0   # the public snapshot is read only while we are down; stop forces one
 
 
 class Controller:
     """Owns the store, the socket and the scheduling loop for one state directory."""
 
     def __init__(self, inventory: Inventory, state_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, new_database: bool = False):
         self.inventory = inventory
         self.state_dir = state_dir or paths.state_dir()
         self.clock = clock
@@ -40,14 +48,20 @@ class Controller:
         self._reloads_lock = threading.Lock()
         self._hangup = False
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store = Store(self.state_dir / "iadeep.db")
-        self.scripts_dir = self.state_dir / "scripts"   # copies taken at submission
+        self.store, self.install_id = statedir.open_store(self.state_dir,
+                                                          new_database=new_database)
+        self.scripts_dir = self.state_dir / "scripts"   # copies taken at submission: private
+        self.scripts_dir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.scripts_dir, 0o700)
         self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
         self.service.wake = self._wake.set
         self.service.reload = self.reload
         self.socket = ControllerSocket(self.service, self.state_dir)
         self.loop = self._make_loop(inventory) if inventory.nodes else None
         self.started_at = clock()
+        self._published_at = float("-inf")
+        self._rescued, self._rescue_failed = False, ""
+        self._round_stopped: str | None = None
 
     def _make_loop(self, inventory: Inventory):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
@@ -70,7 +84,7 @@ class Controller:
         # nvidia-smi gives up well inside it, so that its node, which still answers, is never
         # taken for a silent one.
         grace = inventory.node_grace_s
-        return NodePool(_scoped_workdirs(inventory, self._install_id()),
+        return NodePool(_scoped_workdirs(inventory, self.install_id),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
@@ -157,12 +171,56 @@ class Controller:
         return {"path": str(new.path), "nodes": names, "summary": summary, **change}
 
     def heartbeat(self, **extra) -> None:
+        """Record that we live (and publish the views), or degrade if the state directory
+        cannot take it; never raises for a sick state directory."""
+        lost = self.store.identity_problem()
+        problem = lost or statedir.room_problem(self.state_dir)
+        if lost is None:
+            try:
+                now = self.clock()
+                with self.store.tx() as conn:
+                    cluster.set_meta(conn, "controller", {
+                        "pid": os.getpid(), "started_at": self.started_at, "heartbeat_at": now,
+                        "poll_interval_s": self.inventory.poll_interval_s,
+                        "aging_per_hour": self.inventory.policy.aging_per_hour,
+                        "nodes": [n.name for n in self.inventory.nodes],
+                        "degraded": problem and problem.to_dict(), **extra})
+                self._publish(now, force="stopped_at" in extra)
+            except StoreError as exc:
+                problem = problem or exc
+        self._degrade(problem, lost)
+
+    def _publish(self, now: float, force: bool) -> None:
+        if not force and now - self._published_at < PUBLISH_EVERY_S:
+            return
         with self.store.tx() as conn:
-            cluster.set_meta(conn, "controller", {
-                "pid": os.getpid(), "started_at": self.started_at,
-                "heartbeat_at": self.clock(), "poll_interval_s": self.inventory.poll_interval_s,
-                "aging_per_hour": self.inventory.policy.aging_per_hour,
-                "nodes": [n.name for n in self.inventory.nodes], **extra})
+            data = offline.public_views(conn, now)
+        try:
+            offline.publish(self.state_dir, data)
+            self._published_at = now
+        except OSError as exc:   # a full disk: readers keep the older snapshot
+            log.debug("public snapshot not written: %s", exc)
+
+    def _degrade(self, problem: IadeepError | None, lost: IadeepError | None) -> None:
+        """Refuse new jobs while ``problem`` lasts, logged when it starts and ends. A lost
+        database is also copied out, from the connection that still reads it."""
+        before = self.service.degraded
+        if (problem and problem.message) != (before and before.message):
+            if problem is None:
+                log.warning("state directory healthy again; accepting new jobs")
+            else:
+                log.error("%s (hint: %s)", problem.message, problem.hint)
+        self.service.degraded = problem
+        if lost is not None and not self._rescued:
+            try:
+                target = self.store.rescue()
+            except Exception as exc:   # sqlite3.Error, OSError (full disk): next heartbeat
+                if str(exc) != self._rescue_failed:
+                    log.error("could not save a copy of the database yet: %s", exc)
+                self._rescue_failed = str(exc)
+            else:
+                self._rescued = True
+                log.error("saved what the controller held to %s", target)
 
     def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Serve until stop(); each tick runs one scheduling round (if a loop is attached)."""
@@ -177,7 +235,7 @@ class Controller:
             while not self._stop.is_set():
                 began = time.monotonic()
                 self._apply_reloads()
-                if self.loop is not None:
+                if self.loop is not None and self.store.identity_problem() is None:
                     self._tick()
                 self.heartbeat()
                 # a fixed rate: a round that took long does not also delay the next one
@@ -194,21 +252,22 @@ class Controller:
             self.store.close()
             log.info("controller stopped")
 
-    def _install_id(self) -> str:
-        """A random id made once per database; see _scoped_workdirs."""
-        with self.store.tx() as conn:
-            install_id = cluster.get_meta(conn, "install_id")
-            if install_id is None:
-                install_id = uuid.uuid4().hex[:12]
-                cluster.set_meta(conn, "install_id", install_id)
-        return install_id
-
     def _tick(self) -> None:
-        """One round; a bug in one round is logged, not allowed to stop the controller."""
+        """One round; a bug in one round is logged, not allowed to stop the controller. A
+        round that cannot write (full disk) is logged once, and again when rounds resume."""
         try:
             self.loop.tick()
+        except StoreError as exc:
+            if exc.message != self._round_stopped:
+                log.warning("scheduling round stopped: %s", exc.message)
+            self._round_stopped = exc.message
+            return
         except Exception:
             log.exception("scheduling round failed; retrying next interval")
+            return
+        if self._round_stopped:
+            log.warning("scheduling rounds complete again")
+            self._round_stopped = None
 
     def stop(self, signum: int | None = None, _frame=None) -> None:
         if signum is not None:
@@ -228,8 +287,9 @@ def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
     return dataclasses.replace(inventory, nodes=nodes)
 
 
-def run_forever(inventory: Inventory, on_ready: Callable[[], None] = lambda: None) -> None:
-    controller = Controller(inventory)
+def run_forever(inventory: Inventory, on_ready: Callable[[], None] = lambda: None,
+                new_database: bool = False) -> None:
+    controller = Controller(inventory, new_database=new_database)
     signal.signal(signal.SIGTERM, controller.stop)
     signal.signal(signal.SIGINT, controller.stop)
     signal.signal(signal.SIGHUP, controller.hangup)

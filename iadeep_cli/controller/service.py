@@ -24,9 +24,11 @@ from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenie
 from ..inventory import Inventory
 from ..jobs import (ACTIVE, FINISHED, Job, JobSpec, JobState, check_priority, spec_from_dict,
                     validate_spec, with_orphan)
+from ..model.catalog import profile_views
+from ..model.profiles import shipped_profiles
 from ..scheduler.placement import MIB_PER_GIB
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, jobs as jobrows
+from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 from . import views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -45,6 +47,7 @@ class Service:
         self.log_reader = log_reader
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
         self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
+        self.degraded: IadeepError | None = None   # set by the runtime: why new jobs are refused
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
@@ -68,6 +71,8 @@ class Service:
                script_b64: str | None = None) -> dict:
         """Queue a job. The script's content travels with the request and is kept with the
         job, like sbatch does: editing the file later does not change a queued job."""
+        if self.degraded is not None:
+            raise self.degraded
         job_spec = spec_from_dict({"retries": self.inventory.default_retries, **spec})
         validate_spec(job_spec)
         if token is not None:
@@ -206,15 +211,43 @@ class Service:
 
     def op_list(self, user: str, all_states: bool = False, owner: str | None = None) -> list[dict]:
         with self.store.tx() as conn:
-            return views.list_jobs(conn, all_states=all_states, user=owner)
+            return views.list_jobs(conn, all_states=all_states, user=owner,
+                                   reveal=self._reveal(user))
 
     def op_show(self, user: str, id: int) -> dict:
         with self.store.tx() as conn:
-            return views.show_job(conn, id)
+            return views.show_job(conn, id, reveal=self._reveal(user))
+
+    def _reveal(self, user: str) -> views.Reveal:
+        """Env values are shown to the job's owner and the admins only."""
+        return lambda owner: owner == user or self.inventory.is_admin(user)
 
     def op_status(self, user: str) -> dict:
         with self.store.tx() as conn:
-            return views.status(conn, self.clock(), self.inventory)
+            data = views.status(conn, self.clock(), self.inventory)
+        data["controller"]["degraded"] = self.degraded and self.degraded.to_dict()
+        return data
+
+    # ------------------------------------------------------------------ profiles
+    def op_profiles(self, user: str) -> list[dict]:
+        with self.store.tx() as conn:
+            return profile_views(conn)
+
+    def op_profile_pin(self, user: str, label: str) -> dict:
+        return self._pin(user, label, pin=True)
+
+    def op_profile_unpin(self, user: str, label: str) -> dict:
+        return self._pin(user, label, pin=False)
+
+    def _pin(self, user: str, label: str, pin: bool) -> dict:
+        """Admins freeze a profile against learning (or let it learn again)."""
+        if not self.inventory.is_admin(user):
+            raise PermissionDenied(f"{user} may not pin or unpin profiles",
+                                   hint="only lab admins (lab.admins in nodes.yaml) can")
+        with self.store.tx() as conn:
+            profrows.set_pinned(conn, label, user if pin else None, self.clock(),
+                                shipped_profiles().get(label))
+        return {"label": label, "pinned_by": user if pin else None}
 
     def op_logs(self, user: str, id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
         if offset < 0 or max_bytes < 0:

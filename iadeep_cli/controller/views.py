@@ -6,6 +6,7 @@ views from the database directly and labels them with their age, so `iadeep stat
 from __future__ import annotations
 
 import sqlite3
+from typing import Callable
 
 from ..inventory import Inventory
 from ..jobs import ACTIVE, FINISHED, JobState, job_to_dict
@@ -18,15 +19,23 @@ UNFINISHED = tuple(s for s in JobState if s not in FINISHED)
 STALE_POLLS = 3
 DEFAULT_POLL_S = 10.0
 
+HIDDEN = "(hidden)"
+Reveal = Callable[[str], bool]   # may this reader see the env values of this owner's jobs?
 
-def list_jobs(conn: sqlite3.Connection, *, all_states: bool = False,
-              user: str | None = None) -> list[dict]:
+
+def _everyone(owner: str) -> bool:
+    return True
+
+
+def list_jobs(conn: sqlite3.Connection, *, all_states: bool = False, user: str | None = None,
+              reveal: Reveal = _everyone) -> list[dict]:
     states = None if all_states else UNFINISHED
-    return [job_to_dict(j) for j in jobrows.select(conn, states=states, owner=user)]
+    return [for_reader(job_to_dict(j), reveal)
+            for j in jobrows.select(conn, states=states, owner=user)]
 
 
-def show_job(conn: sqlite3.Connection, job_id: int) -> dict:
-    data = job_to_dict(jobrows.get(conn, job_id))
+def show_job(conn: sqlite3.Connection, job_id: int, reveal: Reveal = _everyone) -> dict:
+    data = for_reader(job_to_dict(jobrows.get(conn, job_id)), reveal)
     data["events"] = jobrows.events(conn, job_id)
     return data
 
@@ -50,6 +59,14 @@ def node_state(node: dict, stale_s: float, inventory: Inventory | None) -> str:
     if node["error"] is not None:
         return "down"
     return "stale" if node["age_s"] > stale_s else "up"
+
+
+def for_reader(job: dict, reveal: Reveal) -> dict:
+    """A job as one reader may see it: ``--env`` values (often tokens) only if ``reveal``
+    allows it for the job's owner (the owner and the admins); the names stay visible."""
+    if reveal(job["user"]):
+        return job
+    return {**job, "env": {name: HIDDEN for name in job["env"]}}
 
 
 def status(conn: sqlite3.Connection, now: float, inventory: Inventory | None = None) -> dict:

@@ -1,7 +1,7 @@
 """Every profile iadeep knows: the shipped H200 defaults, overridden by the lab's own.
 
-Read-only and database-direct (profiles are not scheduling state), so `iadeep profile list`
-works whether or not the controller runs.
+``profile_views`` is the one shape `iadeep profile list/show` print, whether it came from the
+controller, the database or the controller's public snapshot (``controller.offline``).
 """
 from __future__ import annotations
 
@@ -11,21 +11,23 @@ from .. import paths
 from .profiles import shipped_profiles
 
 
-def known_profiles() -> list[dict]:
-    """One dict per workload label: the profile's fields plus ``source`` and ``updated_at``."""
+def profile_views(conn=None) -> list[dict]:
+    """One dict per workload label: the profile's fields plus ``source``, ``updated_at``,
+    ``pinned_by``, ``pinned_at`` and its newest ``samples`` (job, user, time, verdict).
+    ``conn``: the state database, None for the shipped profiles alone."""
     merged = {name: {**asdict(p), "source": "shipped (H200)", "updated_at": None}
               for name, p in shipped_profiles().items()}
-    if paths.db_path().exists():
-        from ..store import Store, profiles as profrows
+    extra: dict[str, dict] = {}
+    if conn is not None:
+        from ..store import profiles as profrows
 
-        store = Store(readonly=True)
-        try:
-            with store.tx() as conn:
-                for profile, source, at in profrows.load_profiles(conn):
-                    merged[profile.workload] = {**asdict(profile), "source": source,
-                                                "updated_at": at}
-        finally:
-            store.close()
+        for profile, source, at in profrows.load_profiles(conn):
+            merged[profile.workload] = {**asdict(profile), "source": source, "updated_at": at}
+        extra = profrows.details(conn)
+    for name, view in merged.items():
+        found = extra.get(name, {})
+        view.update(pinned_by=found.get("pinned_by"), pinned_at=found.get("pinned_at"),
+                    samples=found.get("samples", []))
     return [merged[k] for k in sorted(merged)]
 
 

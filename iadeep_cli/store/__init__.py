@@ -5,17 +5,28 @@ queries, each a function of a connection, so they compose inside one transaction
 
     with store.tx() as conn:
         jobs.transition(conn, job_id, JobState.RUNNING, "started", "controller", now)
+
+The writer's store also guards the two ways a database goes bad under a running controller
+without SQLite noticing: a full disk (reported as one clear error, never half a transaction) and
+the file being removed or replaced (SQLite would keep writing into the unlinked inode, and
+everything accepted since would vanish at the next start).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Iterator
 
 from .. import paths
+from ..errors import StoreError
 from . import db
+
+PRIVATE = 0o600   # the database holds every job's env values and arguments
+_SIDE_FILES = ("", "-wal", "-shm")
 
 
 class Store:
@@ -24,6 +35,11 @@ class Store:
         self.readonly = readonly
         self._conn = db.connect(self.path, readonly=readonly)
         self._lock = threading.RLock()
+        self._identity = None if readonly else _file_id(self.path)
+        if not readonly:
+            for suffix in _SIDE_FILES:   # SQLite gives -wal/-shm the database's mode
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(f"{self.path}{suffix}", PRIVATE)
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -32,14 +48,78 @@ class Store:
             if self.readonly:
                 yield self._conn
                 return
+            lost = self.identity_problem()
+            if lost is not None:
+                raise lost
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                # A failed COMMIT (disk full) may leave the transaction open: end it, or every
+                # later BEGIN would fail too.
+                if self._conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                full = _full_error(exc, self.path.parent)
+                if full is None:
+                    raise
+                raise full from None
+
+    def identity_problem(self) -> StoreError | None:
+        """Why this store must stop writing: its file was removed or replaced, else None."""
+        if self.readonly or _file_id(self.path) == self._identity:
+            return None
+        return StoreError(
+            f"the controller's database {self.path} was removed or replaced while it ran; "
+            "it stopped writing to protect the jobs it holds",
+            hint=f"stop the controller, put {rescue_path(self.path)} (its copy of the jobs) "
+                 f"back at {self.path}, start it again")
+
+    def rescue(self) -> Path:
+        """Copy what this connection still sees (the unlinked file stays readable through it)
+        next to where the database was, so no accepted job is lost. Then remove its -wal and
+        -shm: SQLite finds those by name and would replay this database's pages into whatever
+        file is now at the path (a restored backup, another installation's database)."""
+        target = rescue_path(self.path)
+        with self._lock:
+            copy = sqlite3.connect(target)
+            try:
+                self._conn.backup(copy)
+            finally:
+                copy.close()
+            os.chmod(target, PRIVATE)
+            for suffix in _SIDE_FILES[1:]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+        return target
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def rescue_path(path: Path) -> Path:
+    return path.with_name(path.name + ".rescued")
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _full_error(exc: BaseException, where: Path) -> StoreError | None:
+    """The one error for "no room left in the state directory" (SQLite's SQLITE_FULL or an
+    ENOSPC/EDQUOT from writing a script copy), else None."""
+    full = (isinstance(exc, sqlite3.Error) and "disk is full" in str(exc)) or (
+        isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+    return state_dir_full(where) if full else None
+
+
+def state_dir_full(where: Path) -> StoreError:
+    return StoreError(f"the controller's state directory is full ({where}); "
+                      "it refuses new jobs until there is room again",
+                      hint=f"free space in {where}")

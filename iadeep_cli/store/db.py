@@ -92,6 +92,24 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN remote_start INTEGER;
     """,
+    # v5: where each learnt profile came from (one row per job sample, kept or rejected), and
+    # admins' pins (a pinned profile is never changed by learning).
+    """
+    ALTER TABLE profiles ADD COLUMN pinned_by TEXT;
+    ALTER TABLE profiles ADD COLUMN pinned_at REAL;
+    CREATE TABLE profile_samples (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        gpu_model TEXT NOT NULL,
+        workload TEXT NOT NULL,
+        data TEXT NOT NULL,
+        job_id INTEGER,
+        owner TEXT,
+        at REAL NOT NULL,
+        accepted INTEGER NOT NULL,
+        note TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX profile_samples_key ON profile_samples(gpu_model, workload, id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -87,8 +87,9 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job:
 
 def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
            owner: str | None = None, limit: int | None = None,
-           node: str | None = None) -> list[Job]:
-    """Jobs filtered by state, owner and node, oldest first (the queue's natural order)."""
+           node: str | None = None, last: int | None = None) -> list[Job]:
+    """Jobs filtered by state, owner and node, oldest first (the queue's natural order);
+    ``limit`` keeps the oldest, ``last`` the newest of them."""
     where, params = [], []
     if states is not None:
         states = list(states)
@@ -98,10 +99,12 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
         if value is not None:
             where.append(f"{column}=?")
             params.append(value)
-    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    return [job_from_row(r) for r in conn.execute(sql, params)]
+    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY id DESC" if last is not None else " ORDER BY id"
+    if limit is not None or last is not None:
+        sql += f" LIMIT {int(last if last is not None else limit)}"
+    found = [job_from_row(r) for r in conn.execute(sql, params)]
+    return found[::-1] if last is not None else found
 
 
 def with_extra(conn: sqlite3.Connection, key: str) -> list[Job]:

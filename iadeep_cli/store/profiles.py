@@ -1,18 +1,26 @@
 """Interference data measured in this lab: workload profiles and co-location speeds.
 
 These take precedence over the shipped H200 data for their GPU model when the model is fitted.
+Profiles learnt from jobs change only through ``learn`` (see ``model.learning``): every sample
+is kept with its job, owner and time, accepted or not, so ``iadeep profile show`` can say where
+a profile came from.
 """
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from ..errors import NotFoundError
+from ..model import learning
 from ..model.profiles import CoLocation, Profile
+
+SHOWN_SAMPLES = 20   # per profile, newest first, in `iadeep profile show`
 
 
 def upsert_profile(conn: sqlite3.Connection, profile: Profile, now: float,
                    source: str = "measured") -> None:
+    """Write a profile's values (a pin on it stays)."""
     conn.execute(
         "INSERT INTO profiles (gpu_model, workload, data, source, updated_at) "
         "VALUES (?, ?, ?, ?, ?) ON CONFLICT(gpu_model, workload) DO UPDATE SET "
@@ -24,6 +32,97 @@ def load_profiles(conn: sqlite3.Connection) -> list[tuple[Profile, str, float]]:
     """(profile, source, updated_at) for every stored profile."""
     rows = conn.execute("SELECT data, source, updated_at FROM profiles ORDER BY workload")
     return [(Profile(**json.loads(r["data"])), r["source"], r["updated_at"]) for r in rows]
+
+
+def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str, now: float,
+          shipped: Profile | None = None) -> tuple[Profile | None, str]:
+    """Merge one job's sample into its profile, or reject it (pinned profile, outlier).
+
+    Returns (the profile now in effect if it changed, else None; what happened, for the log).
+    Each sample is kept with a note: why it was rejected, or where a seed came from.
+    The first sample of a profile is compared with what was in effect before it: the lab's
+    earlier profile, else the shipped one measured on the same GPU model (``shipped``).
+    """
+    key = (sample.gpu_model, sample.workload)
+    row = conn.execute("SELECT data, source, pinned_by FROM profiles "
+                       "WHERE gpu_model=? AND workload=?", key).fetchone()
+    if row is not None and row["pinned_by"]:
+        note = f"pinned by {row['pinned_by']}"
+        _add_sample(conn, sample, job_id, owner, now, False, note)
+        return None, f"rejected: {note}"
+    history = [Profile(**json.loads(r["data"])) for r in reversed(conn.execute(
+        "SELECT data FROM profile_samples WHERE gpu_model=? AND workload=? AND accepted=1 "
+        "ORDER BY id DESC LIMIT ?", (*key, learning.WINDOW)).fetchall())]
+    if not history:
+        seed, origin = _in_effect(row, shipped, sample.gpu_model)
+        if seed is not None:
+            _add_sample(conn, seed, None, None, now, True, f"in effect before learning: {origin}")
+            history = [seed]
+    reason = learning.outlier_reason(sample, history)
+    if reason is not None:
+        note = f"outlier: {reason}"
+        _add_sample(conn, sample, job_id, owner, now, False, note)
+        return None, f"rejected: {note}"
+    _add_sample(conn, sample, job_id, owner, now, True, "")
+    window = (history + [sample])[-learning.WINDOW:]
+    profile = learning.merged(window)
+    source = (f"job {job_id} ({owner})" if len(window) == 1 else
+              f"median of {len(window)} samples, last job {job_id} ({owner})")
+    upsert_profile(conn, profile, now, source)
+    return profile, f"merged: {source}"
+
+
+def _in_effect(row: sqlite3.Row | None, shipped: Profile | None, gpu_model: str
+               ) -> tuple[Profile | None, str]:
+    """The profile a first sample is judged against. A shipped solo rate is another program's
+    (other batch size): it must not become this lab's, so it is dropped."""
+    if row is not None:
+        return Profile(**json.loads(row["data"])), row["source"]
+    if shipped is not None and shipped.gpu_model == gpu_model:
+        return replace(shipped, solo_it_per_s=None), "shipped profile"
+    return None, ""
+
+
+def _add_sample(conn: sqlite3.Connection, sample: Profile, job_id: int | None,
+                owner: str | None, now: float, accepted: bool, note: str) -> None:
+    conn.execute("INSERT INTO profile_samples (gpu_model, workload, data, job_id, owner, at, "
+                 "accepted, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                 (sample.gpu_model, sample.workload, json.dumps(asdict(sample)), job_id, owner,
+                  now, int(accepted), note))
+
+
+def set_pinned(conn: sqlite3.Connection, workload: str, by: str | None, now: float,
+               shipped: Profile | None = None) -> None:
+    """Pin (``by``: the admin) or unpin (``by`` None) every GPU model's profile of
+    ``workload``. Pinning a label the lab never learnt pins a copy of its ``shipped`` profile
+    (without its solo rate, see ``_in_effect``)."""
+    if conn.execute("SELECT 1 FROM profiles WHERE workload=?", (workload,)).fetchone() is None:
+        if shipped is None:
+            raise NotFoundError(f"no profile named {workload!r}",
+                                hint="`iadeep profile list` shows every label")
+        if by:
+            upsert_profile(conn, replace(shipped, solo_it_per_s=None), now, "shipped profile")
+    conn.execute("UPDATE profiles SET pinned_by=?, pinned_at=? WHERE workload=?",
+                 (by, now if by else None, workload))
+
+
+def details(conn: sqlite3.Connection) -> dict[str, dict]:
+    """Per workload label: pin and the newest samples (any GPU model), for the views."""
+    out: dict[str, dict] = {}
+    for r in conn.execute("SELECT workload, pinned_by, pinned_at FROM profiles "
+                          "WHERE pinned_by IS NOT NULL"):
+        out.setdefault(r["workload"], {"samples": []}).update(pinned_by=r["pinned_by"],
+                                                               pinned_at=r["pinned_at"])
+    rows = conn.execute(
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY workload ORDER BY id DESC) "
+        "AS n FROM profile_samples) WHERE n <= ? ORDER BY id DESC", (SHOWN_SAMPLES,))
+    for r in rows:
+        data = json.loads(r["data"])
+        out.setdefault(r["workload"], {"samples": []})["samples"].append({
+            "at": r["at"], "job": r["job_id"], "user": r["owner"], "gpu_model": r["gpu_model"],
+            "accepted": bool(r["accepted"]), "note": r["note"],
+            **{k: data[k] for k in ("gpu_util", "mem_util", "peak_mem_gib")}})
+    return out
 
 
 def add_colocation(conn: sqlite3.Connection, obs: CoLocation, now: float) -> None:
