@@ -7,6 +7,7 @@ import time
 from typing import Iterable, Sequence
 
 from ..checks import escape as safe   # what users typed, made printable
+from ..checks import escaped as clean  # noqa: F401  (used by the commands as render.clean)
 
 
 def duration(seconds: float | None) -> str:
