@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from iadeep_cli.errors import NodeError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes import launcher as L
@@ -193,11 +194,22 @@ def test_local_jobs_get_exact_arguments_and_exit_codes(local_pool, tmp_path):
                            for r in L.reconcile(local_pool, "here", [11, 12]).values()))
     got = L.reconcile(local_pool, "here", [11, 12, 13])
     assert (got[11].exit_code, got[12].exit_code, got[13]) == (0, 7, L.RemoteJob("missing"))
-    log, offset = L.read_log(local_pool, "here", 11)
+    whole = L.read_log(local_pool, "here", 11)
+    log = whole.data
     assert log.decode() == "".join(f"ARG<{a}>\n" for a in args) + "GPUS<1> JOB<11>\n"
-    assert offset == len(log) and not pwned.exists()
-    assert L.read_log(local_pool, "here", 11, 4, 6) == (log[4:10], 10)
+    assert whole.offset == whole.size == len(log) and not pwned.exists()
+    assert L.read_log(local_pool, "here", 11, 4, 6) == L.LogChunk(log[4:10], 10, len(log))
     assert (tmp_path / "wd" / "jobs" / "11").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda p: os.symlink("/dev/zero", p)])
+def test_a_local_log_that_is_not_a_regular_file_is_refused(local_pool, tmp_path, make):
+    """Read locally without following links or blocking: a FIFO or /dev/zero is refused."""
+    d = tmp_path / "wd" / "jobs" / "14"
+    d.mkdir(parents=True)
+    make(str(d / "log"))
+    with pytest.raises(NodeError, match="not a regular file"):
+        L.read_log(local_pool, "here", 14, 0, 2 ** 31)
 
 
 def test_a_running_local_job_is_on_its_gpu_then_cancelled(local_pool, fake_nvml, tmp_path):
@@ -205,7 +217,7 @@ def test_a_running_local_job_is_on_its_gpu_then_cancelled(local_pool, fake_nvml,
     running, script = job(tmp_path, 21, "#!/bin/sh\necho up\nsleep 30\n")
     res = L.launch(local_pool, "here", running, [1], script)
     assert L.launch(local_pool, "here", running, [1], script).already_started
-    wait_until(lambda: L.read_log(local_pool, "here", 21)[0] == b"up\n")
+    wait_until(lambda: L.read_log(local_pool, "here", 21).data == b"up\n")
     snap = local_pool.poll("here")
     assert snap.ok
     gpu0, gpu1 = snap.gpus
@@ -233,7 +245,7 @@ def test_a_relative_workdir_is_under_home_as_over_ssh(fake_nvml, monkeypatch, tm
         try:
             running, script = job(tmp_path, 31, "#!/bin/sh\necho up\nsleep 30\n")
             L.launch(pool, "here", running, [0], script)
-            wait_until(lambda: L.read_log(pool, "here", 31)[0] == b"up\n")
+            wait_until(lambda: L.read_log(pool, "here", 31).data == b"up\n")
             assert (home / "rel-wd" / "jobs" / "31" / "pid").is_file()
             assert not (elsewhere / "rel-wd").exists()
             assert any(p.job_id == 31 for p in pool.poll("here").gpus[0].processes)

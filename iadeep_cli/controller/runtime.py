@@ -41,7 +41,7 @@ class Controller:
 
     def _make_loop(self):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
-        from ..nodes.launcher import log_size, read_log
+        from ..nodes.launcher import read_log
         from ..nodes.poller import NodePool
         from .loop import SchedulingLoop
 
@@ -54,9 +54,7 @@ class Controller:
                         backoff_max=min(60.0, max(5.0, self.inventory.node_grace_s)))
 
         def logs(job, offset: int, max_bytes: int) -> dict:
-            data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
-            size = log_size(pool, job.node, job.id) if len(data) == max_bytes else nxt
-            return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
+            return read_log(pool, job.node, job.id, offset, max_bytes).reply()
 
         self.service.log_reader = logs
         return SchedulingLoop(self.store, self.inventory, pool, self.scripts_dir,
