@@ -7,6 +7,7 @@ time out, and none of it costs the node its SSH connection (a poll right after s
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from controllers import wait_until
 from sshd import _descendants
+from test_ssh_hostkeys import iadeep
 
 from iadeep_cli.errors import InputError, NodeError
 from iadeep_cli.jobs import Job, JobSpec, JobState
@@ -161,6 +163,28 @@ def test_clean_finished_refuses_a_jobs_dir_that_is_a_symlink(pool, tmp_path):
         jobs.unlink()
         if moved.exists():
             moved.rename(jobs)
+
+
+# ------------------------------------------------------------------------------ GPU values
+def test_a_node_reporting_garbage_reads_as_not_available(pool):
+    """The stand-in nvidia-smi's ``hostile`` mode: NaN, Infinity, negative and absurd values, a
+    terminal escape in the name, pids that are not pids."""
+    pool.cluster.node("node01").set_fake(mode="hostile")
+    snap = pool.poll("node01")
+    assert snap.ok, snap.error
+    (g,) = snap.gpus
+    assert (g.memory_used_mib, g.memory_free_mib, g.utilization_gpu, g.utilization_memory,
+            g.temperature_c, g.power_draw_w, g.power_limit_w) == (None,) * 7
+    assert g.memory_total_mib == 143771 and g.name == "NVIDIA H200?[2J"
+    # the fixture's 14 processes (pids 450-463) less the 3 whose pid is not a pid; the stand-in
+    # also lists any iadeep job running on this machine
+    fixture = [p for p in g.processes if 450 <= p.pid <= 463]
+    assert len(fixture) == 14 - 3 and all(p.pid > 0 for p in g.processes)
+    assert sum(p.used_memory_mib is None for p in fixture) == 2
+    res = iadeep("nodes", "check", "--inventory", str(pool.cluster.inventory_path), "--json")
+    assert res.returncode == 0, res.stderr
+    (node,) = json.loads(res.stdout, parse_constant=lambda token: pytest.fail(token))
+    assert node["gpus"][0]["utilization_gpu"] is None and "\x1b" not in res.stdout
 
 
 # ------------------------------------------------------------------------------ logs

@@ -109,6 +109,18 @@ def test_unsupported_counters_become_none_and_the_node_stays_ok(fake_nvml, tmp_p
     assert all(p.sm_util is None for p in gpu.processes)   # not supported: no figure
 
 
+def test_garbage_from_the_driver_is_not_available(fake_nvml, tmp_path):
+    """NVML's unsigned fields read 0xFFFFFFFF on a confused driver: 4294967295 % busy, a
+    4.3 MW draw.  Like a remote node's values, they are bounded: "not available"."""
+    fake_nvml("garbage")
+    (gpu,) = poll_local("here", str(tmp_path)).gpus
+    assert (gpu.utilization_gpu, gpu.utilization_memory, gpu.temperature_c, gpu.power_draw_w,
+            gpu.power_limit_w) == (None, None, None, None, None)
+    assert gpu.memory_total_mib == float(fixture_gpu("loaded")["mem_total"])
+    assert gpu.name == fixture_gpu("loaded")["name"] + "?[2J"
+    assert gpu.processes and all(p.sm_util is None for p in gpu.processes)
+
+
 def test_no_driver_is_a_per_node_error(fake_nvml, tmp_path):
     fake_nvml("noinit")
     snap = poll_local("here", str(tmp_path))

@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Iterable, Sequence
 
+from ..snapshot import json_safe
+
 
 def duration(seconds: float | None) -> str:
     """Short human duration: 42s, 5m, 3h12m, 2d4h."""
@@ -44,7 +46,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) ->
 
 
 def as_json(data: object) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False))
+    """Standard JSON only: non-finite numbers print as null."""
+    print(json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False))
 
 
 def stale_note(stale_since: float | None) -> None:
