@@ -469,11 +469,13 @@ class SshConnection:
                 if max_bytes <= 0 or offset >= size:
                     return b"", size
                 with sftp.open(remote, "rb") as f:
-                    # Swapped for a link to a device since the lstat? (fstat of what is open)
-                    regular_size(self.node.name, remote, f.stat())
-                    f.seek(offset)
-                    data = f.read(max_bytes)
-                return data, max(size, offset + len(data))
+                    # What is open: still a regular file (not swapped for a link to a device
+                    # since the lstat), and its size now.  Pipelined requests (readv), none
+                    # past that size.
+                    size = regular_size(self.node.name, remote, f.stat())
+                    want = min(max_bytes, size - offset)
+                    data = b"".join(f.readv([(offset, want)])) if want > 0 else b""
+                return data, size
         except FileNotFoundError:
             return None
 
