@@ -1,8 +1,6 @@
 """Jobs on a real sshd node: quoting, detach, idempotent launch, cancel, reconcile, logs."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from iadeep_cli.errors import NotFoundError
@@ -23,6 +21,7 @@ TRICKY = ("a b", "$(touch /tmp/iadeep-pwned)", "x;y", "q'u\"o`t`e", "new\nline",
 
 
 from controllers import wait_until  # noqa: E402
+from test_node_untrusted_sshd import running  # noqa: E402
 
 
 def make_job(tmp_path, job_id, body, **spec):
@@ -36,27 +35,6 @@ def pool(sshd_cluster):
     c = sshd_cluster(2, key="jobs")
     with NodePool(c.inventory, connect_timeout=3, command_timeout=10, backoff_base=0) as p:
         yield p
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (the test nodes share this machine's /proc)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] not in "ZX"
-    except (OSError, IndexError):
-        return False
-
-
-def tagged(job_id: int) -> list[int]:
-    """Live processes whose environment carries IADEEP_JOB_ID=job_id."""
-    want = f"IADEEP_JOB_ID={job_id}".encode()
-    out = []
-    for env in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if want in env.read_bytes().split(b"\0") and running(int(env.parent.name)):
-                out.append(int(env.parent.name))
-        except OSError:
-            continue
-    return out
 
 
 def finished(pool, job_id):
@@ -137,7 +115,8 @@ def test_read_log_offsets(pool, tmp_path):
     a = L.read_log(pool, "node01", 106, 0, 4)
     b = L.read_log(pool, "node01", 106, a.offset, 100)
     c = L.read_log(pool, "node01", 106, b.offset, 100)
-    assert (a.data + b.data, a.offset, b.offset, c.data, c.offset) == (b"abcdefghij", 4, 10, b"", 10)
+    assert (a.data + b.data, a.offset, b.offset, c.data, c.offset) == (b"abcdefghij", 4, 10,
+                                                                       b"", 10)
     assert a.size == b.size == c.size == 10
     with pytest.raises(NotFoundError):
         L.read_log(pool, "node01", 999)

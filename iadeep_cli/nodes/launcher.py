@@ -148,7 +148,8 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
     """Stop the job: TERM its process group and every process tagged with it (see _TAGGED: a
     daemon it forked into a new session, or a job that deleted its pid file, is found all the
     same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
-    leftovers).  Returns "terminated" | "killed" | "not-running" | "missing" (never launched)."""
+    leftovers).  Returns "terminated" | "killed" | "not-running" | "missing" (no pid file and
+    nothing of the job runs: never launched)."""
     d = job_dir(pool.node(node).workdir, job_id)
     steps = max(1, int(grace_s * 5))
     script = (
@@ -158,6 +159,7 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
         + _TAGGED +
         'g=""\n'
         'if [ -f "$d/pid" ]; then\n' + _IS_OURS + '[ "$ours" = 1 ] && g=$p; fi\n'
+        # alive: is anything of the job left (sets $t, its tagged pids); hit SIG: signal it all
         'alive() { t=$(tagged); [ -n "$t" ] || { [ -n "$g" ] && kill -0 "-$g" 2>/dev/null; }; }\n'
         'hit() { [ -n "$g" ] && kill -"$1" "-$g" 2>/dev/null; [ -z "$t" ] || kill -"$1" $t '
         "2>/dev/null; }\n"
