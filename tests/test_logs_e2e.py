@@ -6,6 +6,7 @@ lines; --all the whole log, byte for byte, in bounded chunks (UTF-8 cut at no ch
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,16 @@ def test_a_log_of_one_long_line_still_shows_its_end(lab, tmp_path):
     # (text mode reads the carriage returns as newlines)
     assert out.stdout.endswith("019999") and len(out.stdout) == 64 * 1024
     assert "earlier output omitted" in out.stderr
+    # the job's log replaced by a FIFO: a one-line error, and the node still answers
+    (log_file,) = Path(lab.cluster.workdir).glob(f"*/node01/jobs/{job}/log")
+    log_file.unlink()
+    os.mkfifo(log_file)
+    fifo = cli(lab.home, "logs", str(job))
+    assert fifo.returncode == 1 and fifo.stderr.startswith("Error: node node01: ")
+    assert "is a FIFO, not a regular file" in fifo.stderr and len(fifo.stderr.splitlines()) == 1
+    assert cli(lab.home, "logs", str(job), "--all").returncode == 1
+    status = json.loads(cli(lab.home, "status", "--json", check=True).stdout)
+    assert status["nodes"][0]["error"] is None
 
 
 @pytest.mark.parametrize("args, needle", [
