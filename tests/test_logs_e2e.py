@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,15 @@ seq -f '{LINE.replace("{:06d}", "%06g")}' 1 {LINES}
 echo '{ERROR}' >&2
 exit 1
 """
+
+
+def log_file(lab, job: int) -> Path:
+    """The job's log on the test node (the node's workdir is on this machine)."""
+    db = sqlite3.connect(lab.home / "iadeep.db")
+    install_id = json.loads(db.execute("SELECT value FROM meta WHERE key='install_id'")
+                            .fetchone()[0])
+    db.close()
+    return Path(lab.cluster.workdir) / install_id / "node01" / "jobs" / str(job) / "log"
 
 
 @pytest.fixture
@@ -42,8 +52,7 @@ def test_a_multi_megabyte_log(lab, tmp_path):
     home = lab.home
     job = int(cli(home, "queue", "add", str(script), check=True).stdout)
     wait_until(lambda: jobs_by_id(home)[job]["state"] == "failed", limit=60)
-    (log_file,) = Path(lab.cluster.workdir).glob(f"*/node01/jobs/{job}/log")
-    whole = log_file.read_bytes()
+    whole = log_file(lab, job).read_bytes()
     lines = [LINE.format(i) + "\n" for i in range(1, LINES + 1)] + [ERROR + "\n"]
     assert whole.decode() == "".join(lines) and len(whole) > 10 * 2 ** 20
 
@@ -74,9 +83,8 @@ def test_a_log_of_one_long_line_still_shows_its_end(lab, tmp_path):
     assert out.stdout.endswith("019999") and len(out.stdout) == 64 * 1024
     assert "earlier output omitted" in out.stderr
     # the job's log replaced by a FIFO: a one-line error, and the node still answers
-    (log_file,) = Path(lab.cluster.workdir).glob(f"*/node01/jobs/{job}/log")
-    log_file.unlink()
-    os.mkfifo(log_file)
+    log_file(lab, job).unlink()
+    os.mkfifo(log_file(lab, job))
     fifo = cli(lab.home, "logs", str(job))
     assert fifo.returncode == 1 and fifo.stderr.startswith("Error: node node01: ")
     assert "is a FIFO, not a regular file" in fifo.stderr and len(fifo.stderr.splitlines()) == 1
