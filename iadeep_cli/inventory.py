@@ -61,6 +61,7 @@ class Inventory:
     policy: Policy = field(default_factory=Policy)
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
     default_retries: int = 0
+    job_dir_retention_s: float = 7 * 86400   # finished jobs' directories on nodes kept this long
     path: Path | None = None
 
     def node(self, name: str) -> Node | None:
@@ -214,6 +215,24 @@ def _user_limits(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, UserLimit]
     return out
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(ctx: _Ctx, node: yaml.Node, where: str) -> float:
+    """Seconds, given as a number or as ``90s``, ``30m``, ``12h``, ``7d``."""
+    value = _scalar(ctx, node, where)
+    text = str(value).strip()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        seconds = -1.0
+    if isinstance(value, bool) or not 0 <= seconds < float("inf"):
+        raise ctx.fail(node, where, f"expected a duration such as 7d, 12h, 30m or 3600, "
+                                    f"got {value!r}")
+    return seconds
+
+
 _LAB_FIELDS = {
     "admins": _str_list,
     "poll_interval": _within(_num, lambda v: v >= MIN_POLL_INTERVAL_S,
@@ -221,7 +240,7 @@ _LAB_FIELDS = {
     "node_grace": _within(_num, lambda v: v > 0, "seconds > 0"),
     "default_retries": _count,
     "policy": lambda ctx, n, w: Policy(**_mapping(ctx, n, w, _POLICY_FIELDS)),
-    "user_limits": _user_limits,
+    "user_limits": _user_limits, "job_dir_retention": _duration,
 }
 
 
@@ -287,6 +306,7 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         policy=lab.get("policy", Policy()),
         user_limits=lab.get("user_limits", {}),
         default_retries=lab.get("default_retries", 0),
+        job_dir_retention_s=lab.get("job_dir_retention", 7 * 86400),
         path=path,
     )
 

@@ -7,6 +7,7 @@ An unreachable node is a ``NodeSnapshot`` with ``error`` set, never an exception
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -123,6 +124,19 @@ class ClusterSnapshot:
         snap = self.node(node or "")
         return next((g for g in (snap.gpus if snap and snap.ok else ()) if g.index == index),
                     None)
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, +-Infinity) as None ("not available"), so it
+    dumps as standard JSON (``allow_nan=False``): a database written before values were
+    validated, or a ratio of nothing, must not print what strict parsers reject."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v) for v in data]
+    return data
 
 
 def to_dict(obj: Any) -> dict:

@@ -1,10 +1,12 @@
 """The poll parser against real H200 nvidia-smi output and hand-made variants of it."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from iadeep_cli.nodes.gpu import (APP_FIELDS, GPU_FIELDS, MARK, job_map, parse_poll,
-                                  poll_script, remote_path)
+from iadeep_cli.nodes.gpu import (APP_FIELDS, GPU_FIELDS, MARK, MAX_APPS, MAX_GPUS, MAX_TEXT,
+                                  job_map, parse_poll, poll_script, remote_path)
 from iadeep_cli.snapshot import RemoteJob
 
 GPU_IDLE = "h200-idle-query-gpu-full.csv-noheader-nounits.txt"
@@ -126,3 +128,84 @@ def test_inventory_gpu_subset(smi_fixture):
 def test_remote_path_quotes_but_keeps_home():
     assert remote_path("~/.iadeep") == '"$HOME"/.iadeep'
     assert remote_path("/a b/$(x)") == "'/a b/$(x)'"
+
+
+# ----------------------------------------------------------------- untrusted values (issue 9.10)
+def strict_json(text: str):
+    """json.loads that refuses NaN/Infinity, as strict parsers (jq, JavaScript) do."""
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("field, raw", [
+    ("memory.used", "NaN"), ("memory.free", "-5"), ("utilization.gpu", "inf"),
+    ("utilization.memory", "101"), ("temperature.gpu", "1e400"), ("power.draw", "-Infinity"),
+    ("power.limit", "9e99"), ("memory.total", "1e12"),
+])
+def test_non_finite_negative_or_absurd_values_are_not_available(smi_fixture, field, raw):
+    parts = smi_fixture(GPU_LOADED).strip().split(", ")
+    parts[GPU_FIELDS.index(field)] = raw
+    g = parse_poll("n1", output(", ".join(parts))).gpus[0]
+    attr = {"memory.used": "memory_used_mib", "memory.free": "memory_free_mib",
+            "utilization.gpu": "utilization_gpu", "utilization.memory": "utilization_memory",
+            "temperature.gpu": "temperature_c", "power.draw": "power_draw_w",
+            "power.limit": "power_limit_w", "memory.total": "memory_total_mib"}[field]
+    assert getattr(g, attr) is None
+    assert g.name == "NVIDIA H200" and g.memory_used_mib in (None, 64172.0)
+
+
+def test_strings_are_cut_and_made_safe_for_terminals(smi_fixture):
+    parts = smi_fixture(GPU_LOADED).strip().split(", ")
+    parts[GPU_FIELDS.index("name")] = "NVIDIA H200\x1b[2J" + "X" * 5000
+    apps = smi_fixture(APPS_LOADED).replace("/opt/torch/.venv/bin/python3",
+                                            "/bin/\x1b]0;owned\x07" + "y" * 10_000, 1)
+    snap = parse_poll("n1", output(", ".join(parts), apps))
+    g = snap.gpus[0]
+    assert g.name.startswith("NVIDIA H200?[2J") and len(g.name) == MAX_TEXT
+    names = [p.name for p in g.processes]
+    assert max(map(len, names)) == MAX_TEXT
+    assert not any(c in name for name in [g.name, *names] for c in "\x1b\x07")
+
+
+def test_rows_that_are_not_processes_are_skipped(smi_fixture):
+    lines = smi_fixture(APPS_LOADED).splitlines()
+    pids = ["nan", "-7", "1e30", "0", "45.5"]
+    for i, pid in enumerate(pids):
+        lines[i] = pid + lines[i][3:]     # the fixture's pids have three digits
+    row = lines[6].split(", ")
+    lines[6] = ", ".join([*row[:3], "NaN", *row[4:]])
+    procs = parse_poll("n1", output(smi_fixture(GPU_LOADED), "\n".join(lines))).gpus[0].processes
+    assert len(procs) == len(lines) - len(pids)
+    assert sum(p.used_memory_mib is None for p in procs) == 1
+    assert all(isinstance(p.pid, int) and p.pid > 0 for p in procs)
+
+
+@pytest.mark.parametrize("index", ["-1", "1.5", "nan", "4096"])
+def test_a_gpu_without_a_valid_index_is_an_error(smi_fixture, index):
+    row = smi_fixture(GPU_IDLE).strip().split(", ")
+    row[0] = index
+    assert "valid index" in parse_poll("n1", output(", ".join(row))).error
+
+
+def test_row_counts_are_bounded(smi_fixture):
+    row = smi_fixture(GPU_IDLE).strip()
+    many = "\n".join(row.replace("0, GPU-", f"{i}, GPU-", 1) for i in range(MAX_GPUS + 1))
+    assert f"more than {MAX_GPUS} rows" in parse_poll("n1", output(many)).error
+    app = smi_fixture(APPS_LOADED).splitlines()[0]
+    flood = "\n".join([app] * (MAX_APPS + 1))
+    assert f"more than {MAX_APPS} rows" in parse_poll("n1", output(row, flood)).error
+
+
+def test_json_output_is_standard(capsys):
+    from iadeep_cli.cli.render import as_json
+    from iadeep_cli.snapshot import GpuSample, NodeSnapshot, to_dict
+
+    # As a database written before values were validated could hold them:
+    snap = NodeSnapshot("n1", 1.0, gpus=(GpuSample(0, "u", "g", utilization_gpu=float("nan"),
+                                                   power_draw_w=float("inf")),))
+    as_json({"nodes": [to_dict(snap)], "speeds": (float("-inf"), 0.5)})
+    data = strict_json(capsys.readouterr().out)
+    assert data["nodes"][0]["gpus"][0]["utilization_gpu"] is None
+    assert data["nodes"][0]["gpus"][0]["power_draw_w"] is None
+    assert data["speeds"] == [None, 0.5]

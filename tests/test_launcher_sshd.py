@@ -1,7 +1,6 @@
 """Jobs on a real sshd node: quoting, detach, idempotent launch, cancel, reconcile, logs."""
 from __future__ import annotations
 
-
 import pytest
 
 from iadeep_cli.errors import NotFoundError
@@ -22,6 +21,7 @@ TRICKY = ("a b", "$(touch /tmp/iadeep-pwned)", "x;y", "q'u\"o`t`e", "new\nline",
 
 
 from controllers import wait_until  # noqa: E402
+from test_node_untrusted_sshd import running  # noqa: E402
 
 
 def make_job(tmp_path, job_id, body, **spec):
@@ -47,7 +47,7 @@ def test_user_values_reach_the_job_exactly(pool, tmp_path):
                            workdir=str(tmp_path))
     res = L.launch(pool, "node01", job, [1, 3], script)
     wait_until(lambda: finished(pool, 101))
-    log, _ = L.read_log(pool, "node01", 101)
+    log = L.read_log(pool, "node01", 101).data
     want = "".join(f"ARG<{a}>\n" for a in TRICKY) + "".join(
         f"{k}<{v}>\n" for k, v in (("IADEEP_JOB_ID", "101"), ("IADEEP_JOB_NAME", job.name),
                                    ("IADEEP_PROGRESS_FILE", f"{res.job_dir}/progress"),
@@ -79,7 +79,7 @@ def test_cancel_kills_after_grace(pool, tmp_path):
     job, script = make_job(tmp_path, 103, "#!/bin/sh\ntrap '' TERM\necho ready\n"
                                           "while :; do sleep 0.1; done\n")
     res = L.launch(pool, "node01", job, [0], script)
-    wait_until(lambda: L.read_log(pool, "node01", 103)[0] == b"ready\n")
+    wait_until(lambda: L.read_log(pool, "node01", 103).data == b"ready\n")
     assert L.cancel(pool, "node01", 103, grace_s=0.5) == "killed"
     assert L.reconcile(pool, "node01", [103])[103] == L.RemoteJob("exited", 137, res.pid)
     assert L.cancel(pool, "node01", 103, grace_s=0.5) == "not-running"
@@ -112,10 +112,12 @@ def test_read_log_offsets(pool, tmp_path):
     job, script = make_job(tmp_path, 106, "#!/bin/sh\nprintf 'abcdefghij'\n")
     L.launch(pool, "node01", job, [0], script)
     wait_until(lambda: finished(pool, 106))
-    a, off = L.read_log(pool, "node01", 106, 0, 4)
-    b, off2 = L.read_log(pool, "node01", 106, off, 100)
-    c, off3 = L.read_log(pool, "node01", 106, off2, 100)
-    assert (a + b, off, off2, c, off3) == (b"abcdefghij", 4, 10, b"", 10)
+    a = L.read_log(pool, "node01", 106, 0, 4)
+    b = L.read_log(pool, "node01", 106, a.offset, 100)
+    c = L.read_log(pool, "node01", 106, b.offset, 100)
+    assert (a.data + b.data, a.offset, b.offset, c.data, c.offset) == (b"abcdefghij", 4, 10,
+                                                                       b"", 10)
+    assert a.size == b.size == c.size == 10
     with pytest.raises(NotFoundError):
         L.read_log(pool, "node01", 999)
 
@@ -129,7 +131,7 @@ def test_a_script_named_like_a_control_file_runs_normally(pool, tmp_path, name):
     assert not L.launch(pool, "node01", job, [0], script).already_started
     wait_until(lambda: finished(pool, job_id))
     assert L.reconcile(pool, "node01", [job_id])[job_id].exit_code == 4
-    assert L.read_log(pool, "node01", job_id)[0] == b"7 exited 1 0\n"
+    assert L.read_log(pool, "node01", job_id).data == b"7 exited 1 0\n"
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_job(pool, tmp_path):
@@ -144,7 +146,13 @@ def test_a_reused_pid_is_not_mistaken_for_the_job(pool, tmp_path):
     assert int(pid) == res.pid and start.isdigit()
     pool.run("node01", ["sh", "-c", f"echo '{pid} 1' > {d}/pid"])   # same pid, other process
     assert L.reconcile(pool, "node01", [130])[130] == L.RemoteJob("exited", None, res.pid)
-    assert L.cancel(pool, "node01", 130, grace_s=1) == "not-running"
-    assert pool.run("node01", ["kill", "-0", pid])[0] == 0          # the "stranger" lives on
-    pool.run("node01", ["sh", "-c", f"echo '{pid} {start}' > {d}/pid"])
-    assert L.cancel(pool, "node01", 130, grace_s=1) == "terminated"
+    # A real stranger in that pid file: cancel leaves it alone, and still finds the job by the
+    # tags in its environment.
+    _, stranger, _ = pool.run("node01", ["sh", "-c", "setsid sleep 30 >/dev/null 2>&1 & echo $!"])
+    pool.run("node01", ["sh", "-c", f"echo '{stranger.strip()} 1' > {d}/pid"])
+    try:
+        assert L.cancel(pool, "node01", 130, grace_s=1) == "terminated"
+        assert pool.run("node01", ["kill", "-0", stranger.strip()])[0] == 0   # lives on
+        assert not running(int(pid))
+    finally:
+        pool.run("node01", ["kill", stranger.strip()])

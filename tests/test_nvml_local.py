@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from iadeep_cli.errors import NodeError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes import launcher as L
@@ -108,6 +109,18 @@ def test_unsupported_counters_become_none_and_the_node_stays_ok(fake_nvml, tmp_p
     assert all(p.sm_util is None for p in gpu.processes)   # not supported: no figure
 
 
+def test_garbage_from_the_driver_is_not_available(fake_nvml, tmp_path):
+    """NVML's unsigned fields read 0xFFFFFFFF on a confused driver: 4294967295 % busy, a
+    4.3 MW draw.  Like a remote node's values, they are bounded: "not available"."""
+    fake_nvml("garbage")
+    (gpu,) = poll_local("here", str(tmp_path)).gpus
+    assert (gpu.utilization_gpu, gpu.utilization_memory, gpu.temperature_c, gpu.power_draw_w,
+            gpu.power_limit_w) == (None, None, None, None, None)
+    assert gpu.memory_total_mib == float(fixture_gpu("loaded")["mem_total"])
+    assert gpu.name == fixture_gpu("loaded")["name"] + "?[2J"
+    assert gpu.processes and all(p.sm_util is None for p in gpu.processes)
+
+
 def test_no_driver_is_a_per_node_error(fake_nvml, tmp_path):
     fake_nvml("noinit")
     snap = poll_local("here", str(tmp_path))
@@ -193,11 +206,22 @@ def test_local_jobs_get_exact_arguments_and_exit_codes(local_pool, tmp_path):
                            for r in L.reconcile(local_pool, "here", [11, 12]).values()))
     got = L.reconcile(local_pool, "here", [11, 12, 13])
     assert (got[11].exit_code, got[12].exit_code, got[13]) == (0, 7, L.RemoteJob("missing"))
-    log, offset = L.read_log(local_pool, "here", 11)
+    whole = L.read_log(local_pool, "here", 11)
+    log = whole.data
     assert log.decode() == "".join(f"ARG<{a}>\n" for a in args) + "GPUS<1> JOB<11>\n"
-    assert offset == len(log) and not pwned.exists()
-    assert L.read_log(local_pool, "here", 11, 4, 6) == (log[4:10], 10)
+    assert whole.offset == whole.size == len(log) and not pwned.exists()
+    assert L.read_log(local_pool, "here", 11, 4, 6) == L.LogChunk(log[4:10], 10, len(log))
     assert (tmp_path / "wd" / "jobs" / "11").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda p: os.symlink("/dev/zero", p)])
+def test_a_local_log_that_is_not_a_regular_file_is_refused(local_pool, tmp_path, make):
+    """Read locally without following links or blocking: a FIFO or /dev/zero is refused."""
+    d = tmp_path / "wd" / "jobs" / "14"
+    d.mkdir(parents=True)
+    make(str(d / "log"))
+    with pytest.raises(NodeError, match="not a regular file"):
+        L.read_log(local_pool, "here", 14, 0, 2 ** 31)
 
 
 def test_a_running_local_job_is_on_its_gpu_then_cancelled(local_pool, fake_nvml, tmp_path):
@@ -205,7 +229,7 @@ def test_a_running_local_job_is_on_its_gpu_then_cancelled(local_pool, fake_nvml,
     running, script = job(tmp_path, 21, "#!/bin/sh\necho up\nsleep 30\n")
     res = L.launch(local_pool, "here", running, [1], script)
     assert L.launch(local_pool, "here", running, [1], script).already_started
-    wait_until(lambda: L.read_log(local_pool, "here", 21)[0] == b"up\n")
+    wait_until(lambda: L.read_log(local_pool, "here", 21).data == b"up\n")
     snap = local_pool.poll("here")
     assert snap.ok
     gpu0, gpu1 = snap.gpus
@@ -234,7 +258,7 @@ def test_a_relative_workdir_is_under_home_as_over_ssh(fake_nvml, monkeypatch, tm
         try:
             running, script = job(tmp_path, 31, "#!/bin/sh\necho up\nsleep 30\n")
             L.launch(pool, "here", running, [0], script)
-            wait_until(lambda: L.read_log(pool, "here", 31)[0] == b"up\n")
+            wait_until(lambda: L.read_log(pool, "here", 31).data == b"up\n")
             assert (home / "rel-wd" / "jobs" / "31" / "pid").is_file()
             assert not (elsewhere / "rel-wd").exists()
             assert any(p.job_id == 31 for p in pool.poll("here").gpus[0].processes)

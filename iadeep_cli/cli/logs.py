@@ -1,28 +1,140 @@
-"""`iadeep logs ID [--follow]`: a job's output, fetched by the controller from its node."""
+"""`iadeep logs ID`: a job's output, fetched by the controller from its node.
+
+The end of a log is where the error is, so by default it prints the last 100 lines (within
+the last 64 KiB) and says on stderr when earlier output was left out; ``--head N`` / ``--tail N``
+choose lines, ``--all`` prints everything, ``--follow`` then keeps printing what the job writes.
+Every request reads at most ``CHUNK`` bytes (the controller's own cap), so a log of any size
+streams in bounded memory.
+"""
 from __future__ import annotations
 
 import sys
 import time
+from typing import Optional
 
 import typer
 
 from ..controller import client
+from ..errors import InputError
 from .main import app
+
+CHUNK = 1 << 20                      # bytes per request
+DEFAULT_LINES, DEFAULT_BYTES = 100, 64 * 1024
+
+
+class _Log:
+    """One job's log, read through the controller; remembers its size and whether it ended."""
+
+    def __init__(self, job_id: int):
+        self.job_id, self.size, self.finished = job_id, 0, False
+
+    def read(self, offset: int, max_bytes: int) -> dict:
+        reply = client.call("logs", {"id": self.job_id, "offset": offset, "max_bytes": max_bytes})
+        self.size = max(self.size, reply.get("size") or reply["offset"])
+        self.finished = reply["finished"]
+        return reply
+
+
+def _cut(text: str, lines: int) -> tuple[int, int]:
+    """Where in ``text`` its first ``lines`` newlines end, and how many of them were missing."""
+    pos = 0
+    while lines and (nl := text.find("\n", pos)) >= 0:
+        pos, lines = nl + 1, lines - 1
+    return pos, lines
+
+
+def _copy(log: _Log, start: int, end: int, skip: int = 0, keep: int | None = None) -> int:
+    """Print bytes [start, end) of the log, leaving out its first ``skip`` lines and stopping
+    after ``keep`` lines (None: all); returns the offset reached."""
+    offset = start
+    while offset < end and keep != 0:
+        reply = log.read(offset, min(CHUNK, end - offset))
+        if reply["offset"] <= offset:
+            break                    # the log shrank (rewritten by the job)
+        offset, text = reply["offset"], reply["data"]
+        if skip:
+            pos, skip = _cut(text, skip)
+            text = "" if skip else text[pos:]
+        if keep is not None:
+            pos, left = _cut(text, keep)
+            text, keep = (text, left) if left else (text[:pos], 0)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return offset
+
+
+def _tail_start(log: _Log, end: int, lines: int, max_back: int | None) -> tuple[int, int]:
+    """Where the last ``lines`` lines of the log's first ``end`` bytes begin: (the offset to
+    print from, how many lines to leave out there).  Counts newlines one chunk at a time
+    backwards, at most ``max_back`` bytes; a line cut by that limit is left out unless it is
+    the only one (a log that is one long line still shows its end)."""
+    start, newlines, last = end, 0, ""
+    limit = end if max_back is None else min(end, max_back)
+    while end - start < limit:
+        step = min(CHUNK, limit - (end - start))
+        text = log.read(start - step, step)["data"]
+        last = last or text[-1:]
+        newlines, start = newlines + text.count("\n"), start - step
+        if newlines + (last != "\n") > lines:
+            break
+    total = newlines + (last not in ("", "\n"))      # lines in [start, end)
+    skip = max(0, total - lines)
+    return start, skip or int(start > 0 and total > 1)
+
+
+def _follow(log: _Log, offset: int) -> None:
+    """Print what the job writes from ``offset`` on, until it has ended and nothing is left."""
+    while True:
+        reply = log.read(offset, CHUNK)
+        sys.stdout.write(reply["data"])
+        sys.stdout.flush()
+        offset = reply["offset"]
+        if reply["finished"] and not reply["data"]:
+            return
+        if not reply["data"]:
+            time.sleep(1.0)
+
+
+def _check(head: int | None, tail: int | None, all_: bool, follow: bool) -> None:
+    chosen = [n for n, on in (("--head", head is not None), ("--tail", tail is not None),
+                              ("--all", all_)) if on]
+    if len(chosen) > 1 or (head is not None and follow):
+        both = " and ".join(chosen[:2]) if len(chosen) > 1 else "--head and --follow"
+        raise InputError(f"{both} cannot be combined",
+                         hint="choose one of --head N, --tail N and --all (--follow goes with "
+                              "--tail or --all)")
+    for name, n in (("--head", head), ("--tail", tail)):
+        if n is not None and n < 0:
+            raise InputError(f"{name} needs a number of lines >= 0, got {n}",
+                             hint=f"e.g. {name} 50")
 
 
 @app.command("logs")
 def logs(job_id: int = typer.Argument(..., help="Job id."),
          follow: bool = typer.Option(False, "--follow", "-f",
-                                     help="Keep printing new output until the job ends.")) -> None:
-    """Print a job's stdout and stderr (the CLI never opens SSH itself; the controller does)."""
-    offset = 0
-    while True:
-        chunk = client.call("logs", {"id": job_id, "offset": offset})
-        if chunk["data"]:
-            sys.stdout.write(chunk["data"])
-            sys.stdout.flush()
-        offset = chunk["offset"]
-        if not follow or (chunk["finished"] and not chunk["data"]):
-            return
-        if not chunk["data"]:
-            time.sleep(1.0)
+                                     help="Keep printing new output until the job ends."),
+         head: Optional[int] = typer.Option(None, "--head", metavar="N",
+                                            help="Print the first N lines."),
+         tail: Optional[int] = typer.Option(None, "--tail", metavar="N",
+                                            help="Print the last N lines (default: the last "
+                                                 f"{DEFAULT_LINES}, within its last "
+                                                 f"{DEFAULT_BYTES // 1024} KiB)."),
+         all_: bool = typer.Option(False, "--all", help="Print the whole log.")) -> None:
+    """Print a job's stdout and stderr: by default its end (the CLI never opens SSH itself;
+    the controller does)."""
+    _check(head, tail, all_, follow)
+    log = _Log(job_id)
+    log.read(0, 1)                   # learns the size
+    end, skip, keep = log.size, 0, head
+    if head is not None or all_:
+        start = 0
+    else:
+        lines = DEFAULT_LINES if tail is None else tail
+        start, skip = _tail_start(log, end, lines, DEFAULT_BYTES if tail is None else None)
+        if tail is None and (start or skip):
+            print(f"note: showing the last lines of job {job_id}'s log ({end:,} bytes); earlier "
+                  f"output omitted (all of it: iadeep logs {job_id} --all; more: --tail N)",
+                  file=sys.stderr)
+    offset = _copy(log, start, end, skip, keep)
+    if follow:
+        _follow(log, offset)

@@ -5,12 +5,13 @@ so predicting 10,000 pairs takes well under 2 s as a whole process.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from . import render
 
 app = typer.Typer(help="Fit, evaluate and query the pairwise interference model.",
                   no_args_is_help=True)
@@ -79,7 +80,7 @@ def evaluate(profiles: Optional[Path] = typer.Option(None, "--profiles", help=PR
     from ..model.evaluate import lowo_evaluate
     res = lowo_evaluate(_profiles(profiles), _pairs(pairs))
     if as_json:
-        print(json.dumps(res.to_dict(), indent=2))
+        render.as_json(res.to_dict())
         return
     print(f"leave-one-workload-out over {res.n_workloads} workloads, "
           f"{res.n_predictions} held-out speeds")

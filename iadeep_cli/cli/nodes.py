@@ -1,7 +1,6 @@
 """``iadeep nodes``: check that every node answers, and trust a node's SSH host key."""
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
@@ -9,6 +8,7 @@ import typer
 from ..errors import IadeepError
 from ..inventory import load_inventory
 from ..snapshot import to_dict
+from . import render
 
 app = typer.Typer(help="Check nodes and trust their SSH host keys.", no_args_is_help=True)
 
@@ -35,10 +35,10 @@ def check(inventory: Optional[str] = INVENTORY,
 
     snap = check_nodes(load_inventory(inventory), connect_timeout=timeout)
     if as_json:
-        typer.echo(json.dumps([{
+        render.as_json([{
             "name": n.name, "ok": n.ok, "error": n.error, "rtt_s": n.rtt_s,
             "driver_version": n.driver_version, "gpus": [_gpu_json(g) for g in n.gpus],
-        } for n in snap.nodes], indent=2))
+        } for n in snap.nodes])
     else:
         for n in snap.nodes:
             if n.ok:

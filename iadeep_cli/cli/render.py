@@ -8,6 +8,7 @@ from typing import Iterable, Sequence
 
 from ..checks import escape as safe   # what users typed, made printable
 from ..checks import escaped as clean  # noqa: F401  (used by the commands as render.clean)
+from ..snapshot import json_safe
 
 
 def duration(seconds: float | None) -> str:
@@ -48,7 +49,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) ->
 
 
 def as_json(data: object) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False))
+    """Standard JSON only: non-finite numbers print as null."""
+    print(json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False))
 
 
 def stale_note(stale_since: float | None) -> None:

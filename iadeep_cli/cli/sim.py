@@ -1,13 +1,13 @@
 """``iadeep sim``: compare placement policies on a simulated lab week (built-in H200 data)."""
 from __future__ import annotations
 
-import json
 import sys
 from typing import Optional
 
 import typer
 
 from ..errors import InputError
+from . import render
 from .main import app as main_app
 
 
@@ -69,7 +69,7 @@ def sim(
     if plot:
         plot_jct(report, plot)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        render.as_json(report.to_dict())
     else:
         typer.echo(format_table(report))
         if plot:

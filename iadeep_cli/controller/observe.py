@@ -97,7 +97,7 @@ class SpeedObserver:
         track = self._tracks.setdefault(job.id, _Track())
         path = f"{job_dir(self.pool.node(job.node).workdir, job.id)}/progress"
         try:
-            data = self.pool.connection(job.node).read(path, track.offset, 1 << 20)
+            data, _ = self.pool.connection(job.node).read(path, track.offset, 1 << 20) or (b"", 0)
         except IadeepError:
             return None
         if data:

@@ -89,12 +89,10 @@ class Controller:
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
     def _read_log(self, job, offset: int, max_bytes: int) -> dict:
-        from ..nodes.launcher import log_size, read_log
+        from ..nodes.launcher import read_log
 
         pool = self.loop.pool   # the current one: a reload may have replaced it
-        data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
-        size = log_size(pool, job.node, job.id) if len(data) == max_bytes else nxt
-        return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
+        return read_log(pool, job.node, job.id, offset, max_bytes).reply()
 
     # ------------------------------------------------------------------ reload
     def reload(self) -> dict:

@@ -11,6 +11,7 @@ stand-in ``nvidia-smi`` used by the tests replays real output for the real comma
 """
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from dataclasses import dataclass
@@ -145,31 +146,70 @@ def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TI
     return state_script(workdir, expect) + gpu_script(gpu_timeout_s)
 
 
-def _value(raw: str) -> float | None:
-    """A numeric field, or None for ``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``, ''."""
+# What a node reports is bounded before anything trusts it: a broken driver, or a job that put
+# its own nvidia-smi first on PATH, must not feed NaN, negative or absurd figures into placement,
+# the database or --json, nor unbounded rows and strings into the controller's memory.
+# Largest plausible value per field (all are >= 0); anything else is "not available".
+LIMITS = {
+    "index": 1023, "pid": 2 ** 22,                        # Linux's largest pid_max
+    "memory.total": 2.0 ** 24, "memory.used": 2.0 ** 24,  # MiB: 16 TiB
+    "memory.free": 2.0 ** 24, "used_memory": 2.0 ** 24,
+    "utilization.gpu": 100.0, "utilization.memory": 100.0,
+    "temperature.gpu": 200.0, "power.draw": 10_000.0, "power.limit": 10_000.0,
+}
+MAX_GPUS, MAX_APPS = 64, 4096     # rows per node: GPUs, compute processes
+MAX_TEXT = 256                    # characters kept of a name, uuid or path
+_CONTROL = {c: "?" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def bounded(value, field: str) -> float | None:
+    """``value`` as a float if it is a finite number in [0, LIMITS[field]], else None."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and 0 <= v <= LIMITS[field] else None
+
+
+def clean(text: str) -> str:
+    """A node's string, cut to MAX_TEXT characters, control characters (terminal escapes)
+    replaced."""
+    return text[:MAX_TEXT].translate(_CONTROL)
+
+
+def _value(raw: str, field: str) -> float | None:
+    """A numeric field, or None for ``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``, '',
+    and for anything out of bounds (see LIMITS)."""
     raw = raw.strip()
     if not raw or raw.startswith("[") or raw.upper() == "N/A":
         return None
-    try:
-        return float(raw)
-    except ValueError:
-        return None
+    return bounded(raw, field)
+
+
+def _whole(raw: str, field: str) -> int | None:
+    """A count or id: a whole number within bounds, else None."""
+    v = _value(raw, field)
+    return int(v) if v is not None and v.is_integer() else None
 
 
 def _text(raw: str) -> str | None:
     raw = raw.strip()
-    return None if not raw or raw.startswith("[") else raw
+    return None if not raw or raw.startswith("[") else clean(raw)
 
 
-def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str]]:
-    """CSV rows (``a, b, c``) to dicts; the last field may itself contain commas (process names)."""
+def _rows(text: str, fields: tuple[str, ...], limit: int) -> list[dict[str, str]]:
+    """CSV rows (``a, b, c``) to dicts; the last field may itself contain commas (process names).
+    More than ``limit`` rows is not a GPU node's output (ValueError, like a malformed row)."""
     rows = []
     for line in text.splitlines():
         if not line.strip():
             continue
+        if len(rows) == limit:
+            raise ValueError(f"more than {limit} rows")
         parts = [p.strip() for p in line.split(",", len(fields) - 1)]
         if len(parts) != len(fields):
-            raise ValueError(f"expected {len(fields)} comma-separated fields, got {line!r}")
+            raise ValueError(f"expected {len(fields)} comma-separated fields, "
+                             f"got {clean(line)[:80]!r}")
         rows.append(dict(zip(fields, parts)))
     return rows
 
@@ -182,36 +222,38 @@ class GpuRow:
     driver: str | None
 
 
+# GpuSample attribute -> nvidia-smi field, for the numeric ones
+SAMPLE_FIELDS = {
+    "memory_total_mib": "memory.total", "memory_used_mib": "memory.used",
+    "memory_free_mib": "memory.free", "utilization_gpu": "utilization.gpu",
+    "utilization_memory": "utilization.memory", "temperature_c": "temperature.gpu",
+    "power_draw_w": "power.draw", "power_limit_w": "power.limit",
+}
+
+
 def parse_gpu_query(text: str) -> list[GpuRow]:
     out = []
-    for row in _rows(text, GPU_FIELDS):
-        index = _value(row["index"])
+    for row in _rows(text, GPU_FIELDS, MAX_GPUS):
+        index = _whole(row["index"], "index")
         if index is None:
-            raise ValueError(f"GPU row without an index: {row}")
+            raise ValueError(f"GPU row without a valid index: {clean(row['index'])[:20]!r}")
         sample = GpuSample(
-            index=int(index), uuid=row["uuid"], name=row["name"],
-            memory_total_mib=_value(row["memory.total"]),
-            memory_used_mib=_value(row["memory.used"]),
-            memory_free_mib=_value(row["memory.free"]),
-            utilization_gpu=_value(row["utilization.gpu"]),
-            utilization_memory=_value(row["utilization.memory"]),
-            temperature_c=_value(row["temperature.gpu"]),
-            power_draw_w=_value(row["power.draw"]),
-            power_limit_w=_value(row["power.limit"]),
-        )
+            index=index, uuid=_text(row["uuid"]) or "", name=_text(row["name"]) or "",
+            **{attr: _value(row[field], field) for attr, field in SAMPLE_FIELDS.items()})
         out.append(GpuRow(sample, _text(row["driver_version"])))
     return out
 
 
 def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
-    """``(gpu_uuid, process)`` pairs; rows whose pid is not a number are skipped."""
+    """``(gpu_uuid, process)`` pairs; rows whose pid is not a valid pid are skipped."""
     out = []
-    for row in _rows(text, APP_FIELDS):
-        pid = _value(row["pid"])
-        if pid is None:
+    for row in _rows(text, APP_FIELDS, MAX_APPS):
+        pid = _whole(row["pid"], "pid")
+        if not pid:
             continue
-        out.append((row["gpu_uuid"], GpuProcess(pid=int(pid), used_memory_mib=_value(
-            row["used_memory"]), name=row["process_name"])))
+        out.append((_text(row["gpu_uuid"]) or "", GpuProcess(
+            pid=pid, used_memory_mib=_value(row["used_memory"], "used_memory"),
+            name=_text(row["process_name"]) or "")))
     return out
 
 

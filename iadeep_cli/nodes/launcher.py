@@ -15,6 +15,7 @@ Every user-supplied value (name, args, env, paths) reaches the remote shell only
 """
 from __future__ import annotations
 
+import codecs
 import re
 import shlex
 from dataclasses import dataclass
@@ -27,13 +28,30 @@ from ..snapshot import RemoteJob
 from .gpu import (IS_OURS, _READ_PIDFILE, Expect, parse_states, remote_path, split_sections,
                   state_script)
 
+# Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
+# the IADEEP_JOB_ID and IADEEP_PROGRESS_FILE that launch gave it: whatever the job forks keeps
+# them, in a session of its own (setsid) or after it deleted its pid file.  One grep reads every
+# environment (each bounded by the kernel's exec limit; others' are unreadable unless root, and
+# skipped then by owner); the calling shell and its own children (this scan) are left out.
+_TAGGED = r"""tagged() { for f in $(grep -lsxzF "IADEEP_JOB_ID=$i" /proc/[0-9]*/environ); do
+  x=${f#/proc/}; x=${x%/environ}; [ "$x" != $$ ] && [ -O "/proc/$x" ] || continue
+  px=$(sed 's/.*) //' "/proc/$x/stat" 2>/dev/null | cut -d' ' -f2)
+  [ "$px" != $$ ] && grep -qsxzF "IADEEP_PROGRESS_FILE=$a/progress" "$f" && echo "$x"
+done; }
+"""
 # Runs as the session leader: records the exit code even after SIGTERM to the group (the trap
 # makes sh survive it; the job itself gets the default TERM action since handlers reset on exec).
+# Before that, whatever the job left running is stopped (TERM, then KILL a second later), so an
+# ended job holds no GPU through a daemon it forked.
 _WRAPPER = r"""d=$1; w=$2; shift 2
 trap : TERM
 if cd "$w"; then "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; fi
+i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
+""" + _TAGGED + r"""t=$(tagged)
+if [ -n "$t" ]; then kill -TERM $t 2>/dev/null; sleep 1; t=$(tagged); kill -KILL $t 2>/dev/null; fi
 echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
+MAX_LOG_READ = 1 << 20      # bytes per log read: the controller's to bound, not the caller's
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Sets $p (the pid) and $ours (1 or 0) from "$d/pid", read bounded and checked (see gpu.py).
 _IS_OURS = _READ_PIDFILE + IS_OURS
@@ -131,23 +149,32 @@ def _pid_line(text: str) -> tuple[int, int | None]:
 
 
 def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
-    """TERM the job's process group, KILL it after ``grace_s``; returns what happened:
-    "terminated" | "killed" | "not-running" | "missing" (never launched)."""
-    wd = pool.node(node).workdir
-    steps = max(1, int(grace_s * 10))
+    """Stop the job: TERM its process group and every process tagged with it (see _TAGGED: a
+    daemon it forked into a new session, or a job that deleted its pid file, is found all the
+    same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
+    leftovers).  Returns "terminated" | "killed" | "not-running" | "missing" (no pid file and
+    nothing of the job runs: never launched)."""
+    d = job_dir(pool.node(node).workdir, job_id)
+    steps = max(1, int(grace_s * 5))
     script = (
-        f"d={remote_path(job_dir(wd, job_id))}\n"
-        '[ -f "$d/pid" ] || { echo missing; exit 0; }\n'
-        '[ -f "$d/exit" ] && { echo not-running; exit 0; }\n'
-        + _IS_OURS +
-        '[ "$ours" = 1 ] || { echo not-running; exit 0; }\n'
-        'g=$p\n'
-        'kill -TERM "-$g" 2>/dev/null || { echo not-running; exit 0; }\n'
-        f"i=0; while [ $i -lt {steps} ]; do [ -f \"$d/exit\" ] && {{ echo terminated; exit 0; }}; "
-        "kill -0 \"-$g\" 2>/dev/null || { echo terminated; exit 0; }; sleep 0.1; "
-        "i=$((i+1)); done\n"
-        'kill -KILL "-$g" 2>/dev/null\n'
-        '[ -f "$d/exit" ] || { echo 137 > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"; }\n'
+        f"d={remote_path(d)}; i={int(job_id)}\n"
+        # The absolute dir, as launch put it in the job's environment (even if the job removed it)
+        'a=$(cd "$d" 2>/dev/null && pwd || { cd "${d%/*}" 2>/dev/null && echo "$(pwd)/$i"; })\n'
+        + _TAGGED +
+        'g=""\n'
+        'if [ -f "$d/pid" ]; then\n' + _IS_OURS + '[ "$ours" = 1 ] && g=$p; fi\n'
+        # alive: is anything of the job left (sets $t, its tagged pids); hit SIG: signal it all
+        'alive() { t=$(tagged); [ -n "$t" ] || { [ -n "$g" ] && kill -0 "-$g" 2>/dev/null; }; }\n'
+        'hit() { [ -n "$g" ] && kill -"$1" "-$g" 2>/dev/null; [ -z "$t" ] || kill -"$1" $t '
+        "2>/dev/null; }\n"
+        'alive || { [ -f "$d/pid" ] && echo not-running || echo missing; exit 0; }\n'
+        "hit TERM\n"
+        f"n=0; while [ $n -lt {steps} ]; do alive || {{ echo terminated; exit 0; }}; sleep 0.2; "
+        "n=$((n+1)); done\n"
+        # KILL until nothing is left (a process forking as fast as it can is caught next time)
+        "n=0; while alive && [ $n -lt 10 ]; do hit KILL; sleep 0.1; n=$((n+1)); done\n"
+        '[ -z "$g" ] || [ -f "$d/exit" ] || { echo 137 > "$d/exit.tmp" && mv "$d/exit.tmp" '
+        '"$d/exit"; }\n'
         "echo killed\n"
     )
     return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
@@ -166,33 +193,71 @@ def reconcile(pool, node: str, job_ids: Sequence[int] | Expect) -> dict[int, Rem
     return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))
 
 
+@dataclass(frozen=True)
+class LogChunk:
+    """Bytes of a job's log from some offset, where the next read starts, and the log's size."""
+
+    data: bytes
+    offset: int
+    size: int
+
+    def reply(self) -> dict:
+        """What the controller sends back: text ending at a whole UTF-8 character (a character
+        cut by the read's limit comes whole with the next read), the next offset, the size."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = decoder.decode(self.data, final=self.offset >= self.size)
+        pending = len(decoder.getstate()[0])
+        return {"data": text, "offset": self.offset - pending, "size": self.size}
+
+
 def read_log(pool, node: str, job_id: int, offset: int = 0,
-             max_bytes: int = 65536) -> tuple[bytes, int]:
-    """Bytes of the job's log from ``offset``; (data, next_offset) for ``iadeep logs --follow``."""
+             max_bytes: int = 65536) -> LogChunk:
+    """Up to ``max_bytes`` (at most MAX_LOG_READ) of the job's log from ``offset``.
+
+    The log is the job's to shape: a FIFO, a link to /dev/zero or a directory there is refused
+    (see the connection's ``read``), and the caller chooses how much to read only up to the cap,
+    so no request keeps the controller busy for long.
+    """
     if offset < 0 or max_bytes <= 0:
         raise InputError(f"invalid log range offset={offset} max_bytes={max_bytes}",
                          hint="offset must be >= 0 and max_bytes > 0")
-    wd = pool.node(node).workdir
-    path = f"{job_dir(wd, job_id)}/log"
-    data = pool.connection(node).read(path, offset, max_bytes)
-    if data is None:
+    path = f"{job_dir(pool.node(node).workdir, job_id)}/log"
+    got = pool.connection(node).read(path, offset, min(max_bytes, MAX_LOG_READ))
+    if got is None:
         raise NotFoundError(f"job {job_id} has no log on node {node} ({path})",
                             hint="the job may not have started yet; see `iadeep queue show ID`")
-    return data, offset + len(data)
+    data, size = got
+    return LogChunk(data, offset + len(data), size)
 
 
 def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
-    """Rename a job's directory to ``{id}.{suffix}`` (kept for its log) so a new attempt of the
-    same job on this node starts fresh instead of finding the old pid file."""
+    """Rename a job's directory to ``{id}.{suffix}.{time}.{n}`` (kept for its log) so a new
+    attempt of the same job on this node starts fresh instead of finding the old pid file."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
         raise InputError(f"bad directory suffix {suffix!r}")
     d = job_dir(pool.node(node).workdir, job_id)
     _sh(pool, node, f'd={remote_path(d)}; [ -d "$d" ] || exit 0; '
-                    f'mv "$d" "$d.{suffix}.$(date +%s)"')
+                    f'mv "$d" "$d.{suffix}.$(date +%s).$$"')
 
 
-def log_size(pool, node: str, job_id: int) -> int | None:
-    """Bytes in the job's log so far (None if there is none yet): lets a viewer ask for the tail."""
-    path = f"{job_dir(pool.node(node).workdir, job_id)}/log"
-    out = _sh(pool, node, f"wc -c < {remote_path(path)} 2>/dev/null || true").strip()
-    return int(out) if out.isdigit() else None
+def clean_finished(pool, node: str, job_ids: Sequence[int]) -> None:
+    """Remove finished jobs' directories on the node, with their set-aside ``ID.*`` siblings
+    (the controller calls this once a job is past ``lab.job_dir_retention``).
+
+    Only names made here from integer ids, inside the node's jobs directory, are touched, and
+    never through a symlink (a job may have replaced its directory or the jobs directory with
+    one); what a job made unwritable is made writable first so its removal cannot fail forever.
+    """
+    if any(isinstance(j, bool) or not isinstance(j, int) or j < 0 for j in job_ids):
+        raise InputError(f"clean_finished: job ids must be integers >= 0, got {list(job_ids)}")
+    if not job_ids:
+        return
+    jobs = remote_path(pool.node(node).workdir.rstrip("/") + "/jobs")
+    _sh(pool, node,
+        f"j={jobs}; [ -d \"$j\" ] || exit 0\n"
+        '[ -h "$j" ] && { echo "$j is a symbolic link; not cleaning there" >&2; exit 1; }\n'
+        'cd "$j" || exit 1\n'
+        f"for i in {' '.join(map(str, job_ids))}; do for x in \"$i\" \"$i\".*; do\n"
+        '  if [ -h "$x" ]; then rm -f -- "$x"; elif [ -e "$x" ]; then\n'
+        '    chmod -R u+rwx -- "$x" 2>/dev/null; rm -rf -- "$x" || exit 1; fi\n'
+        "done; done\n")

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ..errors import NodeError
 from ..inventory import Node
-from .ssh import as_command
+from .ssh import as_command, regular_size
 
 
 def on_node(path: str) -> str:
@@ -54,13 +54,24 @@ class LocalConnection:
             raise NodeError(f"node {self.node.name}: cannot copy {local} to {remote}: "
                             f"{exc.strerror}") from None
 
-    def read(self, remote: str, offset: int, max_bytes: int) -> bytes | None:
+    def read(self, remote: str, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """Like ``SshConnection.read``: only a regular file, never through a symlink, and the
+        checks hold for what is actually open (O_NOFOLLOW, O_NONBLOCK: a FIFO cannot block)."""
+        path = on_node(remote)
         try:
-            with open(on_node(remote), "rb") as f:
-                f.seek(offset)
-                return f.read(max_bytes)
+            regular_size(self.node.name, remote, os.lstat(path))
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise NodeError(f"node {self.node.name}: cannot read {remote}: {exc.strerror}") \
+                from None
+        try:
+            size = regular_size(self.node.name, remote, os.fstat(fd))
+            data = os.pread(fd, max(0, max_bytes), offset) if offset < size else b""
+            return data, max(size, offset + len(data))
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         pass

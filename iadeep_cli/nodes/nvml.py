@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
-from .gpu import split_sections, job_map, job_sections, state_script
+from .gpu import (MAX_APPS, SAMPLE_FIELDS, bounded, clean, job_map, job_sections,
+                  split_sections, state_script)
 
 STATE_TIMEOUT_S = 10.0
 
@@ -49,28 +50,34 @@ def _memory(nv, h) -> Any:
 def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
     """One GPU's sample.  ``procs`` is the process listing the job map was built from: listing
     again here would show a process that started in between as foreign (the job map never saw
-    it), so a poll lists each GPU's processes exactly once."""
+    it), so a poll lists each GPU's processes exactly once.  Values are bounded like a remote
+    node's (``gpu.bounded``): a driver's garbage is "not available", never NaN or negative."""
     mem = _memory(nv, h)
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
     sm = _process_sm(nv, h)
+    raw = {
+        "memory.total": _mib(mem.total) if mem else None,
+        "memory.used": _mib(mem.used) if mem else None,
+        "memory.free": _mib(mem.free) if mem else None,
+        "utilization.gpu": util.gpu if util else None,
+        "utilization.memory": util.memory if util else None,
+        "temperature.gpu": _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        "power.draw": power / 1000.0 if power is not None else None,
+        "power.limit": limit / 1000.0 if limit is not None else None,
+    }
     return GpuSample(
         index=index,
-        uuid=_text(_try(lambda: nv.nvmlDeviceGetUUID(h)) or ""),
-        name=_text(_try(lambda: nv.nvmlDeviceGetName(h)) or ""),
-        memory_total_mib=_mib(mem.total) if mem else None,
-        memory_used_mib=_mib(mem.used) if mem else None,
-        memory_free_mib=_mib(mem.free) if mem else None,
-        utilization_gpu=float(util.gpu) if util else None,
-        utilization_memory=float(util.memory) if util else None,
-        temperature_c=_try(lambda: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
-        power_draw_w=power / 1000.0 if power is not None else None,
-        power_limit_w=limit / 1000.0 if limit is not None else None,
+        uuid=clean(_text(_try(lambda: nv.nvmlDeviceGetUUID(h)) or "")),
+        name=clean(_text(_try(lambda: nv.nvmlDeviceGetName(h)) or "")),
+        **{attr: bounded(raw[field], field) for attr, field in SAMPLE_FIELDS.items()},
         processes=tuple(sorted(
-            (GpuProcess(pid=p.pid, used_memory_mib=_mib(getattr(p, "usedGpuMemory", None)),
-                        name=_proc_name(p.pid), job_id=jobs.get(p.pid), sm_util=sm.get(p.pid))
-             for p in procs),
+            (GpuProcess(pid=p.pid, used_memory_mib=bounded(
+                        _mib(getattr(p, "usedGpuMemory", None)), "used_memory"),
+                        name=_proc_name(p.pid), job_id=jobs.get(p.pid),
+                        sm_util=bounded(sm.get(p.pid), "utilization.gpu"))
+             for p in procs[:MAX_APPS]),
             key=lambda p: p.pid)),
     )
 
@@ -87,7 +94,7 @@ def _process_sm(nv, h) -> dict[int, float]:
 
 def _proc_name(pid: int) -> str:
     try:
-        return os.readlink(f"/proc/{pid}/exe")
+        return clean(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
         return ""
 

@@ -13,12 +13,14 @@ Why this shape:
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import hashlib
 import logging
 import os
 import shlex
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -183,6 +185,29 @@ class ScannedKey:
 
 
 # --------------------------------------------------------------------------- the connection
+# SFTP sessions open at once per node: well under sshd's default MaxSessions (10), which polls,
+# launches and cancels share; past it sshd refuses new channels.
+MAX_SFTP_SESSIONS = 4
+_KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISDIR, "directory"),
+          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+          (stat.S_ISSOCK, "socket"))
+
+
+def regular_size(node: str, path: str, st) -> int:
+    """The size ``st`` (an lstat/fstat result) gives, if it is a regular file's; else NodeError.
+
+    Files on a node are the jobs' to shape: a FIFO blocks whoever opens it, a device never
+    ends, a symlink points anywhere; only a regular file has a size that bounds a read.
+    """
+    mode = st.st_mode or 0
+    if stat.S_ISREG(mode):
+        return int(st.st_size or 0)
+    kind = next((name for test, name in _KINDS if test(mode)), "special file")
+    raise NodeError(f"node {node}: {path} is a {kind}, not a regular file; not reading it",
+                    hint="iadeep reads only regular files from nodes; the job may have "
+                         "replaced it")
+
+
 class SshConnection:
     """A node's one reusable SSH connection; thread-safe (channels are multiplexed).
 
@@ -202,6 +227,7 @@ class SshConnection:
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.ssh_config_path = ssh_config_path
         self._lock = threading.Lock()
+        self._sftp_slots = threading.BoundedSemaphore(MAX_SFTP_SESSIONS)
         self._client = None
         self._jumps: list = []
         self._failures = 0
@@ -397,44 +423,71 @@ class SshConnection:
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
     # -- files (SFTP over the same connection)
-    def _sftp(self):
-        """An SFTP session on the pooled connection; failures are node errors, not crashes."""
+    @contextlib.contextmanager
+    def _sftp(self, what: str):
+        """One SFTP session for one operation; every failure inside is this node's NodeError.
+
+        Bounded, because what is read is the jobs' to shape: at most ``MAX_SFTP_SESSIONS`` at
+        once per node (sshd refuses channels past its MaxSessions, default 10, and polls and
+        launches need channels too), and every request times out after ``command_timeout`` (a
+        server stuck on a file cannot hang the caller).  A refused channel fails this
+        operation only: the connection stays up for everything else in flight.
+        """
         import paramiko
 
+        t = self.command_timeout
+        if not self._sftp_slots.acquire(timeout=t):
+            raise NodeError(f"node {self.node.name}: {what}: {MAX_SFTP_SESSIONS} file transfers "
+                            f"to this node already in progress for {t:g} s",
+                            hint="try again in a moment")
+        chan = None
         try:
-            return self.client().open_sftp()
+            chan = self.client().get_transport().open_session(timeout=self.connect_timeout)
+            chan.settimeout(t)
+            chan.invoke_subsystem("sftp")
+            yield paramiko.SFTPClient(chan)
+        except FileNotFoundError:
+            raise
+        except (socket.timeout, TimeoutError):
+            raise NodeError(f"node {self.node.name}: {what}: no answer within {t:g} s",
+                            hint="the node is overloaded or hung; it is retried later") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            self.close()
-            raise NodeError(f"node {self.node.name}: cannot open SFTP: {exc or type(exc).__name__}",
-                            hint="check that the node's sshd allows the sftp subsystem") from None
+            if not self.connected:
+                self.close()
+            raise NodeError(f"node {self.node.name}: {what}: {exc or type(exc).__name__}",
+                            hint="check free space and permissions in the node's workdir, and "
+                                 "that its sshd allows the sftp subsystem") from None
+        finally:
+            if chan is not None:
+                chan.close()
+            self._sftp_slots.release()
 
     def put(self, local: str | os.PathLike, remote: str, mode: int = 0o700) -> None:
-        sftp = self._sftp()
-        try:
+        with self._sftp(f"cannot upload {local} to {remote}") as sftp:
             sftp.put(str(local), remote)
             sftp.chmod(remote, mode)
-        except OSError as exc:
-            raise NodeError(f"node {self.node.name}: cannot upload {local} to {remote}: {exc}",
-                            hint="check free space and permissions in the node's workdir") \
-                from None
-        finally:
-            sftp.close()
 
-    def read(self, remote: str, offset: int, max_bytes: int) -> bytes | None:
-        """Up to ``max_bytes`` of a remote file from ``offset``; None if the file is missing."""
+    def read(self, remote: str, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """Up to ``max_bytes`` of a remote regular file from ``offset``, and the file's size;
+        None if it is missing.  Anything else (a FIFO would block the server's open for good,
+        a symlink to /dev/zero never ends) is refused, and the size comes from stat."""
         if remote.startswith("~/"):
             remote = remote[2:]      # SFTP paths are relative to the login directory
-        sftp = self._sftp()
         try:
-            with sftp.open(remote, "rb") as f:
-                f.seek(offset)
-                return f.read(max_bytes)
+            with self._sftp(f"cannot read {remote}") as sftp:
+                size = regular_size(self.node.name, remote, sftp.lstat(remote))
+                if max_bytes <= 0 or offset >= size:
+                    return b"", size
+                with sftp.open(remote, "rb") as f:
+                    # What is open: still a regular file (not swapped for a link to a device
+                    # since the lstat), and its size now.  Pipelined requests (readv), none
+                    # past that size.
+                    size = regular_size(self.node.name, remote, f.stat())
+                    want = min(max_bytes, size - offset)
+                    data = b"".join(f.readv([(offset, want)])) if want > 0 else b""
+                return data, size
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise NodeError(f"node {self.node.name}: cannot read {remote}: {exc}") from None
-        finally:
-            sftp.close()
 
     # -- trust
     def scan_host_key(self) -> ScannedKey:

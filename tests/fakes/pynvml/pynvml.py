@@ -38,6 +38,9 @@ FAKE_NVML_MODE (read at every ``nvmlInit``, so one process can switch between po
                   NVMLError_NotSupported and foreign processes' memory is unknown (None), as
                   on GPUs/drivers that lack those counters
   noinit          nvmlInit raises NVMLError_DriverNotLoaded (a machine without the driver)
+  garbage         loaded, but utilization, temperature, power, limit and per-process SM
+                  figures read 0xFFFFFFFF (what a confused driver's unsigned fields show), and
+                  the name carries a terminal escape
 FAKE_NVML_GPUS: how many GPUs (default 1).
 FAKE_NVML_JOBS_UNDER: if set, only iadeep jobs whose IADEEP_PROGRESS_FILE lies under this
   directory are listed (a test's own node workdir): on a shared test machine other test runs'
@@ -128,8 +131,8 @@ class _State:
 
 def _mode() -> str:
     mode = os.environ.get("FAKE_NVML_MODE", "idle")
-    if mode not in ("idle", "loaded", "na", "noinit"):
-        raise ValueError(f"FAKE_NVML_MODE={mode!r}: use idle, loaded, na or noinit")
+    if mode not in ("idle", "loaded", "na", "noinit", "garbage"):
+        raise ValueError(f"FAKE_NVML_MODE={mode!r}: use idle, loaded, na, noinit or garbage")
     return mode
 
 
@@ -145,6 +148,13 @@ def _row() -> dict[str, str]:
 def _supported() -> None:
     if _State.mode == "na":
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
+_GARBAGE = 0xFFFFFFFF
+
+
+def _or_garbage(value: int) -> int:
+    return _GARBAGE if _State.mode == "garbage" else value
 
 
 class _Handle:
@@ -212,7 +222,7 @@ def nvmlDeviceGetUUID(handle) -> str:
 
 def nvmlDeviceGetName(handle) -> str:
     _h(handle)
-    return _row()["name"]
+    return _row()["name"] + ("\x1b[2J" if _State.mode == "garbage" else "")
 
 
 def nvmlDeviceGetMemoryInfo(handle, version=None) -> _Struct:
@@ -229,7 +239,8 @@ def nvmlDeviceGetUtilizationRates(handle) -> _Struct:
     _h(handle)
     _supported()
     r = _row()
-    return _Struct(gpu=int(r["utilization.gpu"]), memory=int(r["utilization.memory"]))
+    return _Struct(gpu=_or_garbage(int(r["utilization.gpu"])),
+                   memory=_or_garbage(int(r["utilization.memory"])))
 
 
 def nvmlDeviceGetTemperature(handle, sensor) -> int:
@@ -237,11 +248,11 @@ def nvmlDeviceGetTemperature(handle, sensor) -> int:
     if sensor != NVML_TEMPERATURE_GPU:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     _supported()
-    return int(_row()["temperature.gpu"])
+    return _or_garbage(int(_row()["temperature.gpu"]))
 
 
 def _milliwatts(field: str) -> int:
-    return round(float(_row()[field]) * 1000)
+    return _or_garbage(round(float(_row()[field]) * 1000))
 
 
 def nvmlDeviceGetPowerUsage(handle) -> int:
@@ -277,8 +288,8 @@ def nvmlDeviceGetProcessUtilization(handle, timeStamp) -> list[_Struct]:
     _supported()
     samples = []
     if i == 0 and _State.mode != "idle":
-        samples = [_Struct(pid=s["pid"], timeStamp=1, smUtil=s["sm"], memUtil=s["mem"],
-                           encUtil=0, decUtil=0) for s in _PROC_UTIL]
+        samples = [_Struct(pid=s["pid"], timeStamp=1, smUtil=_or_garbage(s["sm"]),
+                           memUtil=s["mem"], encUtil=0, decUtil=0) for s in _PROC_UTIL]
     busiest = max(_PROC_UTIL, key=lambda s: s["sm"])
     samples += [_Struct(pid=pid, timeStamp=1, smUtil=busiest["sm"], memUtil=busiest["mem"],
                         encUtil=0, decUtil=0) for pid in _iadeep_pids_on(i)]

@@ -1,0 +1,36 @@
+"""``lab.job_dir_retention``: how long finished jobs' directories stay on the nodes (issue 9.5).
+Removing them is ``launcher.clean_finished``, tested on a real sshd node in
+test_node_untrusted_sshd.py."""
+from pathlib import Path
+
+import pytest
+
+from iadeep_cli.errors import ConfigError
+from iadeep_cli.inventory import load_inventory, parse_inventory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def retention(value: str) -> float:
+    return parse_inventory(f"lab:\n  job_dir_retention: {value}\n",
+                           Path("nodes.yaml")).job_dir_retention_s
+
+
+def test_default_and_example_keep_a_week():
+    assert parse_inventory("", Path("nodes.yaml")).job_dir_retention_s == 7 * 86400
+    assert load_inventory(ROOT / "nodes.yaml.example").job_dir_retention_s == 7 * 86400
+
+
+@pytest.mark.parametrize("value, seconds", [
+    ("7d", 604800), ("12h", 43200), ("30m", 1800), ("90s", 90), ("3600", 3600), ("0", 0),
+    ("1.5d", 129600),
+])
+def test_durations(value, seconds):
+    assert retention(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["-1d", "soon", "7w", ".nan", "1e400", "true", "[1]"])
+def test_bad_durations_name_file_line_and_field(value):
+    with pytest.raises(ConfigError) as info:
+        retention(value)
+    assert info.value.message.startswith("nodes.yaml:2: lab.job_dir_retention: ")

@@ -1,0 +1,117 @@
+"""`iadeep logs` end to end: a real controller reads a multi-MB log from a real sshd node.
+
+By default the end of the log (where the error is) with a note on stderr; --head/--tail N
+lines; --all the whole log, byte for byte, in bounded chunks (UTF-8 cut at no chunk boundary).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+
+pytestmark = pytest.mark.sshd
+
+LINES = 150_000
+LINE = "step {:06d} loss 0.123 é€😀 padding padding padding padding padding padding"
+ERROR = "Traceback (most recent call last): the error is here, at the end"
+SCRIPT = f"""#!/bin/sh
+seq -f '{LINE.replace("{:06d}", "%06g")}' 1 {LINES}
+echo '{ERROR}' >&2
+exit 1
+"""
+
+
+def log_file(lab, job: int) -> Path:
+    """The job's log on the test node (the node's workdir is on this machine)."""
+    db = sqlite3.connect(lab.home / "iadeep.db")
+    install_id = json.loads(db.execute("SELECT value FROM meta WHERE key='install_id'")
+                            .fetchone()[0])
+    db.close()
+    return Path(lab.cluster.workdir) / install_id / "node01" / "jobs" / str(job) / "log"
+
+
+@pytest.fixture
+def lab(sshd_cluster, tmp_path):
+    cluster = sshd_cluster(1)
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n" + cluster.inventory_yaml())
+    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    ctl.cluster = cluster
+    yield ctl
+    ctl.stop()
+
+
+def test_a_multi_megabyte_log(lab, tmp_path):
+    script = tmp_path / "long.sh"
+    script.write_text(SCRIPT)
+    home = lab.home
+    job = int(cli(home, "queue", "add", str(script), check=True).stdout)
+    wait_until(lambda: jobs_by_id(home)[job]["state"] == "failed", limit=60)
+    whole = log_file(lab, job).read_bytes()
+    lines = [LINE.format(i) + "\n" for i in range(1, LINES + 1)] + [ERROR + "\n"]
+    assert whole.decode() == "".join(lines) and len(whole) > 10 * 2 ** 20
+
+    default = cli(home, "logs", str(job), check=True)
+    assert default.stdout == "".join(lines[-100:])           # ends with the error
+    note = default.stderr.strip()
+    assert note.startswith("note: ") and "\n" not in note and f"logs {job} --all" in note
+
+    assert cli(home, "logs", str(job), "--tail", "3", check=True).stdout == "".join(lines[-3:])
+    assert cli(home, "logs", str(job), "--head", "2", check=True).stdout == "".join(lines[:2])
+    many = cli(home, "logs", str(job), "--tail", "120000", check=True)   # ~9 MB back
+    assert many.stdout == "".join(lines[-120_000:]) and many.stderr == ""
+    assert cli(home, "logs", str(job), "--tail", "0", check=True).stdout == ""
+    everything = cli(home, "logs", str(job), "--all", check=True)
+    assert everything.stdout.encode() == whole and everything.stderr == ""
+    follow = cli(home, "logs", str(job), "--tail", "1", "--follow", check=True)
+    assert follow.stdout == lines[-1]                        # the job has ended: no waiting
+
+
+def test_a_log_of_one_long_line_still_shows_its_end(lab, tmp_path):
+    script = tmp_path / "bar.sh"     # a progress bar: carriage returns, no newline
+    script.write_text("#!/bin/sh\ni=0; while [ $i -lt 20000 ]; do printf '\\r%06d' $i; "
+                      "i=$((i+1)); done\n")
+    job = int(cli(lab.home, "queue", "add", str(script), check=True).stdout)
+    wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "succeeded", limit=60)
+    out = cli(lab.home, "logs", str(job), check=True)
+    # (text mode reads the carriage returns as newlines)
+    assert out.stdout.endswith("019999") and len(out.stdout) == 64 * 1024
+    assert "earlier output omitted" in out.stderr
+    # the job's log replaced by a FIFO: a one-line error, and the node still answers
+    log_file(lab, job).unlink()
+    os.mkfifo(log_file(lab, job))
+    fifo = cli(lab.home, "logs", str(job))
+    assert fifo.returncode == 1 and fifo.stderr.startswith("Error: node node01: ")
+    assert "is a FIFO, not a regular file" in fifo.stderr and len(fifo.stderr.splitlines()) == 1
+    assert cli(lab.home, "logs", str(job), "--all").returncode == 1
+    status = json.loads(cli(lab.home, "status", "--json", check=True).stdout)
+    assert status["nodes"][0]["error"] is None
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--head", "2", "--all"], "--head and --all cannot be combined"),
+    (["--tail", "2", "--head", "1"], "--head and --tail cannot be combined"),
+    (["--head", "2", "--follow"], "--head and --follow cannot be combined"),
+    (["--tail", "-5"], "--tail needs a number of lines >= 0"),
+])
+def test_conflicting_options_are_one_line_errors(tmp_path, args, needle):
+    res = cli(tmp_path, "logs", "1", *args)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith("Error: ") and needle in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_status_json_from_a_real_controller_is_standard(lab):
+    lab.cluster.node("node01").set_fake(mode="hostile")
+    def polled():
+        out = cli(lab.home, "status", "--json", check=True).stdout
+        node = json.loads(out, parse_constant=lambda t: pytest.fail(f"non-standard {t}"))
+        gpus = node["nodes"][0]["gpus"]
+        return gpus and gpus[0]["name"] == "NVIDIA H200?[2J" and gpus
+    (gpu,) = wait_until(polled, limit=30)
+    assert gpu["utilization_gpu"] is None and gpu["memory_total_mib"] == 143771
