@@ -162,3 +162,18 @@ def test_logs_follow_streams_until_the_job_ends(lab):
     assert followed.returncode == 0
     assert followed.stdout.startswith(f"job {job} on ") and followed.stdout.endswith("done\n")
     assert _jobs(home)[job]["state"] == "succeeded"
+
+
+def test_finished_jobs_directories_go_after_the_retention(sshd_cluster, tmp_path):
+    cluster = sshd_cluster(2)
+    inv = _inventory(cluster, tmp_path)
+    inv.write_text(inv.read_text().replace("lab:\n", "lab:\n  job_dir_retention: 2\n", 1))
+    ctl = ControllerProcess(tmp_path / "state", inv).start()
+    try:
+        job = _add(ctl.home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=0")
+        node = _wait(ctl.home, lambda js: js[job]["state"] == "succeeded")[job]["node"]
+        wait_until(lambda: not list(Path(cluster.workdir).glob(f"*/{node}/jobs/{job}*")),
+                   limit=60)
+        assert "removed 1 finished jobs' directories" in ctl.log.read_text()
+    finally:
+        ctl.stop()

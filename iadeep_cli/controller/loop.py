@@ -40,6 +40,7 @@ ACTOR = "controller"
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
 LAUNCH_BACKOFF_S = (30.0, 600.0)   # a node whose launches fail is skipped this long, doubling
+CLEAN_EVERY_S = 600.0   # old job directories are looked for on each node at most this often
 
 
 class NodeActions:
@@ -177,6 +178,7 @@ class SchedulingLoop:
         profiles = {**shipped, **lab}
         self._observe_speeds(snapshot, now, profiles, lab)
         self._schedule(snapshot, profiles)
+        self._clean_old_dirs(snapshot, now)
 
     def close(self) -> None:
         self.actions.close()
@@ -356,6 +358,39 @@ class SchedulingLoop:
             fresh = jobrows.get(conn, job_id)
             jobrows.update(conn, job_id, extra=without_orphan(fresh.extra, node))
         log.info("stopped the abandoned attempt of job %s on %s", job_id, node)
+
+    def _clean_old_dirs(self, snapshot: ClusterSnapshot, now: float) -> None:
+        """Remove finished jobs' directories on their nodes once they are older than
+        ``lab.job_dir_retention``, at most every CLEAN_EVERY_S per node.  What was cleaned is
+        remembered as a time per node (jobs ended up to then), so nothing is scanned twice and
+        a controller that was down catches up."""
+        keep = self.inventory.job_dir_retention_s
+        cutoff, every = now - keep, min(CLEAN_EVERY_S, max(1.0, keep))
+        with self.store.tx() as conn:
+            done = cluster.get_meta(conn, "dirs_cleaned_until", {})
+        for node in snapshot.nodes:
+            since = float(done.get(node.name, 0.0))
+            if not node.reached or cutoff - since < every:
+                continue
+            with self.store.tx() as conn:
+                ids = jobrows.ended_between(conn, node.name, since, cutoff)
+            self.actions.submit(node.name, ("clean", -1, node.name),
+                                lambda n=node.name, ids=ids: self._clean(n, ids, cutoff))
+
+    def _clean(self, node: str, ids: list[int], until: float) -> None:
+        from ..nodes import launcher
+
+        try:
+            for start in range(0, len(ids), 200):   # bounded command lines
+                launcher.clean_finished(self.pool, node, ids[start:start + 200])
+        except IadeepError as exc:
+            log.warning("cleaning old job directories on %s: %s", node, exc.message)
+            return
+        with self.store.tx() as conn:
+            done = cluster.get_meta(conn, "dirs_cleaned_until", {})
+            cluster.set_meta(conn, "dirs_cleaned_until", {**done, node: until})
+        if ids:
+            log.info("removed %d finished jobs' directories on %s", len(ids), node)
 
     # ------------------------------------------------------------------ cancel
     def _cancel_requested(self) -> None:

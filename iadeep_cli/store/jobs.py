@@ -146,3 +146,10 @@ def set_reasons(conn: sqlite3.Connection, reasons: Sequence[tuple[int, str]]) ->
     """Record why each queued job waits (only rows whose reason changed are written)."""
     conn.executemany("UPDATE jobs SET reason=? WHERE id=? AND reason<>?",
                      [(r, i, r) for i, r in reasons])
+
+
+def ended_between(conn: sqlite3.Connection, node: str, after: float, until: float) -> list[int]:
+    """Ids of jobs that ended on ``node`` in (after, until]: whose directories may go."""
+    rows = conn.execute("SELECT id FROM jobs WHERE node=? AND ended_at>? AND ended_at<=? "
+                        "ORDER BY id", (node, after, until))
+    return [r["id"] for r in rows]
