@@ -42,15 +42,20 @@ def inject(cluster, name: str, jobs: dict[int, str]) -> None:
         node.stop()
 
 
-def clear(cluster, name: str, jobs: dict[int, str]) -> None:
+def clear(cluster, name: str, jobs: dict[int, str], home: Path) -> None:
     node = cluster.node("node01")
     if name == "node rebooted":
         for job, where in jobs.items():
             if where == "node01":
-                kill_attempt(job, "node01")
+                kill_attempt(job, "node01", home)
     node.resume()
     node.set_fake(gpus=1)
     node.start()
+
+
+def most_copies(cluster, ids: list[int], home: Path) -> int:
+    """The most attempts of one of ``ids`` running at once right now, over all nodes."""
+    return max(sum(1 for n in cluster.nodes if attempt_processes(i, n, home)) for i in ids)
 
 
 def run(cluster, tmp: Path, name: str, args) -> dict:
@@ -81,8 +86,7 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
         sock = state / "controller.sock"
         end = time.monotonic() + args.fault_s
         while time.monotonic() < end:
-            for i in ids:
-                copies = max(copies, sum(1 for n in cluster.nodes if attempt_processes(i, n)))
+            copies = max(copies, most_copies(cluster, ids, state))
             t0 = time.perf_counter()
             client.call("ping", socket_path=sock, timeout=10)
             latency.append(time.perf_counter() - t0)
@@ -90,15 +94,14 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             healthy = {n["name"]: n for n in status["nodes"]}["node02"]
             ages.append((status["now"] - healthy["taken_at"]) / args.poll)
             time.sleep(0.2)
-        clear(cluster, name, where)
+        clear(cluster, name, where, state)
         deadline = time.monotonic() + 60
         lost = len(ids)
         while time.monotonic() < deadline and lost:
             jobs = jobs_by_id(state)
             lost = sum(1 for i in ids if jobs[i]["state"] not in ("running", "starting",
                                                                   "queued"))
-            for i in ids:
-                copies = max(copies, sum(1 for n in cluster.nodes if attempt_processes(i, n)))
+            copies = max(copies, most_copies(cluster, ids, state))
             time.sleep(0.3)
         return {"scenario": name, "copies_at_once": copies,
                 "healthy_age_intervals": max(ages), "client_latency_s": max(latency),

@@ -87,23 +87,28 @@ def jobs_by_id(home: Path) -> dict:
     return {j["id"]: j for j in json.loads(out)}
 
 
-def attempt_processes(job_id: int, node: str) -> list[int]:
-    """pids of processes of ``job_id``'s attempt on ``node`` (its progress file names both)."""
+def attempt_processes(job_id: int, node: str, home: Path | None = None) -> list[int]:
+    """pids of processes of ``job_id``'s attempt on ``node`` (its progress file names both);
+    with ``home`` (a controller's state directory) only that installation's job, not a
+    leftover of an earlier test's job with the same id."""
+    from iadeep_cli.paths import install_id_path
+
+    install = install_id_path(home).read_text().strip() if home is not None else ""
+    tail = f"{'/' + install if install else ''}/{node}/jobs/{job_id}/progress".encode()
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
             env = environ.read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(e.startswith(b"IADEEP_PROGRESS_FILE=") and
-               e.endswith(f"/{node}/jobs/{job_id}/progress".encode()) for e in env):
+        if any(e.startswith(b"IADEEP_PROGRESS_FILE=") and e.endswith(tail) for e in env):
             found.append(int(environ.parent.name))
     return found
 
 
-def kill_attempt(job_id: int, node: str) -> None:
+def kill_attempt(job_id: int, node: str, home: Path | None = None) -> None:
     """Kill every process of a job's attempt on a node, as a power cut or reboot would."""
-    for pid in attempt_processes(job_id, node):
+    for pid in attempt_processes(job_id, node, home):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -246,10 +246,14 @@ class Cluster:
             progress = next((e[len(b"IADEEP_PROGRESS_FILE="):] for e in env
                              if e.startswith(b"IADEEP_PROGRESS_FILE=")), b"")
             if progress.decode(errors="replace").startswith(self.workdir + "/"):
-                try:
-                    os.killpg(int(environ.parent.name), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError, ValueError):
-                    pass
+                pid = int(environ.parent.name)
+                # its group, and itself: a job's child whose group leader already died is not
+                # reached through killpg(its own pid)
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
 
     def shutdown(self) -> None:
         self.kill_jobs()

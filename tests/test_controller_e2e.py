@@ -129,9 +129,9 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
     assert "silent" in jobs[job]["reason"]
     assert cli(home, "queue", "cancel", str(job), check=True).stdout.strip() == \
         f"job {job}: cancelled"
-    assert attempt_processes(job, node)   # still running behind the silent node
+    assert attempt_processes(job, node, lab.home)   # still running behind the silent node
     lab.cluster.start(node)                # once it answers, the cancelled job is stopped
-    wait_until(lambda: not attempt_processes(job, node), limit=60)
+    wait_until(lambda: not attempt_processes(job, node, lab.home), limit=60)
 
 
 def test_unknown_workload_is_profiled_alone_then_known(lab):

@@ -3,7 +3,7 @@ job transition and the start and stop are there, and libraries' INFO chatter is 
 import re
 from pathlib import Path
 
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from controllers import ControllerProcess, cli, jobs_by_id, kill_attempt, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,9 +25,11 @@ def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path
         # Running, its progress read over SFTP every poll (paramiko's INFO lines, each time).
         wait_until(lambda: state()["observed_speed"] is not None, limit=60)
         cluster.stop("node01")
-        wait_until(lambda: state()["state"] == "queued", limit=60)     # lost, then requeued
-        cluster.start("node01")
-        wait_until(lambda: state()["state"] == "running", limit=60)    # its second attempt
+        wait_until(lambda: state()["state"] == "lost", limit=60)
+        kill_attempt(job, "node01", home)           # it reboots: the attempt is gone...
+        cluster.start("node01")                     # ...and it answers: requeued
+        wait_until(lambda: state()["state"] == "running" and state()["attempts"] == 2,
+                   limit=60)                        # its second attempt
         cli(home, "queue", "cancel", str(job), check=True)
         wait_until(lambda: state()["state"] == "cancelled", limit=30)
     finally:
@@ -39,7 +41,7 @@ def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path
         f"{name}: queued -> starting: placed on node01:0",
         f"{name}: starting -> running: running on node01:0",
         f"{name}: running -> lost: node node01 silent for over 2s",
-        f"{name}: lost -> queued: requeued after loss",
+        f"{name}: lost -> queued: its attempt on node01 ended without an exit code",
         f"{name}: queued -> starting: placed on node01:0",
         f"{name}: starting -> running: running on node01:0",
         f"{name}: running -> cancelled: cancelled by root",

@@ -39,11 +39,11 @@ def lab(sshd_cluster, tmp_path):
 class Copies:
     """Samples a job's attempts on every node; ``most`` is the most ever running at once."""
 
-    def __init__(self, job_id, nodes):
-        self.job_id, self.nodes, self.most = job_id, list(nodes), 0
+    def __init__(self, job_id, nodes, home):
+        self.job_id, self.nodes, self.home, self.most = job_id, list(nodes), home, 0
 
     def sample(self) -> int:
-        running = sum(1 for n in self.nodes if attempt_processes(self.job_id, n))
+        running = sum(1 for n in self.nodes if attempt_processes(self.job_id, n, self.home))
         self.most = max(self.most, running)
         return running
 
@@ -71,7 +71,7 @@ def _start_job(lab, tmp_path):
     script.write_text("#!/bin/sh\nsleep 300\n")
     job = int(cli(lab.home, "queue", "add", str(script), "--exclusive", "--retries", "1",
                   check=True).stdout)
-    copies = Copies(job, lab.cluster.nodes)
+    copies = Copies(job, lab.cluster.nodes, lab.home)
     first = _watch(lab.home, copies, lambda j: j["state"] == "running")["node"]
     other = next(n for n in lab.cluster.nodes if n != first)
     return job, copies, first, other
@@ -100,7 +100,7 @@ def test_a_failing_gpu_query_is_not_a_lost_node(lab, tmp_path, mode):
     _hold(lab.home, copies, 3 * GRACE, "running")   # still tracked over SSH: not lost
     assert _node_data(lab.home, other)["taken_at"] > before   # the healthy node kept going
     wait_until(lambda: "nvidia-smi" in (_node_data(lab.home, first)["error"] or ""), limit=30)
-    assert attempt_processes(job, first) and copies.most == 1
+    assert attempt_processes(job, first, lab.home) and copies.most == 1
     node.set_fake(gpus=1)
     wait_until(lambda: _node_data(lab.home, first)["error"] is None, limit=30)
     cli(lab.home, "queue", "cancel", str(job), check=True)
@@ -128,8 +128,8 @@ def test_network_gone_then_fenced_runs_the_job_again_once(lab, tmp_path):
     lab.cluster.stop(first)                       # unreachable; the job runs on behind it
     _watch(lab.home, copies, lambda j: j["state"] == "lost")
     _hold(lab.home, copies, 2 * GRACE, "lost")
-    assert attempt_processes(job, first)
-    kill_attempt(job, first)                      # the admin powers the node off...
+    assert attempt_processes(job, first, lab.home)
+    kill_attempt(job, first, lab.home)                      # the admin powers the node off...
     out = cli(lab.home, "nodes", "fence", first, "--yes", check=True).stdout   # ...and says so
     assert f"node {first} fenced" in out and str(job) in out
     again = _watch(lab.home, copies, lambda j: j["state"] == "running")
@@ -144,7 +144,7 @@ def test_a_rebooted_node_runs_the_job_again_once(lab, tmp_path):
     job, copies, first, other = _start_job(lab, tmp_path)
     lab.cluster.stop(first)
     _watch(lab.home, copies, lambda j: j["state"] == "lost")
-    kill_attempt(job, first)                      # the reboot: its processes are gone
+    kill_attempt(job, first, lab.home)                      # the reboot: its processes are gone
     lab.cluster.start(first)                      # ...and it answers again
     again = _watch(lab.home, copies, lambda j: j["state"] == "running" and j["attempts"] == 2)
     events = json.loads(cli(lab.home, "queue", "show", str(job), "--json").stdout)["events"]
@@ -171,9 +171,9 @@ def test_a_job_cannot_fake_its_state_or_blind_the_poll(lab, tmp_path, mischief):
     script.write_text("#!/bin/sh\nd=$(dirname \"$IADEEP_PROGRESS_FILE\")\n"
                       f"{mischief}\ntouch {tmp_path}/done\nsleep 300\n")
     job = int(cli(lab.home, "queue", "add", str(script), "--exclusive", check=True).stdout)
-    copies = Copies(job, lab.cluster.nodes)
+    copies = Copies(job, lab.cluster.nodes, lab.home)
     node = _watch(lab.home, copies, lambda j: j["state"] == "running")["node"]
     wait_until(lambda: (tmp_path / "done").exists(), limit=30)
     _hold(lab.home, copies, 2 * GRACE, "running")      # still running, as it is
     assert _node_data(lab.home, node)["error"] is None   # and its node still reads fine
-    assert attempt_processes(job, node)
+    assert attempt_processes(job, node, lab.home)

@@ -119,8 +119,8 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
-        "if ! (set -C; : > launched) 2>/dev/null; then echo \"exists $(head -c 64 pid 2>/dev/null)\";"
-        " exit 0; fi\n"
+        "if ! (set -C; : > launched) 2>/dev/null; then\n"
+        '  echo "exists $(head -c 64 pid 2>/dev/null)"; exit 0; fi\n'
         f"setsid env {' '.join(_env_args(job, gpu_indices, jdir))} sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {argv} </dev/null >log 2>&1 &\n"
         'st=$(sed "s/.*) //" /proc/$!/stat 2>/dev/null | cut -d" " -f20)\n'
