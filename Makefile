@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test sshd torch-cpu bench clean
+.PHONY: demo test lint sshd torch-cpu bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "iadeep needs Python 3.10+"'
@@ -31,11 +31,16 @@ torch-cpu: $(STAMP)
 	  $(BIN)/pip install -q "$$whl" || echo "note: $$whl did not install; the PyTorch example test is skipped"; \
 	fi
 
-test: $(STAMP) sshd torch-cpu
+# Style checks (README "Style checks"); `make test` runs them first, so CI fails on them.
+lint: $(STAMP)
+	$(BIN)/ruff check iadeep_cli tests benchmarks
+	$(BIN)/mypy
+
+test: $(STAMP) lint sshd torch-cpu
 	$(BIN)/pytest -q
 
 bench: $(STAMP) sshd
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
