@@ -241,7 +241,7 @@ def spec_from_dict(data: object) -> JobSpec:
     return JobSpec(**{k: checks.typed(f"spec.{k}", v, fields[k]) for k, v in data.items()})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spec_fields() -> dict[str, object]:
     return typing.get_type_hints(JobSpec)
 

@@ -1,8 +1,6 @@
 """`iadeep controller run` (the long-running process that owns the queue) and `reload`."""
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 app = typer.Typer(help="Run the controller (the only writer of scheduling state); reload its "
@@ -21,7 +19,7 @@ def _log_lab_events() -> None:
 
 
 @app.command("run")
-def run(inventory: Optional[str] = typer.Option(
+def run(inventory: str | None = typer.Option(
         None, "--inventory", "-i", help="nodes.yaml (default: $IADEEP_INVENTORY, then the "
                                          "state directory's nodes.yaml)."),
         new_database: bool = typer.Option(

@@ -6,9 +6,11 @@ one-line form, with exit code 2 as every click/typer program uses for them.
 from __future__ import annotations
 
 import sys
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 import typer
+
 # typer >= 0.26 ships its own copy of click; these are the exceptions its parser raises.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption, UsageError
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -20,19 +19,19 @@ PROFILES_HELP = "profiles CSV (default: the shipped H200 data)"
 PAIRS_HELP = "pairs CSV of measured co-location speeds (default: the shipped H200 data)"
 
 
-def _profiles(path: Optional[Path]):
+def _profiles(path: Path | None):
     from ..model.profiles import load_profiles_csv, shipped_profiles
     return shipped_profiles() if path is None else load_profiles_csv(path)
 
 
-def _pairs(path: Optional[Path]):
+def _pairs(path: Path | None):
     from ..model.profiles import load_pairs_csv, shipped_pairs
     return shipped_pairs() if path is None else load_pairs_csv(path)
 
 
 @app.command("fit")
-def fit(profiles: Optional[Path] = typer.Option(None, "--profiles", help=PROFILES_HELP),
-        pairs: Optional[Path] = typer.Option(None, "--pairs", help=PAIRS_HELP),
+def fit(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
+        pairs: Path | None = typer.Option(None, "--pairs", help=PAIRS_HELP),
         output: Path = typer.Option(..., "-o", "--output", help="model file to write (JSON)"),
         ) -> None:
     """Fit the predictor on measured pairs and save it.
@@ -52,9 +51,9 @@ def fit(profiles: Optional[Path] = typer.Option(None, "--profiles", help=PROFILE
 
 @app.command("predict")
 def predict(pairs: Path = typer.Option(..., "--pairs", help="query CSV with columns job_a,job_b"),
-            profiles: Optional[Path] = typer.Option(None, "--profiles", help=PROFILES_HELP),
-            model: Optional[Path] = typer.Option(None, "--model",
-                                                 help="model file (default: fit on shipped data)"),
+            profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
+            model: Path | None = typer.Option(None, "--model",
+                                              help="model file (default: fit on shipped data)"),
             ) -> None:
     """Print predicted speeds as CSV (job_a,job_b,speed_a,speed_b), one row per query row."""
     from ..model.predictor import InterferenceModel, default_model, gpu_mismatch
@@ -72,8 +71,8 @@ def predict(pairs: Path = typer.Option(..., "--pairs", help="query CSV with colu
 
 
 @app.command("eval")
-def evaluate(profiles: Optional[Path] = typer.Option(None, "--profiles", help=PROFILES_HELP),
-             pairs: Optional[Path] = typer.Option(None, "--pairs", help=PAIRS_HELP),
+def evaluate(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
+             pairs: Path | None = typer.Option(None, "--pairs", help=PAIRS_HELP),
              as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
              ) -> None:
     """Leave-one-workload-out MAE of the predictor and two baselines."""

@@ -1,8 +1,6 @@
 """``iadeep nodes``: check that every node answers, and trust a node's SSH host key."""
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from ..errors import IadeepError
@@ -23,7 +21,7 @@ def _gpu_json(g) -> dict:
 
 
 @app.command("check")
-def check(inventory: Optional[str] = INVENTORY,
+def check(inventory: str | None = INVENTORY,
           as_json: bool = typer.Option(False, "--json", help="print a JSON array, one object "
                                                              "per node"),
           timeout: float = typer.Option(5.0, "--timeout", help="connect timeout per node (s)")):
@@ -63,7 +61,7 @@ def _confirmed(question: str) -> bool:
 
 @app.command("trust")
 def trust(node: str = typer.Argument(..., help="node name from the inventory"),
-          inventory: Optional[str] = INVENTORY,
+          inventory: str | None = INVENTORY,
           yes: bool = typer.Option(False, "--yes", "-y", help="record without asking")):
     """Show NODE's SSH host key fingerprint and record it in iadeep's known_hosts.
 

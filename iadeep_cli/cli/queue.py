@@ -8,7 +8,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -40,26 +39,26 @@ def _script_path(script: str) -> str:
 @app.command("add")
 def add(
     script: str = typer.Argument(..., help="Job script to run (copied to the node)."),
-    args: Optional[List[str]] = typer.Argument(None, help="Arguments for the script; put "
-                                               "options meant for the script after `--`."),
+    args: list[str] | None = typer.Argument(None, help="Arguments for the script; put "
+                                            "options meant for the script after `--`."),
     gpus: int = typer.Option(1, "--gpus", "-g", help="GPUs the job needs (on one node)."),
-    mem: Optional[float] = typer.Option(None, "--mem", help="GPU memory per GPU, GiB."),
+    mem: float | None = typer.Option(None, "--mem", help="GPU memory per GPU, GiB."),
     name: str = typer.Option("", "--name", "-n", help="A name to recognise it by."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w",
-                                           help="Profile label (see `iadeep profile list`)."),
+    workload: str | None = typer.Option(None, "--workload", "-w",
+                                        help="Profile label (see `iadeep profile list`)."),
     new_workload: bool = typer.Option(False, "--new-workload",
                                       help="--workload is a new label, though close to a "
                                            "known one (it is profiled on its first run)."),
     priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first."),
     exclusive: bool = typer.Option(False, "--exclusive", help="Never share its GPUs."),
-    workdir: Optional[str] = typer.Option(None, "--workdir", help="Working directory on the node."),
-    env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="NAME=VALUE, repeatable."),
-    retries: Optional[int] = typer.Option(None, "--retries",
-                                          help="Requeue this often if its node is lost "
-                                               "(default: the lab's default_retries)."),
-    min_speed: Optional[float] = typer.Option(None, "--min-speed",
-                                              help="Lowest predicted speed accepted when "
-                                                   "sharing (0-1]; default from the lab."),
+    workdir: str | None = typer.Option(None, "--workdir", help="Working directory on the node."),
+    env: list[str] | None = typer.Option(None, "--env", "-e", help="NAME=VALUE, repeatable."),
+    retries: int | None = typer.Option(None, "--retries",
+                                       help="Requeue this often if its node is lost "
+                                            "(default: the lab's default_retries)."),
+    min_speed: float | None = typer.Option(None, "--min-speed",
+                                           help="Lowest predicted speed accepted when "
+                                                "sharing (0-1]; default from the lab."),
 ) -> None:
     """Queue SCRIPT to run on GPUs; prints the new job's id."""
     spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
@@ -95,7 +94,7 @@ LIST_HEADERS = ["ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "AGE", "REASON"]
 @app.command("list")
 def list_(
     all_: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
-    user: Optional[str] = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
+    user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     wide: bool = typer.Option(False, "--wide", help="Never shorten NAME and REASON (they are "
                               "shortened only on a terminal)."),
     json_: bool = JSON,
@@ -200,19 +199,19 @@ def _act(op: str, ids: list[int]) -> None:
 
 
 @app.command("cancel")
-def cancel(ids: List[int] = IDS) -> None:
+def cancel(ids: list[int] = IDS) -> None:
     """Cancel jobs (queued ones at once; running ones are stopped on their node)."""
     _act("cancel", ids)
 
 
 @app.command("hold")
-def hold(ids: List[int] = IDS) -> None:
+def hold(ids: list[int] = IDS) -> None:
     """Keep queued jobs from starting until released."""
     _act("hold", ids)
 
 
 @app.command("release")
-def release(ids: List[int] = IDS) -> None:
+def release(ids: list[int] = IDS) -> None:
     """Let held jobs be scheduled again."""
     _act("release", ids)
 

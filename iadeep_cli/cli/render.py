@@ -4,10 +4,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
-from ..checks import escape as safe   # what users typed, made printable
-from ..checks import escaped as clean  # noqa: F401  (used by the commands as render.clean)
+from ..checks import (
+    escape as safe,  # what users typed, made printable
+    escaped as clean,  # noqa: F401  (used by the commands as render.clean)
+)
 from ..snapshot import json_safe
 
 

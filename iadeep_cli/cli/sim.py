@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
@@ -39,21 +38,21 @@ def sim(
                                "serves with one job per GPU (1.0 = saturated)."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
     multi_gpu: float = typer.Option(0.1, "--multi-gpu", help="Fraction of 2-GPU jobs."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="CSV: submit_s,workload,"
-                                        "duration_s,gpus (instead of generated jobs)."),
-    profiles: Optional[str] = typer.Option(None, "--profiles", help="Workload profiles CSV "
-                                           "(default: shipped H200 profiles)."),
-    truth: Optional[str] = typer.Option(None, "--truth", help="Measured pairs CSV used as "
-                                        "ground truth (default: shipped H200 pairs)."),
-    triples: Optional[str] = typer.Option(None, "--triples", help="Measured triples CSV "
-                                          "(default: shipped, when --truth is the default)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Interference model file "
-                                        "(default: fit on --profiles + --truth)."),
+    trace: str | None = typer.Option(None, "--trace", help="CSV: submit_s,workload,"
+                                     "duration_s,gpus (instead of generated jobs)."),
+    profiles: str | None = typer.Option(None, "--profiles", help="Workload profiles CSV "
+                                        "(default: shipped H200 profiles)."),
+    truth: str | None = typer.Option(None, "--truth", help="Measured pairs CSV used as "
+                                     "ground truth (default: shipped H200 pairs)."),
+    triples: str | None = typer.Option(None, "--triples", help="Measured triples CSV "
+                                       "(default: shipped, when --truth is the default)."),
+    model: str | None = typer.Option(None, "--model", help="Interference model file "
+                                     "(default: fit on --profiles + --truth)."),
     policies: str = typer.Option("exclusive,packing,random,iadeep,oracle", "--policies",
                                  help="Comma-separated policies to compare."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Write the JCT distribution per "
-                                       "policy to this PNG (needs matplotlib)."),
+    plot: str | None = typer.Option(None, "--plot", help="Write the JCT distribution per "
+                                    "policy to this PNG (needs matplotlib)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
     from ..sim.run import SimSettings, format_table, plot_jct, run_sim

@@ -34,7 +34,7 @@ def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
     try:
         try:
             _connect(sock, path, timeout)
-        except (FileNotFoundError, ConnectionRefusedError, socket.timeout) as exc:
+        except (TimeoutError, FileNotFoundError, ConnectionRefusedError) as exc:
             raise _NotReached() from exc
         try:
             protocol.send(sock, {"op": op, "args": args})
@@ -42,7 +42,7 @@ def _once(path: Path, op: str, args: dict, timeout: float) -> dict | None:
             pass  # refused at once (too many connections, too large): the reason is waiting
         try:
             return protocol.recv(sock)  # type: ignore[return-value]
-        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+        except (TimeoutError, ConnectionResetError, BrokenPipeError):
             return None
     finally:
         sock.close()
@@ -61,7 +61,7 @@ def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise socket.timeout("controller too busy") from None
+                raise TimeoutError("controller too busy") from None
             time.sleep(0.01)
 
 

@@ -24,9 +24,9 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from ..errors import IadeepError, InvalidTransition, NodeError
 from ..inventory import Inventory

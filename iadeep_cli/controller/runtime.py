@@ -15,9 +15,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Callable
 
 from .. import paths
 from ..errors import ConfigError, IadeepError, StoreError

@@ -35,8 +35,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import ControllerBusy, ControllerUnavailable, IadeepError, InputError
 from . import protocol

@@ -16,14 +16,24 @@ import inspect
 import os
 import time
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import checks
 from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
 from ..inventory import Inventory
-from ..jobs import (ACTIVE, FINISHED, Job, JobSpec, JobState, check_priority, spec_from_dict,
-                    validate_spec, with_orphan)
+from ..jobs import (
+    ACTIVE,
+    FINISHED,
+    Job,
+    JobSpec,
+    JobState,
+    check_priority,
+    spec_from_dict,
+    validate_spec,
+    with_orphan,
+)
 from ..model.catalog import profile_views
 from ..model.profiles import shipped_profiles
 from ..scheduler.placement import MIB_PER_GIB
@@ -264,7 +274,7 @@ class Service:
         return {**result, "finished": job.state in FINISHED, "state": job.state.value}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _arg_hints(cls: type, op: str) -> dict[str, Any]:
     """The annotations of ``op_<op>``'s request arguments (all but the caller's name)."""
     hints = typing.get_type_hints(getattr(cls, f"op_{op}"))

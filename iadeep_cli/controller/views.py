@@ -6,7 +6,7 @@ views from the database directly and labels them with their age, so `iadeep stat
 from __future__ import annotations
 
 import sqlite3
-from typing import Callable
+from collections.abc import Callable
 
 from ..inventory import Inventory
 from ..jobs import ACTIVE, FINISHED, JobState, job_to_dict
@@ -66,7 +66,7 @@ def for_reader(job: dict, reveal: Reveal) -> dict:
     allows it for the job's owner (the owner and the admins); the names stay visible."""
     if reveal(job["user"]):
         return job
-    return {**job, "env": {name: HIDDEN for name in job["env"]}}
+    return {**job, "env": dict.fromkeys(job["env"], HIDDEN)}
 
 
 def status(conn: sqlite3.Connection, now: float, inventory: Inventory | None = None) -> dict:

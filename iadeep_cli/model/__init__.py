@@ -1,3 +1,3 @@
 """Interference model: workload profiles and a pairwise co-location speed predictor."""
 
-from .online import observed_speed, profile_from_samples  # noqa: E402,F401
+from .online import observed_speed, profile_from_samples  # noqa: F401

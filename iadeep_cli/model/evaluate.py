@@ -7,8 +7,8 @@ training speed, and the utilisation-sum estimate ``1 / max(1, u_a + u_b)``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

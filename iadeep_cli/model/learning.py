@@ -10,9 +10,9 @@ similar runs still accepts normal run-to-run noise.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from statistics import median
-from typing import Callable, Sequence
 
 from .profiles import Profile
 

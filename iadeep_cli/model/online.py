@@ -1,8 +1,8 @@
 """Online learning pieces: turn what the poller and progress files see into model inputs."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from statistics import fmean
-from typing import Sequence
 
 from ..errors import InputError
 from ..snapshot import GpuSample

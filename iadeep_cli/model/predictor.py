@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class ResidualGP:
                 "amplitude": self.amplitude}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ResidualGP":
+    def from_dict(cls, d: dict) -> ResidualGP:
         return cls(d["name"], tuple(d["features"]), np.asarray(d["length_scales"], float),
                    np.asarray(d["x_train"], float).reshape(len(d["alpha"]), -1),
                    np.asarray(d["alpha"], float), np.asarray(d["k_inv"], float),
@@ -233,7 +233,7 @@ class InterferenceModel:
                              hint="choose a writable path for -o") from None
 
     @classmethod
-    def load(cls, path) -> "InterferenceModel":
+    def load(cls, path) -> InterferenceModel:
         p = Path(path)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))

@@ -46,8 +46,8 @@ class CoLocation:
 # ---------------------------------------------------------------------------------------------
 import csv  # noqa: E402  (kept next to the loaders that use it)
 import io  # noqa: E402
+from collections.abc import Iterator, Mapping  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Iterator, Mapping  # noqa: E402
 
 from ..errors import InputError, NotFoundError  # noqa: E402
 from ..paths import file_problem  # noqa: E402

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob
 

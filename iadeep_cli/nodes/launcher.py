@@ -18,15 +18,22 @@ from __future__ import annotations
 import codecs
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import InputError, NodeError, NotFoundError
 from ..jobs import Job
 from ..snapshot import RemoteJob
-from .gpu import (IS_OURS, _READ_PIDFILE, Expect, parse_states, remote_path, split_sections,
-                  state_script)
+from .gpu import (
+    _READ_PIDFILE,
+    IS_OURS,
+    Expect,
+    parse_states,
+    remote_path,
+    split_sections,
+    state_script,
+)
 
 # Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
 # the IADEEP_JOB_ID and IADEEP_PROGRESS_FILE that launch gave it: whatever the job forks keeps

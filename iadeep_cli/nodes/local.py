@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import NodeError
 from ..inventory import Node

@@ -10,12 +10,21 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
-from .gpu import (MAX_APPS, SAMPLE_FIELDS, bounded, clean, job_map, job_sections,
-                  split_sections, state_script)
+from .gpu import (
+    MAX_APPS,
+    SAMPLE_FIELDS,
+    bounded,
+    clean,
+    job_map,
+    job_sections,
+    split_sections,
+    state_script,
+)
 
 STATE_TIMEOUT_S = 10.0
 

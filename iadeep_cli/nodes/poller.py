@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import IadeepError, NotFoundError
 from ..inventory import Inventory, Node
@@ -111,7 +111,7 @@ class NodePool:
         with self._lock:
             for name in self._conns:
                 prev = self._inflight.get(name)
-                if prev is None or prev.done() and prev in self._consumed:
+                if prev is None or (prev.done() and prev in self._consumed):
                     prev = self._executor.submit(self.poll, name, tuple(expect.get(name, ())))
                     self._inflight[name] = prev
                     self._since.setdefault(name, started)
@@ -136,7 +136,7 @@ class NodePool:
         for conn in self._conns.values():
             conn.close()
 
-    def __enter__(self) -> "NodePool":
+    def __enter__(self) -> NodePool:
         return self
 
     def __exit__(self, *exc) -> None:

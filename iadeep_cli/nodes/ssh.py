@@ -23,9 +23,9 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import HostKeyError, NodeError
 from ..inventory import Node
@@ -268,7 +268,7 @@ class SshConnection:
                             f"{target.user}@{target.hostname}:{target.port}: {exc}",
                             hint="check the node's identity_file / ssh-agent and the remote "
                                  "authorized_keys (passwords are not supported)") from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             client.close()
             raise NodeError(f"node {self.node.name}: no answer from {target.hostname}:"
                             f"{target.port} within {t:g} s",
@@ -399,13 +399,13 @@ class SshConnection:
                 if not client.get_transport().is_active():
                     break
                 if time.monotonic() >= deadline:
-                    raise socket.timeout()
+                    raise TimeoutError()
             rc = chan.exit_status
         except _TooMuchOutput:
             raise NodeError(f"node {self.node.name}: a command printed more than "
                             f"{MAX_OUTPUT // 2**20} MiB; its output was discarded",
                             hint="check the node's nvidia-smi and job directories") from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise NodeError(f"node {self.node.name}: command did not finish within {timeout:g} s",
                             hint="the node is overloaded or hung; raise command_timeout if it "
                                  "is just slow") from None

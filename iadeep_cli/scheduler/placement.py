@@ -28,8 +28,9 @@ How a round decides (README 'How placement decides'):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ..inventory import Inventory, Policy, UserLimit
 from ..jobs import Job

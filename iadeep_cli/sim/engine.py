@@ -12,16 +12,16 @@ from __future__ import annotations
 import csv
 import math
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
 from ..model.profiles import Profile
-from ..scheduler.placement import (CachedModel, GpuSlot, Placement, Plan,
-                                   order_queue, plan)
+from ..scheduler.placement import CachedModel, GpuSlot, Placement, Plan, order_queue, plan
 from .truth import TruthModel
 
 POLICIES = ("exclusive", "packing", "random", "iadeep", "oracle")

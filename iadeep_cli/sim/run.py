@@ -6,14 +6,22 @@ trained on other workloads with ``--model`` and truth/profiles that include new 
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..paths import file_problem
-from .engine import (POLICIES, PolicyResult, SimJob, generate_jobs, load_trace, make_planner,
-                     simulate, _mem_mib)
+from .engine import (
+    POLICIES,
+    PolicyResult,
+    SimJob,
+    _mem_mib,
+    generate_jobs,
+    load_trace,
+    make_planner,
+    simulate,
+)
 from .truth import TruthModel
 
 

@@ -11,7 +11,7 @@ The same object serves as the 'oracle' policy's model: plan() with the true spee
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import InputError
 from ..model.profiles import CoLocation, Profile

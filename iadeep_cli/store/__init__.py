@@ -18,8 +18,8 @@ import errno
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .. import paths
 from ..errors import StoreError

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import NotFoundError
 from ..jobs import Job, JobSpec, JobState, check_transition

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import getpass
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..checks import escaped   # names and reasons other users typed: never raw to the terminal
+from ..checks import escaped  # names and reasons other users typed: never raw to the terminal
 from ..controller import client
 
 LOG_TAIL_BYTES = 16384

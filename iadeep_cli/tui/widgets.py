@@ -6,7 +6,7 @@ Cards render a whole node as one ``Static`` (one widget per node, not per GPU), 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
