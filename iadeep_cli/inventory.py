@@ -103,7 +103,8 @@ def _scalar(ctx: _Ctx, node: yaml.Node, where: str) -> Any:
 def _typed(kind: type | tuple, label: str) -> Callable[[_Ctx, yaml.Node, str], Any]:
     def conv(ctx: _Ctx, node: yaml.Node, where: str) -> Any:
         value = _scalar(ctx, node, where)
-        ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in _as_tuple(kind))
+        ok = isinstance(value, kind) and not (isinstance(value, bool)
+                                              and bool not in _as_tuple(kind))
         if not ok:
             raise ctx.fail(node, where, f"expected {label}, got {value!r}")
         return float(value) if kind == (int, float) else value

@@ -60,19 +60,19 @@ def run(app: Callable[..., object]) -> None:
     except NoArgsIsHelpError as exc:   # `iadeep queue`: the help was asked for, in effect
         if exc.format_message():       # (rich has already printed it when installed)
             print(exc.format_message())
-        raise SystemExit(exc.exit_code)
+        raise SystemExit(exc.exit_code) from None
     except ClickException as exc:
         fail(usage_error(exc))
     except typer.Abort:                # a prompt got end-of-input
         print("Error: aborted", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     except IadeepError as exc:
         fail(exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     except BrokenPipeError:  # `iadeep queue list | head`
         sys.stderr.close()
-        raise SystemExit(0)
+        raise SystemExit(0) from None
     if isinstance(code, int) and code:
         raise SystemExit(code)

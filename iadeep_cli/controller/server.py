@@ -121,7 +121,7 @@ class ControllerSocket:
         self.path = state_dir / "controller.sock"
         state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(state_dir, 0o755)
-        self._lock_file = open(state_dir / "controller.lock", "a+")
+        self._lock_file = open(state_dir / "controller.lock", "a+")  # noqa: SIM115 (held: flock)
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

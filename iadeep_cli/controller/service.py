@@ -269,7 +269,8 @@ class Service:
                     "state": job.state.value}
         if self.log_reader is None:
             raise InputError("this controller has no node connections to read logs from",
-                             hint="start it with an inventory: iadeep controller run --inventory FILE")
+                             hint="start it with an inventory: "
+                                  "iadeep controller run --inventory FILE")
         result = self.log_reader(job, offset, max_bytes)
         return {**result, "finished": job.state in FINISHED, "state": job.state.value}
 

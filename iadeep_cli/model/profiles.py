@@ -122,7 +122,7 @@ def _text(name, lineno: int, row: dict[str, str], col: str) -> str:
 def load_profiles_csv(path, *, _text_content: str | None = None) -> dict[str, Profile]:
     """profiles.csv -> {workload: Profile}. Unknown extra columns are ignored."""
     out: dict[str, Profile] = {}
-    for lineno, row in _read_rows(path, ("workload",) + REQUIRED_FEATURES, _text_content):
+    for lineno, row in _read_rows(path, ("workload", *REQUIRED_FEATURES), _text_content):
         workload = _text(path, lineno, row, "workload")
         if workload in out:
             raise InputError(f"{path}: line {lineno}: workload {workload!r} appears twice",
@@ -150,7 +150,8 @@ def _load_colocations(path, n: int, text: str | None = None) -> list[CoLocation]
     for lineno, row in _read_rows(path, jobs_cols + speed_cols, text):
         jobs = tuple(_text(path, lineno, row, c) for c in jobs_cols)
         speeds = tuple(float(_number(path, lineno, row, c)) for c in speed_cols)
-        samples = _number(path, lineno, row, "samples", required=False) if "samples" in row else None
+        samples = (_number(path, lineno, row, "samples", required=False) if "samples" in row
+                   else None)
         out.append(CoLocation(gpu_model=row.get("gpu_model", ""), jobs=jobs, speeds=speeds,
                               samples=max(1, int(samples)) if samples is not None else 1))
     if not out:

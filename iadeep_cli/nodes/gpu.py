@@ -47,9 +47,10 @@ SMI_TIMEOUT_S = 10
 # The most bytes of a job's control file (pid, exit) the poll reads: the job can write them.
 CONTROL_MAX = 64
 
-# Sets $p, $st (the pid file's "PID STARTTIME", bounded and checked) from "$d/pid".
+# Sets $p, $st (the pid file's "PID STARTTIME", bounded and checked) from "$d/pid".  (% keeps
+# the shell's ${...} as written; an f-string would double every brace.)
 _READ_PIDFILE = (
-    'set -- $(head -c %d "$d/pid" 2>/dev/null | head -n 1); p=${1:-}; st=${2:--}\n'
+    'set -- $(head -c %d "$d/pid" 2>/dev/null | head -n 1); p=${1:-}; st=${2:--}\n'  # noqa: UP031
     "case $p in ''|*[!0-9]*) p=-;; esac\n"
     "case $st in ''|*[!0-9]*) st=-;; esac\n" % CONTROL_MAX)
 # Sets $ours (1 if process $p is alive, not a zombie, leads its own session and started at $st,

@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,7 @@ def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | No
         listed = []   # (index, handle, processes): one listing per GPU, used for everything
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
-            listed.append((i, h, _try(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h)) or []))
+            listed.append((i, h, _try(partial(nv.nvmlDeviceGetComputeRunningProcesses, h)) or []))
         jobs, alive = local_job_map([p.pid for _, _, procs in listed for p in procs], known,
                                     sessions)
         gpus = tuple(_sample(nv, i, h, _still_there(nv, h, procs, alive), jobs)

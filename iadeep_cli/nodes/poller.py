@@ -84,7 +84,7 @@ class NodePool:
             if node.local:
                 from .nvml import poll_local
                 return poll_local(node.name, node.workdir, node.gpus, expect)
-            rc, out, err = self.run(node_name, ["sh", "-c", poll_script(node.workdir, expect,
+            _, out, err = self.run(node_name, ["sh", "-c", poll_script(node.workdir, expect,
                                                                      self.gpu_timeout)])
         except IadeepError as exc:
             return NodeSnapshot(node.name, start, error=exc.message)

@@ -502,7 +502,7 @@ class SshConnection:
             t = paramiko.Transport(sock)
             if known:
                 opts = t.get_security_options()
-                first = list(known.keys())[0]
+                first = next(iter(known))
                 opts.key_types = [first] + [k for k in opts.key_types if k != first]
             t.banner_timeout = self.connect_timeout
             t.start_client(timeout=self.connect_timeout)

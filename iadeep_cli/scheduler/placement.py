@@ -433,11 +433,11 @@ def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
     best: tuple[float, _Gpu, dict[int, float]] | None = None
     why = ""
     rank = 0   # how informative `why` is: memory < threshold < floor
-    for sig, gpus in rnd.shareable.items():
+    for gpus in rnd.shareable.values():
         if not gpus:
             continue
         sample = next(iter(gpus.values()))
-        group = sorted(sample.residents + [res], key=lambda r: r.key)
+        group = sorted([*sample.residents, res], key=lambda r: r.key)
         speeds = predict([r.profile for r in group])
         old = predict([r.profile for r in sample.residents]) if len(sample.residents) > 1 \
             else (1.0,)
@@ -461,7 +461,7 @@ def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
                 why, rank = (f"needs {_gib(need)} of GPU memory; {sample.name} has "
                              f"{_gib(sample.free)} free", 1)
             continue
-        ids = {r.job_id: s for r, s in zip(sorted(g.residents + [res], key=lambda r: r.key),
+        ids = {r.job_id: s for r, s in zip(sorted([*g.residents, res], key=lambda r: r.key),
                                             speeds)}
         best = (gain, g, ids)
     if best is None:
@@ -514,7 +514,7 @@ def _reserve(rnd: _Round, job: Job, need: float | None) -> list[_Gpu]:
     def readiness(item):  # fewest jobs left on its k emptiest GPUs
         gs = sorted(item[1], key=lambda g: len(g.residents))[:k]
         return (sum(len(g.residents) for g in gs), item[0])
-    node, gs = min(cands, key=readiness)
+    _, gs = min(cands, key=readiness)
     held = sorted(sorted(gs, key=lambda g: (len(g.residents), g.index))[:k], key=lambda g: g.index)
     rnd.reserve(held)
     return held

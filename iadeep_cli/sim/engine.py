@@ -321,7 +321,7 @@ def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> floa
 def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, shared: set) -> None:
     """Every running job's current speed: the truth for its GPU's group (slowest GPU wins)."""
     speed.clear()
-    for key, ids in on_gpu.items():
+    for ids in on_gpu.values():
         if not ids:
             continue
         s = truth.speeds([specs[i].workload for i in ids]) if len(ids) > 1 else (1.0,)

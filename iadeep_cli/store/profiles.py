@@ -64,7 +64,7 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
         _add_sample(conn, sample, job_id, owner, now, False, note)
         return None, f"rejected: {note}"
     _add_sample(conn, sample, job_id, owner, now, True, "")
-    window = (history + [sample])[-learning.WINDOW:]
+    window = [*history, sample][-learning.WINDOW:]
     profile = learning.merged(window)
     source = (f"job {job_id} ({owner})" if len(window) == 1 else
               f"median of {len(window)} samples, last job {job_id} ({owner})")

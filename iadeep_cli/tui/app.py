@@ -218,7 +218,7 @@ class MonitorApp(App[None]):
         if changed:
             table._update_count += 1     # invalidates DataTable's row render caches
             table.refresh()
-        for slot in range(len(old) - 1, len(rows) - 1, -1):
+        for _ in range(len(old) - 1, len(rows) - 1, -1):
             table.remove_row(slots.pop())
         for slot in range(len(old), len(rows)):
             slots.append(table.add_row(*rows[slot].cells, key=str(slot)))

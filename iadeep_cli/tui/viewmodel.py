@@ -241,6 +241,6 @@ def build_view(data: MonitorData, now: float, query: str = "") -> View:
     stale_s = data.status.get("stale_after_s", STALE_POLLS * poll_s)   # views.stale_after_s
     nodes = tuple(node_card(n, now, stale_s, query) for n in data.status.get("nodes", ()))
     ctl = data.status.get("controller") or {}
-    aging = ctl.get("aging_per_hour", Policy().aging_per_hour)  # the lab's, as the controller runs it
+    aging = ctl.get("aging_per_hour", Policy().aging_per_hour)  # the lab's, as its controller runs
     return View(banner(data, now), nodes, job_rows(data.jobs, now, query, aging),
                 summary(data.status), poll_s)

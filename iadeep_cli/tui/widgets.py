@@ -182,8 +182,8 @@ HELP = """\
   [b]Ctrl+R[/b]   refresh now               [b]?[/b]       this help
 
 Job colours (speed relative to running alone, observed if measured, else predicted):
-  [green]>= 0.85 barely slowed[/]   [yellow]0.60-0.85 slowed[/]   [bold red]< 0.60 badly slowed[/]   \
-[cyan]no estimate[/]
+  [green]>= 0.85 barely slowed[/]   [yellow]0.60-0.85 slowed[/]   \
+[bold red]< 0.60 badly slowed[/]   [cyan]no estimate[/]
   [magenta]foreign[/]: a process iadeep did not start.   Speeds read predicted/observed.
 """
 
