@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 import subprocess
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 def time_call(fn: Callable[[], object], repeats: int) -> list[float]:

@@ -36,7 +36,7 @@ def scenario(seed: int = 0):
             slots.append(GpuSlot(f"n{n}", g, 143771.0, 120000.0, ids, 2))
     queue = []
     for i in range(QUEUE):
-        w = rng.choice(names + [None]) if rng.random() < 0.95 else None
+        w = rng.choice([*names, None]) if rng.random() < 0.95 else None
         spec = JobSpec("/x.sh", workload=w, gpus=2 if rng.random() < 0.05 else 1,
                        priority=rng.choice([0, 0, 0, 1, 5]))
         queue.append(Job(i + 1, f"u{i % 7}", spec, JobState.QUEUED, rng.uniform(0, 86400)))

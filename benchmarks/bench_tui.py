@@ -98,9 +98,10 @@ def main() -> int:
 
     print(f"in app: {cards} cards, {rows} table rows; medians of {args.repeats} updates")
     print(f"  baseline view model only (large)   {_ms(vm_s):8.1f} ms")
-    print(f"  baseline update, empty cluster     {_ms(e_apply):8.1f} ms   +paint {_ms(e_paint):6.1f} ms")
-    print(f"  update, 64x8 GPUs + 2000 queued    {_ms(apply_s):8.1f} ms   +paint {_ms(paint_s):6.1f} ms")
-    print(f"  same, queue head leaves each time  {_ms(s_apply):8.1f} ms   +paint {_ms(s_paint):6.1f} ms")
+    for label, apply, paint in (("baseline update, empty cluster", e_apply, e_paint),
+                                ("update, 64x8 GPUs + 2000 queued", apply_s, paint_s),
+                                ("same, queue head leaves each time", s_apply, s_paint)):
+        print(f"  {label:<33}  {_ms(apply):8.1f} ms   +paint {_ms(paint):6.1f} ms")
     print(f"  ratio update / view model          {_ms(apply_s) / _ms(vm_s):8.2f}x")
     print(f"  ratio update+paint / empty update  {_ms(paint_s) / max(_ms(e_paint), 1e-6):8.2f}x")
     worst = max(_ms(apply_s), _ms(s_apply))

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sshd import Cluster, sshd_available  # noqa: E402
+from sshd import Cluster, sshd_available
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

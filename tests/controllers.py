@@ -39,7 +39,7 @@ class ControllerProcess:
         self.proc: subprocess.Popen | None = None
         self.log = home / "controller.log"
 
-    def start(self, timeout: float = 30.0) -> "ControllerProcess":
+    def start(self, timeout: float = 30.0) -> ControllerProcess:
         args = [*IADEEP, "controller", "run", *self.extra_args]
         self.home.mkdir(parents=True, exist_ok=True)
         if self.inventory:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import getpass
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -99,9 +99,9 @@ SetEnv PATH={FAKES}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOM
         if self.proc is not None and self.proc.poll() is None:
             return
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        self.log = open(self.dir / "sshd.log", "ab")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        with open(self.dir / "sshd.log", "ab") as log:   # sshd keeps its own copy of the fd
+            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)],
+                                         stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -54,14 +54,13 @@ def test_a_full_filesystem_is_one_clear_error_and_the_store_recovers(small_fs):
     store = Store(small_fs / "iadeep.db")
     filler = _fill(small_fs)
     big = "x" * 2_000_000   # needs new pages, which a full disk cannot give
-    with pytest.raises(StoreError, match=f"{FULL} \\({small_fs}\\)") as caught:
-        with store.tx() as conn:
-            cluster.set_meta(conn, "big", big)
+    with pytest.raises(StoreError, match=f"{FULL} \\({small_fs}\\)") as caught, store.tx() as conn:
+        cluster.set_meta(conn, "big", big)
     assert caught.value.hint == f"free space in {small_fs}"
-    with pytest.raises(StoreError, match=FULL):   # a script copy that does not fit: same error
-        with store.tx() as conn:
-            cluster.set_meta(conn, "small", 1)
-            (small_fs / "script").write_bytes(b"#" * 1_000_000)
+    # a script copy that does not fit: same error
+    with pytest.raises(StoreError, match=FULL), store.tx() as conn:
+        cluster.set_meta(conn, "small", 1)
+        (small_fs / "script").write_bytes(b"#" * 1_000_000)
     filler.unlink()
     with store.tx() as conn:   # the connection is usable again, nothing half-written
         assert cluster.get_meta(conn, "small") is None
@@ -157,7 +156,7 @@ def test_a_database_deleted_under_a_running_controller_is_detected_and_kept(tmp_
     ctl.start()
     try:
         later = int(cli(home, "queue", "add", "/bin/true", check=True).stdout)
-        assert sorted(jobs_by_id(home)) == ids + [later] == [1, 2, 3]
+        assert sorted(jobs_by_id(home)) == [*ids, later] == [1, 2, 3]
     finally:
         ctl.stop()
 

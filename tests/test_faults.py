@@ -11,8 +11,14 @@ import time
 
 import pytest
 
-from controllers import (ControllerProcess, attempt_processes, cli, jobs_by_id, kill_attempt,
-                         wait_until)
+from controllers import (
+    ControllerProcess,
+    attempt_processes,
+    cli,
+    jobs_by_id,
+    kill_attempt,
+    wait_until,
+)
 
 GRACE = 3.0
 POLL = 0.3

@@ -5,8 +5,18 @@ import json
 
 import pytest
 
-from iadeep_cli.nodes.gpu import (APP_FIELDS, GPU_FIELDS, MARK, MAX_APPS, MAX_GPUS, MAX_TEXT,
-                                  job_map, parse_poll, poll_script, remote_path)
+from iadeep_cli.nodes.gpu import (
+    APP_FIELDS,
+    GPU_FIELDS,
+    MARK,
+    MAX_APPS,
+    MAX_GPUS,
+    MAX_TEXT,
+    job_map,
+    parse_poll,
+    poll_script,
+    remote_path,
+)
 from iadeep_cli.snapshot import RemoteJob
 
 GPU_IDLE = "h200-idle-query-gpu-full.csv-noheader-nounits.txt"

@@ -55,7 +55,7 @@ def test_user_values_reach_the_job_exactly(pool, tmp_path):
                                    ("PWD", str(tmp_path))))
     assert log.decode() == want
     assert L.reconcile(pool, "node01", [101])[101].exit_code == 0
-    rc, out, _ = pool.run("node01", ["stat", "-c", "%a", res.job_dir])
+    _, out, _ = pool.run("node01", ["stat", "-c", "%a", res.job_dir])
     assert out.strip() == "700"
 
 
@@ -141,7 +141,7 @@ def test_a_reused_pid_is_not_mistaken_for_the_job(pool, tmp_path):
     res = L.launch(pool, "node01", job, [0], script)
     wait_until(lambda: L.reconcile(pool, "node01", [130])[130].state == "running")
     d = L.job_dir(pool.node("node01").workdir, 130)
-    rc, real, _ = pool.run("node01", ["cat", f"{d}/pid"])
+    _, real, _ = pool.run("node01", ["cat", f"{d}/pid"])
     pid, start = real.split()
     assert int(pid) == res.pid and start.isdigit()
     pool.run("node01", ["sh", "-c", f"echo '{pid} 1' > {d}/pid"])   # same pid, other process

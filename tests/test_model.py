@@ -13,10 +13,14 @@ import pytest
 
 from iadeep_cli.errors import ModelError
 from iadeep_cli.model.evaluate import lowo_evaluate, triple_composition_error
-from iadeep_cli.model.predictor import (InterferenceModel, analytic_model, default_model,
-                                        fit_model)
-from iadeep_cli.model.profiles import (load_pairs_csv, load_profiles_csv, shipped_pairs,
-                                       shipped_profiles, shipped_triples)
+from iadeep_cli.model.predictor import InterferenceModel, analytic_model, default_model, fit_model
+from iadeep_cli.model.profiles import (
+    load_pairs_csv,
+    load_profiles_csv,
+    shipped_pairs,
+    shipped_profiles,
+    shipped_triples,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 IADEEP = str(Path(sys.executable).with_name("iadeep"))
@@ -30,7 +34,7 @@ def cli(*args, cwd=None):
 
 
 def strip_gpm(profiles):
-    return {k: dataclasses.replace(p, **{c: None for c in GPM}) for k, p in profiles.items()}
+    return {k: dataclasses.replace(p, **dict.fromkeys(GPM)) for k, p in profiles.items()}
 
 
 # -- loaders ---------------------------------------------------------------------------------
@@ -41,7 +45,7 @@ def test_shipped_data_matches_files():
     assert set(profs) == {r["workload"] for r in rows}
     for r in rows:
         assert profs[r["workload"]].gpu_util == float(r["gpu_util"])
-    assert len(pairs) == sum(1 for _ in open(SHARED / "pairs.csv")) - 1
+    assert len(pairs) == len((SHARED / "pairs.csv").read_text().splitlines()) - 1
     assert all(len(t.jobs) == 3 for t in shipped_triples())
     assert load_pairs_csv(SHARED / "pairs.csv") == pairs
 
@@ -180,7 +184,7 @@ def test_cli_eval_json_and_table():
 
 
 def test_cli_eval_without_gpm_columns(tmp_path):
-    src = list(csv.DictReader(open(SHARED / "profiles.csv")))
+    src = list(csv.DictReader((SHARED / "profiles.csv").read_text().splitlines()))
     cols = [c for c in src[0] if c not in GPM]
     f = tmp_path / "p.csv"
     with open(f, "w", newline="") as fh:

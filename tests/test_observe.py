@@ -109,7 +109,7 @@ def test_without_progress_sm_utilisation_is_the_proxy_but_never_a_model_row(tmp_
     assert observer.observe([a], _gpu_with((1, 40.0)), 0.0)[0] == {1: 1.0}   # alone: solo SM
     b = _job(2, "mlp")
     shared = _gpu_with((1, 30.0), (2, 5.0))
-    speeds, rows = observer.observe([a, b], shared, 10.0, known_util={"mlp": 10.0})
+    speeds, _ = observer.observe([a, b], shared, 10.0, known_util={"mlp": 10.0})
     assert speeds == {1: 0.75, 2: 0.5}   # b never ran alone: its profile's utilisation
     assert observer.observe([a, b], shared, 100.0, known_util={"mlp": 10.0})[1] == []
 

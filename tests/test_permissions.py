@@ -79,7 +79,8 @@ def lab():
 
 def _submit(lab, user):
     sock = lab.home / "controller.sock"
-    result = as_user(user, "add", {"spec": {"script": "/bin/true"}, "script_b64": "IyEvYmluL3NoCg=="}, sock)
+    result = as_user(user, "add", {"spec": {"script": "/bin/true"},
+                                   "script_b64": "IyEvYmluL3NoCg=="}, sock)
     return result["ok"]["id"]
 
 
@@ -118,7 +119,8 @@ def test_owner_controls_own_job(lab):
     job_id = _submit(lab, "iadeep-alice")
     assert as_user("iadeep-alice", "hold", {"ids": [job_id]}, sock)["ok"][0]["state"] == "held"
     assert as_user("iadeep-alice", "release", {"ids": [job_id]}, sock)["ok"][0]["state"] == "queued"
-    assert as_user("iadeep-alice", "cancel", {"ids": [job_id]}, sock)["ok"][0]["state"] == "cancelled"
+    assert as_user("iadeep-alice", "cancel", {"ids": [job_id]},
+                   sock)["ok"][0]["state"] == "cancelled"
 
 
 def test_only_admins_reload_the_inventory_and_its_admins_apply_at_once(lab):
@@ -146,7 +148,7 @@ def cli_as(user: str, home: Path, *argv: str) -> tuple[int, str, str]:
             code = 1
             try:
                 sys.argv = ["iadeep", *argv]
-                sys.stdout = sys.stderr = open(os.devnull, "w")
+                sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (child: os._exit)
                 # As root first, on an empty state directory (so nothing in ``home`` is
                 # touched): the modules the CLI imports lazily load from /root here.
                 os.environ["IADEEP_HOME"] = warm = tempfile.mkdtemp()
@@ -154,8 +156,8 @@ def cli_as(user: str, home: Path, *argv: str) -> tuple[int, str, str]:
                 shutil.rmtree(warm)
                 os.environ["IADEEP_HOME"] = str(home)
                 _drop_to(user)
-                sys.stdout = open(out.fileno(), "w", closefd=False)
-                sys.stderr = open(err.fileno(), "w", closefd=False)
+                sys.stdout = open(out.fileno(), "w", closefd=False)  # noqa: SIM115
+                sys.stderr = open(err.fileno(), "w", closefd=False)  # noqa: SIM115
                 code = _main()
             except BaseException:
                 traceback.print_exc()

@@ -127,7 +127,7 @@ def test_address_that_never_answers_is_bounded(sshd_cluster):
         inv = c.inventory
         dead = Node(name="silent", host="127.0.0.250", port=port, user=c.user,
                     identity_file=str(c.user_key))
-        inv = replace(inv, nodes=inv.nodes + (dead,))
+        inv = replace(inv, nodes=(*inv.nodes, dead))
         with pool_for(inv, connect_timeout=1) as pool:
             snap = pool.poll_all()
             again = pool.poll("silent")
@@ -163,7 +163,7 @@ def test_ssh_config_alias_and_proxyjump(sshd_cluster):
             snap = pool.poll_all()
             jumps = pool.connection("jumped")._jumps
             jump_peer = jumps[0].get_transport().getpeername()[:2] if jumps else None
-            rc, out, _ = pool.run("jumped", "echo $SSH_CONNECTION")
+            _, out, _ = pool.run("jumped", "echo $SSH_CONNECTION")
     finally:
         cfg.write_text(original)
     assert snap.node("aliased").ok, snap.node("aliased").error
@@ -176,5 +176,5 @@ def test_run_quotes_argv(sshd_cluster):
     c = sshd_cluster(5)
     tricky = ["a b", "$(echo no)", "x;y", "q'uote\"", "new\nline", ""]
     with pool_for(c.inventory) as pool:
-        rc, out, err = pool.run("node01", ["printf", "<%s>", *tricky])
+        rc, out, _ = pool.run("node01", ["printf", "<%s>", *tricky])
     assert rc == 0 and out == "".join(f"<{a}>" for a in tricky)

@@ -39,7 +39,8 @@ def test_add_list_show_hold_release_cancel(controller, script):
     assert shown["script"] == str(script) and shown["priority"] == 5
     assert cli(home, "queue", "hold", "1", check=True).stdout.strip() == "job 1: held"
     assert cli(home, "queue", "release", "1", check=True).stdout.strip() == "job 1: queued"
-    assert cli(home, "queue", "priority", "1", "9", check=True).stdout.strip() == "job 1: priority 9"
+    assert (cli(home, "queue", "priority", "1", "9", check=True).stdout.strip()
+            == "job 1: priority 9")
     assert cli(home, "queue", "cancel", "1", check=True).stdout.strip() == "job 1: cancelled"
     assert json.loads(cli(home, "queue", "list", "--json").stdout) == []
     everything = json.loads(cli(home, "queue", "list", "--all", "--json").stdout)
@@ -72,7 +73,8 @@ def test_bad_input_is_one_line_error(controller, script, tmp_path):
     _one_line_error(cli(home, "queue", "add", str(script), "--mem", "-3"), "--mem")
     no_shebang = tmp_path / "train.py"
     no_shebang.write_text("import torch\n")
-    _one_line_error(cli(home, "queue", "add", str(no_shebang)), "train.py", "#!/usr/bin/env python3")
+    _one_line_error(cli(home, "queue", "add", str(no_shebang)), "train.py",
+                    "#!/usr/bin/env python3")
     (tmp_path / "bad.yaml").write_text("nodes:\n  - name: a\n    hots: x\n")
     _one_line_error(cli(home, "controller", "run", "--inventory", str(tmp_path / "bad.yaml")),
                     "bad.yaml:3", "hots")

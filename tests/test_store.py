@@ -93,10 +93,9 @@ def test_unknown_job(tmp_path):
 
 def test_rollback_on_error_leaves_nothing_half_done(tmp_path):
     store = Store(tmp_path / "s.db")
-    with pytest.raises(RuntimeError):
-        with store.tx() as c:
-            jobs.insert(c, "a", JobSpec(script="/j.sh"), 1.0)
-            raise RuntimeError("crash mid-transaction")
+    with pytest.raises(RuntimeError), store.tx() as c:
+        jobs.insert(c, "a", JobSpec(script="/j.sh"), 1.0)
+        raise RuntimeError("crash mid-transaction")
     with store.tx() as c:
         assert jobs.select(c) == []
         assert c.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0

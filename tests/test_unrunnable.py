@@ -36,7 +36,8 @@ def test_a_job_larger_than_every_node_is_refused_with_the_reason(sshd_cluster, s
     for node in cluster.nodes.values():
         node.set_fake(gpus=2)   # two H200s each: 140.4 GiB
     inventory = shared / "nodes.yaml"
-    inventory.write_text(f"lab:\n  poll_interval: 0.3\n  user_limits: {{{ALICE}: {{max_gpus: 1}}}}\n"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n"
+                         f"  user_limits: {{{ALICE}: {{max_gpus: 1}}}}\n"
                          + cluster.inventory_yaml())
     ctl = ControllerProcess(shared / "state", inventory).start()
     try:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import ClassVar
 
 _FX = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
 _MIB = 1024 * 1024
@@ -93,7 +94,7 @@ _MESSAGES = {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 6: "
 class NVMLError(Exception):
     """Like nvidia-ml-py's: ``NVMLError(code)`` gives the subclass for that code."""
 
-    _by_code: dict[int, type] = {}
+    _by_code: ClassVar[dict[int, type]] = {}
 
     def __new__(cls, value):
         if cls is NVMLError:
