@@ -87,7 +87,7 @@ def typed(label: str, value: object, hint: object) -> typing.Any:
     elif hint is float:
         ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
               and abs(value) <= INT64)   # False for NaN and infinities too
-        value = float(value) if ok else value
+        value = float(value) if ok else value  # type: ignore[arg-type]  # ok: a number
     elif hint is str:
         ok = isinstance(value, str)
     elif hint is dict or origin is dict:
@@ -99,7 +99,7 @@ def typed(label: str, value: object, hint: object) -> typing.Any:
     return value
 
 
-_DESCRIBE = {bool: "true or false", int: "an integer", float: "a finite number",
+_DESCRIBE: dict[object, str] = {bool: "true or false", int: "an integer", float: "a finite number",
              str: "a string", dict: "an object"}
 
 

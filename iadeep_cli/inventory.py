@@ -121,7 +121,7 @@ _num = _typed((int, float), "a number")
 _bool = _typed(bool, "true or false")
 
 
-def _within(conv, ok: Callable[[Any], bool], allowed: str):
+def _within(conv, ok: Callable[[Any], object], allowed: str):
     """``conv``, then a range check: a value of the right type can still be meaningless
     (``port: 99999``, ``poll_interval: 0``) and must be refused, saying what is allowed."""
     def check(ctx: _Ctx, node: yaml.Node, where: str) -> Any:

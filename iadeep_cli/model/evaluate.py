@@ -38,7 +38,7 @@ def lowo_evaluate(profiles: Mapping[str, Profile], observations: Sequence[CoLoca
     if len(workloads) < 3:
         raise InputError(f"leave-one-workload-out needs pairs of at least 3 workloads, got "
                          f"{len(workloads)}", hint="give a pairs file with more workloads")
-    errs = {"model": [], "mean": [], "sum": [], "prior": []}
+    errs: dict[str, list[float]] = {"model": [], "mean": [], "sum": [], "prior": []}
     per: dict[str, float] = {}
     for w in workloads:
         train = [o for o in pairs if w not in o.jobs]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from statistics import median
+from typing import Any
 
 from .profiles import Profile
 
@@ -46,7 +47,7 @@ def merged(samples: Sequence[Profile]) -> Profile:
     """The profile of the last WINDOW samples: medians, the peak memory's maximum; an optional
     field is the median of the samples that have it (None if none has)."""
     window = samples[-WINDOW:]
-    values = {}
+    values: dict[str, Any] = {}
     for f in fields(Profile):
         if f.name in ("workload", "gpu_model"):
             continue

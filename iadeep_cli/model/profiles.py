@@ -48,6 +48,7 @@ import csv  # noqa: E402  (kept next to the loaders that use it)
 import io  # noqa: E402
 from collections.abc import Iterator, Mapping  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any, Literal, overload  # noqa: E402
 
 from ..errors import InputError, NotFoundError  # noqa: E402
 from ..paths import file_problem  # noqa: E402
@@ -89,6 +90,11 @@ def _read_rows(path, required: tuple[str, ...], text: str | None = None
         yield lineno, row
 
 
+@overload
+def _number(name, lineno: int, row: dict[str, str], col: str,
+            required: Literal[True] = ...) -> float: ...
+@overload
+def _number(name, lineno: int, row: dict[str, str], col: str, required: bool) -> float | None: ...
 def _number(name, lineno: int, row: dict[str, str], col: str, required: bool = True
             ) -> float | None:
     raw = row.get(col, "")
@@ -127,7 +133,7 @@ def load_profiles_csv(path, *, _text_content: str | None = None) -> dict[str, Pr
         if workload in out:
             raise InputError(f"{path}: line {lineno}: workload {workload!r} appears twice",
                              hint="keep one row per workload")
-        values = {c: _number(path, lineno, row, c) for c in REQUIRED_FEATURES}
+        values: dict[str, Any] = {c: _number(path, lineno, row, c) for c in REQUIRED_FEATURES}
         values.update({c: _number(path, lineno, row, c, required=False)
                        for c in OPTIONAL_FEATURES})
         for col in ("gpu_util", "mem_util", "sm_util", "sm_occupancy", "tensor_util",
@@ -172,7 +178,9 @@ def load_triples_csv(path) -> list[CoLocation]:
 def _shipped_text(filename: str) -> tuple[str, str]:
     from importlib import resources
 
-    res = resources.files(_DATA_PACKAGE).joinpath(*_DATA_DIR, filename)
+    res = resources.files(_DATA_PACKAGE)
+    for part in (*_DATA_DIR, filename):   # one name per joinpath: all Python 3.10 promises
+        res = res.joinpath(part)
     return f"<shipped {'/'.join(_DATA_DIR)}/{filename}>", res.read_text(encoding="utf-8")
 
 

@@ -111,14 +111,14 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
     wd = pool.node(node).workdir
-    out = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
+    found = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
                           'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
                           "cat pid 2>/dev/null; true")
-    lines = out.splitlines()
+    lines = found.splitlines()
     jdir = lines[0]
     if len(lines) > 1 and lines[1].strip():
-        pid, start = _pid_line(lines[1])
-        return LaunchResult(pid, pid, jdir, already_started=True, start=start)
+        pid, st = _pid_line(lines[1])
+        return LaunchResult(pid, pid, jdir, already_started=True, start=st)
     # In its own folder: a script named like a control file (pid, exit, log...) can't clobber it.
     remote_script = f"{jdir}/bin/{script.name}"
     pool.connection(node).put(script, remote_script, 0o700)

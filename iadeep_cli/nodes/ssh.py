@@ -252,7 +252,9 @@ class SshConnection:
         try:
             client.connect(
                 target.hostname, port=target.port, username=target.user,
-                key_filename=list(target.identity_files) or None, timeout=t, banner_timeout=t,
+                # paramiko takes a list of key files too (its stub says one str)
+                key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
+                timeout=t, banner_timeout=t,
                 auth_timeout=t, channel_timeout=t, sock=sock, allow_agent=True,
                 look_for_keys=not target.identity_files)
         except paramiko.BadHostKeyException as exc:
@@ -571,7 +573,8 @@ class _TooMuchOutput(Exception):
 def _read_all(recv, chan, deadline: float) -> bytes:
     """A stream until EOF, bounded in time (``deadline``) and size (MAX_OUTPUT): what a node
     prints is untrusted, and a job or a broken driver can print without end."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         chan.settimeout(max(0.001, deadline - time.monotonic()))
         data = recv(65536)

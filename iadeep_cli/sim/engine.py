@@ -109,7 +109,7 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
     if reader.fieldnames is None or not need <= set(reader.fieldnames):
         raise InputError(f"{p}: header must have submit_s,workload,duration_s[,gpus]",
                          hint="first line e.g.: submit_s,workload,duration_s,gpus")
-    jobs = []
+    jobs: list[SimJob] = []
     for lineno, row in enumerate(reader, start=2):
         w = (row.get("workload") or "").strip()
         if w not in profiles:
@@ -171,7 +171,7 @@ def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int,
         for job in order_queue(queue, policy, now):
             need = mem[job.id]
             if job.spec.gpus > 1:
-                by_node: dict[str, list] = {}
+                by_node: dict[str, list[tuple[str, int]]] = {}
                 for key, st in state.items():
                     if st[0] == 0 and st[3] > 0 and st[1] >= need:
                         by_node.setdefault(key[0], []).append(key)
@@ -181,7 +181,8 @@ def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int,
                     if not reserved and now - job.submitted_at >= policy.reserve_after_s:
                         reserved = _reserve_baseline(state, job.spec.gpus)
                     continue
-                keys = sorted(min(ok, key=len))[: job.spec.gpus]
+                fewest = min(ok, key=len)   # its own line: inside sorted(), mypy mis-infers it
+                keys = sorted(fewest)[: job.spec.gpus]
                 for k in keys:
                     state[k][0] += 1
                     state[k][1] -= need
@@ -248,7 +249,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
     gpu_keys = [(n, i) for n, count in nodes for i in range(count)]
-    on_gpu: dict[tuple[str, int], list[int]] = {k: [] for k in gpu_keys}
+    on_gpu: dict[tuple[str | None, int], list[int]] = {k: [] for k in gpu_keys}
     specs = {j.id: j for j in jobs}
     mem = {j.id: _mem_mib(j, profiles, policy) for j in jobs}
     queued: dict[int, Job] = {}

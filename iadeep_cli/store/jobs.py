@@ -65,6 +65,7 @@ def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
         [token, owner, JobState.QUEUED.value, now, *_spec_values(spec)],
     )
     job_id = cur.lastrowid
+    assert job_id is not None   # set by every INSERT
     add_event(conn, job_id, now, None, JobState.QUEUED, "submitted", owner)
     return job_id, True
 
@@ -102,8 +103,9 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
             params.append(value)
     sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     sql += " ORDER BY id DESC" if last is not None else " ORDER BY id"
-    if limit is not None or last is not None:
-        sql += f" LIMIT {int(last if last is not None else limit)}"
+    count = last if last is not None else limit
+    if count is not None:
+        sql += f" LIMIT {int(count)}"
     found = [job_from_row(r) for r in conn.execute(sql, params)]
     return found[::-1] if last is not None else found
 
