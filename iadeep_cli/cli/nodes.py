@@ -42,7 +42,7 @@ def check(inventory: str | None = INVENTORY,
             if n.ok:
                 gpus = ", ".join(f"{g.index}:{g.name} {g.memory_total_mib or 0:.0f}MiB"
                                  for g in n.gpus) or "no GPUs"
-                typer.echo(f"{n.name:<16} ok    {n.rtt_s * 1000:6.0f} ms  driver "
+                typer.echo(f"{n.name:<16} ok    {(n.rtt_s or 0) * 1000:6.0f} ms  driver "
                            f"{n.driver_version or '-'}  {len(n.gpus)} GPU(s): {gpus}")
             else:
                 typer.echo(f"{n.name:<16} FAIL  {n.error}")

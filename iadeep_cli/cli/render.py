@@ -38,15 +38,15 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) ->
     """Left-aligned columns sized to their content (made ``safe``); the last column is never
     padded."""
     out = out or sys.stdout
-    rows = [["-" if c is None else safe(str(c)) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    text = [["-" if c is None else safe(str(c)) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in text]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
         padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1])] + [cells[-1]]
         return "  ".join(padded).rstrip()
 
     print(line(list(headers)), file=out)
-    for row in rows:
+    for row in text:
         print(line(row), file=out)
 
 

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from ..errors import IadeepError, InvalidTransition, NodeError
@@ -343,7 +344,7 @@ class SchedulingLoop:
             jobs = [j for j in jobrows.with_extra(conn, "orphans") if node in j.extra["orphans"]]
         for job in jobs:
             self.actions.submit(node, ("orphan", job.id, node),
-                                lambda job=job: self._stop_orphan(node, job.id))
+                                partial(self._stop_orphan, node, job.id))
 
     def _stop_orphan(self, node: str, job_id: int) -> None:
         from ..nodes import launcher
@@ -398,15 +399,15 @@ class SchedulingLoop:
         for job in self._jobs(ACTIVE):
             if job.extra.get("cancel_requested_by") and job.node is not None:
                 self.actions.submit(job.node, ("cancel", job.id),
-                                    lambda job=job: self._stop(job))
+                                    partial(self._stop, job.node, job.id))
 
-    def _stop(self, job: Job) -> None:
+    def _stop(self, node: str, job_id: int) -> None:
         from ..nodes import launcher
 
         try:
-            launcher.cancel(self.pool, job.node, job.id)
+            launcher.cancel(self.pool, node, job_id)
         except IadeepError as exc:
-            log.warning("cancel of job %s on %s failed: %s", job.id, job.node, exc.message)
+            log.warning("cancel of job %s on %s failed: %s", job_id, node, exc.message)
 
     # ------------------------------------------------------------------ profiling
     def _profile_new_workloads(self, snapshot: ClusterSnapshot,
@@ -575,5 +576,6 @@ def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float
     if gpu is None or any(p.job_id not in (None, job.id) for p in gpu.processes):
         return None
     mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]
-    return gpu, (max(mine) if mine and None not in mine else gpu.memory_used_mib)
+    known = [m for m in mine if m is not None]
+    return gpu, (max(known) if mine and len(known) == len(mine) else gpu.memory_used_mib)
 

@@ -77,7 +77,7 @@ def _read_line(sock: socket.socket, limit: int, deadline: float | None,
     room = SMALL_REQUEST if on_large is not None else limit + 1
     while True:
         if len(buf) >= room and on_large is not None:
-            deadline += on_large()   # type: ignore[operator]  (server reads have a deadline)
+            deadline += on_large()   # type: ignore[operator]  # server reads have a deadline
             on_large, room = None, limit + 1
         if deadline is not None:
             left = deadline - time.monotonic()

@@ -91,6 +91,7 @@ class Controller:
     def _read_log(self, job, offset: int, max_bytes: int) -> dict:
         from ..nodes.launcher import read_log
 
+        assert self.loop is not None   # this reader is set only with a loop
         pool = self.loop.pool   # the current one: a reload may have replaced it
         return read_log(pool, job.node, job.id, offset, max_bytes).reply()
 
@@ -253,6 +254,7 @@ class Controller:
     def _tick(self) -> None:
         """One round; a bug in one round is logged, not allowed to stop the controller. A
         round that cannot write (full disk) is logged once, and again when rounds resume."""
+        assert self.loop is not None   # called only with one
         try:
             self.loop.tick()
         except StoreError as exc:

@@ -73,7 +73,7 @@ class Service:
         except TypeError as exc:
             raise InputError(f"malformed {op!r} request: {exc}",
                              hint="client and controller versions differ?") from None
-        hints = _arg_hints(type(self), op)
+        hints = _arg_hints(type(self), op)  # type: ignore[arg-type]  # mypy checks the instances' __hash__
         return method(user, **{k: checks.typed(k, v, hints[k]) for k, v in args.items()})
 
     # ------------------------------------------------------------------ writes
@@ -171,8 +171,9 @@ class Service:
                 "at once (lab.user_limits)", hint=f"ask for at most {limit.max_gpus} with "
                 "--gpus, or ask a lab admin to raise your max_gpus in nodes.yaml")
         seen = {snap.name: snap for snap, _ in cluster.load_nodes(conn)}
-        nodes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in self.inventory.nodes]
-        if not nodes or None in nodes:
+        sizes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in self.inventory.nodes]
+        nodes = [s for s in sizes if s is not None]
+        if not nodes or len(nodes) < len(sizes):
             return
         need = (spec.mem_gib or 0.0) * MIB_PER_GIB
         if any(sum(1 for size in gpus if size is None or size >= need) >= spec.gpus

@@ -73,7 +73,7 @@ def status(conn: sqlite3.Connection, now: float, inventory: Inventory | None = N
     """Nodes, their GPUs and what runs on each, the queue summary and how old the data is.
     ``inventory``: the running controller's (None: read from the database, it is not running)."""
     active = jobrows.select(conn, states=ACTIVE)
-    on_gpu: dict[tuple[str, int], list[dict]] = {}
+    on_gpu: dict[tuple[str | None, int], list[dict]] = {}
     for job in active:
         for index in job.gpu_indices:
             on_gpu.setdefault((job.node, index), []).append(

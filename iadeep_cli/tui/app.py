@@ -13,10 +13,12 @@ import getpass
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from ..errors import IadeepError, error_from_dict
@@ -77,7 +79,7 @@ class MonitorApp(App[None]):
         self._slot_keys: list = []          # RowKey of table row i (rows are positional)
         self._column_keys: list = []
         self._fetching = False
-        self._timer = None
+        self._timer: Timer | None = None
         self._interval = 0.0
 
     # ------------------------------------------------------------------ layout
@@ -121,7 +123,7 @@ class MonitorApp(App[None]):
     def _fetch_failed(self, exc: IadeepError) -> None:
         self._fetching = False
         banner = self.query_one("#banner", Static)
-        self._banner = None              # the next good refresh redraws the banner
+        self._banner: vm.Banner | None = None   # the next good refresh redraws the banner
         banner.set_classes("error")
         banner.update(f"cannot read the controller's data: {exc.message}"
                       + (f" ({exc.hint})" if exc.hint else "") + "; retrying")
@@ -198,7 +200,7 @@ class MonitorApp(App[None]):
         # DataTable.update_cell repaints per call (~20 us): 20,000 changed cells when the
         # queue's head leaves would cost 400 ms. Write the cells into the table's data and
         # repaint once; if a future Textual stores cells differently, use the public API.
-        cells = getattr(table, "_data", None)
+        cells: Any = getattr(table, "_data", None)
         bulk = isinstance(cells, dict) and isinstance(getattr(table, "_update_count", None), int)
         changed = False
         for slot in range(min(len(old), len(rows))):
@@ -241,7 +243,7 @@ class MonitorApp(App[None]):
         if job_id is None:
             self.notify("no job selected (move to the queue with Tab)", severity="warning")
             return None
-        return self._rows[self.query_one("#queue", DataTable).cursor_row]
+        return (self._rows or ())[self.query_one("#queue", DataTable).cursor_row]
 
     def action_cancel(self) -> None:
         row = self._selected_row()
