@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional
 
 import typer
 
@@ -113,12 +112,12 @@ def _check(head: int | None, tail: int | None, all_: bool, follow: bool) -> None
 def logs(job_id: int = typer.Argument(..., help="Job id."),
          follow: bool = typer.Option(False, "--follow", "-f",
                                      help="Keep printing new output until the job ends."),
-         head: Optional[int] = typer.Option(None, "--head", metavar="N",
-                                            help="Print the first N lines."),
-         tail: Optional[int] = typer.Option(None, "--tail", metavar="N",
-                                            help="Print the last N lines (default: the last "
-                                                 f"{DEFAULT_LINES}, within its last "
-                                                 f"{DEFAULT_BYTES // 1024} KiB)."),
+         head: int | None = typer.Option(None, "--head", metavar="N",
+                                         help="Print the first N lines."),
+         tail: int | None = typer.Option(None, "--tail", metavar="N",
+                                         help="Print the last N lines (default: the last "
+                                              f"{DEFAULT_LINES}, within its last "
+                                              f"{DEFAULT_BYTES // 1024} KiB)."),
          all_: bool = typer.Option(False, "--all", help="Print the whole log.")) -> None:
     """Print a job's stdout and stderr: by default its end (the CLI never opens SSH itself;
     the controller does)."""

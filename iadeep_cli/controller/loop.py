@@ -376,7 +376,7 @@ class SchedulingLoop:
             with self.store.tx() as conn:
                 ids = jobrows.ended_between(conn, node.name, since, cutoff)
             self.actions.submit(node.name, ("clean", -1, node.name),
-                                lambda n=node.name, ids=ids: self._clean(n, ids, cutoff))
+                                partial(self._clean, node.name, ids, cutoff))
 
     def _clean(self, node: str, ids: list[int], until: float) -> None:
         from ..nodes import launcher

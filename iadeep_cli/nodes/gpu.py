@@ -16,6 +16,7 @@ import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob
 
@@ -160,7 +161,7 @@ LIMITS = {
 }
 MAX_GPUS, MAX_APPS = 64, 4096     # rows per node: GPUs, compute processes
 MAX_TEXT = 256                    # characters kept of a name, uuid or path
-_CONTROL = {c: "?" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROL = dict.fromkeys((*range(0x20), *range(0x7F, 0xA0)), "?")
 
 
 def bounded(value, field: str) -> float | None:
@@ -201,7 +202,7 @@ def _text(raw: str) -> str | None:
 def _rows(text: str, fields: tuple[str, ...], limit: int) -> list[dict[str, str]]:
     """CSV rows (``a, b, c``) to dicts; the last field may itself contain commas (process names).
     More than ``limit`` rows is not a GPU node's output (ValueError, like a malformed row)."""
-    rows = []
+    rows: list[dict[str, str]] = []
     for line in text.splitlines():
         if not line.strip():
             continue
@@ -238,9 +239,9 @@ def parse_gpu_query(text: str) -> list[GpuRow]:
         index = _whole(row["index"], "index")
         if index is None:
             raise ValueError(f"GPU row without a valid index: {clean(row['index'])[:20]!r}")
-        sample = GpuSample(
-            index=index, uuid=_text(row["uuid"]) or "", name=_text(row["name"]) or "",
-            **{attr: _value(row[field], field) for attr, field in SAMPLE_FIELDS.items()})
+        values: dict[str, Any] = {a: _value(row[f], f) for a, f in SAMPLE_FIELDS.items()}
+        sample = GpuSample(index=index, uuid=_text(row["uuid"]) or "",
+                           name=_text(row["name"]) or "", **values)
         out.append(GpuRow(sample, _text(row["driver_version"])))
     return out
 

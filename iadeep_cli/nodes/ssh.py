@@ -450,7 +450,7 @@ class SshConnection:
             yield paramiko.SFTPClient(chan)
         except FileNotFoundError:
             raise
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise NodeError(f"node {self.node.name}: {what}: no answer within {t:g} s",
                             hint="the node is overloaded or hung; it is retried later") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
