@@ -113,3 +113,10 @@ def kill_attempt(job_id: int, node: str, home: Path | None = None) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def start_lab(cluster, tmp_path: Path, inventory: Path) -> ControllerProcess:
+    """A controller for ``cluster`` on ``inventory``, started; ``.cluster`` is set."""
+    ctl = ControllerProcess(tmp_path / "state", inventory)
+    ctl.cluster = cluster
+    return ctl.start()

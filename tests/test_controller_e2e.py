@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, attempt_processes, cli, jobs_by_id, wait_until
+from controllers import ControllerProcess, attempt_processes, cli, jobs_by_id, start_lab, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -47,9 +47,8 @@ def _add(home, *args):
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
     cluster = sshd_cluster(2)
-    ctl = ControllerProcess(tmp_path / "state", _inventory(cluster, tmp_path))
-    ctl.cluster = cluster
-    yield ctl.start()
+    ctl = start_lab(cluster, tmp_path, _inventory(cluster, tmp_path))
+    yield ctl
     ctl.stop()
 
 

@@ -12,11 +12,11 @@ import time
 import pytest
 
 from controllers import (
-    ControllerProcess,
     attempt_processes,
     cli,
     jobs_by_id,
     kill_attempt,
+    start_lab,
     wait_until,
 )
 
@@ -36,9 +36,8 @@ def _inventory(cluster, tmp_path):
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
     cluster = sshd_cluster(2)
-    ctl = ControllerProcess(tmp_path / "state", _inventory(cluster, tmp_path))
-    ctl.cluster = cluster
-    yield ctl.start()
+    ctl = start_lab(cluster, tmp_path, _inventory(cluster, tmp_path))
+    yield ctl
     ctl.stop()
 
 

@@ -4,7 +4,6 @@ import os
 import pwd
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import iadeep_cli.cli.main
+from accounts import ensure_user
 from controllers import ControllerProcess
 
 USERS = ("iadeep-alice", "iadeep-bob", "iadeep-admin")
@@ -22,13 +22,7 @@ pytestmark = pytest.mark.skipif(
     reason="creating OS accounts needs root (CI runs as root)")
 
 
-def _ensure_user(name: str) -> int:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True)
-        return pwd.getpwnam(name).pw_uid
+_ensure_user = ensure_user
 
 
 def _drop_to(user: str) -> None:
