@@ -171,8 +171,9 @@ def test_finished_jobs_directories_go_after_the_retention(sshd_cluster, tmp_path
     try:
         job = _add(ctl.home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=0")
         node = _wait(ctl.home, lambda js: js[job]["state"] == "succeeded")[job]["node"]
-        wait_until(lambda: not list(Path(cluster.workdir).glob(f"*/{node}/jobs/{job}*")),
-                   limit=60)
+        install = (ctl.home / "install_id").read_text().strip()   # not an earlier test's job
+        jobs_dir = Path(cluster.workdir) / install / node / "jobs"
+        wait_until(lambda: not list(jobs_dir.glob(f"{job}*")), limit=60)
         assert "removed 1 finished jobs' directories" in ctl.log.read_text()
     finally:
         ctl.stop()
