@@ -155,7 +155,8 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
 
 def test_logs_follow_streams_until_the_job_ends(lab):
     home = lab.home
-    job = _add(home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=2")
+    # long enough to be seen running on a busy machine
+    job = _add(home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=8")
     _wait(home, lambda js: js[job]["state"] == "running")
     followed = cli(home, "logs", str(job), "--follow")   # returns only once the job has ended
     assert followed.returncode == 0
