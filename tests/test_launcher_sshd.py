@@ -71,7 +71,7 @@ def test_launch_is_idempotent_and_detached(pool, tmp_path):
     snap = pool.poll("node01")
     tagged = [p for g in snap.gpus for p in g.processes if p.job_id == 102]
     assert tagged and not any(p.job_id == 102 for p in snap.gpus[0].foreign_processes)
-    assert L.cancel(pool, "node01", 102, grace_s=5) == "terminated"
+    assert L.cancel(pool, "node01", 102, grace_s=20) == "terminated"
     assert L.reconcile(pool, "node01", [102])[102] == L.RemoteJob("exited", 143, first.pid)
 
 
@@ -151,7 +151,7 @@ def test_a_reused_pid_is_not_mistaken_for_the_job(pool, tmp_path):
     _, stranger, _ = pool.run("node01", ["sh", "-c", "setsid sleep 30 >/dev/null 2>&1 & echo $!"])
     pool.run("node01", ["sh", "-c", f"echo '{stranger.strip()} 1' > {d}/pid"])
     try:
-        assert L.cancel(pool, "node01", 130, grace_s=1) == "terminated"
+        assert L.cancel(pool, "node01", 130, grace_s=20) == "terminated"
         assert pool.run("node01", ["kill", "-0", stranger.strip()])[0] == 0   # lives on
         assert not running(int(pid))
     finally:

@@ -116,9 +116,9 @@ def test_cancel_never_touches_another_installs_job_with_the_same_id(pool, tmp_pa
         wait_until(lambda: len(tagged(403)) == 4)   # a wrapper and a sleep each
         theirs = [p for p in tagged(403)
                   if b"other-install" in Path(f"/proc/{p}/environ").read_bytes()]
-        assert L.cancel(pool, "node01", 403, grace_s=2) == "terminated"
+        assert L.cancel(pool, "node01", 403, grace_s=20) == "terminated"
         assert tagged(403) == theirs
-        assert L.cancel(other, "node01", 403, grace_s=2) == "terminated"
+        assert L.cancel(other, "node01", 403, grace_s=20) == "terminated"
 
 
 def test_clean_finished_removes_only_those_jobs_dirs(pool, tmp_path):

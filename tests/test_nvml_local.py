@@ -240,7 +240,7 @@ def test_a_running_local_job_is_on_its_gpu_then_cancelled(local_pool, fake_nvml,
     assert {Path(p.name).name for p in mine} <= {"sh", "dash", "bash", "sleep"}
     assert L.reconcile(local_pool, "here", [21])[21] == L.RemoteJob(
         "running", None, res.pid, res.start)
-    assert L.cancel(local_pool, "here", 21, grace_s=5) == "terminated"
+    assert L.cancel(local_pool, "here", 21, grace_s=20) == "terminated"
     assert L.reconcile(local_pool, "here", [21])[21] == L.RemoteJob("exited", 143, res.pid)
     wait_until(lambda: local_pool.poll("here").gpus[1].processes == ())
 
