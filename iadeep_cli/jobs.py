@@ -51,6 +51,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 ACTIVE = frozenset({S.STARTING, S.RUNNING})          # occupying GPUs on a node
 PENDING = frozenset({S.QUEUED, S.HELD})              # waiting in the queue
 FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+UNFINISHED = tuple(s for s in S if s not in FINISHED)   # in the order summaries list them
 
 
 def check_transition(job_id: int, old: JobState, new: JobState) -> None:

@@ -7,7 +7,7 @@ import time
 import typer
 
 from ..controller import client
-from .main import app
+from .root import app
 
 
 @app.command("logs")

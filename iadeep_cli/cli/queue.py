@@ -16,6 +16,7 @@ from ..controller import client
 from ..errors import InputError, error_from_dict
 from ..jobs import JobSpec, check_interpreter, parse_env, spec_to_dict, validate_spec
 from ..paths import file_problem
+from ..text import clock, duration, when
 from . import render
 from .errors import report
 
@@ -78,9 +79,7 @@ def add(
 def _check_workload(label: str) -> None:
     """Refuse a --workload label that is not known but close to one that is (a typo would
     silently start a new workload, profiled from scratch and never sharing until then)."""
-    from ..model.catalog import known_profiles
-
-    known = [p["workload"] for p in known_profiles()]
+    known = [p["workload"] for p in client.read("profiles")[0]]
     if label in known:
         return
     by_lower = {k.lower(): k for k in known}
@@ -110,7 +109,7 @@ def list_(
     render.stale_note(stale)
     now = time.time()
     rows = [[str(j["id"]), j["name"], j["user"], j["state"], str(j["gpus"]), _where(j),
-             render.duration(now - j["submitted_at"]), j["reason"]] for j in jobs]
+             duration(now - j["submitted_at"]), j["reason"]] for j in jobs]
     if sys.stdout.isatty() and not wide:
         rows = _fit(LIST_HEADERS, rows, shutil.get_terminal_size().columns)
     render.table(LIST_HEADERS, rows)
@@ -171,10 +170,10 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
     for key in SHOW_FIELDS:
         print(f"{key:>16}: {_field(key, job[key])}")
     for key in ("submitted_at", "started_at", "ended_at"):
-        print(f"{key:>16}: {render.when(job[key])}")
+        print(f"{key:>16}: {when(job[key])}")
     print("events:")
     render.table(["TIME", "FROM", "TO", "BY", "REASON"],
-                 ([time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])), e["old_state"],
+                 ([clock(e["at"]), e["old_state"],
                    e["new_state"], e["actor"], e["reason"]] for e in job["events"]))
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
-from .main import app as main_app
+from .root import app as main_app
 
 
 def _progress_printer():

@@ -31,7 +31,8 @@ from typing import Callable
 from ..errors import IadeepError, InvalidTransition, NodeError
 from ..inventory import Inventory
 from ..jobs import ACTIVE, Job, JobState, with_orphan, without_orphan
-from ..model.profiles import Profile, shipped_profiles
+from ..model.data import shipped_profiles
+from ..profiles import Profile
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 
@@ -146,9 +147,9 @@ class SchedulingLoop:
             return {p.workload: p for p, _source, _at in profrows.load_profiles(conn)}
 
     def _fit(self) -> None:
-        from ..model.catalog import lab_measurements
+        from .catalog import lab_measurements
         from ..model.predictor import fit_model
-        from ..model.profiles import shipped_pairs, shipped_profiles
+        from ..model.data import shipped_pairs, shipped_profiles
 
         try:
             lab_profiles, lab_pairs = lab_measurements(self.store)

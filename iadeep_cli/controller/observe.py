@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import IadeepError
 from ..jobs import Job
-from ..model.profiles import CoLocation
+from ..profiles import CoLocation
 from ..progress import parse_progress, rate
 from ..snapshot import ClusterSnapshot
 

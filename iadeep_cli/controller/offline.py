@@ -31,7 +31,7 @@ def _nobody(owner: str) -> bool:
 
 def public_views(conn, now: float) -> dict:
     """The snapshot's content, from the controller's connection."""
-    from ..model.catalog import profile_views
+    from .catalog import profile_views
     from ..store import jobs as jobrows
 
     finished = jobrows.select(conn, states=FINISHED, last=PUBLIC_FINISHED)
@@ -89,7 +89,7 @@ def _from_database(op: str, args: dict, down: ControllerUnavailable) -> tuple[An
             if op == "status":
                 return views.status(conn, time.time()), since
             if op == "profiles":
-                from ..model.catalog import profile_views
+                from .catalog import profile_views
                 return profile_views(conn), since
     finally:
         store.close()
@@ -129,7 +129,7 @@ def _never_ran(op: str, args: dict, down: ControllerUnavailable) -> Any:
     if op == "status":
         return {"now": time.time(), "nodes": [], "queue": {}, "controller": {}}
     if op == "profiles":
-        from ..model.catalog import profile_views
+        from .catalog import profile_views
         return profile_views()
     if op == "show":
         raise NotFoundError(f"no job with id {args['id']}",

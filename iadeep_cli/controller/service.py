@@ -24,12 +24,12 @@ from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenie
 from ..inventory import Inventory
 from ..jobs import (ACTIVE, FINISHED, Job, JobSpec, JobState, check_priority, spec_from_dict,
                     validate_spec, with_orphan)
-from ..model.catalog import profile_views
-from ..model.profiles import shipped_profiles
-from ..scheduler.placement import MIB_PER_GIB
+from ..model.data import shipped_profiles
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
+from ..text import MIB_PER_GIB
 from . import views
+from .catalog import profile_views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 LogReader = Callable[[Job, int, int], dict]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from .predictor import analytic_speed, fit_model, util_sum_speed
-from .profiles import CoLocation, Profile
+from ..profiles import CoLocation, Profile
 
 
 @dataclass(frozen=True)

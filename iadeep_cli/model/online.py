@@ -6,7 +6,7 @@ from typing import Sequence
 
 from ..errors import InputError
 from ..snapshot import GpuSample
-from .profiles import Profile
+from ..profiles import Profile
 
 
 def observed_speed(rate_it_per_s: float, solo_it_per_s: float) -> float:

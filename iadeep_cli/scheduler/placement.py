@@ -33,10 +33,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..inventory import Inventory, Policy, UserLimit
 from ..jobs import Job
-from ..model.profiles import Profile
+from ..profiles import Profile
 from ..snapshot import ClusterSnapshot
+from ..text import MIB_PER_GIB, gib
 
-MIB_PER_GIB = 1024.0
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
 # this fraction of its memory free: a GPU mostly taken by someone else's process would OOM it.
 UNKNOWN_NEED_FREE = 0.5
@@ -354,7 +354,7 @@ def _full_reason(job: Job, total: int) -> str:
 
 
 def _gib(mib: float | None) -> str:
-    return "?" if mib is None else f"{mib / MIB_PER_GIB:.1f} GiB"
+    return gib(mib, unit=" GiB")
 
 
 def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
-from ..model.profiles import Profile
+from ..profiles import Profile
 from ..scheduler.placement import (CachedModel, GpuSlot, Placement, Plan,
                                    order_queue, plan)
 from .truth import TruthModel

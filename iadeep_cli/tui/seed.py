@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from ..jobs import JobSpec, JobState
-from ..model.profiles import shipped_pairs, shipped_profiles
+from ..model.data import shipped_pairs, shipped_profiles
 from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from .. import paths
-from .profiles import shipped_profiles
+from ..model.data import shipped_profiles
 
 
 def profile_views(conn=None) -> list[dict]:
