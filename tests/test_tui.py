@@ -19,8 +19,10 @@ from iadeep_cli.errors import StoreError
 from iadeep_cli.inventory import Inventory
 from iadeep_cli.jobs import ACTIVE, PENDING, JobState
 from iadeep_cli.store import Store, jobs as jobrows
-from iadeep_cli.tui import seed, source, viewmodel as vm
+from iadeep_cli.tui import source, viewmodel as vm
 from iadeep_cli.tui.source import MonitorData
+
+from helpers import seed
 
 NOW = seed.NOW
 

@@ -12,8 +12,10 @@ import threading
 import pytest
 
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.tui import seed, source
+from iadeep_cli.tui import source
 from iadeep_cli.tui.app import MonitorApp
+
+from helpers import seed
 
 NOW = seed.NOW
 
