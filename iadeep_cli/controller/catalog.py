@@ -41,7 +41,7 @@ def lab_measurements(store=None) -> tuple[dict, list]:
 
     own = store is None
     if own:
-        if not paths.db_path().exists():
+        if not paths.StateDir.default().db.exists():
             return {}, []
         store = Store(readonly=True)
     try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import IadeepError
 from ..jobs import Job
+from ..nodes.connection import NodeAccess
 from ..profiles import CoLocation
 from ..progress import parse_progress, rate
 from ..snapshot import ClusterSnapshot
@@ -31,7 +32,7 @@ class _Track:
 
 
 class SpeedObserver:
-    def __init__(self, pool):
+    def __init__(self, pool: NodeAccess):
         self.pool = pool
         self._tracks: dict[int, _Track] = {}
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when

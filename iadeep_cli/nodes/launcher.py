@@ -24,6 +24,7 @@ from typing import Sequence
 from ..errors import InputError, NodeError, NotFoundError
 from ..jobs import Job
 from ..snapshot import RemoteJob
+from .connection import NodeAccess
 from .gpu import (IS_OURS, _READ_PIDFILE, Expect, parse_states, remote_path, split_sections,
                   state_script)
 
@@ -52,7 +53,7 @@ def job_dir(workdir: str, job_id: int) -> str:
     return f"{workdir.rstrip('/')}/jobs/{int(job_id)}"
 
 
-def _sh(pool, node: str, script: str, timeout: float | None = None) -> str:
+def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None) -> str:
     """Run a POSIX sh script on the node (whatever the login shell is); stdout or NodeError."""
     rc, out, err = pool.run(node, ["sh", "-c", script], timeout=timeout)
     if rc != 0:
@@ -73,7 +74,7 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
     return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.env, *ours)]
 
 
-def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
+def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
            script_path_local: str | Path) -> LaunchResult:
     """Upload the script and start it detached; never starts a job whose dir says it started.
 
@@ -130,7 +131,7 @@ def _pid_line(text: str) -> tuple[int, int | None]:
     return int(parts[0]), start
 
 
-def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
+def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0) -> str:
     """TERM the job's process group, KILL it after ``grace_s``; returns what happened:
     "terminated" | "killed" | "not-running" | "missing" (never launched)."""
     wd = pool.node(node).workdir
@@ -153,7 +154,7 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
     return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
 
 
-def reconcile(pool, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:
+def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:
     """What each job's session and directory on the node say now, in one round trip (the
     controller gets the same from every poll; see ``gpu.state_script`` for the rules).
 
@@ -166,7 +167,7 @@ def reconcile(pool, node: str, job_ids: Sequence[int] | Expect) -> dict[int, Rem
     return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))
 
 
-def read_log(pool, node: str, job_id: int, offset: int = 0,
+def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
              max_bytes: int = 65536) -> tuple[bytes, int]:
     """Bytes of the job's log from ``offset``; (data, next_offset) for ``iadeep logs --follow``."""
     if offset < 0 or max_bytes <= 0:
@@ -181,7 +182,7 @@ def read_log(pool, node: str, job_id: int, offset: int = 0,
     return data, offset + len(data)
 
 
-def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
+def set_aside(pool: NodeAccess, node: str, job_id: int, suffix: str) -> None:
     """Rename a job's directory to ``{id}.{suffix}`` (kept for its log) so a new attempt of the
     same job on this node starts fresh instead of finding the old pid file."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
@@ -191,7 +192,7 @@ def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
                     f'mv "$d" "$d.{suffix}.$(date +%s)"')
 
 
-def log_size(pool, node: str, job_id: int) -> int | None:
+def log_size(pool: NodeAccess, node: str, job_id: int) -> int | None:
     """Bytes in the job's log so far (None if there is none yet): lets a viewer ask for the tail."""
     path = f"{job_dir(pool.node(node).workdir, job_id)}/log"
     out = _sh(pool, node, f"wc -c < {remote_path(path)} 2>/dev/null || true").strip()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from ..inventory import Inventory, Policy, UserLimit
 from ..jobs import Job
@@ -81,6 +81,15 @@ class Plan:
     waits: dict[int, str]
 
 
+class Predictor(Protocol):
+    """What ``plan`` needs of an interference model: ``model.predictor.InterferenceModel``,
+    the simulator's ``TruthModel`` (the oracle), or a ``CachedModel`` around either."""
+
+    def predict_group(self, profiles: Sequence[Profile]) -> Sequence[float]:
+        """Each job's speed (relative to running alone) when the jobs with these profiles
+        share one GPU, in the same order."""
+
+
 class CachedModel:
     """Memoises ``predict_group`` by workload names: a round asks the same question many times.
 
@@ -88,7 +97,7 @@ class CachedModel:
     profiles alone (every model we ship). The simulator keeps one across rounds.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Predictor):
         self.model = model
         self._cache: dict[tuple[str, ...], tuple[float, ...]] = {}
 
@@ -267,11 +276,11 @@ class _Round:
 
 # --------------------------------------------------------------------------- the policy
 def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
-         profiles: Mapping[str, Profile], model: Any, policy: Policy,
+         profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
          user_limits: Mapping[str, UserLimit], now: float) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
-    ``model`` needs only ``predict_group(profiles) -> speeds``; wrap it in ``CachedModel``.
+    ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group

@@ -14,13 +14,13 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
 from ..profiles import Profile
-from ..scheduler.placement import (CachedModel, GpuSlot, Placement, Plan,
+from ..scheduler.placement import (CachedModel, GpuSlot, Placement, Plan, Predictor,
                                    order_queue, plan)
 from .truth import TruthModel
 
@@ -221,7 +221,7 @@ def _reserve_baseline(state: dict, k: int) -> bool:
     return True
 
 
-def make_planner(name: str, profiles: Mapping[str, Profile], model: Any, truth: TruthModel,
+def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, truth: TruthModel,
                  policy: Policy, mem: Mapping[int, float], seed: int) -> Planner:
     if name in ("iadeep", "oracle", "exclusive"):
         m = CachedModel(truth if name == "oracle" else model)

@@ -1,9 +1,9 @@
 """Interference data measured in this lab: workload profiles and co-location speeds.
 
 These take precedence over the shipped H200 data for their GPU model when the model is fitted.
-Profiles learnt from jobs change only through ``learn`` (the rules in ``iadeep_cli.profiles``): every sample
-is kept with its job, owner and time, accepted or not, so ``iadeep profile show`` can say where
-a profile came from.
+Profiles learnt from jobs change only through ``learn`` (by the rules in ``iadeep_cli.profiles``):
+every sample is kept with its job, owner and time, accepted or not, so ``iadeep profile show``
+can say where a profile came from.
 """
 from __future__ import annotations
 
