@@ -89,7 +89,7 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     wd = pool.node(node).workdir
     out = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
                           'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
-                          "cat pid 2>/dev/null; true")
+                          "{ cat pid 2>/dev/null; true; }")   # a failed mkdir is a NodeError
     lines = out.splitlines()
     jdir = lines[0]
     if len(lines) > 1 and lines[1].strip():
