@@ -117,7 +117,7 @@ def lab(tmp_path):
 def _running(lab: Lab, job_id: int) -> Job:
     job = lab.job(job_id)
     assert job.state == JobState.RUNNING, lab.reasons(job_id)
-    assert _alive(job.remote_pid)
+    assert job.remote_pid is not None and _alive(job.remote_pid)
     return job
 
 
