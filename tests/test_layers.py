@@ -59,7 +59,7 @@ class Import:
 
 def _modules(root: Path) -> dict[str, Path]:
     """Dotted name -> file, for every .py file of the package at ``root``."""
-    out = {}
+    out: dict[str, Path] = {}
     for path in sorted(root.rglob("*.py")):
         parts = (root.name, *path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
@@ -85,7 +85,8 @@ def _parse(path: Path) -> ast.Module:
 def read_imports(root: Path) -> tuple[dict[str, Path], list[Import], list[Import]]:
     """(modules, imports within the package, imports of other packages) anywhere in a file."""
     modules = _modules(root)
-    inner, outer = [], []
+    inner: list[Import] = []
+    outer: list[Import] = []
     for module, path in modules.items():
         tree = _parse(path)
         is_package = path.name == "__init__.py"
