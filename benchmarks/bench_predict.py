@@ -29,8 +29,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    from iadeep_cli.model.data import shipped_pairs, shipped_profiles
     from iadeep_cli.model.predictor import fit_model
-    from iadeep_cli.model.profiles import shipped_pairs, shipped_profiles
 
     names = sorted(shipped_profiles())
     iadeep = str(Path(sys.executable).with_name("iadeep"))

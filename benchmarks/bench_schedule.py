@@ -12,8 +12,8 @@ import time
 
 from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.model.predictor import default_model
-from iadeep_cli.model.profiles import shipped_profiles
 from iadeep_cli.scheduler.placement import CachedModel, GpuSlot, order_queue, plan
 
 NODES, GPUS_PER_NODE, QUEUE, REPEAT = 64, 8, 1000, 15

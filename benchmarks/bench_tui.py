@@ -19,11 +19,15 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))   # helpers.seed
 
 
 def _seeded(scenario: str):
     os.environ["IADEEP_HOME"] = tempfile.mkdtemp(prefix=f"bench-tui-{scenario}-")
-    from iadeep_cli.tui import seed, source
+    from helpers import seed
+    from iadeep_cli.tui import source
 
     seed.seed_state_dir(scenario)
     return source.fetch()
@@ -77,7 +81,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
-    from iadeep_cli.tui import seed, viewmodel as vm
+    from helpers import seed
+    from iadeep_cli.tui import viewmodel as vm
 
     t0 = time.perf_counter()
     large = _seeded("large")

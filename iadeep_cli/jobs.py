@@ -15,7 +15,7 @@ import enum
 import functools
 import shlex
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import checks
 from .errors import InputError, InvalidTransition
@@ -51,6 +51,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 ACTIVE = frozenset({S.STARTING, S.RUNNING})          # occupying GPUs on a node
 PENDING = frozenset({S.QUEUED, S.HELD})              # waiting in the queue
 FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+UNFINISHED = tuple(s for s in S if s not in FINISHED)   # in the order summaries list them
 
 
 def check_transition(job_id: int, old: JobState, new: JobState) -> None:
@@ -99,11 +100,20 @@ class Job:
     reason: str = ""                  # last transition's or wait's reason, for `queue why`
     observed_speed: float | None = None
     predicted_speed: float | None = None
-    extra: dict = field(default_factory=dict)
+    cancel_requested_by: str | None = None   # who asked to stop it while it was on a node
+    orphans: tuple[str, ...] = ()   # nodes where an abandoned attempt of it may still run
 
     @property
     def name(self) -> str:
         return self.spec.name or self.spec.script.rsplit("/", 1)[-1]
+
+    def orphans_with(self, node: str | None) -> tuple[str, ...]:
+        """``orphans`` plus ``node``: an abandoned attempt may still run there (the controller
+        stops it when the node answers again, and places no new attempt there before)."""
+        return self.orphans if not node or node in self.orphans else (*self.orphans, node)
+
+    def orphans_without(self, node: str) -> tuple[str, ...]:
+        return tuple(n for n in self.orphans if n != node)
 
 
 MAX_GPUS_PER_JOB = 64
@@ -244,18 +254,3 @@ def spec_from_dict(data: object) -> JobSpec:
 @functools.cache
 def _spec_fields() -> dict[str, object]:
     return typing.get_type_hints(JobSpec)
-
-
-def with_orphan(extra: dict, node: str | None) -> dict:
-    """``extra`` noting that an abandoned attempt may still run on ``node`` (the controller
-    stops it there when the node answers again, and places no new attempt there before)."""
-    orphans = list(extra.get("orphans", ()))
-    if node and node not in orphans:
-        orphans.append(node)
-    return {**extra, "orphans": orphans}
-
-
-def without_orphan(extra: dict, node: str) -> dict:
-    orphans = [n for n in extra.get("orphans", ()) if n != node]
-    rest = {k: v for k, v in extra.items() if k != "orphans"}
-    return {**rest, "orphans": orphans} if orphans else rest

@@ -7,41 +7,71 @@ A lab that shares one controller sets ``IADEEP_HOME`` (e.g. ``/var/lib/iadeep``)
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 
-def state_dir() -> Path:
-    env = os.environ.get("IADEEP_HOME")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-    return base / "iadeep"
+@dataclass(frozen=True)
+class StateDir:
+    """The state directory and the name of every file the controller keeps in it: the one
+    place these names are spelled."""
 
+    root: Path
 
-def db_path(home: Path | None = None) -> Path:
-    """The database (0600: it holds every job's environment and arguments)."""
-    return (home or state_dir()) / "iadeep.db"
+    @classmethod
+    def default(cls) -> StateDir:
+        """``$IADEEP_HOME``, else ``$XDG_STATE_HOME/iadeep``, else ``~/.local/state/iadeep``
+        (read at each call: tests and tools point ``IADEEP_HOME`` elsewhere)."""
+        env = os.environ.get("IADEEP_HOME")
+        if env:
+            return cls(Path(env).expanduser())
+        xdg = os.environ.get("XDG_STATE_HOME")
+        base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+        return cls(base / "iadeep")
 
+    @property
+    def db(self) -> Path:
+        """The database (0600: it holds every job's environment and arguments)."""
+        return self.root / "iadeep.db"
 
-def install_id_path(home: Path | None = None) -> Path:
-    """A marker written next to the database once it exists: a state directory that has one
-    but no database lost its database, and the controller refuses to start over silently."""
-    return (home or state_dir()) / "install_id"
+    @property
+    def install_id(self) -> Path:
+        """A marker written next to the database once it exists: a state directory that has
+        one but no database lost its database, and the controller refuses to start over
+        silently."""
+        return self.root / "install_id"
 
+    @property
+    def public_view(self) -> Path:
+        """The world-readable views the controller leaves for readers without database
+        access."""
+        return self.root / "public.json"
 
-def public_view_path(home: Path | None = None) -> Path:
-    """The world-readable views the controller leaves for readers without database access."""
-    return (home or state_dir()) / "public.json"
+    @property
+    def socket(self) -> Path:
+        return self.root / "controller.sock"
 
+    @property
+    def lock(self) -> Path:
+        """Held (flock) by the one controller of this directory, for its lifetime."""
+        return self.root / "controller.lock"
 
-def socket_path() -> Path:
-    return state_dir() / "controller.sock"
+    @property
+    def scripts(self) -> Path:
+        """Copies of submitted scripts, taken when a job is accepted (0700)."""
+        return self.root / "scripts"
 
+    @property
+    def known_hosts(self) -> Path:
+        """iadeep's own known_hosts, written by ``iadeep nodes trust`` (the user's is read
+        too)."""
+        return self.root / "known_hosts"
 
-def known_hosts_path() -> Path:
-    """iadeep's own known_hosts, written by ``iadeep nodes trust`` (the user's is read too)."""
-    return state_dir() / "known_hosts"
+    @property
+    def inventory(self) -> Path:
+        """The inventory read when neither ``--inventory`` nor ``$IADEEP_INVENTORY`` names
+        one."""
+        return self.root / "nodes.yaml"
 
 
 def inventory_path(explicit: str | os.PathLike | None = None) -> Path:
@@ -51,7 +81,7 @@ def inventory_path(explicit: str | os.PathLike | None = None) -> Path:
     env = os.environ.get("IADEEP_INVENTORY")
     if env:
         return Path(env).expanduser()
-    return state_dir() / "nodes.yaml"
+    return StateDir.default().inventory
 
 
 def file_problem(path: str | os.PathLike) -> str | None:

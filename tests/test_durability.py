@@ -12,6 +12,7 @@ import pytest
 
 from controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.errors import StoreError
+from iadeep_cli.paths import StateDir
 from iadeep_cli.store import Store, cluster, statedir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,9 +197,9 @@ def test_start_up_adopts_an_older_database_and_marks_the_directory(tmp_path):
     with old.tx() as conn:
         cluster.set_meta(conn, "install_id", "abc123")
     old.close()
-    store, install = statedir.open_store(home)
+    store, install = statedir.open_store(StateDir(home))
     store.close()
     assert install == "abc123" and (home / "install_id").read_text() == "abc123\n"
-    store, again = statedir.open_store(home)
+    store, again = statedir.open_store(StateDir(home))
     store.close()
     assert again == "abc123"

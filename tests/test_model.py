@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from iadeep_cli.errors import ModelError
-from iadeep_cli.model.evaluate import lowo_evaluate, triple_composition_error
-from iadeep_cli.model.predictor import InterferenceModel, analytic_model, default_model, fit_model
-from iadeep_cli.model.profiles import (
+from iadeep_cli.model.data import (
     load_pairs_csv,
     load_profiles_csv,
     shipped_pairs,
     shipped_profiles,
     shipped_triples,
 )
+from iadeep_cli.model.evaluate import lowo_evaluate, triple_composition_error
+from iadeep_cli.model.predictor import InterferenceModel, analytic_model, default_model, fit_model
 
 ROOT = Path(__file__).resolve().parents[1]
 IADEEP = str(Path(sys.executable).with_name("iadeep"))
@@ -235,7 +235,7 @@ def test_cli_bad_model_file(tmp_path):
 def test_predict_path_does_not_import_sklearn(tmp_path, model_file):
     q = tmp_path / "q.csv"
     q.write_text("job_a,job_b\nmlp,mlp\n")
-    code = ("import sys; from iadeep_cli.cli.main import app; import iadeep_cli.cli.groups;"
+    code = ("import sys; from iadeep_cli.cli.main import app;"
             f"sys.argv=['iadeep','model','predict','--model',{str(model_file)!r},"
             f"'--pairs',{str(q)!r}];\n"
             "try:\n app()\nexcept SystemExit: pass\n"

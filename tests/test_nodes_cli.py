@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from iadeep_cli.paths import known_hosts_path
+from iadeep_cli.paths import StateDir
 from test_ssh_hostkeys import iadeep
 
 pytestmark = pytest.mark.sshd
@@ -43,7 +43,7 @@ def test_check_bad_inventory_is_one_line(tmp_path):
 def test_trust_answered_no_records_nothing_and_says_so(sshd_cluster):
     c = sshd_cluster(1, key="trust-no")
     c.write_known_hosts(trusted=False)
-    known_hosts_path().unlink(missing_ok=True)
+    StateDir.default().known_hosts.unlink(missing_ok=True)
 
     def trust(answer: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "iadeep_cli", "nodes", "trust", "node01",
@@ -57,6 +57,7 @@ def test_trust_answered_no_records_nothing_and_says_so(sshd_cluster):
             "Error: host key of node01 not trusted; nothing was recorded (hint: answer y once "
             "the fingerprint matches the node's own (`ssh-keygen -lf "
             "/etc/ssh/ssh_host_*_key.pub` there), or pass --yes)"]
-        assert "Trust this key?" in res.stdout and not known_hosts_path().exists()
+        assert "Trust this key?" in res.stdout and not StateDir.default().known_hosts.exists()
     yes = trust("y\n")
-    assert yes.returncode == 0 and "recorded in" in yes.stdout and known_hosts_path().exists()
+    assert yes.returncode == 0 and "recorded in" in yes.stdout
+    assert StateDir.default().known_hosts.exists()

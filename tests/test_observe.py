@@ -2,12 +2,12 @@
 from pathlib import Path
 
 from iadeep_cli.controller import client
+from iadeep_cli.controller.catalog import lab_measurements
 from iadeep_cli.controller.observe import SpeedObserver
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.model.catalog import lab_measurements
-from iadeep_cli.model.profiles import CoLocation, Profile
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.profiles import CoLocation, Profile
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, profiles as profrows
 

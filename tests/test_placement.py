@@ -13,7 +13,7 @@ import pytest
 
 from iadeep_cli.inventory import Inventory, Node, Policy, UserLimit
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.model.profiles import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.placement import (
     GpuSlot,
     effective_priority,

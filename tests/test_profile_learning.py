@@ -1,10 +1,11 @@
 """Learnt profiles: merged over many jobs, outliers rejected, pins respected, every sample kept
-with its job, user and time (real SQLite; the rules in model/learning.py)."""
+with its job, user and time (real SQLite; the rules in iadeep_cli/profiles.py)."""
 from dataclasses import replace
 
-from iadeep_cli.model import learning
-from iadeep_cli.model.catalog import profile_views
-from iadeep_cli.model.profiles import Profile, shipped_profiles
+from iadeep_cli import profiles
+from iadeep_cli.controller.catalog import profile_views
+from iadeep_cli.model.data import shipped_profiles
+from iadeep_cli.profiles import Profile
 from iadeep_cli.store import Store, profiles as profrows
 
 GPU = "NVIDIA H200"
@@ -27,28 +28,28 @@ def _view(conn, label):
 # ------------------------------------------------------------------ the rules
 def test_a_profile_is_the_median_of_its_window_and_the_largest_peak():
     samples = [_p(60, peak=8), _p(70, peak=12, solo=10.0), _p(65, peak=9), _p(90, peak=9)]
-    merged = learning.merged(samples)
+    merged = profiles.merged(samples)
     assert merged.gpu_util == 67.5 and merged.peak_mem_gib == 12
     assert merged.solo_it_per_s == 10.0        # the median of the samples that have one
     assert merged.power_w is None              # none has it
-    many = [_p(10)] * 5 + [_p(50)] * learning.WINDOW
-    assert learning.merged(many).gpu_util == 50   # only the last WINDOW samples count
+    many = [_p(10)] * 5 + [_p(50)] * profiles.WINDOW
+    assert profiles.merged(many).gpu_util == 50   # only the last WINDOW samples count
 
 
 def test_first_sample_fits_and_an_idle_one_is_far_from_busy_history():
     history = [_p(80), _p(84), _p(78), _p(82), _p(81)]
-    assert learning.outlier_reason(_p(3, mem=1, peak=1), []) is None
-    reason = learning.outlier_reason(_p(3, mem=1, peak=1), history)
+    assert profiles.outlier_reason(_p(3, mem=1, peak=1), []) is None
+    reason = profiles.outlier_reason(_p(3, mem=1, peak=1), history)
     assert reason.startswith("gpu_util 3.0 is far from the median 81.0 of 5 earlier sample(s)")
-    assert learning.outlier_reason(_p(70), history) is None   # run-to-run noise (floor 20)
+    assert profiles.outlier_reason(_p(70), history) is None   # run-to-run noise (floor 20)
 
 
 def test_tolerance_widens_with_the_samples_own_spread_and_checks_memory():
     spread = [_p(20), _p(80), _p(35), _p(65), _p(50)]   # a workload that varies a lot
-    assert learning.outlier_reason(_p(5), spread) is None
-    assert learning.outlier_reason(_p(50, peak=40.0), [_p(50, peak=10.0)] * 3) \
+    assert profiles.outlier_reason(_p(5), spread) is None
+    assert profiles.outlier_reason(_p(50, peak=40.0), [_p(50, peak=10.0)] * 3) \
         .startswith("peak_mem_gib 40.0")
-    assert learning.outlier_reason(_p(50, peak=11.5), [_p(50, peak=10.0)] * 3) is None
+    assert profiles.outlier_reason(_p(50, peak=11.5), [_p(50, peak=10.0)] * 3) is None
 
 
 # ------------------------------------------------------------------ in the database

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.inventory import Policy
-from iadeep_cli.model.profiles import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.sim.engine import SimJob, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, run_sim
 from iadeep_cli.sim.truth import TruthModel

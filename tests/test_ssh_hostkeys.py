@@ -9,7 +9,7 @@ import pytest
 
 from iadeep_cli.errors import HostKeyError
 from iadeep_cli.nodes.poller import NodePool
-from iadeep_cli.paths import known_hosts_path
+from iadeep_cli.paths import StateDir
 
 pytestmark = pytest.mark.sshd
 
@@ -23,7 +23,7 @@ def iadeep(*args, env=None):
 def test_unknown_then_trust_then_changed(sshd_cluster):
     c = sshd_cluster(2, key="hostkeys")
     c.write_known_hosts(trusted=False)
-    known_hosts_path().unlink(missing_ok=True)
+    StateDir.default().known_hosts.unlink(missing_ok=True)
     with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
         snap = pool.poll("node01")
         with pytest.raises(HostKeyError) as exc:
@@ -33,11 +33,11 @@ def test_unknown_then_trust_then_changed(sshd_cluster):
 
     refused = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path),
                      env={"HOME": str(c.home)})   # no --yes, no tty answer: aborted
-    assert refused.returncode != 0 and not known_hosts_path().exists()
+    assert refused.returncode != 0 and not StateDir.default().known_hosts.exists()
     ok = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path), "--yes")
     assert ok.returncode == 0, ok.stderr
     pub_b64 = c.node("node01").known_hosts_line().split()[2]
-    assert pub_b64 in known_hosts_path().read_text()
+    assert pub_b64 in StateDir.default().known_hosts.read_text()
     fp = subprocess.run(["ssh-keygen", "-lf", str(c.node("node01").host_key) + ".pub"],
                         capture_output=True, text=True).stdout.split()[1]
     assert fp in ok.stdout                       # the fingerprint shown is OpenSSH's
@@ -52,11 +52,11 @@ def test_unknown_then_trust_then_changed(sshd_cluster):
     with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
         changed = pool.poll("node01")
     assert "CHANGED" in changed.error
-    before = known_hosts_path().read_text()
+    before = StateDir.default().known_hosts.read_text()
     res = iadeep("nodes", "trust", "node01", "--inventory", str(c.inventory_path), "--yes")
     assert res.returncode == 1 and "CHANGED" in res.stderr and "ssh-keygen -R" in res.stderr
     assert "Traceback" not in res.stderr
-    assert known_hosts_path().read_text() == before     # never replaced
+    assert StateDir.default().known_hosts.read_text() == before     # never replaced
 
 
 def test_marker_and_corrupt_known_hosts_lines_do_not_stop_polling(sshd_cluster):
@@ -70,7 +70,7 @@ def test_marker_and_corrupt_known_hosts_lines_do_not_stop_polling(sshd_cluster):
         f"@revoked {other}\n"
         "this line is not a known_hosts entry\n"
         f"{trusted}\n")
-    known_hosts_path().unlink(missing_ok=True)
+    StateDir.default().known_hosts.unlink(missing_ok=True)
     with NodePool(c.inventory, connect_timeout=3, backoff_base=0) as pool:
         snap = pool.poll_all()
     by = {n.name: n for n in snap.nodes}

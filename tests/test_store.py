@@ -27,7 +27,8 @@ def test_upgrade_from_first_version_keeps_jobs(tmp_path):
         job = jobs.get(c, 1)
         assert c.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
         # Columns added by later migrations exist with their defaults.
-        assert job.owner == "alice" and job.spec.args == ("x",) and job.extra == {}
+        assert job.owner == "alice" and job.spec.args == ("x",)
+        assert job.cancel_requested_by is None and job.orphans == ()
         assert job.observed_speed is None
         c.execute("SELECT * FROM profiles").fetchall()
 

@@ -15,11 +15,12 @@ import threading
 
 import pytest
 
+from helpers import seed
 from iadeep_cli.errors import StoreError
 from iadeep_cli.inventory import Inventory
 from iadeep_cli.jobs import ACTIVE, PENDING, JobState
 from iadeep_cli.store import Store, jobs as jobrows
-from iadeep_cli.tui import seed, source, viewmodel as vm
+from iadeep_cli.tui import source, viewmodel as vm
 from iadeep_cli.tui.source import MonitorData
 
 NOW = seed.NOW
@@ -370,7 +371,7 @@ async def test_a_failing_refresh_keeps_the_last_data_and_says_why(home):
 
 
 def test_cli_imports_textual_only_inside_the_command():
-    code = ("import sys; import iadeep_cli.cli.groups; "
+    code = ("import sys; import iadeep_cli.cli.main; "
             "assert 'textual' not in sys.modules, 'textual imported at start-up'; "
             "from iadeep_cli.cli.main import app; "
             "import typer.main; names = [c.name for c in app.registered_commands]; "

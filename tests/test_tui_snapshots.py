@@ -11,8 +11,9 @@ import threading
 
 import pytest
 
+from helpers import seed
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.tui import seed, source
+from iadeep_cli.tui import source
 from iadeep_cli.tui.app import MonitorApp
 
 NOW = seed.NOW

@@ -15,7 +15,7 @@ import typer
 
 from ..controller import client
 from ..errors import InputError
-from .main import app
+from .root import app
 
 CHUNK = 1 << 20                      # bytes per request
 DEFAULT_LINES, DEFAULT_BYTES = 100, 64 * 1024

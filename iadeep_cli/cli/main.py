@@ -1,23 +1,22 @@
-"""``iadeep``: the top-level typer app; each command group lives in its own module.
+"""``iadeep``: every command group registered on the root app, and the entry point.
 
-Groups are imported here, but heavy libraries (paramiko, scikit-learn, textual) are imported
-only inside the commands that need them, so `iadeep status` and `iadeep queue list` stay fast.
+Command modules are imported here, but heavy libraries (paramiko, scikit-learn, textual) are
+imported only inside the commands that need them, so `iadeep status` and `iadeep queue list`
+stay fast. Groups are added with add_typer; status, logs, sim and monitor decorate the root app
+directly (this import order is --help's order).
 """
 from __future__ import annotations
 
-import typer
-
+from . import controller, logs, model, monitor, nodes, profile, queue, sim, status  # noqa: F401  (they register on `app`)
 from .errors import run
+from .root import app
 
-app = typer.Typer(
-    help="iadeep: interference-aware GPU scheduling for a small lab's servers.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app.add_typer(queue.app, name="queue")
+app.add_typer(controller.app, name="controller")
+app.add_typer(model.app, name="model")
+app.add_typer(nodes.app, name="nodes")
+app.add_typer(profile.app, name="profile")
 
 
 def main() -> None:
-    from . import groups  # noqa: F401  (each command module registers itself on `app`)
-
     run(app)

@@ -20,12 +20,12 @@ PAIRS_HELP = "pairs CSV of measured co-location speeds (default: the shipped H20
 
 
 def _profiles(path: Path | None):
-    from ..model.profiles import load_profiles_csv, shipped_profiles
+    from ..model.data import load_profiles_csv, shipped_profiles
     return shipped_profiles() if path is None else load_profiles_csv(path)
 
 
 def _pairs(path: Path | None):
-    from ..model.profiles import load_pairs_csv, shipped_pairs
+    from ..model.data import load_pairs_csv, shipped_pairs
     return shipped_pairs() if path is None else load_pairs_csv(path)
 
 
@@ -38,7 +38,7 @@ def fit(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_H
 
     Without --profiles/--pairs: the shipped H200 data plus this lab's own measurements from
     the state database, which take precedence."""
-    from ..model.catalog import lab_measurements
+    from ..controller.catalog import lab_measurements
     from ..model.predictor import fit_model
     lab_profiles, lab_pairs = lab_measurements() if profiles is None and pairs is None else ({}, [])
     model = fit_model(_profiles(profiles), _pairs(pairs), extra_profiles=lab_profiles,
@@ -56,8 +56,8 @@ def predict(pairs: Path = typer.Option(..., "--pairs", help="query CSV with colu
                                               help="model file (default: fit on shipped data)"),
             ) -> None:
     """Print predicted speeds as CSV (job_a,job_b,speed_a,speed_b), one row per query row."""
+    from ..model.data import load_query_csv
     from ..model.predictor import InterferenceModel, default_model, gpu_mismatch
-    from ..model.profiles import load_query_csv
     profs = _profiles(profiles)
     query = load_query_csv(pairs, profs)
     m = InterferenceModel.load(model) if model is not None else default_model()

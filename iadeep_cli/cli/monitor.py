@@ -2,7 +2,7 @@
 every other command starts without paying for it."""
 from __future__ import annotations
 
-from .main import app
+from .root import app
 
 
 @app.command("monitor")

@@ -1,12 +1,11 @@
 """`iadeep profile list|show|pin|unpin`: the workload profiles the scheduler predicts from."""
 from __future__ import annotations
 
-import time
-
 import typer
 
 from ..controller import client
 from ..errors import NotFoundError
+from ..text import clock, when
 from . import render
 
 app = typer.Typer(help="Workload profiles (solo GPU behaviour) known to the scheduler.",
@@ -56,12 +55,12 @@ def show(label: str = LABEL,
     render.stale_note(stale)
     for key, value in profile.items():
         if key in ("updated_at", "pinned_at"):
-            value = render.when(value)
+            value = when(value)
         if key != "samples":
             print(f"{key:>14}: {'-' if value is None else value}")
     print("samples (newest first):")
     render.table(["TIME", "JOB", "USER", "GPU", "GPU%", "MEM%", "PEAK GiB", "VERDICT"],
-                 ([time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["at"])),
+                 ([clock(s["at"]),
                    s["job"] or "-", s["user"] or "-", s["gpu_model"], _num(s["gpu_util"]),
                    _num(s["mem_util"]), _num(s["peak_mem_gib"]), _verdict(s)]
                   for s in profile["samples"]))

@@ -15,6 +15,7 @@ from ..controller import client
 from ..errors import InputError, error_from_dict
 from ..jobs import JobSpec, check_interpreter, parse_env, spec_to_dict, validate_spec
 from ..paths import file_problem
+from ..text import clock, duration, when
 from . import render
 from .errors import report
 
@@ -107,7 +108,7 @@ def list_(
     render.stale_note(stale)
     now = time.time()
     rows = [[str(j["id"]), j["name"], j["user"], j["state"], str(j["gpus"]), _where(j),
-             render.duration(now - j["submitted_at"]), j["reason"]] for j in jobs]
+             duration(now - j["submitted_at"]), j["reason"]] for j in jobs]
     if sys.stdout.isatty() and not wide:
         rows = _fit(LIST_HEADERS, rows, shutil.get_terminal_size().columns)
     render.table(LIST_HEADERS, rows)
@@ -168,10 +169,10 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
     for key in SHOW_FIELDS:
         print(f"{key:>16}: {_field(key, job[key])}")
     for key in ("submitted_at", "started_at", "ended_at"):
-        print(f"{key:>16}: {render.when(job[key])}")
+        print(f"{key:>16}: {when(job[key])}")
     print("events:")
     render.table(["TIME", "FROM", "TO", "BY", "REASON"],
-                 ([time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"])), e["old_state"],
+                 ([clock(e["at"]), e["old_state"],
                    e["new_state"], e["actor"], e["reason"]] for e in job["events"]))
 
 

@@ -11,27 +11,7 @@ from ..checks import (
     escaped as clean,  # noqa: F401  (used by the commands as render.clean)
 )
 from ..snapshot import json_safe
-
-
-def duration(seconds: float | None) -> str:
-    """Short human duration: 42s, 5m, 3h12m, 2d4h."""
-    if seconds is None:
-        return "-"
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600}h"
-
-
-def when(ts: float | None, now: float | None = None) -> str:
-    if ts is None:
-        return "-"
-    local = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-    return f"{local} ({duration((now or time.time()) - ts)} ago)"
+from ..text import duration
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) -> None:

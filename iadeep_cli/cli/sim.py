@@ -7,7 +7,7 @@ import typer
 
 from ..errors import InputError
 from . import render
-from .main import app as main_app
+from .root import app as main_app
 
 
 def _progress_printer():

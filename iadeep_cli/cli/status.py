@@ -4,12 +4,10 @@ from __future__ import annotations
 import typer
 
 from ..controller import client
+from ..jobs import UNFINISHED
+from ..text import duration, gib, when
 from . import render
-from .main import app
-
-
-def _mib(v: float | None) -> str:
-    return "?" if v is None else f"{v / 1024:.1f}"
+from .root import app
 
 
 def _pct(v: float | None) -> str:
@@ -30,7 +28,7 @@ def _gpu_line(gpu: dict) -> str:
     foreign = [p for p in gpu["processes"] if p["job_id"] is None]
     extra = f"  +{len(foreign)} foreign" if foreign else ""
     return (f"  gpu{gpu['index']} {gpu['name']:<16} util {_pct(gpu['utilization_gpu']):>4}  "
-            f"mem {_mib(gpu['memory_used_mib'])}/{_mib(gpu['memory_total_mib'])} GiB  "
+            f"mem {gib(gpu['memory_used_mib'])}/{gib(gpu['memory_total_mib'])} GiB  "
             f"{jobs}{extra}")
 
 
@@ -51,16 +49,16 @@ def _print(data: dict, live: bool) -> None:
             print(f"  DEGRADED: {ctl['degraded']['message']} (hint: {ctl['degraded']['hint']})")
     elif ctl:
         print("controller: NOT running; last heartbeat "
-              f"{render.when(ctl.get('heartbeat_at'), data['now'])}")
+              f"{when(ctl.get('heartbeat_at'), data['now'])}")
     else:
         print("controller: NOT running (it has never run with this state directory)")
     for node in data["nodes"]:
-        print(f"{node['name']}: {_node_state(node)}, data {render.duration(node['age_s'])} old")
+        print(f"{node['name']}: {_node_state(node)}, data {duration(node['age_s'])} old")
         for gpu in node["gpus"]:
             print(_gpu_line(gpu))
     queue = data["queue"]
     summary = ", ".join(f"{n} {s}" for s, n in queue.items() if n and s in
-                        ("queued", "held", "starting", "running", "lost")) or "empty"
+                        {u.value for u in UNFINISHED}) or "empty"
     print(f"queue: {summary}")
 
 

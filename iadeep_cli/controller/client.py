@@ -68,7 +68,7 @@ def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
 def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
          retry_lost: bool = False, socket_path: Path | None = None) -> Any:
     """Send one request; return its result or raise the controller's error."""
-    path = socket_path or paths.socket_path()
+    path = socket_path or paths.StateDir.default().socket
     args = dict(args or {})
     deadline = time.monotonic() + RETRY_WINDOW_S
     reached_once = False

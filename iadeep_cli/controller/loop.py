@@ -31,8 +31,10 @@ from pathlib import Path
 
 from ..errors import IadeepError, InvalidTransition, NodeError
 from ..inventory import Inventory
-from ..jobs import ACTIVE, Job, JobState, with_orphan, without_orphan
-from ..model.profiles import Profile, shipped_profiles
+from ..jobs import ACTIVE, Job, JobState
+from ..model.data import shipped_profiles
+from ..nodes.connection import Pool
+from ..profiles import Profile
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 
@@ -110,7 +112,7 @@ class _LaunchHealth:
 
 
 class SchedulingLoop:
-    def __init__(self, store: Store, inventory: Inventory, pool, scripts_dir: Path,
+    def __init__(self, store: Store, inventory: Inventory, pool: Pool, scripts_dir: Path,
                  clock: Callable[[], float] = time.time, fit_in_background: bool = True):
         from ..model.predictor import analytic_model
         from .observe import SpeedObserver
@@ -148,9 +150,9 @@ class SchedulingLoop:
             return {p.workload: p for p, _source, _at in profrows.load_profiles(conn)}
 
     def _fit(self) -> None:
-        from ..model.catalog import lab_measurements
+        from ..model.data import shipped_pairs, shipped_profiles
         from ..model.predictor import fit_model
-        from ..model.profiles import shipped_pairs, shipped_profiles
+        from .catalog import lab_measurements
 
         try:
             lab_profiles, lab_pairs = lab_measurements(self.store)
@@ -212,7 +214,7 @@ class SchedulingLoop:
             elif node.reached and not before[1]:
                 log.info("node %s: GPU data available again", node.name)
 
-    def use(self, inventory: Inventory, pool) -> None:
+    def use(self, inventory: Inventory, pool: Pool) -> None:
         """A reloaded inventory and its node pool, from now on (called between rounds)."""
         self.inventory, self.pool, self.observer.pool = inventory, pool, pool
 
@@ -257,8 +259,8 @@ class SchedulingLoop:
     def _not_started(self, job: Job) -> None:
         """A launch that provably never started: cancelled if that was asked, else queued
         again without spending one of its retries."""
-        if job.extra.get("cancel_requested_by"):
-            self._move(job, JobState.CANCELLED, f"cancelled by {job.extra['cancel_requested_by']}"
+        if job.cancel_requested_by:
+            self._move(job, JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
                        " before it started", ended_at=self.clock())
             return
         why = "launch did not happen; back in the queue"
@@ -271,8 +273,8 @@ class SchedulingLoop:
 
     def _finish(self, job: Job, code: int | None) -> None:
         now = self.clock()
-        if job.extra.get("cancel_requested_by"):
-            new, why = JobState.CANCELLED, f"cancelled by {job.extra['cancel_requested_by']}"
+        if job.cancel_requested_by:
+            new, why = JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
         elif code == 0:
             new, why = JobState.SUCCEEDED, "exited with code 0"
         elif code is None:
@@ -294,10 +296,9 @@ class SchedulingLoop:
             return False
         if job.state != JobState.LOST:
             job = self._move(job, JobState.LOST, why)
-        extra = with_orphan(job.extra, job.node)
         self._move(job, JobState.QUEUED, f"{why}; requeued (attempt {job.attempts + 1} of "
                    f"{job.spec.retries + 1} next)", node=None, gpu_indices=(), remote_pid=None,
-                   remote_start=None, extra=extra)
+                   remote_start=None, orphans=job.orphans_with(job.node))
         self._samples.pop(job.id, None)
         return True
 
@@ -320,9 +321,9 @@ class SchedulingLoop:
 
     def _lose(self, job: Job, why: str) -> None:
         lost = self._move(job, JobState.LOST, why)
-        if lost.extra.get("cancel_requested_by"):
+        if lost.cancel_requested_by:
             self._move(lost, JobState.CANCELLED, "cancelled while its node was lost",
-                       ended_at=self.clock(), extra=with_orphan(lost.extra, lost.node))
+                       ended_at=self.clock(), orphans=lost.orphans_with(lost.node))
 
     def fence(self, node: str, by: str) -> list[int]:
         """An admin declares every attempt on ``node`` dead (powered off, gone for good): its
@@ -333,7 +334,7 @@ class SchedulingLoop:
             why = f"node {node} fenced by {by}"
             if not self._requeue(job, why):
                 self._move(job, JobState.FAILED, f"{why}; no retries left", ended_at=self.clock(),
-                           extra=with_orphan(job.extra, node))
+                           orphans=job.orphans_with(node))
             moved.append(job.id)
         return moved
 
@@ -341,7 +342,7 @@ class SchedulingLoop:
         """Stop abandoned attempts on a node that answers again (a requeued or cancelled job's
         old process), and set their directories aside so a new attempt there starts fresh."""
         with self.store.tx() as conn:
-            jobs = [j for j in jobrows.with_extra(conn, "orphans") if node in j.extra["orphans"]]
+            jobs = [j for j in jobrows.with_orphans(conn) if node in j.orphans]
         for job in jobs:
             self.actions.submit(node, ("orphan", job.id, node),
                                 partial(self._stop_orphan, node, job.id))
@@ -357,7 +358,7 @@ class SchedulingLoop:
             return
         with self.store.tx() as conn:   # re-read: the job may have moved meanwhile
             fresh = jobrows.get(conn, job_id)
-            jobrows.update(conn, job_id, extra=without_orphan(fresh.extra, node))
+            jobrows.update(conn, job_id, orphans=fresh.orphans_without(node))
         log.info("stopped the abandoned attempt of job %s on %s", job_id, node)
 
     def _clean_old_dirs(self, snapshot: ClusterSnapshot, now: float) -> None:
@@ -397,7 +398,7 @@ class SchedulingLoop:
     def _cancel_requested(self) -> None:
         """Stop cancelled jobs on their node's worker; the poll then sees them exit."""
         for job in self._jobs(ACTIVE):
-            if job.extra.get("cancel_requested_by") and job.node is not None:
+            if job.cancel_requested_by and job.node is not None:
                 self.actions.submit(job.node, ("cancel", job.id),
                                     partial(self._stop, job.node, job.id))
 
@@ -489,7 +490,7 @@ class SchedulingLoop:
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
-            if placement.node in job.extra.get("orphans", ()):
+            if placement.node in job.orphans:
                 waits[job.id] = f"waits for node {placement.node} to stop its lost attempt"
                 continue
             try:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from ..errors import IadeepError
 from ..jobs import Job
-from ..model.profiles import CoLocation
+from ..nodes.connection import NodeAccess
+from ..profiles import CoLocation
 from ..progress import parse_progress, rate
 from ..snapshot import ClusterSnapshot
 
@@ -31,7 +32,7 @@ class _Track:
 
 
 class SpeedObserver:
-    def __init__(self, pool):
+    def __init__(self, pool: NodeAccess):
         self.pool = pool
         self._tracks: dict[int, _Track] = {}
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
@@ -94,6 +95,8 @@ class SpeedObserver:
     def _rate(self, job: Job) -> float | None:
         from ..nodes.launcher import job_dir
 
+        if job.node is None:
+            return None
         track = self._tracks.setdefault(job.id, _Track())
         path = f"{job_dir(self.pool.node(job.node).workdir, job.id)}/progress"
         try:

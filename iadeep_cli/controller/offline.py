@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
-from .. import paths
 from ..errors import ControllerUnavailable, NotFoundError, StoreError
 from ..jobs import FINISHED, job_to_dict
+from ..paths import StateDir
 from . import views
 
 PUBLIC_FINISHED = 200
@@ -31,8 +30,8 @@ def _nobody(owner: str) -> bool:
 
 def public_views(conn, now: float) -> dict:
     """The snapshot's content, from the controller's connection."""
-    from ..model.catalog import profile_views
     from ..store import jobs as jobrows
+    from .catalog import profile_views
 
     finished = jobrows.select(conn, states=FINISHED, last=PUBLIC_FINISHED)
     return {"written_at": now, "status": views.status(conn, now),
@@ -41,9 +40,9 @@ def public_views(conn, now: float) -> dict:
             "finished_kept": PUBLIC_FINISHED, "profiles": profile_views(conn)}
 
 
-def publish(home: Path, data: dict) -> None:
+def publish(state: StateDir, data: dict) -> None:
     """Replace the snapshot atomically: a reader sees the old one or the new one, whole."""
-    target = paths.public_view_path(home)
+    target = state.public_view
     tmp = target.with_name(target.name + ".tmp")
     with open(tmp, "w") as f:
         json.dump(data, f, separators=(",", ":"))
@@ -53,15 +52,15 @@ def publish(home: Path, data: dict) -> None:
 
 def read(op: str, args: dict, down: ControllerUnavailable) -> tuple[Any, float]:
     """(result, time of the controller's last heartbeat, 0.0 if it never ran)."""
-    home = paths.state_dir()
-    db = paths.db_path(home)
+    state = StateDir.default()
+    db = state.db
     if db.exists() and os.access(db, os.R_OK):
         try:
             return _from_database(op, args, down)
         except StoreError:
             pass   # readable, but SQLite needs to write beside it to open it: use the snapshot
     try:
-        public = json.loads(paths.public_view_path(home).read_text())
+        public = json.loads(state.public_view.read_text())
     except (OSError, ValueError):
         public = None
     if public is not None:
@@ -70,7 +69,7 @@ def read(op: str, args: dict, down: ControllerUnavailable) -> tuple[Any, float]:
         raise StoreError(f"the controller is not running, and its database {db} is private "
                          "(it holds every job's env values)",
                          hint="start the controller; it then also keeps a public snapshot, "
-                              f"{paths.public_view_path(home)}, for reading while it is down")
+                              f"{state.public_view}, for reading while it is down")
     return _never_ran(op, args, down), 0.0
 
 
@@ -89,7 +88,7 @@ def _from_database(op: str, args: dict, down: ControllerUnavailable) -> tuple[An
             if op == "status":
                 return views.status(conn, time.time()), since
             if op == "profiles":
-                from ..model.catalog import profile_views
+                from .catalog import profile_views
                 return profile_views(conn), since
     finally:
         store.close()
@@ -129,7 +128,7 @@ def _never_ran(op: str, args: dict, down: ControllerUnavailable) -> Any:
     if op == "status":
         return {"now": time.time(), "nodes": [], "queue": {}, "controller": {}}
     if op == "profiles":
-        from ..model.catalog import profile_views
+        from .catalog import profile_views
         return profile_views()
     if op == "show":
         raise NotFoundError(f"no job with id {args['id']}",

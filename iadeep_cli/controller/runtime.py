@@ -19,9 +19,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
 
-from .. import paths
 from ..errors import ConfigError, IadeepError, StoreError
 from ..inventory import Inventory, load_inventory
+from ..nodes.connection import Pool
+from ..paths import StateDir
 from ..store import cluster, statedir
 from . import offline
 from .server import ControllerSocket
@@ -38,7 +39,7 @@ class Controller:
     def __init__(self, inventory: Inventory, state_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, new_database: bool = False):
         self.inventory = inventory
-        self.state_dir = state_dir or paths.state_dir()
+        self.state = StateDir(state_dir) if state_dir else StateDir.default()
         self.clock = clock
         self._stop = threading.Event()
         self._stopped_by = "stop requested"
@@ -47,16 +48,15 @@ class Controller:
         self._reloads: list[tuple[Inventory, Future | None]] = []
         self._reloads_lock = threading.Lock()
         self._hangup = False
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store, self.install_id = statedir.open_store(self.state_dir,
-                                                          new_database=new_database)
-        self.scripts_dir = self.state_dir / "scripts"   # copies taken at submission: private
+        self.state.root.mkdir(parents=True, exist_ok=True)
+        self.store, self.install_id = statedir.open_store(self.state, new_database=new_database)
+        self.scripts_dir = self.state.scripts   # copies taken at submission: private
         self.scripts_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.scripts_dir, 0o700)
         self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
         self.service.wake = self._wake.set
         self.service.reload = self.reload
-        self.socket = ControllerSocket(self.service, self.state_dir)
+        self.socket = ControllerSocket(self.service, self.state)
         self.loop = self._make_loop(inventory) if inventory.nodes else None
         self.started_at = clock()
         self._published_at = float("-inf")
@@ -73,7 +73,7 @@ class Controller:
         self.service.fencer = loop.fence
         return loop
 
-    def _pool(self, inventory: Inventory):
+    def _pool(self, inventory: Inventory) -> Pool:
         from ..nodes.poller import NodePool
 
         for node in inventory.nodes:
@@ -173,7 +173,7 @@ class Controller:
         """Record that we live (and publish the views), or degrade if the state directory
         cannot take it; never raises for a sick state directory."""
         lost = self.store.identity_problem()
-        problem = lost or statedir.room_problem(self.state_dir)
+        problem = lost or statedir.room_problem(self.state.root)
         if lost is None:
             try:
                 now = self.clock()
@@ -195,7 +195,7 @@ class Controller:
         with self.store.tx() as conn:
             data = offline.public_views(conn, now)
         try:
-            offline.publish(self.state_dir, data)
+            offline.publish(self.state, data)
             self._published_at = now
         except OSError as exc:   # a full disk: readers keep the older snapshot
             log.debug("public snapshot not written: %s", exc)

@@ -36,9 +36,9 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from ..errors import ControllerBusy, ControllerUnavailable, IadeepError, InputError
+from ..paths import StateDir
 from . import protocol
 from .service import Service
 
@@ -115,19 +115,18 @@ class _Places:
 class ControllerSocket:
     """Binds the socket (after taking the lock) and serves requests in background threads."""
 
-    def __init__(self, service: Service, state_dir: Path):
+    def __init__(self, service: Service, state: StateDir):
         self.service = service
-        self.state_dir = state_dir
-        self.path = state_dir / "controller.sock"
-        state_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(state_dir, 0o755)
-        self._lock_file = open(state_dir / "controller.lock", "a+")  # noqa: SIM115 (held: flock)
+        self.path = state.socket
+        state.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(state.root, 0o755)
+        self._lock_file = open(state.lock, "a+")  # noqa: SIM115 (held: flock)
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
             raise ControllerUnavailable(
-                f"another controller is already running for {state_dir}",
+                f"another controller is already running for {state.root}",
                 hint="stop it first, or use another IADEEP_HOME") from None
         self._lock_file.seek(0)
         self._lock_file.truncate()

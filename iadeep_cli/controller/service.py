@@ -32,14 +32,14 @@ from ..jobs import (
     check_priority,
     spec_from_dict,
     validate_spec,
-    with_orphan,
 )
-from ..model.catalog import profile_views
-from ..model.profiles import shipped_profiles
-from ..scheduler.placement import MIB_PER_GIB
+from ..model.data import shipped_profiles
+from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
+from ..text import MIB_PER_GIB
 from . import views
+from .catalog import profile_views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 LogReader = Callable[[Job, int, int], dict]
@@ -51,7 +51,7 @@ class Service:
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
                  log_reader: LogReader | None = None, scripts_dir: Path | None = None):
         self.store = store
-        self.scripts_dir = scripts_dir or store.path.parent / "scripts"
+        self.scripts_dir = scripts_dir or StateDir(store.path.parent).scripts
         self.inventory = inventory
         self.clock = clock
         self.log_reader = log_reader
@@ -104,13 +104,13 @@ class Service:
             job = self._owned(conn, user, job_id)
             if job.state in ACTIVE:
                 # The loop stops the process group on its node, then records 'cancelled'.
-                jobrows.update(conn, job_id, extra={**job.extra, "cancel_requested_by": user})
+                jobrows.update(conn, job_id, cancel_requested_by=user)
                 self.wake()
                 return {"id": job_id, "state": "cancelling"}
             # A lost job may still run on its silent node: the loop stops it when it answers.
-            extra = with_orphan(job.extra, job.node) if job.state == JobState.LOST else job.extra
+            orphans = job.orphans_with(job.node) if job.state == JobState.LOST else job.orphans
             jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
-                               self.clock(), ended_at=self.clock(), extra=extra)
+                               self.clock(), ended_at=self.clock(), orphans=orphans)
         return {"id": job_id, "state": JobState.CANCELLED.value}
 
     def op_hold(self, user: str, ids: list[int]) -> list[dict]:

@@ -9,11 +9,10 @@ import sqlite3
 from collections.abc import Callable
 
 from ..inventory import Inventory
-from ..jobs import ACTIVE, FINISHED, JobState, job_to_dict
+from ..jobs import ACTIVE, UNFINISHED, JobState, job_to_dict
 from ..snapshot import to_dict
 from ..store import cluster, jobs as jobrows
 
-UNFINISHED = tuple(s for s in JobState if s not in FINISHED)
 # A node's data older than this many poll intervals no longer says it is up: the controller
 # stopped, or stopped polling it (see stale_after_s).
 STALE_POLLS = 3

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..profiles import CoLocation, Profile
 from .predictor import analytic_speed, fit_model, util_sum_speed
-from .profiles import CoLocation, Profile
 
 
 @dataclass(frozen=True)

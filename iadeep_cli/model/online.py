@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from statistics import fmean
 
 from ..errors import InputError
+from ..profiles import Profile
 from ..snapshot import GpuSample
-from .profiles import Profile
 
 
 def observed_speed(rate_it_per_s: float, solo_it_per_s: float) -> float:

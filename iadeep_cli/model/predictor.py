@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, ModelError
-from .profiles import CoLocation, Profile
+from ..profiles import CoLocation, Profile
 
 MODEL_FORMAT = "iadeep-interference-model"
 MODEL_VERSION = 1
@@ -357,7 +357,7 @@ def analytic_model(gpu_model: str = "") -> InterferenceModel:
 @lru_cache(maxsize=1)
 def default_model() -> InterferenceModel:
     """Fitted on the shipped H200 data; cached per process (fitting imports scikit-learn)."""
-    from .profiles import shipped_pairs, shipped_profiles
+    from .data import shipped_pairs, shipped_profiles
 
     return fit_model(shipped_profiles(), shipped_pairs())
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..errors import InputError, NodeError, NotFoundError
 from ..jobs import Job
 from ..snapshot import RemoteJob
+from .connection import NodeAccess
 from .gpu import (
     _READ_PIDFILE,
     IS_OURS,
@@ -77,7 +78,7 @@ def job_dir(workdir: str, job_id: int) -> str:
     return f"{workdir.rstrip('/')}/jobs/{int(job_id)}"
 
 
-def _sh(pool, node: str, script: str, timeout: float | None = None) -> str:
+def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None) -> str:
     """Run a POSIX sh script on the node (whatever the login shell is); stdout or NodeError."""
     rc, out, err = pool.run(node, ["sh", "-c", script], timeout=timeout)
     if rc != 0:
@@ -98,7 +99,7 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
     return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.env, *ours)]
 
 
-def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
+def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
            script_path_local: str | Path) -> LaunchResult:
     """Upload the script and start it detached; never starts a job whose dir says it started.
 
@@ -113,7 +114,7 @@ def launch(pool, node: str, job: Job, gpu_indices: Sequence[int],
     wd = pool.node(node).workdir
     found = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
                           'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
-                          "cat pid 2>/dev/null; true")
+                          "{ cat pid 2>/dev/null; true; }")   # a failed mkdir is a NodeError
     lines = found.splitlines()
     jdir = lines[0]
     if len(lines) > 1 and lines[1].strip():
@@ -155,7 +156,7 @@ def _pid_line(text: str) -> tuple[int, int | None]:
     return int(parts[0]), start
 
 
-def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
+def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0) -> str:
     """Stop the job: TERM its process group and every process tagged with it (see _TAGGED: a
     daemon it forked into a new session, or a job that deleted its pid file, is found all the
     same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
@@ -187,7 +188,7 @@ def cancel(pool, node: str, job_id: int, grace_s: float = 10.0) -> str:
     return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
 
 
-def reconcile(pool, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:
+def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:
     """What each job's session and directory on the node say now, in one round trip (the
     controller gets the same from every poll; see ``gpu.state_script`` for the rules).
 
@@ -217,7 +218,7 @@ class LogChunk:
         return {"data": text, "offset": self.offset - pending, "size": self.size}
 
 
-def read_log(pool, node: str, job_id: int, offset: int = 0,
+def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
              max_bytes: int = 65536) -> LogChunk:
     """Up to ``max_bytes`` (at most MAX_LOG_READ) of the job's log from ``offset``.
 
@@ -237,7 +238,7 @@ def read_log(pool, node: str, job_id: int, offset: int = 0,
     return LogChunk(data, offset + len(data), size)
 
 
-def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
+def set_aside(pool: NodeAccess, node: str, job_id: int, suffix: str) -> None:
     """Rename a job's directory to ``{id}.{suffix}.{time}.{n}`` (kept for its log) so a new
     attempt of the same job on this node starts fresh instead of finding the old pid file."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
@@ -247,7 +248,7 @@ def set_aside(pool, node: str, job_id: int, suffix: str) -> None:
                     f'mv "$d" "$d.{suffix}.$(date +%s).$$"')
 
 
-def clean_finished(pool, node: str, job_ids: Sequence[int]) -> None:
+def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int]) -> None:
     """Remove finished jobs' directories on the node, with their set-aside ``ID.*`` siblings
     (the controller calls this once a job is past ``lab.job_dir_retention``).
 

@@ -1,6 +1,6 @@
-"""The controller's own machine as a node: same interface as ``SshConnection``, no SSH.
+"""The controller's own machine as a node: a ``NodeConnection`` like ``SshConnection``, no SSH.
 
-The launcher and ``NodePool.run`` talk to a "connection" with ``run``/``put``/``read``/``close``;
+The launcher and ``NodePool.run`` talk to a ``NodeConnection`` (``run``/``put``/``read``/``close``);
 for ``Node.local`` that is a subprocess running ``sh -c`` and plain file copies, so a one-machine
 lab needs no sshd and the launcher's shell code is the same everywhere.  Like an SSH session,
 commands start in the home directory, so a relative ``workdir`` means the same on every node
@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from ..errors import NodeError
 from ..inventory import Node
-from .ssh import as_command, regular_size
+from .connection import as_command
+from .ssh import regular_size
 
 
 def on_node(path: str) -> str:
@@ -29,7 +30,7 @@ def _home() -> str | None:
 
 
 class LocalConnection:
-    def __init__(self, node: Node, command_timeout: float = 20.0, **_ignored):
+    def __init__(self, node: Node, command_timeout: float = 20.0):
         self.node = node
         self.command_timeout = command_timeout
         self.connected = True

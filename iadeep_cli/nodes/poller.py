@@ -10,20 +10,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ..errors import IadeepError, NotFoundError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
+from .connection import NodeConnection
 from .gpu import SMI_TIMEOUT_S, Expect, parse_poll, poll_script
 
 log = logging.getLogger("iadeep.nodes")
 
 
 class NodePool:
-    """Persistent connections to the inventory's nodes.
+    """Persistent connections to the inventory's nodes (the real ``connection.Pool``).
 
     ``known_hosts``: files to trust keys from (default: ~/.ssh/known_hosts and iadeep's own).
     ``backoff_base``: first wait (s) before reconnecting a node that failed; doubles each time.
@@ -41,13 +42,12 @@ class NodePool:
         self.inventory = inventory
         self.connect_timeout, self.command_timeout = connect_timeout, command_timeout
         self.gpu_timeout = gpu_timeout
-        self._conns = {}
-        for node in inventory.nodes:
-            cls = LocalConnection if node.local else SshConnection
-            self._conns[node.name] = cls(
+        self._conns: dict[str, NodeConnection] = {
+            node.name: LocalConnection(node, command_timeout) if node.local else SshConnection(
                 node, known_hosts=known_hosts, connect_timeout=connect_timeout,
                 command_timeout=command_timeout, backoff_base=backoff_base,
                 backoff_max=backoff_max, ssh_config_path=ssh_config_path)
+            for node in inventory.nodes}
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self._conns)),
                                             thread_name_prefix="iadeep-poll")
         self._inflight: dict[str, Future] = {}     # each node's latest poll
@@ -64,7 +64,7 @@ class NodePool:
                                 hint="check the name with `iadeep nodes check`")
         return node
 
-    def connection(self, name: str):
+    def connection(self, name: str) -> NodeConnection:
         self.node(name)
         return self._conns[name]
 
@@ -95,7 +95,7 @@ class NodePool:
         return parse_poll(node.name, out + ("\n" + err if "@@iadeep gpu" not in out else ""),
                           only=node.gpus, taken_at=start, rtt_s=rtt)
 
-    def poll_all(self, expect: dict[str, Expect] | None = None,
+    def poll_all(self, expect: Mapping[str, Expect] | None = None,
                  wait_s: float | None = None) -> ClusterSnapshot:
         """Every node concurrently (a thread each), waiting at most ``wait_s`` for them.
 

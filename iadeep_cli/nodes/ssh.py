@@ -4,7 +4,7 @@ Why this shape:
 - ``~/.ssh/config`` is honoured (Host aliases, HostName, User, Port, IdentityFile, ProxyJump) so a
   lab's existing setup just works; the inventory's host/port/user/identity_file override it.
 - Host keys are checked against the user's ``~/.ssh/known_hosts`` AND iadeep's own
-  (``paths.known_hosts_path()``).  An unknown key is refused (a ``RejectPolicy``) with a hint to
+  (``StateDir.known_hosts``).  An unknown key is refused (a ``RejectPolicy``) with a hint to
   run ``iadeep nodes trust NODE``; a CHANGED key is refused and never replaced automatically.
 - The connection is opened once and reused by every poll and launch (paramiko multiplexes
   channels); a broken one is reopened, with exponential backoff so a dead node costs nothing.
@@ -29,23 +29,19 @@ from pathlib import Path
 
 from ..errors import HostKeyError, NodeError
 from ..inventory import Node
-from ..paths import known_hosts_path
+from ..paths import StateDir
+from .connection import as_command
 
 
 def default_known_hosts() -> tuple[Path, ...]:
     """The files whose keys we trust: the user's known_hosts, then iadeep's own."""
-    return (Path("~/.ssh/known_hosts").expanduser(), known_hosts_path())
+    return (Path("~/.ssh/known_hosts").expanduser(), StateDir.default().known_hosts)
 
 
 def fingerprint(key) -> str:
     """OpenSSH-style ``SHA256:...`` fingerprint, so users can compare with ``ssh-keygen -lf``."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def as_command(cmd: str | Sequence[str]) -> str:
-    """An argv list becomes a safely quoted command line; a string is used as given."""
-    return cmd if isinstance(cmd, str) else " ".join(shlex.quote(str(a)) for a in cmd)
 
 
 # --------------------------------------------------------------------------- target resolution
@@ -209,7 +205,8 @@ def regular_size(node: str, path: str, st) -> int:
 
 
 class SshConnection:
-    """A node's one reusable SSH connection; thread-safe (channels are multiplexed).
+    """A node's one reusable SSH connection (a ``NodeConnection``); thread-safe (channels are
+    multiplexed).
 
     ``connect_timeout`` bounds TCP connect, the SSH banner and authentication; ``command_timeout``
     bounds each command unless the caller passes its own.  After a failed connect the next try
@@ -594,8 +591,8 @@ def record_host_key(scanned: ScannedKey, path: Path | None = None) -> Path:
             f"({scanned.key_type} {scanned.fingerprint}); not recording it",
             hint=f"remove the old line first: `ssh-keygen -R "
                  f"{shlex.quote(scanned.known_hosts_name)} -f FILE` for ~/.ssh/known_hosts "
-                 f"and {known_hosts_path()}")
-    path = Path(path) if path is not None else known_hosts_path()
+                 f"and {StateDir.default().known_hosts}")
+    path = Path(path) if path is not None else StateDir.default().known_hosts
     if scanned.status == "trusted":
         return path
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -30,14 +30,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from ..inventory import Inventory, Policy, UserLimit
 from ..jobs import Job
-from ..model.profiles import Profile
+from ..profiles import Profile
 from ..snapshot import ClusterSnapshot
+from ..text import MIB_PER_GIB, gib
 
-MIB_PER_GIB = 1024.0
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
 # this fraction of its memory free: a GPU mostly taken by someone else's process would OOM it.
 UNKNOWN_NEED_FREE = 0.5
@@ -82,6 +82,15 @@ class Plan:
     waits: dict[int, str]
 
 
+class Predictor(Protocol):
+    """What ``plan`` needs of an interference model: ``model.predictor.InterferenceModel``,
+    the simulator's ``TruthModel`` (the oracle), or a ``CachedModel`` around either."""
+
+    def predict_group(self, profiles: Sequence[Profile]) -> Sequence[float]:
+        """Each job's speed (relative to running alone) when the jobs with these profiles
+        share one GPU, in the same order."""
+
+
 class CachedModel:
     """Memoises ``predict_group`` by workload names: a round asks the same question many times.
 
@@ -89,7 +98,7 @@ class CachedModel:
     profiles alone (every model we ship). The simulator keeps one across rounds.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Predictor):
         self.model = model
         self._cache: dict[tuple[str, ...], tuple[float, ...]] = {}
 
@@ -268,11 +277,11 @@ class _Round:
 
 # --------------------------------------------------------------------------- the policy
 def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
-         profiles: Mapping[str, Profile], model: Any, policy: Policy,
+         profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
          user_limits: Mapping[str, UserLimit], now: float) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
-    ``model`` needs only ``predict_group(profiles) -> speeds``; wrap it in ``CachedModel``.
+    ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -355,7 +364,7 @@ def _full_reason(job: Job, total: int) -> str:
 
 
 def _gib(mib: float | None) -> str:
-    return "?" if mib is None else f"{mib / MIB_PER_GIB:.1f} GiB"
+    return gib(mib, unit=" GiB")
 
 
 def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None

@@ -15,13 +15,20 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
-from ..model.profiles import Profile
-from ..scheduler.placement import CachedModel, GpuSlot, Placement, Plan, order_queue, plan
+from ..profiles import Profile
+from ..scheduler.placement import (
+    CachedModel,
+    GpuSlot,
+    Placement,
+    Plan,
+    Predictor,
+    order_queue,
+    plan,
+)
 from .truth import TruthModel
 
 POLICIES = ("exclusive", "packing", "random", "iadeep", "oracle")
@@ -222,7 +229,7 @@ def _reserve_baseline(state: dict, k: int) -> bool:
     return True
 
 
-def make_planner(name: str, profiles: Mapping[str, Profile], model: Any, truth: TruthModel,
+def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, truth: TruthModel,
                  policy: Policy, mem: Mapping[int, float], seed: int) -> Planner:
     if name in ("iadeep", "oracle", "exclusive"):
         m = CachedModel(truth if name == "oracle" else model)

@@ -79,7 +79,7 @@ def _check_path(path: str | None, what: str) -> None:
 
 def load_inputs(s: SimSettings):
     """Profiles, truth and the predictor the settings name (shipped H200 data by default)."""
-    from ..model import profiles as mp
+    from ..model import data as mp
     for path, what in ((s.profiles, "profiles"), (s.truth, "truth"), (s.triples, "triples"),
                        (s.model, "model"), (s.trace, "trace")):
         _check_path(path, what)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..errors import InputError
-from ..model.profiles import CoLocation, Profile
+from ..profiles import CoLocation, Profile
 
 
 class TruthModel:

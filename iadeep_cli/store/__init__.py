@@ -31,7 +31,7 @@ _SIDE_FILES = ("", "-wal", "-shm")
 
 class Store:
     def __init__(self, path: Path | None = None, *, readonly: bool = False):
-        self.path = Path(path) if path else paths.db_path()
+        self.path = Path(path) if path else paths.StateDir.default().db
         self.readonly = readonly
         self._conn = db.connect(self.path, readonly=readonly)
         self._lock = threading.RLock()

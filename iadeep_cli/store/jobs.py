@@ -20,7 +20,10 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
                       "remote_pid", "remote_start", "priority", "predicted_speed",
-                      "observed_speed", "extra", "workload"})
+                      "observed_speed", "workload"})
+# Job fields added after the table's columns: kept in its JSON column ``extra`` (no migration),
+# read and written like the columns. An empty value removes its key.
+_IN_EXTRA = ("cancel_requested_by", "orphans")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -39,8 +42,13 @@ def job_from_row(row: sqlite3.Row) -> Job:
         attempts=row["attempts"], remote_pid=row["remote_pid"],
         remote_start=row["remote_start"], reason=row["reason"],
         observed_speed=row["observed_speed"], predicted_speed=row["predicted_speed"],
-        extra=json.loads(row["extra"]),
+        **_extra_fields(json.loads(row["extra"])),
     )
+
+
+def _extra_fields(extra: dict) -> dict[str, Any]:
+    return {"cancel_requested_by": extra.get("cancel_requested_by"),
+            "orphans": tuple(extra.get("orphans", ()))}
 
 
 def _spec_values(spec: JobSpec) -> list[Any]:
@@ -110,10 +118,10 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
     return found[::-1] if last is not None else found
 
 
-def with_extra(conn: sqlite3.Connection, key: str) -> list[Job]:
-    """Jobs (any state) whose ``extra`` has ``key``: e.g. abandoned attempts to clean up."""
-    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, ?) IS NOT NULL ORDER BY id",
-                        (f"$.{key}",))
+def with_orphans(conn: sqlite3.Connection) -> list[Job]:
+    """Jobs (any state) with an abandoned attempt that may still run on some node."""
+    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, '$.orphans') IS NOT NULL "
+                        "ORDER BY id")
     return [job_from_row(r) for r in rows]
 
 
@@ -130,9 +138,19 @@ def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str
 
 def update(conn: sqlite3.Connection, job_id: int, **fields: Any) -> None:
     """Set columns without a state change (priority, speeds, the wait reason...)."""
-    unknown = set(fields) - _MUTABLE - {"state", "reason"}
+    unknown = set(fields) - _MUTABLE - set(_IN_EXTRA) - {"state", "reason"}
     if unknown:
         raise ValueError(f"not an updatable job column: {sorted(unknown)}")
+    in_extra = {k: fields.pop(k) for k in _IN_EXTRA if k in fields}
+    if in_extra:
+        row = conn.execute("SELECT extra FROM jobs WHERE id=?", (job_id,)).fetchone()
+        extra = json.loads(row["extra"]) if row else {}
+        for k, v in in_extra.items():
+            if v:
+                extra[k] = list(v) if isinstance(v, tuple) else v
+            else:
+                extra.pop(k, None)
+        fields["extra"] = extra
     encoded = {k: (json.dumps(list(v)) if k == "gpu_indices" else
                    json.dumps(v) if k == "extra" else v) for k, v in fields.items()}
     sets = ", ".join(f"{k}=?" for k in encoded)

@@ -1,9 +1,9 @@
 """Interference data measured in this lab: workload profiles and co-location speeds.
 
 These take precedence over the shipped H200 data for their GPU model when the model is fitted.
-Profiles learnt from jobs change only through ``learn`` (see ``model.learning``): every sample
-is kept with its job, owner and time, accepted or not, so ``iadeep profile show`` can say where
-a profile came from.
+Profiles learnt from jobs change only through ``learn`` (by the rules in ``iadeep_cli.profiles``):
+every sample is kept with its job, owner and time, accepted or not, so ``iadeep profile show``
+can say where a profile came from.
 """
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import sqlite3
 from dataclasses import asdict, replace
 
 from ..errors import NotFoundError
-from ..model import learning
-from ..model.profiles import CoLocation, Profile
+from ..profiles import WINDOW, CoLocation, Profile, merged, outlier_reason
 
 SHOWN_SAMPLES = 20   # per profile, newest first, in `iadeep profile show`
 
@@ -52,20 +51,20 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
         return None, f"rejected: {note}"
     history = [Profile(**json.loads(r["data"])) for r in reversed(conn.execute(
         "SELECT data FROM profile_samples WHERE gpu_model=? AND workload=? AND accepted=1 "
-        "ORDER BY id DESC LIMIT ?", (*key, learning.WINDOW)).fetchall())]
+        "ORDER BY id DESC LIMIT ?", (*key, WINDOW)).fetchall())]
     if not history:
         seed, origin = _in_effect(row, shipped, sample.gpu_model)
         if seed is not None:
             _add_sample(conn, seed, None, None, now, True, f"in effect before learning: {origin}")
             history = [seed]
-    reason = learning.outlier_reason(sample, history)
+    reason = outlier_reason(sample, history)
     if reason is not None:
         note = f"outlier: {reason}"
         _add_sample(conn, sample, job_id, owner, now, False, note)
         return None, f"rejected: {note}"
     _add_sample(conn, sample, job_id, owner, now, True, "")
-    window = [*history, sample][-learning.WINDOW:]
-    profile = learning.merged(window)
+    window = [*history, sample][-WINDOW:]
+    profile = merged(window)
     source = (f"job {job_id} ({owner})" if len(window) == 1 else
               f"median of {len(window)} samples, last job {job_id} ({owner})")
     upsert_profile(conn, profile, now, source)

@@ -16,19 +16,19 @@ import os
 import uuid
 from pathlib import Path
 
-from .. import paths
 from ..errors import StoreError
+from ..paths import StateDir
 from . import Store, cluster, rescue_path, state_dir_full
 
 RESERVE_BYTES = 16 * 2**20
 
 
-def open_store(home: Path, *, new_database: bool = False) -> tuple[Store, str]:
-    """Open the controller's database in ``home``; returns (store, install id).
+def open_store(state: StateDir, *, new_database: bool = False) -> tuple[Store, str]:
+    """Open the controller's database in ``state``; returns (store, install id).
 
     Refuses a missing, empty or foreign database where the marker says this directory had
     one, unless ``new_database``."""
-    path, marker = paths.db_path(home), paths.install_id_path(home)
+    path, marker = state.db, state.install_id
     expected = _read_marker(marker)
     if expected is not None and not path.exists():
         if not new_database:

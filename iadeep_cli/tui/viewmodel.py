@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cli.render import duration
 from ..controller.views import STALE_POLLS
 from ..inventory import Policy
+from ..jobs import ACTIVE, UNFINISHED, JobState
+from ..text import duration
 from .source import MonitorData
 
-ACTIVE_STATES = ("starting", "running", "lost")
+ACTIVE_STATES = frozenset(s.value for s in ACTIVE | {JobState.LOST})   # shown where they run
 # A job's speed is its throughput relative to running alone (1.0 = no slowdown).
 SPEED_OK = 0.85
 SPEED_WARN = 0.6
@@ -218,9 +219,9 @@ def job_rows(jobs: list[dict], now: float, query: str = "",
 
     Positions count the whole queue, so a filtered view still says where a job really stands.
     """
-    queued = sorted((j for j in jobs if j["state"] == "queued"),
+    queued = sorted((j for j in jobs if j["state"] == JobState.QUEUED),
                     key=lambda j: queue_key(j, now, aging_per_hour))
-    held = [j for j in jobs if j["state"] == "held"]
+    held = [j for j in jobs if j["state"] == JobState.HELD]
     active = [j for j in jobs if j["state"] in ACTIVE_STATES]
     rows = [_row(j, str(i), now) for i, j in enumerate(queued, 1) if job_matches(j, query)]
     rows += [_row(j, "-", now) for j in held if job_matches(j, query)]
@@ -230,8 +231,7 @@ def job_rows(jobs: list[dict], now: float, query: str = "",
 
 def summary(status: dict) -> str:
     queue = status.get("queue") or {}
-    parts = [f"{queue[s]} {s}" for s in ("queued", "held", "starting", "running", "lost")
-             if queue.get(s)]
+    parts = [f"{queue[s.value]} {s}" for s in UNFINISHED if queue.get(s.value)]
     return ", ".join(parts) or "queue empty"
 
 

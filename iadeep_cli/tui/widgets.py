@@ -5,7 +5,6 @@ Cards render a whole node as one ``Static`` (one widget per node, not per GPU), 
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from rich.text import Text
@@ -16,8 +15,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Static
 
-from ..cli.render import duration
 from ..errors import IadeepError
+from ..text import clock, duration, gib, when
 from . import viewmodel as vm
 
 LEVEL_STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red", "none": "cyan"}
@@ -38,10 +37,7 @@ def _speed(v: float | None) -> str:
 
 
 def _gib(mib: float | None) -> str:
-    if mib is None:
-        return "?"
-    gib = mib / 1024
-    return f"{gib:.1f}" if gib < 9.95 else f"{gib:.0f}"
+    return gib(mib, compact=True)
 
 
 WIDE = 110          # card width from which a GPU's jobs fit on its own line
@@ -201,10 +197,6 @@ FIELDS = ("id", "name", "user", "state", "reason", "script", "args", "workdir", 
           "gpu_indices", "remote_pid", "exit_code", "predicted_speed", "observed_speed")
 
 
-def _clock(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 def job_text(job: dict, now: float) -> Text:
     out = Text()
     for key in FIELDS:
@@ -212,12 +204,11 @@ def job_text(job: dict, now: float) -> Text:
         out.append(f"{job.get(key)}\n")
     for key in ("submitted_at", "started_at", "ended_at"):
         ts = job.get(key)
-        ago = "" if ts is None else f" ({duration(now - ts)} ago)"
         out.append(f"{key:>16}: ", style="dim")
-        out.append(f"{_clock(ts)}{ago}\n")
+        out.append(f"{when(ts, now)}\n")
     out.append("\nevents\n", style="bold")
     for ev in job.get("events", ()):
-        out.append(f"  {_clock(ev['at'])}  {ev['old_state'] or '-':>9} -> {ev['new_state']:<9}"
+        out.append(f"  {clock(ev['at'])}  {ev['old_state'] or '-':>9} -> {ev['new_state']:<9}"
                    f" {ev['actor']}: {ev['reason']}\n")
     return out
 

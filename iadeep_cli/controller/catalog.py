@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from .. import paths
-from .profiles import shipped_profiles
+from ..model.data import shipped_profiles
 
 
 def profile_views(conn=None) -> list[dict]:
@@ -41,7 +41,7 @@ def lab_measurements(store=None) -> tuple[dict, list]:
 
     own = store is None
     if own:
-        if not paths.db_path().exists():
+        if not paths.StateDir.default().db.exists():
             return {}, []
         store = Store(readonly=True)
     try:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 
-from ..jobs import JobSpec, JobState
-from ..model.profiles import shipped_pairs, shipped_profiles
-from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
-from ..store import Store, cluster, jobs as jobrows
+from iadeep_cli.jobs import JobSpec, JobState
+from iadeep_cli.model.data import shipped_pairs, shipped_profiles
+from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
+from iadeep_cli.store import Store, cluster, jobs as jobrows
 
 NOW = 1_750_000_000.0          # a fixed clock for deterministic screens
 H200_MIB = 143771.0

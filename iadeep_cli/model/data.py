@@ -1,57 +1,20 @@
-"""Workload profiles (solo behaviour on one GPU model) and measured co-location speeds.
+"""Measurement files: CSV loaders for profiles, pairs, triples and predict queries, and the
+H200 data shipped inside the package (the default with no lab data).
 
-A ``Profile`` holds what a profiler can see while a job runs alone. Only ``gpu_util``,
-``mem_util`` and ``peak_mem_gib`` are required: other labs' GPUs report less than an H200 (the
-GPM metrics sm_util...fp16_util exist on Hopper and newer only), so every other field may be None.
+Errors name the file, the line (header = line 1) and the column, because these files are
+hand-edited or exported by other tools and a bare ValueError helps nobody.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import csv
+import io
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, overload
 
-OPTIONAL_FEATURES = ("solo_it_per_s", "power_w", "power_limit_w", "sm_util", "sm_occupancy",
-                     "tensor_util", "fp32_util", "fp16_util")
-REQUIRED_FEATURES = ("gpu_util", "mem_util", "peak_mem_gib")
-
-
-@dataclass(frozen=True)
-class Profile:
-    workload: str
-    gpu_util: float
-    mem_util: float
-    peak_mem_gib: float
-    gpu_model: str = ""
-    solo_it_per_s: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    sm_util: float | None = None
-    sm_occupancy: float | None = None
-    tensor_util: float | None = None
-    fp32_util: float | None = None
-    fp16_util: float | None = None
-
-
-@dataclass(frozen=True)
-class CoLocation:
-    """One measurement: jobs that shared a GPU and each one's speed relative to running alone."""
-
-    gpu_model: str
-    jobs: tuple[str, ...]
-    speeds: tuple[float, ...]
-    samples: int = 1
-
-
-# ---------------------------------------------------------------------------------------------
-# CSV loaders. Errors name the file, the line (header = line 1) and the column, because these
-# files are hand-edited or exported by other tools and a bare ValueError helps nobody.
-# ---------------------------------------------------------------------------------------------
-import csv  # noqa: E402  (kept next to the loaders that use it)
-import io  # noqa: E402
-from collections.abc import Iterator, Mapping  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Literal, overload  # noqa: E402
-
-from ..errors import InputError, NotFoundError  # noqa: E402
-from ..paths import file_problem  # noqa: E402
+from ..errors import InputError, NotFoundError
+from ..paths import file_problem
+from ..profiles import OPTIONAL_FEATURES, REQUIRED_FEATURES, CoLocation, Profile
 
 _DATA_PACKAGE = "iadeep_cli"
 _DATA_DIR = ("data", "h200")

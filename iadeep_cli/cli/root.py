@@ -1,0 +1,14 @@
+"""The top-level typer app. Command modules register on it; ``cli.main`` imports them all.
+
+A module of its own so that commands and ``main`` both import it and never each other.
+"""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    help="iadeep: interference-aware GPU scheduling for a small lab's servers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)

@@ -1,0 +1,97 @@
+"""Workload profiles and co-location measurements, and how a learnt profile changes.
+
+A ``Profile`` holds what a profiler can see while a job runs alone. Only ``gpu_util``,
+``mem_util`` and ``peak_mem_gib`` are required: other labs' GPUs report less than an H200 (the
+GPM metrics sm_util...fp16_util exist on Hopper and newer only), so every other field may be None.
+A ``CoLocation`` is one measurement of jobs sharing a GPU. Both are shared vocabulary: the store
+keeps them, the model fits on them, the scheduler and the simulator place by them.
+
+How a profile learnt from jobs changes: slowly, and never because of one odd job. Every job
+profiled alone gives one *sample*. A lab profile is the per-field median of the last ``WINDOW``
+accepted samples (the peak memory is their maximum: placing by a median would under-reserve
+memory for half the runs). A sample far from the earlier ones is rejected as an outlier, so one
+user's idle or mislabelled job cannot rewrite a profile that every user's placements depend on.
+"Far" is measured against the samples' own spread (3 scaled median absolute deviations) but
+never tighter than ``FLOORS``, so a profile built from a few very similar runs still accepts
+normal run-to-run noise.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from statistics import median
+from typing import Any
+
+OPTIONAL_FEATURES = ("solo_it_per_s", "power_w", "power_limit_w", "sm_util", "sm_occupancy",
+                     "tensor_util", "fp32_util", "fp16_util")
+REQUIRED_FEATURES = ("gpu_util", "mem_util", "peak_mem_gib")
+
+
+@dataclass(frozen=True)
+class Profile:
+    workload: str
+    gpu_util: float
+    mem_util: float
+    peak_mem_gib: float
+    gpu_model: str = ""
+    solo_it_per_s: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_util: float | None = None
+    sm_occupancy: float | None = None
+    tensor_util: float | None = None
+    fp32_util: float | None = None
+    fp16_util: float | None = None
+
+
+@dataclass(frozen=True)
+class CoLocation:
+    """One measurement: jobs that shared a GPU and each one's speed relative to running alone."""
+
+    gpu_model: str
+    jobs: tuple[str, ...]
+    speeds: tuple[float, ...]
+    samples: int = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning: merging a job's sample into its profile (``store.profiles.learn`` applies these).
+# ---------------------------------------------------------------------------------------------
+WINDOW = 9
+_MAD_SCALE = 1.4826   # MAD -> standard deviation for normally distributed noise
+# Tolerance floors per checked feature, as a function of the earlier samples' median.
+FLOORS: dict[str, Callable[[float], float]] = {
+    "gpu_util": lambda med: 20.0,                     # percentage points
+    "mem_util": lambda med: 20.0,                     # percentage points
+    "peak_mem_gib": lambda med: max(2.0, 0.5 * med),  # GiB
+}
+
+
+def outlier_reason(sample: Profile, history: Sequence[Profile]) -> str | None:
+    """Why ``sample`` is too far from ``history`` to be merged, or None if it fits."""
+    if not history:
+        return None
+    for name, floor in FLOORS.items():
+        earlier = [getattr(h, name) for h in history]
+        mid = median(earlier)
+        spread = median(abs(v - mid) for v in earlier) * _MAD_SCALE
+        allowed = max(floor(mid), 3 * spread)
+        value = getattr(sample, name)
+        if abs(value - mid) > allowed:
+            return (f"{name} {value:.1f} is far from the median {mid:.1f} of {len(earlier)} "
+                    f"earlier sample(s) (allowed +-{allowed:.1f})")
+    return None
+
+
+def merged(samples: Sequence[Profile]) -> Profile:
+    """The profile of the last WINDOW samples: medians, the peak memory's maximum; an optional
+    field is the median of the samples that have it (None if none has)."""
+    window = samples[-WINDOW:]
+    values: dict[str, Any] = {}
+    for f in fields(Profile):
+        if f.name in ("workload", "gpu_model"):
+            continue
+        known = [getattr(s, f.name) for s in window if getattr(s, f.name) is not None]
+        values[f.name] = (max(known) if f.name == "peak_mem_gib" else median(known)) \
+            if known else None
+    return replace(window[-1], **values)

@@ -1,0 +1,46 @@
+"""How values are written for people: durations, times, ages and GiB, one way everywhere.
+
+The CLI, the monitor and the scheduler's wait reasons all show these; one module keeps
+``iadeep status``, ``queue show`` and the monitor saying the same thing the same way.
+Stdlib only (the fast commands import it).
+"""
+from __future__ import annotations
+
+import time
+
+MIB_PER_GIB = 1024.0
+
+
+def duration(seconds: float | None) -> str:
+    """Short human duration: 42s, 5m, 3h12m, 2d4h."""
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def clock(ts: float | None) -> str:
+    """A moment in local time, to the second ('-' when unknown)."""
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def when(ts: float | None, now: float | None = None) -> str:
+    """A moment and how long ago it was: ``2025-06-15 17:20:00 (5m ago)``."""
+    if ts is None:
+        return "-"
+    return f"{clock(ts)} ({duration((now or time.time()) - ts)} ago)"
+
+
+def gib(mib: float | None, *, compact: bool = False, unit: str = "") -> str:
+    """MiB as GiB with one decimal ('?' when unknown); ``compact`` drops the decimal from 10 GiB
+    on (the monitor's narrow cards), ``unit`` is appended (e.g. " GiB")."""
+    if mib is None:
+        return "?"
+    value = mib / MIB_PER_GIB
+    return (f"{value:.0f}" if compact and value >= 9.95 else f"{value:.1f}") + unit

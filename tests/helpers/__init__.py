@@ -1,0 +1,1 @@
+"""Test scaffolding shared by tests and benchmarks (never shipped in the package)."""

@@ -1,0 +1,236 @@
+"""``SchedulingLoop`` in process, round by round, through its ``Pool`` seam.
+
+The loop, the store (SQLite on disk), the planner and the launcher are the real ones, and jobs
+really start on this machine (``helpers.replay_pool``: real sh and processes in a temporary
+workdir per node). Only what a node *says* is scripted: it answers, it answers but its GPU
+query fails, or it is silent. The loop's clock runs ahead of the wall clock on demand
+(``Lab.wait``), so a grace period passes without sleeping. The same rules over real sshd nodes
+and controller processes: test_faults.py and test_controller_e2e.py.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.replay_pool import ReplayPool
+from iadeep_cli.controller.loop import SchedulingLoop
+from iadeep_cli.inventory import Inventory, Node
+from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.store import Store, jobs as jobrows
+
+GRACE_S = 60.0
+
+
+class Lab:
+    """One controller's loop over scripted nodes; ``round()`` is one tick plus its actions."""
+
+    def __init__(self, root: Path, gpus: dict[str, int]):
+        self.root = root
+        nodes = tuple(Node(name, host="localhost", local=True, workdir=str(root / "nodes" / name))
+                      for name in gpus)
+        self.inventory = Inventory(nodes=nodes, poll_interval_s=1.0, node_grace_s=GRACE_S)
+        self.store = Store(root / "iadeep.db")
+        self.pool = ReplayPool(self.inventory, gpus)
+        self.ahead = 0.0
+        self.loop = SchedulingLoop(self.store, self.inventory, self.pool, root / "scripts",
+                                   clock=lambda: time.time() + self.ahead,
+                                   fit_in_background=False)
+
+    def submit(self, retries: int = 0) -> int:
+        """A job as the service accepts one: a row, and the copy of its script."""
+        script = self.root / "train.sh"
+        script.write_text("#!/bin/sh\nexec sleep 600\n")
+        spec = JobSpec(script=str(script), workload="resnet50", retries=retries)
+        with self.store.tx() as conn:
+            job_id, _ = jobrows.insert(conn, "alice", spec, self.loop.clock())
+        copy = self.loop.script_copy(self.job(job_id))
+        copy.parent.mkdir(parents=True)
+        copy.write_text(script.read_text())
+        return job_id
+
+    def round(self) -> None:
+        self.loop.tick()
+        self.loop.actions.drain()
+
+    def wait(self, seconds: float) -> None:
+        self.ahead += seconds
+
+    def job(self, job_id: int) -> Job:
+        with self.store.tx() as conn:
+            return jobrows.get(conn, job_id)
+
+    def reasons(self, job_id: int) -> list[str]:
+        with self.store.tx() as conn:
+            return [f"{e['new_state']}: {e['reason']}" for e in jobrows.events(conn, job_id)]
+
+    def jobs_dir(self, node: str) -> Path:
+        return Path(self.pool.node(node).workdir) / "jobs"
+
+    def close(self) -> None:
+        """Stop every job process started here (set-aside attempts too), then the loop."""
+        self.loop.actions.drain()
+        for pid_file in self.root.glob("nodes/*/jobs/*/pid"):
+            _kill(int(pid_file.read_text().split()[0]))
+        self.loop.close()
+        self.store.close()
+
+
+def _kill(pid: int) -> None:
+    """Kill a job's whole session (its leader's pid is the group id), as a reboot would, and
+    wait until its leader is gone (a signal is delivered asynchronously)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"pid {pid} survived SIGKILL"
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:   # a zombie (nobody reaps it here) is not alive
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def lab(tmp_path):
+    labs: list[Lab] = []
+
+    def make(**gpus: int) -> Lab:
+        labs.append(Lab(tmp_path, gpus))
+        return labs[-1]
+
+    yield make
+    for made in labs:
+        made.close()
+
+
+def _running(lab: Lab, job_id: int) -> Job:
+    job = lab.job(job_id)
+    assert job.state == JobState.RUNNING, lab.reasons(job_id)
+    assert job.remote_pid is not None and _alive(job.remote_pid)
+    return job
+
+
+def test_a_queued_job_is_placed_recorded_then_launched(lab):
+    lab = lab(n1=1)
+    job_id = lab.submit()
+    lab.round()
+    job = _running(lab, job_id)
+    assert (job.node, job.gpu_indices, job.attempts) == ("n1", (0,), 1)
+    # the placement was committed (starting) before the launch said it runs
+    assert lab.reasons(job_id) == ["queued: submitted", "starting: placed on n1:0",
+                                   "running: running on n1:0"]
+    assert (lab.jobs_dir("n1") / str(job_id) / "pid").read_text().split()[0] == \
+        str(job.remote_pid)
+    lab.round()
+    assert lab.job(job_id) == job   # the poll agrees: nothing changes
+
+
+def test_a_silent_node_loses_its_job_which_waits_until_its_attempt_is_known_gone(lab):
+    lab = lab(n1=1, n2=1)
+    job_id = lab.submit(retries=1)
+    lab.round()
+    first = _running(lab, job_id)
+    other = "n2" if first.node == "n1" else "n1"
+    lab.pool.set_mode(first.node, "silent")
+    lab.round()
+    assert lab.job(job_id).state == JobState.RUNNING   # silent, but not for the grace period
+    lab.wait(GRACE_S + 1)
+    lab.round()
+    lost = lab.job(job_id)
+    assert lost.state == JobState.LOST and "silent for over 60s" in lost.reason
+    for _ in range(3):   # its attempt may still run there: it is not started anywhere else
+        lab.wait(GRACE_S)
+        lab.round()
+        assert lab.job(job_id).state == JobState.LOST
+    assert not lab.jobs_dir(other).exists()
+    _kill(first.remote_pid)                # the node rebooted: the attempt is gone
+    lab.pool.set_mode(first.node, "up")
+    lab.round()
+    assert any("requeued (attempt 2 of 2 next)" in r for r in lab.reasons(job_id))
+    lab.round()
+    second = _running(lab, job_id)
+    assert second.attempts == 2 and second.remote_pid != first.remote_pid
+    assert second.orphans == ()
+    assert list(lab.jobs_dir(first.node).glob(f"{job_id}.abandoned.*"))   # old dir set aside
+
+
+def test_a_lost_job_whose_attempt_lives_on_runs_on(lab):
+    lab = lab(n1=1)
+    job_id = lab.submit(retries=1)
+    lab.round()
+    first = _running(lab, job_id)
+    lab.pool.set_mode("n1", "silent")
+    lab.round()
+    lab.wait(GRACE_S + 1)
+    lab.round()
+    assert lab.job(job_id).state == JobState.LOST
+    lab.pool.set_mode("n1", "up")
+    lab.round()
+    back = _running(lab, job_id)
+    assert (back.remote_pid, back.attempts) == (first.remote_pid, 1)
+    assert lab.reasons(job_id)[-1] == "running: node answers again"
+
+
+def test_fencing_a_silent_node_requeues_its_job_and_stops_the_old_attempt_when_it_returns(lab):
+    lab = lab(n1=1, n2=1)
+    job_id = lab.submit(retries=1)
+    lab.round()
+    first = _running(lab, job_id)
+    lab.pool.set_mode(first.node, "silent")
+    lab.round()
+    lab.wait(GRACE_S + 1)
+    lab.round()
+    assert lab.loop.fence(first.node, "pi") == [job_id]
+    fenced = lab.job(job_id)
+    assert fenced.state == JobState.QUEUED and fenced.orphans == (first.node,)
+    lab.round()
+    second = _running(lab, job_id)
+    assert second.node != first.node and second.attempts == 2
+    assert _alive(first.remote_pid)        # the fenced node is still silent: untouched
+    lab.pool.set_mode(first.node, "up")    # it was not powered off after all
+    lab.round()
+    assert not _alive(first.remote_pid)    # its old attempt is stopped, the new one runs on
+    assert lab.job(job_id).orphans == () and _running(lab, job_id).remote_pid == second.remote_pid
+
+
+def test_a_failing_gpu_query_keeps_the_nodes_jobs_and_places_nothing_there(lab):
+    lab = lab(n1=2, n2=2)
+    first = lab.submit()
+    lab.round()
+    node = _running(lab, first).node
+    lab.pool.set_mode(node, "gpu_failing")
+    for _ in range(3):   # answering nodes never lose their jobs, however long their GPUs fail
+        lab.wait(GRACE_S)
+        lab.round()
+        assert lab.job(first).state == JobState.RUNNING
+    second = lab.submit()
+    lab.round()
+    # with its GPUs readable, the node with the fewest empty GPUs would have been chosen: node
+    assert _running(lab, second).node != node
+
+
+def test_a_failed_launch_backs_the_node_off_and_the_job_runs_elsewhere(lab):
+    lab = lab(n1=1, n2=2)
+    broken = Path(lab.pool.node("n1").workdir)
+    broken.parent.mkdir()
+    broken.write_text("not a directory")   # so mkdir fails there
+    job_id = lab.submit()
+    lab.round()
+    starting = lab.job(job_id)
+    assert (starting.state, starting.node) == (JobState.STARTING, "n1")   # fewest empty GPUs
+    assert "n1" in lab.loop.launch_health()
+    lab.round()
+    job = _running(lab, job_id)
+    assert job.node == "n2" and job.attempts == 1   # the launch that never happened is free
+    assert any(r.startswith("queued: launch on n1 failed") and "n1 is skipped for" in r
+               for r in lab.reasons(job_id))
