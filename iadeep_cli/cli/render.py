@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Iterable, Sequence
 
-from ..checks import escape as safe   # what users typed, made printable
+from ..checks import escape as safe, escaped as clean   # what users typed, made printable
 
 
 def duration(seconds: float | None) -> str:
