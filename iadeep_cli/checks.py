@@ -10,11 +10,13 @@ database may hold anything): control characters become visible escapes such as `
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
 import types
 import typing
 
-from .errors import InputError
+from .errors import IadeepError, InputError, error_from_dict
 
 # C0/C1 controls, DEL, Unicode line separators and bidi overrides: characters that move the
 # cursor, recolour or reorder what a terminal shows around them.
@@ -47,13 +49,21 @@ def escape(value: str) -> str:
 
 
 def escaped(data: typing.Any) -> typing.Any:
-    """``data`` (as decoded from JSON) with every string in it, keys too, ``escape``d."""
+    """``data`` (as decoded from JSON, or typed: dataclasses such as the ``messages`` views,
+    errors) with every string in it, keys too, ``escape``d; enum members stay as they are."""
+    if isinstance(data, enum.Enum):
+        return data
     if isinstance(data, str):
         return escape(data)
+    if isinstance(data, IadeepError):
+        return error_from_dict(escaped(data.to_dict()))
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return dataclasses.replace(data, **{f.name: escaped(getattr(data, f.name))
+                                            for f in dataclasses.fields(data) if f.init})
     if isinstance(data, dict):
         return {escaped(k): escaped(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [escaped(v) for v in data]
+    if isinstance(data, (list, tuple)):
+        return type(data)(escaped(v) for v in data)
     return data
 
 

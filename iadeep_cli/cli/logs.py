@@ -6,6 +6,7 @@ import time
 
 import typer
 
+from .. import messages as m
 from ..controller import client
 from .main import app
 
@@ -17,12 +18,12 @@ def logs(job_id: int = typer.Argument(..., help="Job id."),
     """Print a job's stdout and stderr (the CLI never opens SSH itself; the controller does)."""
     offset = 0
     while True:
-        chunk = client.call("logs", {"id": job_id, "offset": offset})
-        if chunk["data"]:
-            sys.stdout.write(chunk["data"])
+        chunk = client.ask(m.LogsRequest(job_id, offset))
+        if chunk.data:
+            sys.stdout.write(chunk.data)
             sys.stdout.flush()
-        offset = chunk["offset"]
-        if not follow or (chunk["finished"] and not chunk["data"]):
+        offset = chunk.offset
+        if not follow or (chunk.finished and not chunk.data):
             return
-        if not chunk["data"]:
+        if not chunk.data:
             time.sleep(1.0)

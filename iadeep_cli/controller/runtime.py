@@ -19,7 +19,7 @@ from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
-from .. import paths
+from .. import messages as m, paths
 from ..errors import ConfigError, IadeepError, StoreError
 from ..inventory import Inventory, load_inventory
 from ..store import cluster, statedir
@@ -88,16 +88,16 @@ class Controller:
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
-    def _read_log(self, job, offset: int, max_bytes: int) -> dict:
+    def _read_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         from ..nodes.launcher import log_size, read_log
 
         pool = self.loop.pool   # the current one: a reload may have replaced it
         data, nxt = read_log(pool, job.node, job.id, offset, max_bytes)
         size = log_size(pool, job.node, job.id) if len(data) == max_bytes else nxt
-        return {"data": data.decode("utf-8", "replace"), "offset": nxt, "size": size}
+        return data.decode("utf-8", "replace"), nxt, size
 
     # ------------------------------------------------------------------ reload
-    def reload(self) -> dict:
+    def reload(self) -> m.ReloadResult:
         """Re-read the inventory file this controller was started with (`controller reload`).
 
         The file is validated here, so a bad one raises its file:line error and changes
@@ -112,7 +112,7 @@ class Controller:
         try:
             return done.result(timeout=RELOAD_WAIT_S)
         except FutureTimeout:
-            return {"path": str(new.path), "pending": True}
+            return m.ReloadResult(str(new.path), pending=True)
 
     def hangup(self, *_args) -> None:
         """SIGHUP: only note it; the main loop reloads between rounds (a signal handler runs in
@@ -147,7 +147,7 @@ class Controller:
             if done is not None:
                 done.set_result(result)
 
-    def _use(self, new: Inventory) -> dict:
+    def _use(self, new: Inventory) -> m.ReloadResult:
         """Swap in a validated inventory: lab settings, policy, admins and limits at once, and a
         new node pool (connections to removed nodes close with the old one). Running jobs keep
         running; those on a node no longer listed are the loop's to handle (lost)."""
@@ -160,17 +160,17 @@ class Controller:
             self.loop = self._make_loop(new)
         self.inventory = self.service.inventory = new
         names = [n.name for n in new.nodes]
-        change = {"added": [n for n in names if old.node(n) is None],
-                  "removed": [n.name for n in old.nodes if new.node(n.name) is None],
-                  "changed": [n for n in names if old.node(n) is not None
-                              and old.node(n) != new.node(n)]}
+        change = {"added": tuple(n for n in names if old.node(n) is None),
+                  "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None),
+                  "changed": tuple(n for n in names if old.node(n) is not None
+                                   and old.node(n) != new.node(n))}
         summary = (f"{len(names)} node{'' if len(names) == 1 else 's'} ("
                    + ("; ".join(f"{k} {', '.join(v)}" for k, v in change.items() if v)
                       or "no node changed") + ")")
         log.info("reloaded %s: %s", new.path, summary)
-        return {"path": str(new.path), "nodes": names, "summary": summary, **change}
+        return m.ReloadResult(str(new.path), nodes=tuple(names), summary=summary, **change)
 
-    def heartbeat(self, **extra) -> None:
+    def heartbeat(self, stopped_at: float | None = None) -> None:
         """Record that we live (and publish the views), or degrade if the state directory
         cannot take it; never raises for a sick state directory."""
         lost = self.store.identity_problem()
@@ -179,13 +179,13 @@ class Controller:
             try:
                 now = self.clock()
                 with self.store.tx() as conn:
-                    cluster.set_meta(conn, "controller", {
-                        "pid": os.getpid(), "started_at": self.started_at, "heartbeat_at": now,
-                        "poll_interval_s": self.inventory.poll_interval_s,
-                        "aging_per_hour": self.inventory.policy.aging_per_hour,
-                        "nodes": [n.name for n in self.inventory.nodes],
-                        "degraded": problem and problem.to_dict(), **extra})
-                self._publish(now, force="stopped_at" in extra)
+                    cluster.set_meta(conn, "controller", m.ControllerView(
+                        pid=os.getpid(), started_at=self.started_at, heartbeat_at=now,
+                        poll_interval_s=self.inventory.poll_interval_s,
+                        aging_per_hour=self.inventory.policy.aging_per_hour,
+                        nodes=tuple(n.name for n in self.inventory.nodes),
+                        degraded=problem, stopped_at=stopped_at).to_dict())
+                self._publish(now, force=stopped_at is not None)
             except StoreError as exc:
                 problem = problem or exc
         self._degrade(problem, lost)
