@@ -79,9 +79,8 @@ def add(
 def _check_workload(label: str) -> None:
     """Refuse a --workload label that is not known but close to one that is (a typo would
     silently start a new workload, profiled from scratch and never sharing until then)."""
-    from ..model.catalog import known_profiles
-
-    known = [p["workload"] for p in known_profiles()]
+    views, _ = client.read(m.ProfilesRequest())
+    known = [v.profile.workload for v in views]
     if label in known:
         return
     by_lower = {k.lower(): k for k in known}
