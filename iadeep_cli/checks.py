@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 import types
 import typing
@@ -50,21 +51,40 @@ def escape(value: str) -> str:
 
 def escaped(data: typing.Any) -> typing.Any:
     """``data`` (as decoded from JSON, or typed: dataclasses such as the ``messages`` views,
-    errors) with every string in it, keys too, ``escape``d; enum members stay as they are."""
-    if isinstance(data, enum.Enum):
-        return data
+    errors) with every string in it, keys too, ``escape``d; enum members stay as they are.
+    What holds nothing to escape is returned as it is (the monitor escapes 3,000 jobs a
+    refresh, nearly all of them clean)."""
     if isinstance(data, str):
-        return escape(data)
+        return data if isinstance(data, enum.Enum) else escape(data)
+    if data is None or isinstance(data, (int, float)):
+        return data
+    names = _init_fields(type(data))
+    if names is not None:
+        changed = {}
+        for name in names:
+            value = getattr(data, name)
+            new = escaped(value)
+            if new is not value:
+                changed[name] = new
+        return dataclasses.replace(data, **changed) if changed else data
     if isinstance(data, IadeepError):
         return error_from_dict(escaped(data.to_dict()))
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        return dataclasses.replace(data, **{f.name: escaped(getattr(data, f.name))
-                                            for f in dataclasses.fields(data) if f.init})
     if isinstance(data, dict):
-        return {escaped(k): escaped(v) for k, v in data.items()}
+        items = [(escaped(k), escaped(v)) for k, v in data.items()]
+        same = all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, data.items()))
+        return data if same else dict(items)
     if isinstance(data, (list, tuple)):
-        return type(data)(escaped(v) for v in data)
+        values = [escaped(v) for v in data]
+        return data if all(a is b for a, b in zip(values, data)) else type(data)(values)
     return data
+
+
+@functools.lru_cache(maxsize=None)
+def _init_fields(cls: type) -> tuple[str, ...] | None:
+    """The fields a dataclass ``cls`` is built from; None if it is not a dataclass."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 
 def typed(label: str, value: object, hint: object) -> typing.Any:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import operator
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Mapping, TypeVar
 
 from . import checks
 from .errors import IadeepError, InputError, error_from_dict
@@ -53,15 +54,14 @@ class Message:
         return _fields(cls)[name].metadata.get("key", name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.metadata.get("key", f.name): encode(getattr(self, f.name))
-                for f in dataclasses.fields(self)   # type: ignore[arg-type]
-                if not (f.metadata.get("optional") and getattr(self, f.name) is None)}
+        values, plan = _encoders(type(self))
+        return {key: convert(value) for (key, optional, convert), value in zip(plan, values(self))
+                if not (optional and value is None)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
-        hints = _hints(cls)
-        return cls(**{name: decode(hints[name], data[key]) for name, f in _fields(cls).items()
-                      if (key := f.metadata.get("key", name)) in data})
+        return cls(**{name: convert(data[key]) for name, key, convert in _decoders(cls)
+                      if key in data})
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,8 +74,32 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+@functools.lru_cache(maxsize=None)
+def _encoders(cls: type) -> tuple[Callable[[Any], tuple], tuple[tuple[str, bool, Any], ...]]:
+    """A getter of all fields of message class ``cls`` at once, and for each field: its JSON
+    key, whether it is left out while None, its converter."""
+    hints, fields = _hints(cls), _fields(cls)
+    getter = operator.attrgetter(*fields) if len(fields) > 1 else (
+        lambda obj: tuple(getattr(obj, name) for name in fields))
+    return getter, tuple((f.metadata.get("key", name), bool(f.metadata.get("optional")),
+                          _encoder(hints[name])) for name, f in fields.items())
+
+
+@functools.lru_cache(maxsize=None)
+def _decoders(cls: type) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
+    """(field, JSON key, converter) of each field of message class ``cls``."""
+    hints = _hints(cls)
+    return tuple((name, f.metadata.get("key", name), _decoder(hints[name]))
+                 for name, f in _fields(cls).items())
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})   # exactly these: JSON as they are
+
+
 def encode(value: Any) -> Any:
     """``value`` (a message, an error, or lists and dicts of them) as JSON-able data."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, Message):
         return value.to_dict()
     if isinstance(value, IadeepError):
@@ -89,27 +113,54 @@ def encode(value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def _encoder(hint: Any) -> Callable[[Any], Any]:
+    """``encode`` for values of annotation ``hint``, worked out once per annotation."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        [inner] = [a for a in args if a is not type(None)]
+        convert = _encoder(inner)
+        return _as_is if convert is _as_is else lambda v: None if v is None else convert(v)
+    if origin in (list, tuple):
+        item = _encoder(args[0])
+        return list if item is _as_is else lambda v: [item(x) for x in v]
+    if hint in (str, int, float, bool):
+        return _as_is
+    return encode
+
+
 def decode(hint: Any, data: Any) -> Any:
     """JSON ``data`` (from the controller) as the annotation ``hint`` says: messages, errors,
     enums, tuples; everything else as it is."""
+    return _decoder(hint)(data)
+
+
+def _as_is(data: Any) -> Any:
+    return data
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder(hint: Any) -> Callable[[Any], Any]:
+    """The converter for values of annotation ``hint``, worked out once per annotation (the
+    monitor decodes thousands of jobs a refresh)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if data is None:
-        return None
     if origin in (typing.Union, types.UnionType):
         [inner] = [a for a in args if a is not type(None)]
-        return decode(inner, data)
+        convert = _decoder(inner)
+        return _as_is if convert is _as_is else lambda d: None if d is None else convert(d)
     if origin in (list, tuple):
-        items = [decode(args[0], v) for v in data]
-        return tuple(items) if origin is tuple else items
+        make, item = (tuple if origin is tuple else list), _decoder(args[0])
+        return make if item is _as_is else lambda d: make(item(v) for v in d)
     if origin is dict:
-        return {decode(args[0], k): decode(args[1], v) for k, v in data.items()}
+        key, value = _decoder(args[0]), _decoder(args[1])
+        return lambda d: {key(k): value(v) for k, v in d.items()}
     if isinstance(hint, type) and issubclass(hint, Message):
-        return hint.from_dict(data)
+        return hint.from_dict
     if hint is IadeepError:
-        return error_from_dict(data)
+        return error_from_dict
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(data)
-    return data
+        return hint
+    return _as_is
 
 
 # ============================================================================ views (replies)
