@@ -29,7 +29,7 @@ from . import checks
 from .errors import IadeepError, InputError, error_from_dict
 from .jobs import FINISHED, Job, JobState
 from .model.profiles import Profile
-from .snapshot import GpuSample, NodeSnapshot, gpu_from_dict, node_from_dict, to_dict
+from .snapshot import GpuSample, NodeSnapshot, gpu_from_dict, node_from_dict
 
 R = TypeVar("R")
 _MALFORMED_HINT = "client and controller versions differ?"
@@ -55,8 +55,8 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         values, plan = _encoders(type(self))
-        return {key: convert(value) for (key, optional, convert), value in zip(plan, values(self))
-                if not (optional and value is None)}
+        return {key: convert(value) for (key, omit_none, convert), value in zip(plan, values(self))
+                if not (omit_none and value is None)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
@@ -96,6 +96,10 @@ def _decoders(cls: type) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
 _PLAIN = frozenset({str, int, float, bool, type(None)})   # exactly these: JSON as they are
 
 
+def _as_is(data: Any) -> Any:
+    return data
+
+
 def encode(value: Any) -> Any:
     """``value`` (a message, an error, or lists and dicts of them) as JSON-able data."""
     if type(value) in _PLAIN:
@@ -133,10 +137,6 @@ def decode(hint: Any, data: Any) -> Any:
     """JSON ``data`` (from the controller) as the annotation ``hint`` says: messages, errors,
     enums, tuples; everything else as it is."""
     return _decoder(hint)(data)
-
-
-def _as_is(data: Any) -> Any:
-    return data
 
 
 @functools.lru_cache(maxsize=None)
@@ -256,7 +256,7 @@ class GpuView(Message):
     jobs: tuple[GpuJob, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**encode(to_dict(self.sample)), "jobs": encode(self.jobs)}
+        return {**encode(dataclasses.asdict(self.sample)), "jobs": encode(self.jobs)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuView:
@@ -296,7 +296,7 @@ class NodeView(Message):
         return self.snapshot.error
 
     def to_dict(self) -> dict[str, Any]:
-        return {**encode(to_dict(self.snapshot)), "gpus": encode(self.gpus),
+        return {**encode(dataclasses.asdict(self.snapshot)), "gpus": encode(self.gpus),
                 "age_s": self.age_s, "down_since": self.down_since, "state": self.state.value}
 
     @classmethod
@@ -304,10 +304,8 @@ class NodeView(Message):
         gpus = decode(tuple[GpuView, ...], data.get("gpus", ()))
         snapshot = node_from_dict({k: data[k] for k in _fields(NodeSnapshot) if k in data
                                    and k != "gpus"})
-        # A snapshot published before nodes had a state: what its error said.
-        state = data.get("state") or ("up" if snapshot.error is None else "down")
         return cls(dataclasses.replace(snapshot, gpus=tuple(g.sample for g in gpus)), gpus,
-                   data.get("age_s", 0.0), data.get("down_since"), NodeState(state))
+                   data["age_s"], data["down_since"], NodeState(data["state"]))
 
 
 @dataclass(frozen=True)
@@ -382,10 +380,8 @@ class ProfileView(Message):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProfileView:
-        return cls(Profile(**{k: data[k] for k in _fields(Profile) if k in data}),
-                   data["source"], data.get("updated_at"), data.get("pinned_by"),
-                   data.get("pinned_at"),
-                   decode(tuple[ProfileSample, ...], data.get("samples", ())))
+        profile = Profile(**{k: data[k] for k in _fields(Profile) if k in data})
+        return super().from_dict({**data, "profile": profile})   # a Profile is taken as it is
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def test_banner_says_whether_the_controller_runs(stale, level):
 
 def test_node_age_comes_from_the_injected_clock_and_flags_stale_data():
     node = {"name": "n1", "taken_at": NOW - 45, "error": None, "down_since": None,
-            "age_s": 999999, "gpus": []}
+            "age_s": 999999, "state": "up", "gpus": []}
     card = vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=30)
     assert card.age_s == 45 and card.stale          # 45 s > 30 s
     assert not vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=60).stale
@@ -93,7 +93,7 @@ def test_stale_or_no_longer_polled_node_is_not_up_nor_down(age_s, state):
     from iadeep_cli.tui.widgets import card_text, card_titles
 
     node = {"name": "n1", "taken_at": NOW - age_s, "error": None, "down_since": None,
-            "state": state, "gpus": []}
+            "age_s": 999999, "state": state, "gpus": []}
     card = vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=30)
     assert not card.up and card.stale and card.error is None
     title, subtitle = card_titles(card)

@@ -45,7 +45,7 @@ class Service(views.StoreReader):
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
                  log_reader: LogReader | None = None, scripts_dir: Path | None = None):
         super().__init__(store, clock, inventory)
-        self.inventory: Inventory = inventory
+        self.inventory: Inventory = inventory   # always one here (a StoreReader's may be None)
         self.scripts_dir = scripts_dir or store.path.parent / "scripts"
         self.log_reader = log_reader
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
