@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import re
 import types
 import typing
@@ -79,12 +78,15 @@ def escaped(data: typing.Any) -> typing.Any:
     return data
 
 
-@functools.lru_cache(maxsize=None)
+_INIT_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
 def _init_fields(cls: type) -> tuple[str, ...] | None:
     """The fields a dataclass ``cls`` is built from; None if it is not a dataclass."""
-    if not dataclasses.is_dataclass(cls):
-        return None
-    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+    if cls not in _INIT_FIELDS:
+        _INIT_FIELDS[cls] = (tuple(f.name for f in dataclasses.fields(cls) if f.init)
+                             if dataclasses.is_dataclass(cls) else None)
+    return _INIT_FIELDS[cls]
 
 
 def typed(label: str, value: object, hint: object) -> typing.Any:

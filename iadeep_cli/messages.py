@@ -7,8 +7,8 @@ them. A new request or view field is one line here.
 
 Wire format: a request travels as ``{"op": Request.op, "args": request.to_dict()}``, a reply
 as ``encode(view)``, and ``--json`` prints that very JSON. A field's JSON key is its name,
-unless its metadata says otherwise (``wire("user")``: a job's ``owner`` has always travelled as
-"user"); an ``optional()`` field is left out while it is None (a key only some answers have).
+unless its metadata says otherwise (``wire("user")``: a job's ``owner`` has always travelled
+as "user"); an ``optional()`` field is left out while it is None (a key only some answers have).
 
 Requests come from any local account: ``Request.from_dict`` checks every argument against its
 field's annotation (``checks.typed``) and refuses unknown and missing ones. Replies come from
@@ -35,9 +35,9 @@ R = TypeVar("R")
 _MALFORMED_HINT = "client and controller versions differ?"
 
 
-def wire(key: str) -> Any:
-    """A field that travels under another JSON ``key``."""
-    return field(metadata={"key": key})
+def wire(key: str) -> dict[str, str]:
+    """Metadata of a field that travels under another JSON ``key``."""
+    return {"key": key}
 
 
 def optional() -> Any:
@@ -64,17 +64,32 @@ class Message:
                       if key in data})
 
 
-@functools.lru_cache(maxsize=None)
+T = TypeVar("T")
+
+
+def _per_class(compute: Callable[[type], T]) -> Callable[[type], T]:
+    """``compute(cls)``, worked out once per class (the monitor converts thousands of jobs a
+    refresh)."""
+    done: dict[type, T] = {}
+
+    def cached(cls: type) -> T:
+        if cls not in done:
+            done[cls] = compute(cls)
+        return done[cls]
+    return cached
+
+
+@_per_class
 def _fields(cls: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-@functools.lru_cache(maxsize=None)
+@_per_class
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-@functools.lru_cache(maxsize=None)
+@_per_class
 def _encoders(cls: type) -> tuple[Callable[[Any], tuple], tuple[tuple[str, bool, Any], ...]]:
     """A getter of all fields of message class ``cls`` at once, and for each field: its JSON
     key, whether it is left out while None, its converter."""
@@ -85,7 +100,7 @@ def _encoders(cls: type) -> tuple[Callable[[Any], tuple], tuple[tuple[str, bool,
                           _encoder(hints[name])) for name, f in fields.items())
 
 
-@functools.lru_cache(maxsize=None)
+@_per_class
 def _decoders(cls: type) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
     """(field, JSON key, converter) of each field of message class ``cls``."""
     hints = _hints(cls)
@@ -141,8 +156,7 @@ def decode(hint: Any, data: Any) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _decoder(hint: Any) -> Callable[[Any], Any]:
-    """The converter for values of annotation ``hint``, worked out once per annotation (the
-    monitor decodes thousands of jobs a refresh)."""
+    """The converter for values of annotation ``hint``, worked out once per annotation."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         [inner] = [a for a in args if a is not type(None)]
@@ -171,7 +185,7 @@ class JobView(Message):
 
     id: int
     name: str
-    owner: str = wire("user")
+    owner: str = field(metadata=wire("user"))
     state: JobState
     gpus: int
     node: str | None
@@ -242,7 +256,7 @@ class GpuJob(Message):
 
     id: int
     name: str
-    owner: str = wire("user")
+    owner: str = field(metadata=wire("user"))
     state: JobState
     predicted_speed: float | None
     observed_speed: float | None
@@ -352,7 +366,7 @@ class ProfileSample(Message):
 
     at: float
     job: int | None
-    owner: str | None = wire("user")
+    owner: str | None = field(metadata=wire("user"))
     gpu_model: str
     accepted: bool
     note: str | None

@@ -168,7 +168,9 @@ class Controller:
                    + ("; ".join(f"{k} {', '.join(v)}" for k, v in change.items() if v)
                       or "no node changed") + ")")
         log.info("reloaded %s: %s", new.path, summary)
-        return m.ReloadResult(str(new.path), nodes=tuple(names), summary=summary, **change)
+        return m.ReloadResult(str(new.path), nodes=tuple(names), summary=summary,
+                              added=change["added"], removed=change["removed"],
+                              changed=change["changed"])
 
     def heartbeat(self, stopped_at: float | None = None) -> None:
         """Record that we live (and publish the views), or degrade if the state directory
