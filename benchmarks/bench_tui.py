@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
+import dataclasses
 import os
 import statistics
 import sys
@@ -36,19 +36,22 @@ def _seeded(scenario: str):
 def _variants(data, n: int, shift: bool = False):
     """n copies of the data, each with different GPU utilisations (so every card changes);
     with ``shift``, each copy also drops the oldest queued job, so every queue row moves."""
+    from iadeep_cli.jobs import JobState
+
+    replace = dataclasses.replace
     out = []
-    queued = sorted((j for j in data.jobs if j["state"] == "queued"),
-                    key=lambda j: j["submitted_at"])
+    queued = sorted((j for j in data.jobs if j.state is JobState.QUEUED),
+                    key=lambda j: j.submitted_at)
     for i in range(n):
         jobs = data.jobs
         if shift:
-            gone = {j["id"] for j in queued[:i + 1]}
-            jobs = [j for j in data.jobs if j["id"] not in gone]
-        status = copy.deepcopy(data.status)
-        for node in status["nodes"]:
-            for gpu in node["gpus"]:
-                gpu["utilization_gpu"] = float((i * 7 + gpu["index"] * 13) % 101)
-        out.append(type(data)(status, jobs, data.stale_since))
+            gone = {j.id for j in queued[:i + 1]}
+            jobs = [j for j in data.jobs if j.id not in gone]
+        nodes = tuple(replace(node, gpus=tuple(
+            replace(gpu, sample=replace(gpu.sample, utilization_gpu=float(
+                (i * 7 + gpu.sample.index * 13) % 101))) for gpu in node.gpus))
+            for node in data.status.nodes)
+        out.append(type(data)(replace(data.status, nodes=nodes), jobs, data.stale_since))
     return out
 
 
@@ -87,8 +90,8 @@ def main() -> int:
     t0 = time.perf_counter()
     large = _seeded("large")
     empty = _seeded("empty")
-    print(f"seeded + fetched in {time.perf_counter() - t0:.1f}s: {len(large.status['nodes'])} "
-          f"nodes, {sum(len(n['gpus']) for n in large.status['nodes'])} GPUs, "
+    print(f"seeded + fetched in {time.perf_counter() - t0:.1f}s: {len(large.status.nodes)} "
+          f"nodes, {sum(len(n.gpus) for n in large.status.nodes)} GPUs, "
           f"{len(large.jobs)} unfinished jobs")
 
     vm_s = []

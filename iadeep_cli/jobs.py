@@ -214,22 +214,6 @@ def parse_env(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]
     return tuple(out)
 
 
-def job_to_dict(job: Job) -> dict:
-    """The JSON shape of a job (``queue list --json``, ``queue show --json``, the socket)."""
-    spec = job.spec
-    return {
-        "id": job.id, "name": job.name, "user": job.owner, "state": job.state.value,
-        "gpus": spec.gpus, "node": job.node, "gpu_indices": list(job.gpu_indices),
-        "submitted_at": job.submitted_at, "started_at": job.started_at,
-        "ended_at": job.ended_at, "exit_code": job.exit_code, "script": spec.script,
-        "args": list(spec.args), "workdir": spec.workdir, "env": dict(spec.env),
-        "mem_gib": spec.mem_gib, "workload": spec.workload, "priority": spec.priority,
-        "exclusive": spec.exclusive, "retries": spec.retries, "min_speed": spec.min_speed,
-        "attempts": job.attempts, "remote_pid": job.remote_pid, "reason": job.reason,
-        "predicted_speed": job.predicted_speed, "observed_speed": job.observed_speed,
-    }
-
-
 def spec_to_dict(spec: JobSpec) -> dict:
     from dataclasses import asdict
     return asdict(spec)

@@ -1,6 +1,7 @@
 """Online learning: observed speeds from real progress files, co-location rows, precedence."""
 from pathlib import Path
 
+from iadeep_cli import messages as m
 from iadeep_cli.controller import client
 from iadeep_cli.controller.catalog import lab_measurements
 from iadeep_cli.controller.observe import SpeedObserver
@@ -74,9 +75,10 @@ def test_lab_measurements_take_precedence(tmp_path, monkeypatch):
         profrows.upsert_profile(conn, Profile("mine", 20.0, 5.0, 1.0, "NVIDIA H200"), 5.0)
         profrows.add_colocation(conn, CoLocation("NVIDIA H200", ("mine", "mlp"), (0.9, 0.8)), 6.0)
     store.close()
-    by_name = {p["workload"]: p for p in client.read("profiles")[0]}   # controller down
-    assert by_name["mlp"]["gpu_util"] == 55.0 and by_name["mlp"]["source"] == "job 7"
-    assert by_name["resnet50"]["source"].startswith("shipped")
+    views, _ = client.read(m.ProfilesRequest())   # controller down
+    by_name = {v.profile.workload: v for v in views}
+    assert by_name["mlp"].profile.gpu_util == 55.0 and by_name["mlp"].source == "job 7"
+    assert by_name["resnet50"].source.startswith("shipped")
     profiles, pairs = lab_measurements()
     assert set(profiles) == {"mlp", "mine"} and pairs[0].jobs == ("mine", "mlp")
 

@@ -14,6 +14,8 @@ import pytest
 import iadeep_cli.cli.main
 from accounts import ensure_user
 from controllers import ControllerProcess
+from iadeep_cli.controller import client  # loaded here: the accounts cannot read /root
+from iadeep_cli.errors import IadeepError
 
 USERS = ("iadeep-alice", "iadeep-bob", "iadeep-admin")
 
@@ -41,8 +43,6 @@ def as_user(user: str, op: str, args: dict, socket_path: Path) -> dict:
         os.close(read_fd)
         try:
             _drop_to(user)
-            from iadeep_cli.controller import client
-            from iadeep_cli.errors import IadeepError
             try:
                 out = {"ok": client.call(op, args, socket_path=socket_path)}
             except IadeepError as exc:

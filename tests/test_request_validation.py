@@ -200,9 +200,10 @@ def test_the_cli_prints_old_poisoned_rows_visibly_escaped(ctl, monkeypatch):
     shown = json.loads(cli(ctl.home, "queue", "show", str(job_id), "--json").stdout)
     assert shown["name"] == "n" + evil   # --json keeps the data exact (JSON escapes it)
     # The monitor gets its data from one place, escaped the same way.
+    from iadeep_cli.messages import encode
     from iadeep_cli.tui import source
     monkeypatch.setenv("IADEEP_HOME", str(ctl.home))
     data = source.fetch()
     for view in (data.status, data.jobs, source.show(job_id)[0]):
-        text = json.dumps(view, ensure_ascii=False)
+        text = json.dumps(encode(view), ensure_ascii=False)
         assert not RAW_CONTROL.search(text) and "\\x1b[2J" in text

@@ -230,7 +230,7 @@ def test_the_largest_script_is_accepted_even_many_at_once(shared_state, monkeypa
 
         def submit(i: int) -> None:
             try:
-                ids.append(client.submit({"script": str(script), "name": f"big{i}"}, biggest)["id"])
+                ids.append(client.submit({"script": str(script), "name": f"big{i}"}, biggest).id)
             except Exception as exc:   # reported below
                 errors.append(repr(exc))
 

@@ -16,9 +16,10 @@ import threading
 import pytest
 
 from helpers import seed
+from iadeep_cli import messages as m
 from iadeep_cli.errors import StoreError
 from iadeep_cli.inventory import Inventory
-from iadeep_cli.jobs import ACTIVE, PENDING, JobState
+from iadeep_cli.jobs import ACTIVE, PENDING, Job, JobSpec, JobState
 from iadeep_cli.store import Store, jobs as jobrows
 from iadeep_cli.tui import source, viewmodel as vm
 from iadeep_cli.tui.source import MonitorData
@@ -36,9 +37,8 @@ def run_async(test):
 
 # --------------------------------------------------------------------------- view model (pure)
 def _job(id, state="queued", user="alice", priority=0, submitted_at=NOW - 60, **kw):
-    return {"id": id, "name": f"j{id}", "user": user, "state": state, "gpus": 1,
-            "priority": priority, "submitted_at": submitted_at, "reason": "", "node": None,
-            "gpu_indices": [], **kw}
+    spec = JobSpec("/home/j.sh", name=f"j{id}", priority=priority)
+    return m.JobView.from_job(Job(id, user, spec, JobState(state), submitted_at, **kw))
 
 
 @pytest.mark.parametrize("predicted, observed, level", [
@@ -53,7 +53,7 @@ def test_queue_order_is_priority_plus_ageing_then_age():
     # priority 2 submitted just now (2.0); job 3 (priority 5) beats both.
     jobs = [_job(2, priority=2, submitted_at=NOW), _job(1, submitted_at=NOW - 3 * 3600),
             _job(3, priority=5, submitted_at=NOW), _job(4, state="held"),
-            _job(5, state="running", node="n1", gpu_indices=[0], started_at=NOW - 120)]
+            _job(5, state="running", node="n1", gpu_indices=(0,), started_at=NOW - 120)]
     rows = vm.job_rows(jobs, NOW)
     assert [r.id for r in rows] == [3, 1, 2, 4, 5]
     assert [r.cells[0] for r in rows] == ["1", "2", "3", "-", "-"]
@@ -74,7 +74,8 @@ def test_filter_by_user_keeps_real_queue_positions():
 
 @pytest.mark.parametrize("stale, level", [(None, "live"), (0.0, "never"), (NOW - 300, "stale")])
 def test_banner_says_whether_the_controller_runs(stale, level):
-    banner = vm.banner(MonitorData({"controller": {"poll_interval_s": 5}}, [], stale), NOW)
+    status = m.StatusView(NOW, (), {}, m.ControllerView(poll_interval_s=5))
+    banner = vm.banner(MonitorData(status, [], stale), NOW)
     assert banner.level == level
     if level == "stale":
         assert "5m ago" in banner.text
@@ -82,10 +83,10 @@ def test_banner_says_whether_the_controller_runs(stale, level):
 
 def test_node_age_comes_from_the_injected_clock_and_flags_stale_data():
     node = {"name": "n1", "taken_at": NOW - 45, "error": None, "down_since": None,
-            "age_s": 999999, "gpus": []}
-    card = vm.node_card(node, NOW, stale_s=30)
+            "age_s": 999999, "state": "up", "gpus": []}
+    card = vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=30)
     assert card.age_s == 45 and card.stale          # 45 s > 30 s
-    assert not vm.node_card(node, NOW, stale_s=60).stale
+    assert not vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=60).stale
 
 
 @pytest.mark.parametrize("age_s, state", [(45, "up"), (5, "removed")])
@@ -93,24 +94,25 @@ def test_stale_or_no_longer_polled_node_is_not_up_nor_down(age_s, state):
     from iadeep_cli.tui.widgets import card_text, card_titles
 
     node = {"name": "n1", "taken_at": NOW - age_s, "error": None, "down_since": None,
-            "state": state, "gpus": []}
-    card = vm.node_card(node, NOW, stale_s=30)
+            "age_s": 999999, "state": state, "gpus": []}
+    card = vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=30)
     assert not card.up and card.stale and card.error is None
     title, subtitle = card_titles(card)
     assert "unknown" in title and "up" not in title and "DOWN" not in title
     assert "(stale)" in subtitle and "unreachable" not in card_text(card).plain
-    assert vm.node_card({**node, "taken_at": NOW - 5, "state": "up"}, NOW, stale_s=30).up
+    fresh = m.NodeView.from_dict({**node, "taken_at": NOW - 5, "state": "up"})
+    assert vm.node_card(fresh, NOW, stale_s=30).up
 
 
 def test_gpu_shows_foreign_processes_and_jobs_that_left():
-    gpu = {"index": 0, "name": "H200", "utilization_gpu": None, "memory_used_mib": 10.0,
-           "memory_total_mib": 100.0,
-           "jobs": [{"id": 7, "user": "bob", "name": "x", "predicted_speed": 0.5,
-                     "observed_speed": None}],
+    gpu = {"index": 0, "uuid": "GPU-0", "name": "H200", "utilization_gpu": None,
+           "memory_used_mib": 10.0, "memory_total_mib": 100.0,
+           "jobs": [{"id": 7, "user": "bob", "name": "x", "state": "running",
+                     "predicted_speed": 0.5, "observed_speed": None}],
            "processes": [{"pid": 1, "used_memory_mib": 5.0, "name": "jupyter", "job_id": None},
                          {"pid": 2, "used_memory_mib": 5.0, "name": "python", "job_id": 7},
                          {"pid": 3, "used_memory_mib": 5.0, "name": "python", "job_id": 9}]}
-    line = vm._gpu_line(gpu, "")
+    line = vm._gpu_line(m.GpuView.from_dict(gpu), "")
     assert [f.pid for f in line.foreign] == [1]
     assert line.gone == (9,)
     assert line.jobs[0].level == "bad"
@@ -228,7 +230,7 @@ async def test_filter_by_user_then_escape_clears(home):
         await pilot.press("slash", *"user:bob", "enter")
         bobs = [j for j in _jobs_in_store(PENDING | ACTIVE | {JobState.LOST})
                 if j.owner == "bob"]
-        assert {r.user for r in app._rows} == {"bob"}
+        assert {r.owner for r in app._rows} == {"bob"}
         assert app.query_one("#queue").row_count == len(bobs) < everyone
         await pilot.press("slash", "escape")
         assert app.query_text == ""

@@ -40,11 +40,12 @@ def reload() -> None:
 
     The file is checked first: with an error it is refused and nothing changes. Running jobs
     keep running; jobs on a node no longer listed are marked lost."""
+    from .. import messages as m
     from ..controller import client
 
-    result = client.call("reload")
-    if result.get("pending"):
-        print(f"reload of {result['path']} accepted; it applies when the current scheduling "
+    result = client.ask(m.ReloadRequest())
+    if result.pending:
+        print(f"reload of {result.path} accepted; it applies when the current scheduling "
               "round ends")
         return
-    print(f"reloaded {result['path']}: {result['summary']}")
+    print(f"reloaded {result.path}: {result.summary}")

@@ -13,6 +13,7 @@ import time
 
 import typer
 
+from .. import messages as m
 from ..controller import client
 from ..errors import InputError
 from .root import app
@@ -27,10 +28,10 @@ class _Log:
     def __init__(self, job_id: int):
         self.job_id, self.size, self.finished = job_id, 0, False
 
-    def read(self, offset: int, max_bytes: int) -> dict:
-        reply = client.call("logs", {"id": self.job_id, "offset": offset, "max_bytes": max_bytes})
-        self.size = max(self.size, reply.get("size") or reply["offset"])
-        self.finished = reply["finished"]
+    def read(self, offset: int, max_bytes: int) -> m.LogChunk:
+        reply = client.ask(m.LogsRequest(self.job_id, offset, max_bytes))
+        self.size = max(self.size, reply.size or reply.offset)
+        self.finished = reply.finished
         return reply
 
 
@@ -48,9 +49,9 @@ def _copy(log: _Log, start: int, end: int, skip: int = 0, keep: int | None = Non
     offset = start
     while offset < end and keep != 0:
         reply = log.read(offset, min(CHUNK, end - offset))
-        if reply["offset"] <= offset:
+        if reply.offset <= offset:
             break                    # the log shrank (rewritten by the job)
-        offset, text = reply["offset"], reply["data"]
+        offset, text = reply.offset, reply.data
         if skip:
             pos, skip = _cut(text, skip)
             text = "" if skip else text[pos:]
@@ -71,7 +72,7 @@ def _tail_start(log: _Log, end: int, lines: int, max_back: int | None) -> tuple[
     limit = end if max_back is None else min(end, max_back)
     while end - start < limit:
         step = min(CHUNK, limit - (end - start))
-        text = log.read(start - step, step)["data"]
+        text = log.read(start - step, step).data
         last = last or text[-1:]
         newlines, start = newlines + text.count("\n"), start - step
         if newlines + (last != "\n") > lines:
@@ -85,12 +86,12 @@ def _follow(log: _Log, offset: int) -> None:
     """Print what the job writes from ``offset`` on, until it has ended and nothing is left."""
     while True:
         reply = log.read(offset, CHUNK)
-        sys.stdout.write(reply["data"])
+        sys.stdout.write(reply.data)
         sys.stdout.flush()
-        offset = reply["offset"]
-        if reply["finished"] and not reply["data"]:
+        offset = reply.offset
+        if reply.finished and not reply.data:
             return
-        if not reply["data"]:
+        if not reply.data:
             time.sleep(1.0)
 
 

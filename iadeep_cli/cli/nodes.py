@@ -93,12 +93,13 @@ def fence(node: str = typer.Argument(..., help="node name from the inventory"),
     run there. Fencing says it cannot: they are requeued (if they allow retries) or failed, and
     should NODE come back, their old attempts are stopped before anything new starts there.
     """
-    from ..controller.client import call
+    from .. import messages as m
+    from ..controller.client import ask
 
     if not yes and not _confirmed(f"Is {node} really powered off? A job still running there "
                                   "would run twice"):
         raise IadeepError(f"node {node} not fenced; nothing changed",
                           hint="fence a node only once it is powered off or its jobs are dead")
-    result = call("fence", {"node": node})
-    ids = ", ".join(map(str, result["jobs"])) or "none"
-    typer.echo(f"node {result['node']} fenced; its jobs requeued or failed: {ids}")
+    result = ask(m.FenceRequest(node))
+    ids = ", ".join(map(str, result.jobs)) or "none"
+    typer.echo(f"node {result.node} fenced; its jobs requeued or failed: {ids}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import typer
 
+from .. import messages as m
 from ..controller import client
 from ..errors import NotFoundError
 from ..text import clock, when
@@ -17,64 +18,64 @@ def _num(v) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _source(p: dict) -> str:
-    return p["source"] + (f"; pinned by {p['pinned_by']}" if p["pinned_by"] else "")
+def _source(p: m.ProfileView) -> str:
+    return p.source + (f"; pinned by {p.pinned_by}" if p.pinned_by else "")
 
 
-def _verdict(sample: dict) -> str:
-    word = "kept" if sample["accepted"] else "REJECTED"
-    return f"{word}: {sample['note']}" if sample["note"] else word
+def _verdict(sample: m.ProfileSample) -> str:
+    word = "kept" if sample.accepted else "REJECTED"
+    return f"{word}: {sample.note}" if sample.note else word
 
 
 @app.command("list")
 def list_(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List every known workload label (use one with `queue add --workload`)."""
-    rows, stale = client.read("profiles")
+    views, stale = client.read(m.ProfilesRequest())
     if json_:
-        render.as_json(rows)
+        render.as_json(m.encode(views))
         return
     render.stale_note(stale)
     render.table(["WORKLOAD", "GPU", "GPU%", "MEM%", "PEAK GiB", "POWER W", "SOURCE"],
-                 ([p["workload"], p["gpu_model"], _num(p["gpu_util"]), _num(p["mem_util"]),
-                   _num(p["peak_mem_gib"]), _num(p["power_w"]), _source(p)] for p in rows))
+                 ([v.profile.workload, v.profile.gpu_model, _num(v.profile.gpu_util),
+                   _num(v.profile.mem_util), _num(v.profile.peak_mem_gib),
+                   _num(v.profile.power_w), _source(v)] for v in views))
 
 
 @app.command("show")
 def show(label: str = LABEL,
          json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show one profile's every field and the job samples it was learnt from."""
-    rows, stale = client.read("profiles")
-    found = [p for p in rows if p["workload"] == label]
+    views, stale = client.read(m.ProfilesRequest())
+    found = [v for v in views if v.profile.workload == label]
     if not found:
-        names = ", ".join(p["workload"] for p in rows)
+        names = ", ".join(v.profile.workload for v in views)
         raise NotFoundError(f"no profile named {label!r}", hint=f"known: {names}")
-    profile = found[0]
+    view = found[0]
     if json_:
-        render.as_json(profile)
+        render.as_json(m.encode(view))
         return
     render.stale_note(stale)
-    for key, value in profile.items():
+    for key, value in m.encode(view).items():   # every field, as the JSON names it
         if key in ("updated_at", "pinned_at"):
             value = when(value)
         if key != "samples":
             print(f"{key:>14}: {'-' if value is None else value}")
     print("samples (newest first):")
     render.table(["TIME", "JOB", "USER", "GPU", "GPU%", "MEM%", "PEAK GiB", "VERDICT"],
-                 ([clock(s["at"]),
-                   s["job"] or "-", s["user"] or "-", s["gpu_model"], _num(s["gpu_util"]),
-                   _num(s["mem_util"]), _num(s["peak_mem_gib"]), _verdict(s)]
-                  for s in profile["samples"]))
+                 ([clock(s.at), s.job or "-", s.owner or "-", s.gpu_model, _num(s.gpu_util),
+                   _num(s.mem_util), _num(s.peak_mem_gib), _verdict(s)]
+                  for s in view.samples))
 
 
 @app.command("pin")
 def pin(label: str = LABEL) -> None:
     """Freeze a profile: learning never changes it (admins only)."""
-    client.call("profile_pin", {"label": label})
+    client.ask(m.ProfilePinRequest(label))
     print(f"profile {label}: pinned")
 
 
 @app.command("unpin")
 def unpin(label: str = LABEL) -> None:
     """Let learning from jobs change a profile again (admins only)."""
-    client.call("profile_unpin", {"label": label})
+    client.ask(m.ProfileUnpinRequest(label))
     print(f"profile {label}: learns from jobs again")

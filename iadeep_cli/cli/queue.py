@@ -11,8 +11,9 @@ from pathlib import Path
 
 import typer
 
+from .. import messages as m
 from ..controller import client
-from ..errors import InputError, error_from_dict
+from ..errors import InputError
 from ..jobs import JobSpec, check_interpreter, parse_env, spec_to_dict, validate_spec
 from ..paths import file_problem
 from ..text import clock, duration, when
@@ -72,13 +73,14 @@ def add(
     request = spec_to_dict(spec)
     if retries is None:
         del request["retries"]   # the controller applies the lab's default
-    print(client.submit(request, Path(spec.script).read_bytes())["id"])
+    print(client.submit(request, Path(spec.script).read_bytes()).id)
 
 
 def _check_workload(label: str) -> None:
     """Refuse a --workload label that is not known but close to one that is (a typo would
     silently start a new workload, profiled from scratch and never sharing until then)."""
-    known = [p["workload"] for p in client.read("profiles")[0]]
+    views, _ = client.read(m.ProfilesRequest())
+    known = [v.profile.workload for v in views]
     if label in known:
         return
     by_lower = {k.lower(): k for k in known}
@@ -95,20 +97,20 @@ LIST_HEADERS = ["ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "AGE", "REASON"]
 @app.command("list")
 def list_(
     all_: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
-    user: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
+    owner: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     wide: bool = typer.Option(False, "--wide", help="Never shorten NAME and REASON (they are "
                               "shortened only on a terminal)."),
     json_: bool = JSON,
 ) -> None:
     """List unfinished jobs (all with --all)."""
-    jobs, stale = client.read("list", {"all_states": all_, "owner": user})
+    jobs, stale = client.read(m.ListRequest(all_states=all_, owner=owner))
     if json_:
-        render.as_json(jobs)
+        render.as_json(m.encode(jobs))
         return
     render.stale_note(stale)
     now = time.time()
-    rows = [[str(j["id"]), j["name"], j["user"], j["state"], str(j["gpus"]), _where(j),
-             duration(now - j["submitted_at"]), j["reason"]] for j in jobs]
+    rows = [[str(j.id), j.name, j.owner, j.state.value, str(j.gpus), _where(j),
+             duration(now - j.submitted_at), j.reason] for j in jobs]
     if sys.stdout.isatty() and not wide:
         rows = _fit(LIST_HEADERS, rows, shutil.get_terminal_size().columns)
     render.table(LIST_HEADERS, rows)
@@ -127,32 +129,32 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _where(job: dict) -> str:
-    if not job["node"]:
+def _where(job: m.JobView) -> str:
+    if not job.node:
         return "-"
-    return f"{job['node']}:{','.join(str(i) for i in job['gpu_indices'])}"
+    return f"{job.node}:{','.join(str(i) for i in job.gpu_indices)}"
 
 
-SHOW_FIELDS = ("id", "name", "user", "state", "reason", "script", "args", "workdir", "env",
+SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "env",
                "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "attempts",
                "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
                "observed_speed")
 
 
-def _field(key: str, value) -> str:
+def _field(name: str, value) -> str:
     """A job field as a person reads it: '-' for nothing, yes/no, speeds to 2 decimals, the
     arguments and environment as they would be typed in a shell."""
-    if value is None or value == "" or value == [] or value == {}:
+    if value is None or (isinstance(value, (str, tuple, dict)) and not value):
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.2f}"
-    if key == "args":
+    if name == "args":
         return shlex.join(value)
-    if key == "env":
+    if name == "env":
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in value.items())
-    if isinstance(value, list):
+    if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return str(value)
 
@@ -160,41 +162,41 @@ def _field(key: str, value) -> str:
 @app.command("show")
 def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) -> None:
     """Show a job's fields and its event history."""
-    job, stale = client.read("show", {"id": job_id})
+    detail, stale = client.read(m.ShowRequest(job_id))
     if json_:
-        render.as_json(job)
+        render.as_json(m.encode(detail))
         return
     render.stale_note(stale)
-    job = render.clean(job)
-    for key in SHOW_FIELDS:
-        print(f"{key:>16}: {_field(key, job[key])}")
-    for key in ("submitted_at", "started_at", "ended_at"):
-        print(f"{key:>16}: {when(job[key])}")
+    detail = render.clean(detail)
+    job = detail.job
+    for name in SHOW_FIELDS:   # labelled as in the JSON (a job's owner is its "user")
+        print(f"{m.JobView.key(name):>16}: {_field(name, getattr(job, name))}")
+    for name in ("submitted_at", "started_at", "ended_at"):
+        print(f"{name:>16}: {when(getattr(job, name))}")
     print("events:")
     render.table(["TIME", "FROM", "TO", "BY", "REASON"],
-                 ([clock(e["at"]), e["old_state"],
-                   e["new_state"], e["actor"], e["reason"]] for e in job["events"]))
+                 ([clock(e.at), e.old_state,
+                   e.new_state, e.actor, e.reason] for e in detail.events))
 
 
 @app.command("why")
 def why(job_id: int = typer.Argument(..., help="Job id.")) -> None:
     """Say why a job waits (or what it is doing)."""
-    job, stale = client.read("show", {"id": job_id})
+    detail, stale = client.read(m.ShowRequest(job_id))
     render.stale_note(stale)
-    job = render.clean(job)
-    reason = job["reason"] or "no reason recorded yet (the scheduler has not looked at it)"
-    print(f"job {job['id']} is {job['state']}: {reason}")
+    job = render.clean(detail.job)
+    reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
+    print(f"job {job.id} is {job.state}: {reason}")
 
 
-def _act(op: str, ids: list[int]) -> None:
-    results = client.call(op, {"ids": ids})
+def _act(request: m.JobsRequest) -> None:
     failed = 0
-    for r in results:
-        if "error" in r:
+    for r in client.ask(request):
+        if r.error is not None:
             failed += 1
-            report(error_from_dict(r["error"]))
+            report(r.error)
         else:
-            print(f"job {r['id']}: {r['state']}")
+            print(f"job {r.id}: {r.state}")
     if failed:
         raise typer.Exit(1)
 
@@ -202,19 +204,19 @@ def _act(op: str, ids: list[int]) -> None:
 @app.command("cancel")
 def cancel(ids: list[int] = IDS) -> None:
     """Cancel jobs (queued ones at once; running ones are stopped on their node)."""
-    _act("cancel", ids)
+    _act(m.CancelRequest(tuple(ids)))
 
 
 @app.command("hold")
 def hold(ids: list[int] = IDS) -> None:
     """Keep queued jobs from starting until released."""
-    _act("hold", ids)
+    _act(m.HoldRequest(tuple(ids)))
 
 
 @app.command("release")
 def release(ids: list[int] = IDS) -> None:
     """Let held jobs be scheduled again."""
-    _act("release", ids)
+    _act(m.ReleaseRequest(tuple(ids)))
 
 
 # `queue priority 13 -5`: without ignore_unknown_options click reads "-5" as an option.
@@ -222,5 +224,5 @@ def release(ids: list[int] = IDS) -> None:
 def priority(job_id: int = typer.Argument(..., help="Job id."),
              value: int = typer.Argument(..., help="New priority (higher runs first).")) -> None:
     """Change a waiting job's priority."""
-    r = client.call("priority", {"id": job_id, "priority": value})
-    print(f"job {r['id']}: priority {r['priority']}")
+    r = client.ask(m.PriorityRequest(job_id, value))
+    print(f"job {r.id}: priority {r.priority}")

@@ -12,13 +12,14 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .. import paths
+from .. import messages as m, paths
 from ..errors import ControllerUnavailable, error_from_dict
 from . import protocol
 
 RETRY_WINDOW_S = 30.0
+R = TypeVar("R")
 
 
 def _not_running(path: Path) -> ControllerUnavailable:
@@ -65,9 +66,18 @@ def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
             time.sleep(0.01)
 
 
+def ask(request: m.Request[R], *, timeout: float = 60.0, retry_lost: bool = False,
+        socket_path: Path | None = None) -> R:
+    """Send one request; return its typed reply or raise the controller's error."""
+    result = call(request.op, request.to_dict(), timeout=timeout, retry_lost=retry_lost,
+                  socket_path=socket_path)
+    return m.decode(request.reply_type(), result)
+
+
 def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
          retry_lost: bool = False, socket_path: Path | None = None) -> Any:
-    """Send one request; return its result or raise the controller's error."""
+    """Send one request as JSON (``ask`` is the typed way); return the JSON result or raise
+    the controller's error."""
     path = socket_path or paths.StateDir.default().socket
     args = dict(args or {})
     deadline = time.monotonic() + RETRY_WINDOW_S
@@ -92,25 +102,25 @@ def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
     raise error_from_dict(reply.get("error") or {})
 
 
-def submit(spec: dict, script_content: bytes) -> dict:
+def submit(spec: dict, script_content: bytes) -> m.AddResult:
     """Submit a job exactly once: the token makes a retried request return the same id."""
     import base64
 
-    args = {"spec": spec, "token": uuid.uuid4().hex,
-            "script_b64": base64.b64encode(script_content).decode("ascii")}
-    return call("add", args, retry_lost=True)
+    request = m.AddRequest(spec, token=uuid.uuid4().hex,
+                           script_b64=base64.b64encode(script_content).decode("ascii"))
+    return ask(request, retry_lost=True)
 
 
-def read(op: str, args: dict | None = None) -> tuple[Any, float | None]:
+def read(request: m.Request[R]) -> tuple[R, float | None]:
     """A read-only view: from the controller when it runs, else what ``offline`` can show.
 
-    Returns (result, stale_since): ``stale_since`` is None when the controller answered, else
+    Returns (reply, stale_since): ``stale_since`` is None when the controller answered, else
     the time of its last heartbeat (0.0 if it never ran), so callers can show the data's age.
     """
     try:
-        return call(op, args), None
+        return ask(request), None
     except ControllerUnavailable as exc:
         down = exc
     from . import offline
 
-    return offline.read(op, dict(args or {}), down)
+    return offline.read(request, down)

@@ -11,17 +11,20 @@ else reads the snapshot. Nothing here imports paramiko or scikit-learn.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 
+from .. import messages as m
 from ..errors import ControllerUnavailable, NotFoundError, StoreError
-from ..jobs import FINISHED, job_to_dict
+from ..jobs import FINISHED
 from ..paths import StateDir
 from . import views
 
 PUBLIC_FINISHED = 200
+R = TypeVar("R")
 
 
 def _nobody(owner: str) -> bool:
@@ -31,13 +34,12 @@ def _nobody(owner: str) -> bool:
 def public_views(conn, now: float) -> dict:
     """The snapshot's content, from the controller's connection."""
     from ..store import jobs as jobrows
-    from .catalog import profile_views
 
     finished = jobrows.select(conn, states=FINISHED, last=PUBLIC_FINISHED)
-    return {"written_at": now, "status": views.status(conn, now),
-            "jobs": views.list_jobs(conn, reveal=_nobody) + [
-                views.for_reader(job_to_dict(j), _nobody) for j in finished],
-            "finished_kept": PUBLIC_FINISHED, "profiles": profile_views(conn)}
+    return {"written_at": now, "status": m.encode(views.status_view(conn, now)),
+            "jobs": m.encode(views.select_jobs(conn, reveal=_nobody) + [
+                views.for_reader(m.JobView.from_job(j), _nobody) for j in finished]),
+            "finished_kept": PUBLIC_FINISHED, "profiles": m.encode(views.profile_list(conn))}
 
 
 def publish(state: StateDir, data: dict) -> None:
@@ -50,13 +52,20 @@ def publish(state: StateDir, data: dict) -> None:
     os.replace(tmp, target)
 
 
-def read(op: str, args: dict, down: ControllerUnavailable) -> tuple[Any, float]:
-    """(result, time of the controller's last heartbeat, 0.0 if it never ran)."""
+def read(request: m.Request[R], down: ControllerUnavailable) -> tuple[R, float]:
+    """(the reply, time of the controller's last heartbeat, 0.0 if it never ran) for an
+    ``offline`` operation; ``down`` for any other. The caller's name is not needed (""):
+    whoever reads the recorded state itself may see all of it."""
+    from .service import OPERATIONS
+
+    operation = OPERATIONS[request.op]
+    if not operation.offline:
+        raise down
     state = StateDir.default()
     db = state.db
     if db.exists() and os.access(db, os.R_OK):
         try:
-            return _from_database(op, args, down)
+            return _from_database(operation.handler, request)
         except StoreError:
             pass   # readable, but SQLite needs to write beside it to open it: use the snapshot
     try:
@@ -64,73 +73,74 @@ def read(op: str, args: dict, down: ControllerUnavailable) -> tuple[Any, float]:
     except (OSError, ValueError):
         public = None
     if public is not None:
-        return _from_public(public, op, args, down)
+        reader = SnapshotReader(public)
+        return operation.handler(reader, "", request), reader.since  # type: ignore[return-value]
     if db.exists():
         raise StoreError(f"the controller is not running, and its database {db} is private "
                          "(it holds every job's env values)",
                          hint="start the controller; it then also keeps a public snapshot, "
                               f"{state.public_view}, for reading while it is down")
-    return _never_ran(op, args, down), 0.0
+    return operation.handler(NeverRan(), "", request), 0.0  # type: ignore[return-value]
 
 
-def _from_database(op: str, args: dict, down: ControllerUnavailable) -> tuple[Any, float]:
+def _from_database(handler, request: m.Request[R]) -> tuple[R, float]:
     from ..store import Store, cluster
 
     store = Store(readonly=True)
     try:
         with store.tx() as conn:
-            since = float(cluster.get_meta(conn, "controller", {}).get("heartbeat_at", 0.0))
-            if op == "list":
-                return views.list_jobs(conn, all_states=args.get("all_states", False),
-                                       user=args.get("owner")), since
-            if op == "show":
-                return views.show_job(conn, int(args["id"])), since
-            if op == "status":
-                return views.status(conn, time.time()), since
-            if op == "profiles":
-                from .catalog import profile_views
-                return profile_views(conn), since
+            since = m.ControllerView.from_dict(cluster.get_meta(conn, "controller", {}))
+        return handler(views.StoreReader(store), "", request), since.heartbeat_at or 0.0
     finally:
         store.close()
-    raise down
 
 
-def _from_public(public: dict, op: str, args: dict, down: ControllerUnavailable
-                 ) -> tuple[Any, float]:
-    status = public["status"]
-    since = float(status["controller"].get("heartbeat_at", 0.0))
-    if op == "status":
-        now = time.time()
-        nodes = [{**n, "age_s": max(0.0, now - n["taken_at"])} for n in status["nodes"]]
-        return {**status, "now": now, "nodes": nodes}, since
-    if op == "profiles":
-        return public["profiles"], since
-    jobs = public["jobs"]
-    if op == "list":
-        owner = args.get("owner")
-        return [j for j in jobs if (args.get("all_states") or j["state"] not in
-                                    {s.value for s in FINISHED})
-                and (owner is None or j["user"] == owner)], since
-    if op == "show":
-        for job in jobs:
-            if job["id"] == int(args["id"]):
-                return {**job, "events": []}, since
+class SnapshotReader(views.Reader):
+    """The controller's public snapshot: env values already hidden, no events, and only the
+    last ``finished_kept`` finished jobs; node ages count from now."""
+
+    def __init__(self, public: dict[str, Any]):
+        self.public = public
+        self._status = m.StatusView.from_dict(public["status"])
+        self.since = self._status.controller.heartbeat_at or 0.0
+
+    def jobs(self, all_states: bool, owner: str | None) -> list[m.JobView]:
+        jobs = [m.JobView.from_dict(j) for j in self.public["jobs"]]
+        return [j for j in jobs if (all_states or j.state not in FINISHED)
+                and (owner is None or j.owner == owner)]
+
+    def job(self, job_id: int) -> m.JobDetail:
+        for job in self.jobs(all_states=True, owner=None):
+            if job.id == job_id:
+                return m.JobDetail(job)
         raise NotFoundError(
-            f"job {args['id']} is not in the controller's public snapshot (it is down)",
-            hint=f"it keeps unfinished jobs and the last {public['finished_kept']} finished; "
-                 "start the controller to see every job")
-    raise down
+            f"job {job_id} is not in the controller's public snapshot (it is down)",
+            hint=f"it keeps unfinished jobs and the last {self.public['finished_kept']} "
+                 "finished; start the controller to see every job")
+
+    def status(self) -> m.StatusView:
+        now = time.time()
+        nodes = tuple(dataclasses.replace(n, age_s=max(0.0, now - n.snapshot.taken_at))
+                      for n in self._status.nodes)
+        return dataclasses.replace(self._status, now=now, nodes=nodes)
+
+    def profiles(self) -> list[m.ProfileView]:
+        return [m.ProfileView.from_dict(p) for p in self.public["profiles"]]
 
 
-def _never_ran(op: str, args: dict, down: ControllerUnavailable) -> Any:
-    if op == "list":
+class NeverRan(views.Reader):
+    """No controller ever ran with this state directory: no jobs, no nodes, the shipped
+    profiles."""
+
+    def jobs(self, all_states: bool, owner: str | None) -> list[m.JobView]:
         return []
-    if op == "status":
-        return {"now": time.time(), "nodes": [], "queue": {}, "controller": {}}
-    if op == "profiles":
-        from .catalog import profile_views
-        return profile_views()
-    if op == "show":
-        raise NotFoundError(f"no job with id {args['id']}",
+
+    def job(self, job_id: int) -> m.JobDetail:
+        raise NotFoundError(f"no job with id {job_id}",
                             hint="no controller has run with this state directory yet")
-    raise down
+
+    def status(self) -> m.StatusView:
+        return m.StatusView(now=time.time(), nodes=(), queue={}, controller=m.ControllerView())
+
+    def profiles(self) -> list[m.ProfileView]:
+        return views.profile_list()

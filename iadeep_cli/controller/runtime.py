@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
 
+from .. import messages as m
 from ..errors import ConfigError, IadeepError, StoreError
 from ..inventory import Inventory, load_inventory
 from ..nodes.connection import Pool
@@ -88,15 +89,16 @@ class Controller:
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
-    def _read_log(self, job, offset: int, max_bytes: int) -> dict:
+    def _read_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         from ..nodes.launcher import read_log
 
         assert self.loop is not None   # this reader is set only with a loop
         pool = self.loop.pool   # the current one: a reload may have replaced it
-        return read_log(pool, job.node, job.id, offset, max_bytes).reply()
+        reply = read_log(pool, job.node, job.id, offset, max_bytes).reply()
+        return reply["data"], reply["offset"], reply["size"]
 
     # ------------------------------------------------------------------ reload
-    def reload(self) -> dict:
+    def reload(self) -> m.ReloadResult:
         """Re-read the inventory file this controller was started with (`controller reload`).
 
         The file is validated here, so a bad one raises its file:line error and changes
@@ -111,7 +113,7 @@ class Controller:
         try:
             return done.result(timeout=RELOAD_WAIT_S)
         except FutureTimeout:
-            return {"path": str(new.path), "pending": True}
+            return m.ReloadResult(str(new.path), pending=True)
 
     def hangup(self, *_args) -> None:
         """SIGHUP: only note it; the main loop reloads between rounds (a signal handler runs in
@@ -146,7 +148,7 @@ class Controller:
             if done is not None:
                 done.set_result(result)
 
-    def _use(self, new: Inventory) -> dict:
+    def _use(self, new: Inventory) -> m.ReloadResult:
         """Swap in a validated inventory: lab settings, policy, admins and limits at once, and a
         new node pool (connections to removed nodes close with the old one). Running jobs keep
         running; those on a node no longer listed are the loop's to handle (lost)."""
@@ -159,17 +161,19 @@ class Controller:
             self.loop = self._make_loop(new)
         self.inventory = self.service.inventory = new
         names = [n.name for n in new.nodes]
-        change = {"added": [n for n in names if old.node(n) is None],
-                  "removed": [n.name for n in old.nodes if new.node(n.name) is None],
-                  "changed": [n for n in names if old.node(n) is not None
-                              and old.node(n) != new.node(n)]}
+        change = {"added": tuple(n for n in names if old.node(n) is None),
+                  "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None),
+                  "changed": tuple(n for n in names if old.node(n) is not None
+                                   and old.node(n) != new.node(n))}
         summary = (f"{len(names)} node{'' if len(names) == 1 else 's'} ("
                    + ("; ".join(f"{k} {', '.join(v)}" for k, v in change.items() if v)
                       or "no node changed") + ")")
         log.info("reloaded %s: %s", new.path, summary)
-        return {"path": str(new.path), "nodes": names, "summary": summary, **change}
+        return m.ReloadResult(str(new.path), nodes=tuple(names), summary=summary,
+                              added=change["added"], removed=change["removed"],
+                              changed=change["changed"])
 
-    def heartbeat(self, **extra) -> None:
+    def heartbeat(self, stopped_at: float | None = None) -> None:
         """Record that we live (and publish the views), or degrade if the state directory
         cannot take it; never raises for a sick state directory."""
         lost = self.store.identity_problem()
@@ -178,13 +182,13 @@ class Controller:
             try:
                 now = self.clock()
                 with self.store.tx() as conn:
-                    cluster.set_meta(conn, "controller", {
-                        "pid": os.getpid(), "started_at": self.started_at, "heartbeat_at": now,
-                        "poll_interval_s": self.inventory.poll_interval_s,
-                        "aging_per_hour": self.inventory.policy.aging_per_hour,
-                        "nodes": [n.name for n in self.inventory.nodes],
-                        "degraded": problem and problem.to_dict(), **extra})
-                self._publish(now, force="stopped_at" in extra)
+                    cluster.set_meta(conn, "controller", m.ControllerView(
+                        pid=os.getpid(), started_at=self.started_at, heartbeat_at=now,
+                        poll_interval_s=self.inventory.poll_interval_s,
+                        aging_per_hour=self.inventory.policy.aging_per_hour,
+                        nodes=tuple(n.name for n in self.inventory.nodes),
+                        degraded=problem, stopped_at=stopped_at).to_dict())
+                self._publish(now, force=stopped_at is not None)
             except StoreError as exc:
                 problem = problem or exc
         self._degrade(problem, lost)

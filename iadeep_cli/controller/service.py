@@ -1,26 +1,30 @@
 """The requests the controller answers. Each one: check who asks, make one store change.
 
+``OPERATIONS`` (at the end) is the protocol in one table: each request type (``messages``),
+the handler that answers it, whether readers answer it themselves while the controller is
+down (``offline``), and whether only admins may send it. ``handle`` dispatches by it, and so
+does ``offline.read``: a new operation is one row there and its handler.
+
 The caller's user name comes from the socket's peer credentials (``server``), never from the
 request, so nobody can act as someone else. Owners act on their own jobs; admins listed in the
 inventory (and root) on any.
 
-Every argument is checked against its ``op_*`` parameter's annotation before the op runs
-(``checks.typed``): a request from any local account is untrusted, and an ill-typed one is
-the caller's mistake (InputError), never a controller bug.
+Every argument is checked against its request field's annotation before the handler runs
+(``messages.Request.from_dict``): a request from any local account is untrusted, and an
+ill-typed one is the caller's mistake (InputError), never a controller bug.
 """
 from __future__ import annotations
 
 import base64
-import functools
-import inspect
+import dataclasses
 import os
 import time
-import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import checks
+from .. import checks, messages as m
 from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
 from ..inventory import Inventory
 from ..jobs import (
@@ -39,21 +43,20 @@ from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 from ..text import MIB_PER_GIB
 from . import views
-from .catalog import profile_views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-LogReader = Callable[[Job, int, int], dict]
+# (job, offset, max_bytes) -> (the log's text from offset, the next offset, its size if known)
+LogReader = Callable[[Job, int, int], tuple[str, int, int | None]]
 
 
-class Service:
-    reload: Callable[[], dict]   # re-read the inventory: runtime.Controller.reload
+class Service(views.StoreReader):
+    reload: Callable[[], m.ReloadResult]   # re-read the inventory: runtime.Controller.reload
 
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
                  log_reader: LogReader | None = None, scripts_dir: Path | None = None):
-        self.store = store
+        super().__init__(store, clock, inventory)
+        self.inventory: Inventory = inventory   # always one here (a StoreReader's may be None)
         self.scripts_dir = scripts_dir or StateDir(store.path.parent).scripts
-        self.inventory = inventory
-        self.clock = clock
         self.log_reader = log_reader
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
         self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
@@ -61,102 +64,106 @@ class Service:
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
-        method = getattr(self, f"op_{op}", None) if op.isidentifier() else None
-        if method is None:
+        """Answer one request from ``user`` as JSON-able data (``server`` sends it)."""
+        operation = OPERATIONS.get(op)
+        if operation is None:
             raise InputError(f"unknown request {op[:40]!r}",
                              hint="client and controller versions differ?")
-        if "user" in args:
-            raise InputError("malformed request: a request cannot name its user",
-                             hint="identity comes from the socket (the calling account)")
-        try:
-            inspect.signature(method).bind(user, **args)
-        except TypeError as exc:
-            raise InputError(f"malformed {op!r} request: {exc}",
-                             hint="client and controller versions differ?") from None
-        hints = _arg_hints(type(self), op)  # type: ignore[arg-type]  # mypy checks the instances' __hash__
-        return method(user, **{k: checks.typed(k, v, hints[k]) for k, v in args.items()})
+        request = operation.request.from_dict(args)
+        if operation.admin_only and not self.inventory.is_admin(user):
+            raise PermissionDenied(operation.admin_only.format(user=user),
+                                   hint="ask a lab admin (lab.admins in nodes.yaml) or root")
+        return m.encode(operation.handler(self, user, request))
+
+    # ------------------------------------------------------------------ reads
+    def reveal(self, user: str) -> views.Reveal:
+        """Env values are shown to the job's owner and the admins only."""
+        return lambda owner: owner == user or self.inventory.is_admin(user)
+
+    def status(self) -> m.StatusView:
+        view = super().status()
+        return dataclasses.replace(view, controller=dataclasses.replace(
+            view.controller, degraded=self.degraded))
 
     # ------------------------------------------------------------------ writes
-    def op_add(self, user: str, spec: dict, token: str | None = None,
-               script_b64: str | None = None) -> dict:
+    def op_add(self, user: str, req: m.AddRequest) -> m.AddResult:
         """Queue a job. The script's content travels with the request and is kept with the
         job, like sbatch does: editing the file later does not change a queued job."""
         if self.degraded is not None:
             raise self.degraded
-        job_spec = spec_from_dict({"retries": self.inventory.default_retries, **spec})
+        job_spec = spec_from_dict({"retries": self.inventory.default_retries, **req.spec})
         validate_spec(job_spec)
-        if token is not None:
-            checks.text("token", token, max_len=128)
-        content = _script_content(job_spec.script, script_b64)
+        if req.token is not None:
+            checks.text("token", req.token, max_len=128)
+        content = _script_content(job_spec.script, req.script_b64)
         with self.store.tx() as conn:
             self._check_runnable(conn, user, job_spec)
-            job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), token)
+            job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), req.token)
             if created:  # written before COMMIT: an accepted job always has its script
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
         self.wake()
-        return {"id": job_id, "created": created}
+        return m.AddResult(job_id, created)
 
-    def op_cancel(self, user: str, ids: list[int]) -> list[dict]:
-        return self._each(ids, lambda i: self._cancel_one(user, i))
+    def op_cancel(self, user: str, req: m.CancelRequest) -> list[m.JobActionResult]:
+        return self._each(req.ids, lambda i: self._cancel_one(user, i))
 
-    def _cancel_one(self, user: str, job_id: int) -> dict:
+    def _cancel_one(self, user: str, job_id: int) -> m.JobActionResult:
         with self.store.tx() as conn:
             job = self._owned(conn, user, job_id)
             if job.state in ACTIVE:
                 # The loop stops the process group on its node, then records 'cancelled'.
                 jobrows.update(conn, job_id, cancel_requested_by=user)
                 self.wake()
-                return {"id": job_id, "state": "cancelling"}
+                return m.JobActionResult(job_id, "cancelling")
             # A lost job may still run on its silent node: the loop stops it when it answers.
             orphans = job.orphans_with(job.node) if job.state == JobState.LOST else job.orphans
             jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
                                self.clock(), ended_at=self.clock(), orphans=orphans)
-        return {"id": job_id, "state": JobState.CANCELLED.value}
+        return m.JobActionResult(job_id, JobState.CANCELLED.value)
 
-    def op_hold(self, user: str, ids: list[int]) -> list[dict]:
-        return self._each(ids, lambda i: self._move(user, i, JobState.HELD, f"held by {user}"))
+    def op_hold(self, user: str, req: m.HoldRequest) -> list[m.JobActionResult]:
+        return self._each(req.ids, lambda i: self._move(user, i, JobState.HELD,
+                                                        f"held by {user}"))
 
-    def op_release(self, user: str, ids: list[int]) -> list[dict]:
-        out = self._each(ids, lambda i: self._move(user, i, JobState.QUEUED,
-                                                   f"released by {user}"))
+    def op_release(self, user: str, req: m.ReleaseRequest) -> list[m.JobActionResult]:
+        out = self._each(req.ids, lambda i: self._move(user, i, JobState.QUEUED,
+                                                       f"released by {user}"))
         self.wake()
         return out
 
     @staticmethod
-    def _each(ids: list[int], act: Callable[[int], dict]) -> list[dict]:
+    def _each(ids: tuple[int, ...], act: Callable[[int], m.JobActionResult]
+              ) -> list[m.JobActionResult]:
         """Act on every id; one failure (not yours, unknown id) does not stop the others."""
         results = []
         for job_id in ids:
             try:
                 results.append(act(job_id))
             except IadeepError as exc:
-                results.append({"id": job_id, "error": exc.to_dict()})
+                results.append(m.JobActionResult(job_id, error=exc))
         return results
 
-    def _move(self, user: str, job_id: int, new: JobState, reason: str) -> dict:
+    def _move(self, user: str, job_id: int, new: JobState, reason: str) -> m.JobActionResult:
         with self.store.tx() as conn:
             self._owned(conn, user, job_id)
             job = jobrows.transition(conn, job_id, new, reason, user, self.clock())
-        return {"id": job.id, "state": job.state.value}
+        return m.JobActionResult(job.id, job.state.value)
 
-    def op_priority(self, user: str, id: int, priority: int) -> dict:
-        check_priority(priority)
+    def op_priority(self, user: str, req: m.PriorityRequest) -> m.PriorityResult:
+        check_priority(req.priority)
         with self.store.tx() as conn:
-            job = self._owned(conn, user, id)
+            job = self._owned(conn, user, req.id)
             if job.state in FINISHED:
-                raise InvalidTransition(f"job {id} is {job.state}; its priority no longer matters")
-            jobrows.update(conn, job.id, priority=priority)
+                raise InvalidTransition(f"job {req.id} is {job.state}; its priority no longer "
+                                        "matters")
+            jobrows.update(conn, job.id, priority=req.priority)
             jobrows.add_event(conn, job.id, self.clock(), job.state, job.state,
-                              f"priority {job.spec.priority} -> {priority} by {user}", user)
+                              f"priority {job.spec.priority} -> {req.priority} by {user}", user)
         self.wake()
-        return {"id": job.id, "priority": priority}
+        return m.PriorityResult(job.id, req.priority)
 
-    def op_reload(self, user: str) -> dict:
-        """Re-read the inventory file (runtime.Controller.reload). Admins only: it decides who
-        the admins are, and which nodes jobs run on."""
-        if not self.inventory.is_admin(user):
-            raise PermissionDenied(f"{user} may not reload the controller's inventory",
-                                   hint="ask a lab admin (lab.admins in nodes.yaml) or root")
+    def op_reload(self, user: str, req: m.ReloadRequest) -> m.ReloadResult:
+        """Re-read the inventory file (runtime.Controller.reload)."""
         return self.reload()
 
     def _check_runnable(self, conn, user: str, spec: JobSpec) -> None:
@@ -199,88 +206,53 @@ class Service:
                 hint="only a job's owner or a lab admin (lab.admins in nodes.yaml) can")
         return job
 
-    def op_fence(self, user: str, node: str) -> dict:
+    def op_fence(self, user: str, req: m.FenceRequest) -> m.FenceResult:
         """An admin declares a node's job attempts dead (it is powered off or gone): its lost
-        jobs may then run again elsewhere.  Admin-only: a wrong fence can run a job twice."""
-        if not self.inventory.is_admin(user):
-            raise PermissionDenied(f"only a lab admin may fence a node; {user} is not one",
-                                   hint="ask an admin listed in lab.admins in nodes.yaml")
-        if not isinstance(node, str) or self.inventory.node(node) is None:
+        jobs may then run again elsewhere."""
+        if self.inventory.node(req.node) is None:
             known = ", ".join(n.name for n in self.inventory.nodes) or "none"
-            raise InputError(f"no node named {node!r} in the controller's inventory",
+            raise InputError(f"no node named {req.node!r} in the controller's inventory",
                              hint=f"known nodes: {known}")
         if self.fencer is None:
             raise InputError("this controller schedules no nodes",
                              hint="start it with an inventory that lists nodes")
-        jobs = self.fencer(node, user)
+        jobs = self.fencer(req.node, user)
         self.wake()
-        return {"node": node, "jobs": jobs}
+        return m.FenceResult(req.node, tuple(jobs))
 
-    # ------------------------------------------------------------------ reads
-    def op_ping(self, user: str) -> dict:
-        return {"user": user, "admin": self.inventory.is_admin(user)}
-
-    def op_list(self, user: str, all_states: bool = False, owner: str | None = None) -> list[dict]:
-        with self.store.tx() as conn:
-            return views.list_jobs(conn, all_states=all_states, user=owner,
-                                   reveal=self._reveal(user))
-
-    def op_show(self, user: str, id: int) -> dict:
-        with self.store.tx() as conn:
-            return views.show_job(conn, id, reveal=self._reveal(user))
-
-    def _reveal(self, user: str) -> views.Reveal:
-        """Env values are shown to the job's owner and the admins only."""
-        return lambda owner: owner == user or self.inventory.is_admin(user)
-
-    def op_status(self, user: str) -> dict:
-        with self.store.tx() as conn:
-            data = views.status(conn, self.clock(), self.inventory)
-        data["controller"]["degraded"] = self.degraded and self.degraded.to_dict()
-        return data
+    def op_ping(self, user: str, req: m.PingRequest) -> m.PingResult:
+        return m.PingResult(user, self.inventory.is_admin(user))
 
     # ------------------------------------------------------------------ profiles
-    def op_profiles(self, user: str) -> list[dict]:
-        with self.store.tx() as conn:
-            return profile_views(conn)
+    def op_profile_pin(self, user: str, req: m.ProfilePinRequest) -> m.PinResult:
+        return self._pin(user, req.label, pin=True)
 
-    def op_profile_pin(self, user: str, label: str) -> dict:
-        return self._pin(user, label, pin=True)
+    def op_profile_unpin(self, user: str, req: m.ProfileUnpinRequest) -> m.PinResult:
+        return self._pin(user, req.label, pin=False)
 
-    def op_profile_unpin(self, user: str, label: str) -> dict:
-        return self._pin(user, label, pin=False)
-
-    def _pin(self, user: str, label: str, pin: bool) -> dict:
+    def _pin(self, user: str, label: str, pin: bool) -> m.PinResult:
         """Admins freeze a profile against learning (or let it learn again)."""
-        if not self.inventory.is_admin(user):
-            raise PermissionDenied(f"{user} may not pin or unpin profiles",
-                                   hint="only lab admins (lab.admins in nodes.yaml) can")
         with self.store.tx() as conn:
             profrows.set_pinned(conn, label, user if pin else None, self.clock(),
                                 shipped_profiles().get(label))
-        return {"label": label, "pinned_by": user if pin else None}
+        return m.PinResult(label, user if pin else None)
 
-    def op_logs(self, user: str, id: int, offset: int = 0, max_bytes: int = 65536) -> dict:
-        if offset < 0 or max_bytes < 0:
-            raise InputError(f"offset and max_bytes must be 0 or more, got {offset}, {max_bytes}")
+    def op_logs(self, user: str, req: m.LogsRequest) -> m.LogChunk:
+        if req.offset < 0 or req.max_bytes < 0:
+            raise InputError(f"offset and max_bytes must be 0 or more, got {req.offset}, "
+                             f"{req.max_bytes}")
         with self.store.tx() as conn:
-            job = jobrows.get(conn, id)
+            job = jobrows.get(conn, req.id)
         if job.node is None:
-            return {"data": "", "offset": 0, "finished": job.state in FINISHED,
-                    "state": job.state.value}
+            return m.LogChunk(data="", offset=0, finished=job.state in FINISHED,
+                              state=job.state)
         if self.log_reader is None:
             raise InputError("this controller has no node connections to read logs from",
                              hint="start it with an inventory: "
                                   "iadeep controller run --inventory FILE")
-        result = self.log_reader(job, offset, max_bytes)
-        return {**result, "finished": job.state in FINISHED, "state": job.state.value}
-
-
-@functools.cache
-def _arg_hints(cls: type, op: str) -> dict[str, Any]:
-    """The annotations of ``op_<op>``'s request arguments (all but the caller's name)."""
-    hints = typing.get_type_hints(getattr(cls, f"op_{op}"))
-    return {k: v for k, v in hints.items() if k not in ("user", "return")}
+        data, offset, size = self.log_reader(job, req.offset, req.max_bytes)
+        return m.LogChunk(data=data, offset=offset, size=size,
+                          finished=job.state in FINISHED, state=job.state)
 
 
 def _gpu_sizes(listed: tuple[int, ...] | None, snap: NodeSnapshot | None
@@ -316,3 +288,41 @@ def _write_script(directory: Path, original: str, content: bytes) -> None:
         os.fsync(f.fileno())
     os.chmod(tmp, 0o700)
     os.replace(tmp, target)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the protocol. ``handler(answerer, caller, request)`` returns the reply
+    (a message); the answerer is the Service, or for ``offline`` operations any
+    ``views.Reader``: these read only the recorded state, so readers answer them from the
+    database or the public snapshot while the controller is down. ``admin_only``: the refusal
+    a caller who is not a lab admin gets (``{user}``: the caller)."""
+
+    request: type[m.Request]
+    handler: Callable[[Any, str, Any], object]
+    offline: bool = False
+    admin_only: str | None = None
+
+
+_PIN_REFUSAL = "{user} may not pin or unpin profiles"
+OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
+    Operation(m.AddRequest, Service.op_add),
+    Operation(m.CancelRequest, Service.op_cancel),
+    Operation(m.HoldRequest, Service.op_hold),
+    Operation(m.ReleaseRequest, Service.op_release),
+    Operation(m.PriorityRequest, Service.op_priority),
+    # It decides who the admins are, and which nodes jobs run on.
+    Operation(m.ReloadRequest, Service.op_reload,
+              admin_only="{user} may not reload the controller's inventory"),
+    # A wrong fence can run a job twice.
+    Operation(m.FenceRequest, Service.op_fence,
+              admin_only="only a lab admin may fence a node; {user} is not one"),
+    Operation(m.PingRequest, Service.op_ping),
+    Operation(m.ListRequest, views.list_jobs, offline=True),
+    Operation(m.ShowRequest, views.show_job, offline=True),
+    Operation(m.StatusRequest, views.status, offline=True),
+    Operation(m.LogsRequest, Service.op_logs),
+    Operation(m.ProfilesRequest, views.profiles, offline=True),
+    Operation(m.ProfilePinRequest, Service.op_profile_pin, admin_only=_PIN_REFUSAL),
+    Operation(m.ProfileUnpinRequest, Service.op_profile_unpin, admin_only=_PIN_REFUSAL),
+)}

@@ -1,17 +1,39 @@
-"""Read-only views of the store, as plain JSON-able data.
+"""The read-only requests, answered the same way from wherever the recorded state is.
 
-The controller serves these over its socket; when it is down, the CLI computes the very same
-views from the database directly and labels them with their age, so `iadeep status` still helps.
+The controller answers them from its database (``service.Service`` is a ``StoreReader``); when
+it is down the client answers them itself, from the database if it may read it (a
+``StoreReader`` without an inventory) or from the controller's public snapshot
+(``offline.SnapshotReader``), and labels them with their age, so `iadeep status` still helps.
+The handlers below (``list_jobs`` ... ``profiles``) are the operations table's for all three.
 """
 from __future__ import annotations
 
+import abc
+import dataclasses
 import sqlite3
+import time
 from collections.abc import Callable
 
 from ..inventory import Inventory
-from ..jobs import ACTIVE, UNFINISHED, JobState, job_to_dict
-from ..snapshot import to_dict
-from ..store import cluster, jobs as jobrows
+from ..jobs import ACTIVE, UNFINISHED, JobState
+from ..messages import (
+    ControllerView,
+    EventView,
+    GpuJob,
+    GpuView,
+    JobDetail,
+    JobView,
+    ListRequest,
+    NodeState,
+    NodeView,
+    ProfilesRequest,
+    ProfileView,
+    ShowRequest,
+    StatusRequest,
+    StatusView,
+)
+from ..snapshot import NodeSnapshot
+from ..store import Store, cluster, jobs as jobrows
 
 # A node's data older than this many poll intervals no longer says it is up: the controller
 # stopped, or stopped polling it (see stale_after_s).
@@ -22,78 +44,146 @@ HIDDEN = "(hidden)"
 Reveal = Callable[[str], bool]   # may this reader see the env values of this owner's jobs?
 
 
-def _everyone(owner: str) -> bool:
+def everyone(owner: str) -> bool:
     return True
 
 
-def list_jobs(conn: sqlite3.Connection, *, all_states: bool = False, user: str | None = None,
-              reveal: Reveal = _everyone) -> list[dict]:
+class Reader(abc.ABC):
+    """Where the read-only requests are answered from."""
+
+    def reveal(self, user: str) -> Reveal:
+        """Whose jobs' env values ``user`` may see (all: whoever reads the recorded state
+        directly could read the values there too)."""
+        return everyone
+
+    @abc.abstractmethod
+    def jobs(self, all_states: bool, owner: str | None) -> list[JobView]:
+        """Unfinished jobs (all with ``all_states``), of ``owner`` only if given."""
+
+    @abc.abstractmethod
+    def job(self, job_id: int) -> JobDetail:
+        """One job and its events, or a NotFoundError."""
+
+    @abc.abstractmethod
+    def status(self) -> StatusView: ...
+
+    @abc.abstractmethod
+    def profiles(self) -> list[ProfileView]: ...
+
+
+# ------------------------------------------------------------------ the read-only operations
+def list_jobs(reader: Reader, user: str, req: ListRequest) -> list[JobView]:
+    reveal = reader.reveal(user)
+    return [for_reader(j, reveal) for j in reader.jobs(req.all_states, req.owner)]
+
+
+def show_job(reader: Reader, user: str, req: ShowRequest) -> JobDetail:
+    detail = reader.job(req.id)
+    return dataclasses.replace(detail, job=for_reader(detail.job, reader.reveal(user)))
+
+
+def status(reader: Reader, user: str, req: StatusRequest) -> StatusView:
+    return reader.status()
+
+
+def profiles(reader: Reader, user: str, req: ProfilesRequest) -> list[ProfileView]:
+    return reader.profiles()
+
+
+def for_reader(job: JobView, reveal: Reveal) -> JobView:
+    """A job as one reader may see it: ``--env`` values (often tokens) only if ``reveal``
+    allows it for the job's owner (the owner and the admins); the names stay visible."""
+    if reveal(job.owner):
+        return job
+    return dataclasses.replace(job, env=dict.fromkeys(job.env, HIDDEN))
+
+
+# ------------------------------------------------------------------ from the database
+class StoreReader(Reader):
+    """The database. ``inventory``: the running controller's (None: it is not running)."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time,
+                 inventory: Inventory | None = None):
+        self.store = store
+        self.clock = clock
+        self.inventory = inventory
+
+    def jobs(self, all_states: bool, owner: str | None) -> list[JobView]:
+        with self.store.tx() as conn:
+            return select_jobs(conn, all_states=all_states, owner=owner)
+
+    def job(self, job_id: int) -> JobDetail:
+        with self.store.tx() as conn:
+            return job_detail(conn, job_id)
+
+    def status(self) -> StatusView:
+        with self.store.tx() as conn:
+            return status_view(conn, self.clock(), self.inventory)
+
+    def profiles(self) -> list[ProfileView]:
+        with self.store.tx() as conn:
+            return profile_list(conn)
+
+
+def select_jobs(conn: sqlite3.Connection, *, all_states: bool = False,
+                owner: str | None = None, reveal: Reveal = everyone) -> list[JobView]:
     states = None if all_states else UNFINISHED
-    return [for_reader(job_to_dict(j), reveal)
-            for j in jobrows.select(conn, states=states, owner=user)]
+    return [for_reader(JobView.from_job(j), reveal)
+            for j in jobrows.select(conn, states=states, owner=owner)]
 
 
-def show_job(conn: sqlite3.Connection, job_id: int, reveal: Reveal = _everyone) -> dict:
-    data = for_reader(job_to_dict(jobrows.get(conn, job_id)), reveal)
-    data["events"] = jobrows.events(conn, job_id)
-    return data
+def job_detail(conn: sqlite3.Connection, job_id: int) -> JobDetail:
+    job = JobView.from_job(jobrows.get(conn, job_id))
+    return JobDetail(job, tuple(EventView.from_dict(e) for e in jobrows.events(conn, job_id)))
 
 
-def stale_after_s(inventory: Inventory | None, controller: dict) -> float:
+def profile_list(conn: sqlite3.Connection | None = None) -> list[ProfileView]:
+    """Every known profile (``conn`` None: the shipped ones alone)."""
+    from .catalog import profile_views
+
+    return [ProfileView.from_dict(p) for p in profile_views(conn)]
+
+
+def stale_after_s(inventory: Inventory | None, controller: ControllerView) -> float:
     """How old a node's data may be and still say "up": STALE_POLLS poll intervals. While the
     controller runs (``inventory`` is its own), at least the grace it gives a silent node: a
     round that waits for a hung node's poll can outlast several intervals, and the healthy
     nodes' data then ages meanwhile without being stale."""
     if inventory is None:
-        return STALE_POLLS * float(controller.get("poll_interval_s") or DEFAULT_POLL_S)
+        return STALE_POLLS * float(controller.poll_interval_s or DEFAULT_POLL_S)
     return max(STALE_POLLS * inventory.poll_interval_s, inventory.node_grace_s)
 
 
-def node_state(node: dict, stale_s: float, inventory: Inventory | None) -> str:
+def node_state(snap: NodeSnapshot, age_s: float, stale_s: float,
+               inventory: Inventory | None) -> NodeState:
     """``up`` only while fresh; ``removed`` if the running controller's ``inventory`` (None:
     it is not running) no longer lists it; ``down`` while it fails to answer; ``stale`` when
     its last answer is older than ``stale_s``."""
-    if inventory is not None and inventory.node(node["name"]) is None:
-        return "removed"
-    if node["error"] is not None:
-        return "down"
-    return "stale" if node["age_s"] > stale_s else "up"
+    if inventory is not None and inventory.node(snap.name) is None:
+        return NodeState.REMOVED
+    if snap.error is not None:
+        return NodeState.DOWN
+    return NodeState.STALE if age_s > stale_s else NodeState.UP
 
 
-def for_reader(job: dict, reveal: Reveal) -> dict:
-    """A job as one reader may see it: ``--env`` values (often tokens) only if ``reveal``
-    allows it for the job's owner (the owner and the admins); the names stay visible."""
-    if reveal(job["user"]):
-        return job
-    return {**job, "env": dict.fromkeys(job["env"], HIDDEN)}
-
-
-def status(conn: sqlite3.Connection, now: float, inventory: Inventory | None = None) -> dict:
+def status_view(conn: sqlite3.Connection, now: float,
+                inventory: Inventory | None = None) -> StatusView:
     """Nodes, their GPUs and what runs on each, the queue summary and how old the data is.
     ``inventory``: the running controller's (None: read from the database, it is not running)."""
-    active = jobrows.select(conn, states=ACTIVE)
-    on_gpu: dict[tuple[str | None, int], list[dict]] = {}
-    for job in active:
+    on_gpu: dict[tuple[str | None, int], list[GpuJob]] = {}
+    for job in jobrows.select(conn, states=ACTIVE):
         for index in job.gpu_indices:
-            on_gpu.setdefault((job.node, index), []).append(
-                {"id": job.id, "name": job.name, "user": job.owner, "state": job.state.value,
-                 "predicted_speed": job.predicted_speed, "observed_speed": job.observed_speed})
-    controller = cluster.get_meta(conn, "controller", {})
+            on_gpu.setdefault((job.node, index), []).append(GpuJob(
+                job.id, job.name, job.owner, job.state, job.predicted_speed, job.observed_speed))
+    controller = ControllerView.from_dict(cluster.get_meta(conn, "controller", {}))
     stale_s = stale_after_s(inventory, controller)
     nodes = []
     for snap, down_since in cluster.load_nodes(conn):
-        node = to_dict(snap)
-        node["age_s"] = max(0.0, now - snap.taken_at)
-        node["down_since"] = down_since
-        node["state"] = node_state(node, stale_s, inventory)
-        for gpu in node["gpus"]:
-            gpu["jobs"] = on_gpu.get((snap.name, gpu["index"]), [])
-        nodes.append(node)
+        age = max(0.0, now - snap.taken_at)
+        gpus = tuple(GpuView(g, tuple(on_gpu.get((snap.name, g.index), ()))) for g in snap.gpus)
+        nodes.append(NodeView(snap, gpus, age, down_since,
+                              node_state(snap, age, stale_s, inventory)))
     counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
-    return {
-        "now": now,
-        "nodes": nodes,
-        "queue": {s.value: counts.get(s.value, 0) for s in JobState},
-        "controller": controller,
-        "stale_after_s": stale_s,
-    }
+    return StatusView(now=now, nodes=tuple(nodes),
+                      queue={s: counts.get(s.value, 0) for s in JobState},
+                      controller=controller, stale_after_s=stale_s)

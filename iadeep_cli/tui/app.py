@@ -21,13 +21,14 @@ from textual.containers import VerticalScroll
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
-from ..errors import IadeepError, error_from_dict
+from .. import messages as m
+from ..errors import IadeepError
 from . import source, viewmodel as vm
 from .source import MonitorData
 from .widgets import ConfirmScreen, HelpScreen, JobDetailScreen, NodeCardWidget
 
 Fetch = Callable[[], MonitorData]
-Act = Callable[[str, list], list]
+Act = Callable[[m.JobsRequest], list[m.JobActionResult]]
 
 
 def _set(widget, attr: str, value: str) -> None:
@@ -249,44 +250,43 @@ class MonitorApp(App[None]):
         row = self._selected_row()
         if row is None:
             return
-        question = f"Cancel job {row.id} ({row.user}/{row.name}, {row.state})?"
-        if row.user != self.user:
-            question += (f"\n\nIt belongs to {row.user}: the controller refuses unless "
+        question = f"Cancel job {row.id} ({row.owner}/{row.name}, {row.state})?"
+        if row.owner != self.user:
+            question += (f"\n\nIt belongs to {row.owner}: the controller refuses unless "
                          f"you ({self.user}) are a lab admin.")
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._send("cancel", row.id)
+                self._send(m.CancelRequest((row.id,)))
         self.push_screen(ConfirmScreen(question), answered)
 
     def action_hold(self) -> None:
         row = self._selected_row()
         if row is not None:
-            self._send("hold", row.id)
+            self._send(m.HoldRequest((row.id,)))
 
     def action_release(self) -> None:
         row = self._selected_row()
         if row is not None:
-            self._send("release", row.id)
+            self._send(m.ReleaseRequest((row.id,)))
 
-    def _send(self, op: str, job_id: int) -> None:
-        self.run_worker(lambda: self._act_in_thread(op, job_id), thread=True, group="act")
+    def _send(self, request: m.JobsRequest) -> None:
+        self.run_worker(lambda: self._act_in_thread(request), thread=True, group="act")
 
-    def _act_in_thread(self, op: str, job_id: int) -> None:
+    def _act_in_thread(self, request: m.JobsRequest) -> None:
         try:
-            results = self.act(op, [job_id])
+            results = self.act(request)
         except IadeepError as exc:
-            results = [{"id": job_id, "error": exc.to_dict()}]
-        self.call_from_thread(self._acted, op, results)
+            results = [m.JobActionResult(job_id, error=exc) for job_id in request.ids]
+        self.call_from_thread(self._acted, request.op, results)
 
-    def _acted(self, op: str, results: list[dict]) -> None:
+    def _acted(self, op: str, results: list[m.JobActionResult]) -> None:
         for r in results:
-            if "error" in r:
-                err = error_from_dict(r["error"])
-                self.notify(f"{op} job {r['id']}: {err.message}", title="refused",
+            if r.error is not None:
+                self.notify(f"{op} job {r.id}: {r.error.message}", title="refused",
                             severity="error", timeout=8)
             else:
-                self.notify(f"job {r['id']}: {r['state']}", title=op)
+                self.notify(f"job {r.id}: {r.state}", title=op)
         self.action_refresh_now()
 
     def action_details(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import messages as m
 from ..checks import escaped  # names and reasons other users typed: never raw to the terminal
 from ..controller import client
 
@@ -22,24 +23,24 @@ class MonitorData:
     heartbeat time (0.0: it never ran with this state directory).
     """
 
-    status: dict
-    jobs: list = field(default_factory=list)
+    status: m.StatusView
+    jobs: list[m.JobView] = field(default_factory=list)
     stale_since: float | None = None
 
 
 def fetch() -> MonitorData:
     """Status plus the job list, from the controller or (when it is down) the database."""
-    status, stale = client.read("status")
-    jobs, stale_jobs = client.read("list", {"all_states": False, "owner": None})
+    status, stale = client.read(m.StatusRequest())
+    jobs, stale_jobs = client.read(m.ListRequest(all_states=False, owner=None))
     if stale is None:        # the controller may have died between the two reads
         stale = stale_jobs
-    return MonitorData(status=escaped(status), jobs=escaped(list(jobs)), stale_since=stale)
+    return MonitorData(escaped(status), escaped(jobs), stale)
 
 
-def show(job_id: int) -> tuple[dict, float | None]:
+def show(job_id: int) -> tuple[m.JobDetail, float | None]:
     """A job's fields and events (same view as ``iadeep queue show``)."""
-    job, stale = client.read("show", {"id": job_id})
-    return escaped(job), stale
+    detail, stale = client.read(m.ShowRequest(job_id))
+    return escaped(detail), stale
 
 
 def log_tail(job_id: int, max_bytes: int = LOG_TAIL_BYTES) -> str:
@@ -48,14 +49,12 @@ def log_tail(job_id: int, max_bytes: int = LOG_TAIL_BYTES) -> str:
     The controller's ``logs`` op reads forward from ``offset``; when its reply says how large
     the log is (``size``) and we got only the head, we ask again for the last ``max_bytes``.
     """
-    reply = client.call("logs", {"id": job_id, "offset": 0, "max_bytes": max_bytes})
-    size = reply.get("size")
-    if isinstance(size, int) and size > max_bytes:
-        reply = client.call("logs", {"id": job_id, "offset": size - max_bytes,
-                                     "max_bytes": max_bytes})
-    return str(reply.get("data") or "")
+    chunk = client.ask(m.LogsRequest(job_id, 0, max_bytes))
+    if chunk.size is not None and chunk.size > max_bytes:
+        chunk = client.ask(m.LogsRequest(job_id, chunk.size - max_bytes, max_bytes))
+    return chunk.data
 
 
-def act(op: str, ids: list[int]) -> list[dict]:
-    """cancel / hold / release through the controller: [{id, state} | {id, error}]."""
-    return client.call(op, {"ids": list(ids)})
+def act(request: m.JobsRequest) -> list[m.JobActionResult]:
+    """cancel / hold / release through the controller: each job's new state or its error."""
+    return client.ask(request)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 from ..controller.views import STALE_POLLS
 from ..inventory import Policy
-from ..jobs import ACTIVE, UNFINISHED, JobState
+from ..jobs import ACTIVE, JobState
+from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
 from ..text import duration
 from .source import MonitorData
 
-ACTIVE_STATES = frozenset(s.value for s in ACTIVE | {JobState.LOST})   # shown where they run
+ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
 # A job's speed is its throughput relative to running alone (1.0 = no slowdown).
 SPEED_OK = 0.85
 SPEED_WARN = 0.6
@@ -33,7 +34,7 @@ class JobChip:
     """A job on a GPU; ``level`` says how much sharing slows it (ok / warn / bad / none)."""
 
     id: int
-    user: str
+    owner: str
     name: str
     predicted: float | None
     observed: float | None
@@ -79,9 +80,9 @@ class JobRow:
     """One row of the queue table; ``cells`` follow ``COLUMNS``."""
 
     id: int
-    user: str
+    owner: str
     name: str
-    state: str
+    state: JobState
     cells: tuple[str, ...]
 
 
@@ -122,24 +123,19 @@ def parse_query(query: str) -> tuple[str | None, str]:
     return None, q.lower()
 
 
-def job_matches(job: dict, query: str) -> bool:
-    user, text = parse_query(query)
-    if user is not None and job.get("user") != user:
+def job_matches(job: JobView | GpuJob, query: str) -> bool:
+    owner, text = parse_query(query)
+    if owner is not None and job.owner != owner:
         return False
     if not text:
         return True
-    hay = " ".join(str(job.get(k) or "") for k in ("id", "name", "user", "state", "node",
-                                                   "reason"))
-    return text in hay.lower() or text.lstrip("#") == str(job.get("id"))
+    where = (job.node, job.reason) if isinstance(job, JobView) else ()
+    hay = " ".join(str(v or "") for v in (job.id, job.name, job.owner, job.state, *where))
+    return text in hay.lower() or text.lstrip("#") == str(job.id)
 
 
-def poll_interval(status: dict) -> float:
-    ctl = status.get("controller") or {}
-    try:
-        value = float(ctl.get("poll_interval_s") or DEFAULT_POLL_S)
-    except (TypeError, ValueError):
-        value = DEFAULT_POLL_S
-    return min(60.0, max(1.0, value))
+def poll_interval(status: StatusView) -> float:
+    return min(60.0, max(1.0, float(status.controller.poll_interval_s or DEFAULT_POLL_S)))
 
 
 # --------------------------------------------------------------------------- banner
@@ -156,91 +152,91 @@ def banner(data: MonitorData, now: float) -> Banner:
 
 
 # --------------------------------------------------------------------------- cluster cards
-def _gpu_line(gpu: dict, query: str) -> GpuLine:
+def _gpu_line(gpu: GpuView, query: str) -> GpuLine:
     chips = tuple(
-        JobChip(j["id"], j["user"], j["name"], j.get("predicted_speed"), j.get("observed_speed"),
-                speed_level(j.get("predicted_speed"), j.get("observed_speed")),
+        JobChip(j.id, j.owner, j.name, j.predicted_speed, j.observed_speed,
+                speed_level(j.predicted_speed, j.observed_speed),
                 match=not query or job_matches(j, query))
-        for j in gpu.get("jobs", ()))
-    foreign = tuple(Foreign(p["pid"], p.get("name") or "", p.get("used_memory_mib"))
-                    for p in gpu.get("processes", ()) if p.get("job_id") is None)
+        for j in gpu.jobs)
+    sample = gpu.sample
+    foreign = tuple(Foreign(p.pid, p.name or "", p.used_memory_mib)
+                    for p in sample.foreign_processes)
     running = {c.id for c in chips}
-    gone = tuple(sorted({p["job_id"] for p in gpu.get("processes", ())
-                         if p.get("job_id") is not None and p["job_id"] not in running}))
-    return GpuLine(gpu["index"], gpu.get("name") or "", gpu.get("utilization_gpu"),
-                   gpu.get("memory_used_mib"), gpu.get("memory_total_mib"), chips, foreign,
-                   gone)
+    gone = tuple(sorted({p.job_id for p in sample.processes
+                         if p.job_id is not None and p.job_id not in running}))
+    return GpuLine(sample.index, sample.name or "", sample.utilization_gpu,
+                   sample.memory_used_mib, sample.memory_total_mib, chips, foreign, gone)
 
 
-def node_card(node: dict, now: float, stale_s: float, query: str = "") -> NodeCard:
+def node_card(node: NodeView, now: float, stale_s: float, query: str = "") -> NodeCard:
     """A node is up only while its data is younger than ``stale_s`` and the controller still
     polls it (a node removed from the inventory keeps its last snapshot); a node without fresh
     data that was not failing is stale, neither up nor down."""
-    gpus = tuple(_gpu_line(g, query) for g in node.get("gpus", ()))
-    age = max(0.0, now - float(node.get("taken_at") or now))
-    down_since = node.get("down_since")
-    visible = (not query or query.strip().lower() in node["name"].lower()
+    gpus = tuple(_gpu_line(g, query) for g in node.gpus)
+    age = max(0.0, now - float(node.snapshot.taken_at or now))
+    down_since = node.down_since
+    visible = (not query or query.strip().lower() in node.name.lower()
                or any(c.match for g in gpus for c in g.jobs))
-    stale = age > stale_s or node.get("state") == "removed"
-    return NodeCard(node["name"], node.get("error") is None and not stale, node.get("error"),
+    stale = age > stale_s or node.state is NodeState.REMOVED
+    return NodeCard(node.name, node.error is None and not stale, node.error,
                     age, None if down_since is None else max(0.0, now - down_since),
                     stale, gpus, visible)
 
 
 # --------------------------------------------------------------------------- queue rows
-def queue_key(job: dict, now: float, aging_per_hour: float) -> tuple:
+def queue_key(job: JobView, now: float, aging_per_hour: float) -> tuple:
     """Mirrors scheduler.placement.order_queue: priority plus ageing, then age, then id."""
-    waited_h = max(0.0, now - job["submitted_at"]) / 3600.0
-    return (-(job.get("priority", 0) + aging_per_hour * waited_h), job["submitted_at"], job["id"])
+    waited_h = max(0.0, now - job.submitted_at) / 3600.0
+    return (-(job.priority + aging_per_hour * waited_h), job.submitted_at, job.id)
 
 
-def _where(job: dict) -> str:
-    if not job.get("node"):
+def _where(job: JobView) -> str:
+    if not job.node:
         return ""
-    return f"{job['node']}:{','.join(str(i) for i in job.get('gpu_indices') or ())}"
+    return f"{job.node}:{','.join(str(i) for i in job.gpu_indices)}"
 
 
-def _row(job: dict, position: str, now: float) -> JobRow:
-    state = job["state"]
-    if state in ACTIVE_STATES:
-        since = job.get("started_at") or job["submitted_at"]
-        detail = f"on {_where(job)}" if job.get("node") else job.get("reason") or ""
+def _row(job: JobView, position: str, now: float) -> JobRow:
+    if job.state in ON_GPUS:
+        since = job.started_at or job.submitted_at
+        detail = f"on {_where(job)}" if job.node else job.reason
     else:
-        since = job["submitted_at"]
-        detail = job.get("reason") or "not looked at yet"
-    cells = (position, str(job["id"]), job["user"], job["name"], state, str(job.get("gpus", 1)),
+        since = job.submitted_at
+        detail = job.reason or "not looked at yet"
+    cells = (position, str(job.id), job.owner, job.name, job.state.value, str(job.gpus),
              duration(now - since), detail)
-    return JobRow(job["id"], job["user"], job["name"], state, cells)
+    return JobRow(job.id, job.owner, job.name, job.state, cells)
 
 
-def job_rows(jobs: list[dict], now: float, query: str = "",
+def job_rows(jobs: list[JobView], now: float, query: str = "",
              aging_per_hour: float = Policy().aging_per_hour) -> tuple[JobRow, ...]:
     """Queued jobs in scheduling order (numbered), then held ones, then those on GPUs.
 
     Positions count the whole queue, so a filtered view still says where a job really stands.
     """
-    queued = sorted((j for j in jobs if j["state"] == JobState.QUEUED),
+    queued = sorted((j for j in jobs if j.state is JobState.QUEUED),
                     key=lambda j: queue_key(j, now, aging_per_hour))
-    held = [j for j in jobs if j["state"] == JobState.HELD]
-    active = [j for j in jobs if j["state"] in ACTIVE_STATES]
+    held = [j for j in jobs if j.state is JobState.HELD]
+    active = [j for j in jobs if j.state in ON_GPUS]
     rows = [_row(j, str(i), now) for i, j in enumerate(queued, 1) if job_matches(j, query)]
     rows += [_row(j, "-", now) for j in held if job_matches(j, query)]
     rows += [_row(j, "-", now) for j in active if job_matches(j, query)]
     return tuple(rows)
 
 
-def summary(status: dict) -> str:
-    queue = status.get("queue") or {}
-    parts = [f"{queue[s.value]} {s}" for s in UNFINISHED if queue.get(s.value)]
-    return ", ".join(parts) or "queue empty"
+def summary(status: StatusView) -> str:
+    return ", ".join(f"{n} {s}" for s, n in status.unfinished().items()) or "queue empty"
 
 
 def build_view(data: MonitorData, now: float, query: str = "") -> View:
     """Everything the screen shows, from one refresh's data and the time to measure ages at."""
-    poll_s = poll_interval(data.status)
-    stale_s = data.status.get("stale_after_s", STALE_POLLS * poll_s)   # views.stale_after_s
-    nodes = tuple(node_card(n, now, stale_s, query) for n in data.status.get("nodes", ()))
-    ctl = data.status.get("controller") or {}
-    aging = ctl.get("aging_per_hour", Policy().aging_per_hour)  # the lab's, as its controller runs
-    return View(banner(data, now), nodes, job_rows(data.jobs, now, query, aging),
-                summary(data.status), poll_s)
+    status = data.status
+    poll_s = poll_interval(status)
+    stale_s = (STALE_POLLS * poll_s if status.stale_after_s is None     # views.stale_after_s
+               else status.stale_after_s)
+    nodes = tuple(node_card(n, now, stale_s, query) for n in status.nodes)
+    aging = status.controller.aging_per_hour   # the lab's, as the controller runs it
+    return View(banner(data, now), nodes,
+                job_rows(data.jobs, now, query,
+                         Policy().aging_per_hour if aging is None else aging),
+                summary(status), poll_s)

@@ -15,6 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Static
 
+from .. import messages as m
 from ..errors import IadeepError
 from ..text import clock, duration, gib, when
 from . import viewmodel as vm
@@ -48,7 +49,7 @@ def _chips(gpu: vm.GpuLine) -> list[Text]:
     out = []
     for chip in gpu.jobs:
         style = LEVEL_STYLE[chip.level] + ("" if chip.match else " dim")
-        out.append(Text(f"#{chip.id} {chip.user}/{chip.name} "
+        out.append(Text(f"#{chip.id} {chip.owner}/{chip.name} "
                         f"{_speed(chip.predicted)}/{_speed(chip.observed)}", style=style))
     for proc in gpu.foreign:
         out.append(Text(f"foreign pid {proc.pid} {proc.name} {_gib(proc.mem_mib)}G",
@@ -192,24 +193,25 @@ class HelpScreen(ModalScreen[None]):
             yield Static(HELP)
 
 
-FIELDS = ("id", "name", "user", "state", "reason", "script", "args", "workdir", "gpus",
+FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "gpus",
           "mem_gib", "workload", "priority", "exclusive", "retries", "attempts", "node",
           "gpu_indices", "remote_pid", "exit_code", "predicted_speed", "observed_speed")
 
 
-def job_text(job: dict, now: float) -> Text:
-    out = Text()
-    for key in FIELDS:
-        out.append(f"{key:>16}: ", style="dim")
-        out.append(f"{job.get(key)}\n")
-    for key in ("submitted_at", "started_at", "ended_at"):
-        ts = job.get(key)
-        out.append(f"{key:>16}: ", style="dim")
-        out.append(f"{when(ts, now)}\n")
+def job_text(detail: m.JobDetail, now: float) -> Text:
+    """Every field as the JSON has it (labels and values), then the times and the events."""
+    out, job = Text(), detail.job
+    for name in FIELDS:
+        out.append(f"{m.JobView.key(name):>16}: ", style="dim")
+        out.append(f"{m.encode(getattr(job, name))}\n")
+    for name in ("submitted_at", "started_at", "ended_at"):
+        out.append(f"{name:>16}: ", style="dim")
+        out.append(f"{when(getattr(job, name), now)}\n")
     out.append("\nevents\n", style="bold")
-    for ev in job.get("events", ()):
-        out.append(f"  {clock(ev['at'])}  {ev['old_state'] or '-':>9} -> {ev['new_state']:<9}"
-                   f" {ev['actor']}: {ev['reason']}\n")
+    for ev in detail.events:
+        old = "-" if ev.old_state is None else ev.old_state.value
+        out.append(f"  {clock(ev.at)}  {old:>9} -> {ev.new_state.value:<9}"
+                   f" {ev.actor}: {ev.reason}\n")
     return out
 
 
@@ -220,7 +222,8 @@ class JobDetailScreen(Screen[None]):
                 Binding("ctrl+r", "reload", "Reload")]
     LOG_LINES = 40
 
-    def __init__(self, job_id: int, load_job: Callable[[int], tuple[dict, float | None]],
+    def __init__(self, job_id: int,
+                 load_job: Callable[[int], tuple[m.JobDetail, float | None]],
                  load_log: Callable[[int], str], now: Callable[[], float]) -> None:
         super().__init__()
         self.job_id = job_id

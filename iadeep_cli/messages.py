@@ -1,0 +1,608 @@
+"""The controller's protocol: one typed request per operation, one typed view per answer.
+
+The controller answers these (``controller.service``), the CLI and the monitor send them
+(``controller.client``), and while the controller is down the client answers the read-only
+ones itself (``controller.offline``); all of them share this vocabulary, which imports none of
+them. A new request or view field is one line here.
+
+Wire format: a request travels as ``{"op": Request.op, "args": request.to_dict()}``, a reply
+as ``encode(view)``, and ``--json`` prints that very JSON. A field's JSON key is its name,
+unless its metadata says otherwise (``wire("user")``: a job's ``owner`` has always travelled
+as "user"); an ``optional()`` field is left out while it is None (a key only some answers have).
+
+Requests come from any local account: ``Request.from_dict`` checks every argument against its
+field's annotation (``checks.typed``) and refuses unknown and missing ones. Replies come from
+the controller, which is trusted: ``decode`` converts them without checking.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import operator
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from . import checks
+from .errors import IadeepError, InputError, error_from_dict
+from .jobs import FINISHED, Job, JobState
+from .profiles import Profile
+from .snapshot import GpuSample, NodeSnapshot, gpu_from_dict, node_from_dict
+
+R = TypeVar("R")
+_MALFORMED_HINT = "client and controller versions differ?"
+
+
+def wire(key: str) -> dict[str, str]:
+    """Metadata of a field that travels under another JSON ``key``."""
+    return {"key": key}
+
+
+def optional() -> Any:
+    """A field (default None) whose key the JSON has only while it is set."""
+    return field(default=None, metadata={"optional": True})
+
+
+class Message:
+    """Base of every message: JSON by its dataclass fields, in their order."""
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        """The JSON key of field ``name``."""
+        return _fields(cls)[name].metadata.get("key", name)
+
+    def to_dict(self) -> dict[str, Any]:
+        values, plan = _encoders(type(self))
+        return {key: convert(value) for (key, omit_none, convert), value in zip(plan, values(self))
+                if not (omit_none and value is None)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        return cls(**{name: convert(data[key]) for name, key, convert in _decoders(cls)
+                      if key in data})
+
+
+T = TypeVar("T")
+
+
+def _per_class(compute: Callable[[type], T]) -> Callable[[type], T]:
+    """``compute(cls)``, worked out once per class (the monitor converts thousands of jobs a
+    refresh)."""
+    done: dict[type, T] = {}
+
+    def cached(cls: type) -> T:
+        if cls not in done:
+            done[cls] = compute(cls)
+        return done[cls]
+    return cached
+
+
+@_per_class
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+@_per_class
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@_per_class
+def _encoders(cls: type) -> tuple[Callable[[Any], tuple], tuple[tuple[str, bool, Any], ...]]:
+    """A getter of all fields of message class ``cls`` at once, and for each field: its JSON
+    key, whether it is left out while None, its converter."""
+    hints, fields = _hints(cls), _fields(cls)
+    getter = operator.attrgetter(*fields) if len(fields) > 1 else (
+        lambda obj: tuple(getattr(obj, name) for name in fields))
+    return getter, tuple((f.metadata.get("key", name), bool(f.metadata.get("optional")),
+                          _encoder(hints[name])) for name, f in fields.items())
+
+
+@_per_class
+def _decoders(cls: type) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
+    """(field, JSON key, converter) of each field of message class ``cls``."""
+    hints = _hints(cls)
+    return tuple((name, f.metadata.get("key", name), _decoder(hints[name]))
+                 for name, f in _fields(cls).items())
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})   # exactly these: JSON as they are
+
+
+def _as_is(data: Any) -> Any:
+    return data
+
+
+def encode(value: Any) -> Any:
+    """``value`` (a message, an error, or lists and dicts of them) as JSON-able data."""
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, Message):
+        return value.to_dict()
+    if isinstance(value, IadeepError):
+        return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {encode(k): encode(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def _encoder(hint: Any) -> Callable[[Any], Any]:
+    """``encode`` for values of annotation ``hint``, worked out once per annotation."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        [inner] = [a for a in args if a is not type(None)]
+        convert = _encoder(inner)
+        return _as_is if convert is _as_is else lambda v: None if v is None else convert(v)
+    if origin in (list, tuple):
+        item = _encoder(args[0])
+        return list if item is _as_is else lambda v: [item(x) for x in v]
+    if hint in (str, int, float, bool):
+        return _as_is
+    return encode
+
+
+def decode(hint: Any, data: Any) -> Any:
+    """JSON ``data`` (from the controller) as the annotation ``hint`` says: messages, errors,
+    enums, tuples; everything else as it is."""
+    return _decoder(hint)(data)
+
+
+@functools.cache
+def _decoder(hint: Any) -> Callable[[Any], Any]:
+    """The converter for values of annotation ``hint``, worked out once per annotation."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        [inner] = [a for a in args if a is not type(None)]
+        convert = _decoder(inner)
+        return _as_is if convert is _as_is else lambda d: None if d is None else convert(d)
+    if origin in (list, tuple):
+        make, item = (tuple if origin is tuple else list), _decoder(args[0])
+        return make if item is _as_is else lambda d: make(item(v) for v in d)
+    if origin is dict:
+        key, value = _decoder(args[0]), _decoder(args[1])
+        return lambda d: {key(k): value(v) for k, v in d.items()}
+    if isinstance(hint, type) and issubclass(hint, Message):
+        return hint.from_dict
+    if hint is IadeepError:
+        return error_from_dict
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint
+    return _as_is
+
+
+# ============================================================================ views (replies)
+@dataclass(frozen=True)
+class JobView(Message):
+    """A job as a reader sees it (``queue list``, ``queue show``); ``env`` values may read
+    "(hidden)" for readers other than the owner and the admins."""
+
+    id: int
+    name: str
+    owner: str = field(metadata=wire("user"))
+    state: JobState
+    gpus: int
+    node: str | None
+    gpu_indices: tuple[int, ...]
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    script: str
+    args: tuple[str, ...]
+    workdir: str | None
+    env: dict[str, str]
+    mem_gib: float | None
+    workload: str | None
+    priority: int
+    exclusive: bool
+    retries: int
+    min_speed: float | None
+    attempts: int
+    remote_pid: int | None
+    reason: str
+    predicted_speed: float | None
+    observed_speed: float | None
+
+    @classmethod
+    def from_job(cls, job: Job) -> JobView:
+        spec = job.spec
+        return cls(
+            id=job.id, name=job.name, owner=job.owner, state=job.state, gpus=spec.gpus,
+            node=job.node, gpu_indices=job.gpu_indices, submitted_at=job.submitted_at,
+            started_at=job.started_at, ended_at=job.ended_at, exit_code=job.exit_code,
+            script=spec.script, args=spec.args, workdir=spec.workdir, env=dict(spec.env),
+            mem_gib=spec.mem_gib, workload=spec.workload, priority=spec.priority,
+            exclusive=spec.exclusive, retries=spec.retries, min_speed=spec.min_speed,
+            attempts=job.attempts, remote_pid=job.remote_pid, reason=job.reason,
+            predicted_speed=job.predicted_speed, observed_speed=job.observed_speed)
+
+
+@dataclass(frozen=True)
+class EventView(Message):
+    """One state change of a job (``old_state`` None: its submission)."""
+
+    at: float
+    old_state: JobState | None
+    new_state: JobState
+    reason: str
+    actor: str
+
+
+@dataclass(frozen=True)
+class JobDetail(Message):
+    """``queue show``: the job's fields and its history (JSON: the job's keys plus "events")."""
+
+    job: JobView
+    events: tuple[EventView, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.job.to_dict(), "events": encode(self.events)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobDetail:
+        return cls(JobView.from_dict(data), decode(tuple[EventView, ...], data["events"]))
+
+
+@dataclass(frozen=True)
+class GpuJob(Message):
+    """An iadeep job placed on a GPU, and how fast it runs there (1.0: as fast as alone)."""
+
+    id: int
+    name: str
+    owner: str = field(metadata=wire("user"))
+    state: JobState
+    predicted_speed: float | None
+    observed_speed: float | None
+
+
+@dataclass(frozen=True)
+class GpuView(Message):
+    """A GPU as last polled (JSON: the sample's keys plus "jobs"), and the jobs placed on it."""
+
+    sample: GpuSample
+    jobs: tuple[GpuJob, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**encode(dataclasses.asdict(self.sample)), "jobs": encode(self.jobs)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GpuView:
+        sample = {k: v for k, v in data.items() if k != "jobs"}
+        return cls(gpu_from_dict(sample), decode(tuple[GpuJob, ...], data.get("jobs", ())))
+
+
+class NodeState(str, enum.Enum):
+    """What a node's last snapshot says now (``controller.views.node_state``)."""
+
+    UP = "up"              # it answered, and recently
+    DOWN = "down"          # its last poll failed
+    STALE = "stale"        # its last answer is too old to say it is up
+    REMOVED = "removed"    # the running controller's inventory no longer lists it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class NodeView(Message):
+    """A node's last snapshot, how old it is and what that means (JSON: the snapshot's keys,
+    its GPUs with their jobs, then "age_s", "down_since", "state")."""
+
+    snapshot: NodeSnapshot      # as recorded; ``gpus`` are its GPUs with their jobs
+    gpus: tuple[GpuView, ...]
+    age_s: float
+    down_since: float | None
+    state: NodeState
+
+    @property
+    def name(self) -> str:
+        return self.snapshot.name
+
+    @property
+    def error(self) -> str | None:
+        return self.snapshot.error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**encode(dataclasses.asdict(self.snapshot)), "gpus": encode(self.gpus),
+                "age_s": self.age_s, "down_since": self.down_since, "state": self.state.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeView:
+        gpus = decode(tuple[GpuView, ...], data.get("gpus", ()))
+        snapshot = node_from_dict({k: data[k] for k in _fields(NodeSnapshot) if k in data
+                                   and k != "gpus"})
+        return cls(dataclasses.replace(snapshot, gpus=tuple(g.sample for g in gpus)), gpus,
+                   data["age_s"], data["down_since"], NodeState(data["state"]))
+
+
+@dataclass(frozen=True)
+class ControllerView(Message):
+    """The controller's heartbeat record (``runtime.Controller.heartbeat``); empty (JSON
+    ``{}``) where no controller ever ran. ``degraded``: why it refuses new jobs, if it does."""
+
+    pid: int | None = None
+    started_at: float | None = None
+    heartbeat_at: float | None = None
+    poll_interval_s: float | None = None
+    aging_per_hour: float | None = None
+    nodes: tuple[str, ...] = ()
+    degraded: IadeepError | None = None
+    stopped_at: float | None = optional()   # its last record, written as it stopped
+
+    @property
+    def ran(self) -> bool:
+        return self.heartbeat_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return super().to_dict() if self.ran else {}
+
+
+@dataclass(frozen=True)
+class StatusView(Message):
+    """``iadeep status``: nodes and their GPUs, the queue's count per state, the controller,
+    and how old a node's data may be and still say it is up (None: no controller ran)."""
+
+    now: float
+    nodes: tuple[NodeView, ...]
+    queue: dict[JobState, int]
+    controller: ControllerView
+    stale_after_s: float | None = optional()
+
+    def unfinished(self) -> dict[JobState, int]:
+        """How many jobs wait or run, per state (states without any left out)."""
+        return {s: n for s, n in self.queue.items() if n and s not in FINISHED}
+
+
+@dataclass(frozen=True)
+class ProfileSample(Message):
+    """One job's measurement of a workload, and whether learning kept it (``note``: why)."""
+
+    at: float
+    job: int | None
+    owner: str | None = field(metadata=wire("user"))
+    gpu_model: str
+    accepted: bool
+    note: str | None
+    gpu_util: float
+    mem_util: float
+    peak_mem_gib: float
+
+
+@dataclass(frozen=True)
+class ProfileView(Message):
+    """A workload profile, where it comes from, its pin and its newest samples (JSON: the
+    profile's keys, then the others)."""
+
+    profile: Profile
+    source: str
+    updated_at: float | None
+    pinned_by: str | None
+    pinned_at: float | None
+    samples: tuple[ProfileSample, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        own = super().to_dict()
+        del own["profile"]
+        return {**dataclasses.asdict(self.profile), **own}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileView:
+        profile = Profile(**{k: data[k] for k in _fields(Profile) if k in data})
+        return super().from_dict({**data, "profile": profile})   # a Profile is taken as it is
+
+
+@dataclass(frozen=True)
+class AddResult(Message):
+    """The queued job's id; ``created`` False: a retried submission, the first one's id."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class JobActionResult(Message):
+    """What cancel/hold/release did to one job: its ``state`` now ("cancelling" while its
+    process is being stopped), or the ``error`` that kept it as it was."""
+
+    id: int
+    state: str | None = optional()
+    error: IadeepError | None = optional()  # noqa: RUF009 (a field(), by name)
+
+
+@dataclass(frozen=True)
+class PriorityResult(Message):
+    id: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class ReloadResult(Message):
+    """What a reload changed; only ``pending`` (True) if it waits for the round to end."""
+
+    path: str
+    pending: bool | None = optional()
+    nodes: tuple[str, ...] | None = optional()
+    summary: str | None = optional()
+    added: tuple[str, ...] | None = optional()
+    removed: tuple[str, ...] | None = optional()
+    changed: tuple[str, ...] | None = optional()
+
+
+@dataclass(frozen=True)
+class FenceResult(Message):
+    """The fenced node and its jobs, now requeued or failed."""
+
+    node: str
+    jobs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PingResult(Message):
+    """Who the controller takes the caller for (from the socket), and whether an admin."""
+
+    user: str
+    admin: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogChunk(Message):
+    """Log bytes from ``offset`` (decoded), where the next read starts, the log's ``size``
+    when a read stopped short of it (to ask for the tail), and whether the job is over."""
+
+    data: str
+    offset: int
+    size: int | None = optional()
+    finished: bool
+    state: JobState
+
+
+@dataclass(frozen=True)
+class PinResult(Message):
+    label: str
+    pinned_by: str | None
+
+
+# ============================================================================ requests
+class Request(Message, Generic[R]):
+    """A request; ``op`` names it on the wire, ``R`` is its reply's type."""
+
+    op: ClassVar[str]
+
+    @classmethod
+    def reply_type(cls) -> Any:
+        """The annotation of this request's reply (what ``decode`` turns the result into)."""
+        for klass in cls.__mro__:
+            for base in klass.__dict__.get("__orig_bases__", ()):
+                if typing.get_origin(base) is Request:
+                    return typing.get_args(base)[0]
+        raise TypeError(f"{cls.__name__} names no reply type")   # a bug, not input
+
+    @classmethod
+    def from_dict(cls, args: Mapping[str, Any]) -> Any:
+        """The request these untrusted ``args`` make, or an InputError naming what is wrong:
+        the caller's name (identity comes from the socket), a missing or unknown argument, or
+        one of the wrong type (``checks.typed``)."""
+        if "user" in args:
+            raise InputError("malformed request: a request cannot name its user",
+                             hint="identity comes from the socket (the calling account)")
+        fields = _fields(cls)
+        for name, f in fields.items():
+            if name not in args and f.default is dataclasses.MISSING:
+                raise InputError(f"malformed {cls.op!r} request: missing a required argument: "
+                                 f"{name!r}", hint=_MALFORMED_HINT)
+        for name in args:
+            if name not in fields:
+                raise InputError(f"malformed {cls.op!r} request: got an unexpected keyword "
+                                 f"argument {name!r}", hint=_MALFORMED_HINT)
+        hints = _hints(cls)
+        return cls(**{k: checks.typed(k, v, hints[k]) for k, v in args.items()})
+
+
+@dataclass(frozen=True)
+class AddRequest(Request[AddResult]):
+    """Queue a job. ``spec``: the JobSpec's fields (``jobs.spec_from_dict`` checks them;
+    without "retries" the lab's default applies); ``script_b64``: the script's content, kept
+    with the job; ``token``: a retried submission returns the first one's id."""
+
+    op: ClassVar[str] = "add"
+    spec: dict[str, Any]
+    token: str | None = None
+    script_b64: str | None = None
+
+
+@dataclass(frozen=True)
+class JobsRequest(Request[list[JobActionResult]]):
+    """Act on jobs by id; each succeeds or fails on its own."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CancelRequest(JobsRequest):
+    op: ClassVar[str] = "cancel"
+
+
+@dataclass(frozen=True)
+class HoldRequest(JobsRequest):
+    op: ClassVar[str] = "hold"
+
+
+@dataclass(frozen=True)
+class ReleaseRequest(JobsRequest):
+    op: ClassVar[str] = "release"
+
+
+@dataclass(frozen=True)
+class PriorityRequest(Request[PriorityResult]):
+    op: ClassVar[str] = "priority"
+    id: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class ReloadRequest(Request[ReloadResult]):
+    op: ClassVar[str] = "reload"
+
+
+@dataclass(frozen=True)
+class FenceRequest(Request[FenceResult]):
+    op: ClassVar[str] = "fence"
+    node: str
+
+
+@dataclass(frozen=True)
+class PingRequest(Request[PingResult]):
+    op: ClassVar[str] = "ping"
+
+
+@dataclass(frozen=True)
+class ListRequest(Request[list[JobView]]):
+    """Unfinished jobs (every job with ``all_states``), of one ``owner`` if given."""
+
+    op: ClassVar[str] = "list"
+    all_states: bool = False
+    owner: str | None = None
+
+
+@dataclass(frozen=True)
+class ShowRequest(Request[JobDetail]):
+    op: ClassVar[str] = "show"
+    id: int
+
+
+@dataclass(frozen=True)
+class StatusRequest(Request[StatusView]):
+    op: ClassVar[str] = "status"
+
+
+@dataclass(frozen=True)
+class LogsRequest(Request[LogChunk]):
+    op: ClassVar[str] = "logs"
+    id: int
+    offset: int = 0
+    max_bytes: int = 65536
+
+
+@dataclass(frozen=True)
+class ProfilesRequest(Request[list[ProfileView]]):
+    op: ClassVar[str] = "profiles"
+
+
+@dataclass(frozen=True)
+class ProfilePinRequest(Request[PinResult]):
+    op: ClassVar[str] = "profile_pin"
+    label: str
+
+
+@dataclass(frozen=True)
+class ProfileUnpinRequest(Request[PinResult]):
+    op: ClassVar[str] = "profile_unpin"
+    label: str
