@@ -22,8 +22,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
-from controllers import ControllerProcess, attempt_processes, cli, jobs_by_id, kill_attempt  # noqa: E402
-from sshd import Cluster  # noqa: E402
+from helpers.controllers import ControllerProcess, attempt_processes, cli, jobs_by_id, kill_attempt  # noqa: E402
+from helpers.sshd import Cluster  # noqa: E402
 
 SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
              "network gone", "node rebooted")

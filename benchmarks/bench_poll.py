@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from sshd import Cluster
+from helpers.sshd import Cluster
 
 
 def main() -> None:

@@ -414,7 +414,7 @@ class JobActionResult(Message):
 
     id: int
     state: str | None = optional()
-    error: IadeepError | None = optional()  # noqa: RUF009 (a field(), by name)
+    error: IadeepError | None = optional()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,11 @@
-"""Shared fixtures. ``sshd_cluster(n)`` gives real OpenSSH servers on 127.0.0.x (see tests/sshd.py).
+"""Shared fixtures, and the suite's three parts as markers.
+
+``tests/unit`` (marker ``unit``): no sshd nodes, no controller: ``pytest -m unit``, a minute.
+``tests/integration`` (``integration``): real sshd nodes, controller processes, real accounts.
+``tests/tui`` (``tui``): the monitor rendered by Textual.  Helpers are the ``tests/helpers``
+package (``pythonpath = tests`` in pyproject.toml).
+
+``sshd_cluster(n)`` gives real OpenSSH servers on 127.0.0.x (see tests/helpers/sshd.py).
 
 sshd start-up costs ~0.1 s per node, so clusters are cached for the whole session by
 (n, key); each test gets HOME and IADEEP_HOME pointed at the cluster's directories (monkeypatch)
@@ -8,16 +15,22 @@ way ``reset`` cannot undo (e.g. a new host key) asks for its own ``key``.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sshd import Cluster, sshd_available
+from helpers.sshd import Cluster, sshd_available
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PARTS = ("unit", "integration", "tui")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test gets the marker of the folder it lives in."""
+    for item in items:
+        part = item.path.parent.name
+        if part in PARTS:
+            item.add_marker(getattr(pytest.mark, part))
 
 
 def _need_sshd() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.accounts import cli_as
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 
 ALICE = "iadeep-alice"
 

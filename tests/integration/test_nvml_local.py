@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.errors import NodeError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import Job, JobSpec, JobState
@@ -24,7 +24,7 @@ from iadeep_cli.nodes.local import on_node
 from iadeep_cli.nodes.nvml import poll_local
 from iadeep_cli.nodes.poller import NodePool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes" / "pynvml"
 SMI = ROOT / "tests" / "fixtures" / "nvidia-smi"
 UUID0 = "GPU-bd43dabd-be64-a562-a627-684496845cbc"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from controllers import (
+from helpers.controllers import (
     attempt_processes,
     cli,
     jobs_by_id,

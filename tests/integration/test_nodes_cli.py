@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from test_ssh_hostkeys import iadeep
 
 from iadeep_cli.paths import StateDir
-from test_ssh_hostkeys import iadeep
 
 pytestmark = pytest.mark.sshd
 

@@ -57,7 +57,7 @@ def test_train_script_runs_if_torch(tmp_path, monkeypatch):
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location(
-        "train_pytorch", Path(__file__).resolve().parents[1] / "jobs" / "train_pytorch.py")
+        "train_pytorch", Path(__file__).resolve().parents[2] / "jobs" / "train_pytorch.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     f = tmp_path / "prog"

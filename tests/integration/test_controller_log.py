@@ -3,9 +3,9 @@ job transition and the start and stop are there, and libraries' INFO chatter is 
 import re
 from pathlib import Path
 
-from controllers import ControllerProcess, cli, jobs_by_id, kill_attempt, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, kill_attempt, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path):
@@ -53,3 +53,23 @@ def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path
     assert [next(s for s in story if f.startswith(s)) for f in found] == story, log
     assert "sftp" not in log.lower(), log
     assert not re.search(r" INFO (?!iadeep\.)", log), log
+
+
+def test_controller_refuses_to_start_without_an_inventory(tmp_path):
+    """No file at all is a mistake (the lab's nodes would silently vanish); a file that
+    says ``nodes: []`` is an empty cluster on purpose."""
+    home = tmp_path / "state"
+    proc = cli(home, "controller", "run")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"Error: {home / 'nodes.yaml'}: inventory file not found "
+                               "(the default: no --inventory, no $IADEEP_INVENTORY)")
+    assert "nodes: []" in lines[0]
+    proc = cli(home, "controller", "run", IADEEP_INVENTORY=str(tmp_path / "lab.yaml"))
+    assert f"{tmp_path / 'lab.yaml'}: inventory file not found (from $IADEEP_INVENTORY)" \
+        in proc.stderr
+    ctl = ControllerProcess(home).start()    # it writes 'nodes: []' to the state directory
+    try:
+        assert (home / "nodes.yaml").read_text() == "nodes: []\n"
+    finally:
+        ctl.stop()

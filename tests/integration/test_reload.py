@@ -1,13 +1,14 @@
 """`iadeep controller reload` and SIGHUP: a real controller re-reads its inventory while real
-sshd nodes run its jobs; a broken file changes nothing (permissions: tests/test_permissions.py)."""
+sshd nodes run its jobs; a broken file changes nothing (permissions:
+tests/integration/test_permissions.py)."""
 import json
 import signal
 from pathlib import Path
 
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
-from sshd import _descendants
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.sshd import _descendants
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAB = "lab:\n  poll_interval: 0.3\n  node_grace: 3\n"
 LONG_JOB = [str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1", "--exclusive"]
 

@@ -14,14 +14,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_ssh_hostkeys import iadeep
 
-from controllers import wait_until
+from helpers.controllers import wait_until
+from helpers.sshd import _descendants
 from iadeep_cli.errors import InputError, NodeError
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes import launcher as L
 from iadeep_cli.nodes.poller import NodePool
-from sshd import _descendants
-from test_ssh_hostkeys import iadeep
 
 pytestmark = pytest.mark.sshd
 

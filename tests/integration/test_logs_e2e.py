@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 
 pytestmark = pytest.mark.sshd
 

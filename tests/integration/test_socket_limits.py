@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from accounts import AsUser, cli_as, cli_here, ensure_user, warm_cli
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, warm_cli
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.controller.server import MAX_PER_USER, REQUEST_TIMEOUT_S
 
 pytestmark = pytest.mark.skipif(

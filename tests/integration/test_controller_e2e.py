@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, attempt_processes, cli, jobs_by_id, start_lab, wait_until
+from helpers.controllers import (
+    ControllerProcess,
+    attempt_processes,
+    cli,
+    jobs_by_id,
+    start_lab,
+    wait_until,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FINISHED = {"succeeded", "failed", "cancelled"}
 
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from controllers import ControllerProcess, cli
+from helpers.controllers import ControllerProcess, cli
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ SUBMITTER = textwrap.dedent("""
 
 
 def _submitters(home, script, n_procs, n_jobs):
-    from controllers import env_for
+    from helpers.controllers import env_for
     return [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(script), str(n_jobs), str(p)],
                              env=env_for(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True) for p in range(n_procs)]

@@ -8,7 +8,7 @@ import pytest
 from iadeep_cli.errors import ConfigError
 from iadeep_cli.inventory import load_inventory, parse_inventory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def retention(value: str) -> float:

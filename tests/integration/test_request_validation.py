@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from controllers import ControllerProcess, cli, jobs_by_id
+from helpers.controllers import ControllerProcess, cli, jobs_by_id
 
 SCRIPT_B64 = base64.b64encode(b"#!/bin/sh\ntrue\n").decode()
 # What must never reach a terminal from a name: C0/C1 controls (newline only ends a line).

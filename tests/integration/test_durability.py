@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.errors import StoreError
 from iadeep_cli.paths import StateDir
 from iadeep_cli.store import Store, cluster, statedir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FULL = "the controller's state directory is full"
 
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from controllers import IADEEP, ControllerProcess, cli, env_for, wait_until
+from helpers.controllers import IADEEP, ControllerProcess, cli, env_for, wait_until
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ printf 'PWD<%s>\\n' "$(pwd)"
 TRICKY = ("a b", "$(touch /tmp/iadeep-pwned)", "x;y", "q'u\"o`t`e", "new\nline", "", "*")
 
 
-from controllers import wait_until  # noqa: E402
 from test_node_untrusted_sshd import running  # noqa: E402
+
+from helpers.controllers import wait_until  # noqa: E402
 
 
 def make_job(tmp_path, job_id, body, **spec):

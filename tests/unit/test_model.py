@@ -22,7 +22,7 @@ from iadeep_cli.model.data import (
 from iadeep_cli.model.evaluate import lowo_evaluate, triple_composition_error
 from iadeep_cli.model.predictor import InterferenceModel, analytic_model, default_model, fit_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IADEEP = str(Path(sys.executable).with_name("iadeep"))
 SHARED = ROOT / "iadeep_cli" / "data" / "h200"
 GPM = ("sm_util", "sm_occupancy", "tensor_util", "fp32_util", "fp16_util")

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from controllers import env_for
+from helpers.controllers import env_for
 
 PROBE = """
 import json, sys

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "iadeep_cli"
+PACKAGE = Path(__file__).resolve().parents[2] / "iadeep_cli"
 VOCABULARY = ("__init__", "errors", "paths", "checks", "text", "progress", "snapshot", "jobs",
               "inventory", "profiles", "messages")
 LAYERS: dict[str, int] = {
@@ -214,8 +214,8 @@ def missing_targets(modules: dict[str, Path], imports: list[Import]) -> list[str
 def test_every_unit_has_a_layer():
     modules, _, _ = read_imports(PACKAGE)
     unknown = sorted({unit(m) for m in modules} - set(LAYERS))
-    assert not unknown, (f"no layer for {unknown}: add each to LAYERS in tests/test_layers.py and "
-                         "to the table in docs/ARCHITECTURE.md")
+    assert not unknown, (f"no layer for {unknown}: add each to LAYERS in "
+                         "tests/unit/test_layers.py and to the table in docs/ARCHITECTURE.md")
 
 
 def test_imports_point_down_the_layers():

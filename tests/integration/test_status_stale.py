@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from controllers import ControllerProcess, cli, wait_until
+from helpers.controllers import ControllerProcess, cli, wait_until
 
 
 def _status(home) -> dict:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import iadeep_cli.cli.main
-from accounts import ensure_user
-from controllers import ControllerProcess
+from helpers.accounts import ensure_user
+from helpers.controllers import ControllerProcess
 from iadeep_cli.controller import client  # loaded here: the accounts cannot read /root
 from iadeep_cli.errors import IadeepError
 

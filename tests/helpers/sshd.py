@@ -23,7 +23,7 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/sftp-server",
                                 "/usr/lib/ssh/sftp-server") if os.path.exists(p)),
                    "internal-sftp")
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]   # tests/
 FAKES = HERE / "fakes"
 
 

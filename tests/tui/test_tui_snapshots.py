@@ -2,7 +2,7 @@
 
 Every screen is rendered at a fixed terminal size from data read through the real client, with
 a fixed clock and no refresh timer, so the SVGs only change when the rendering does. Update them
-after an intended change with ``pytest tests/test_tui_snapshots.py --snapshot-update`` and look
+after an intended change with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update`` and look
 at the report before committing.
 """
 from __future__ import annotations
