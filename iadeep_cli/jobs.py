@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import re
 import shlex
 import typing
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     retries: int = 0
     min_speed: float | None = None    # floor on predicted speed when sharing; None: lab default
+    time_limit_s: float | None = None   # stopped once it has run this long (--time); None: never
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,9 @@ class Job:
 
 
 MAX_GPUS_PER_JOB = 64
+MAX_TIME_LIMIT_S = 365 * 86400
+# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+_TIME_LIMIT = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 MAX_MEM_GIB = 4096.0          # GiB per GPU; no GPU comes close (and --mem in MiB is caught)
 PRIORITY_LIMIT = 1_000_000
 MAX_RETRIES = 100
@@ -131,6 +136,28 @@ def check_priority(priority: int) -> None:
     if not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
         raise InputError(f"--priority must be between -{PRIORITY_LIMIT} and {PRIORITY_LIMIT}, "
                          f"got {priority}", hint="e.g. --priority 5 (higher runs first)")
+
+
+def parse_time_limit(text: str) -> float:
+    """A time limit written as Slurm's ``--time`` takes it, in seconds: ``90`` (minutes),
+    ``90:30`` (minutes:seconds), ``2:00:00`` (hours:minutes:seconds), ``3-0`` (days-hours),
+    ``1-12:30`` (days-hours:minutes), ``1-12:30:00``.  A lab moving from Slurm keeps its
+    habits and its job scripts' values."""
+    m = _TIME_LIMIT.fullmatch(text.strip())
+    if m is None:
+        raise InputError(f"--time {text[:40]!r} is not a time limit",
+                         hint="write minutes (90), H:MM:SS (2:00:00) or D-HH[:MM[:SS]] (3-0), "
+                              "as sbatch --time takes them")
+    days, first, second, third = m.groups()
+    numbers = [int(x) for x in (first, second, third) if x is not None]
+    if days is not None:                     # D-H, D-H:M, D-H:M:S
+        h, mi, sec = (*numbers, 0, 0)[:3]
+        return float(int(days) * 86400 + h * 3600 + mi * 60 + sec)
+    if len(numbers) == 1:
+        return float(numbers[0] * 60)        # M
+    if len(numbers) == 2:
+        return float(numbers[0] * 60 + numbers[1])   # M:S
+    return float(numbers[0] * 3600 + numbers[1] * 60 + numbers[2])   # H:M:S
 
 
 def validate_spec(spec: JobSpec) -> None:
@@ -154,6 +181,9 @@ def validate_spec(spec: JobSpec) -> None:
     if spec.min_speed is not None and not 0 < spec.min_speed <= 1:
         raise bad(f"--min-speed must be in (0, 1], got {spec.min_speed}",
                   "1.0 means never share; 0.5 accepts half speed")
+    if spec.time_limit_s is not None and not 0 < spec.time_limit_s <= MAX_TIME_LIMIT_S:
+        raise bad(f"--time must be more than 0 and at most {MAX_TIME_LIMIT_S // 86400} days, got "
+                  f"{spec.time_limit_s:g} s", "e.g. --time 2:00:00 (two hours) or --time 3-0")
     check_priority(spec.priority)
     for key, _ in spec.env:
         if not key.isidentifier() or not key.isascii():

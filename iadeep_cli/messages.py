@@ -205,6 +205,7 @@ class JobView(Message):
     exclusive: bool
     retries: int
     min_speed: float | None
+    time_limit_s: float | None
     attempts: int
     remote_pid: int | None
     reason: str
@@ -221,8 +222,9 @@ class JobView(Message):
             script=spec.script, args=spec.args, workdir=spec.workdir, env=dict(spec.env),
             mem_gib=spec.mem_gib, workload=spec.workload, priority=spec.priority,
             exclusive=spec.exclusive, retries=spec.retries, min_speed=spec.min_speed,
-            attempts=job.attempts, remote_pid=job.remote_pid, reason=job.reason,
-            predicted_speed=job.predicted_speed, observed_speed=job.observed_speed)
+            time_limit_s=spec.time_limit_s, attempts=job.attempts, remote_pid=job.remote_pid,
+            reason=job.reason, predicted_speed=job.predicted_speed,
+            observed_speed=job.observed_speed)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,16 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600}h"
 
 
+def hms(seconds: float | None) -> str:
+    """A time limit as Slurm prints one: ``2:00:00``, ``3-00:00:00`` ('-' when none)."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600}:{(s % 3600) // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text.zfill(8)}" if days else text
+
+
 def clock(ts: float | None) -> str:
     """A moment in local time, to the second ('-' when unknown)."""
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

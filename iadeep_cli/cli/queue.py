@@ -14,9 +14,16 @@ import typer
 from .. import messages as m
 from ..controller import client
 from ..errors import InputError
-from ..jobs import JobSpec, check_interpreter, parse_env, spec_to_dict, validate_spec
+from ..jobs import (
+    JobSpec,
+    check_interpreter,
+    parse_env,
+    parse_time_limit,
+    spec_to_dict,
+    validate_spec,
+)
 from ..paths import file_problem
-from ..text import clock, duration, when
+from ..text import clock, duration, hms, when
 from . import render
 from .errors import report
 
@@ -61,12 +68,16 @@ def add(
     min_speed: float | None = typer.Option(None, "--min-speed",
                                            help="Lowest predicted speed accepted when "
                                                 "sharing (0-1]; default from the lab."),
+    time: str | None = typer.Option(None, "--time", "-t", metavar="LIMIT",
+                                    help="Stop it once it has run this long, as sbatch writes "
+                                         "it: 90 (minutes), 2:00:00, 3-0 (days-hours)."),
 ) -> None:
     """Queue SCRIPT to run on GPUs; prints the new job's id."""
     spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
                    mem_gib=mem, workload=workload, priority=priority, exclusive=exclusive,
                    workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
-                   min_speed=min_speed)
+                   min_speed=min_speed,
+                   time_limit_s=None if time is None else parse_time_limit(time))
     validate_spec(spec)
     if workload and not new_workload:
         _check_workload(workload)
@@ -136,8 +147,8 @@ def _where(job: m.JobView) -> str:
 
 
 SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "env",
-               "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "attempts",
-               "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
+               "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "time_limit_s",
+               "attempts", "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
                "observed_speed")
 
 
@@ -148,6 +159,8 @@ def _field(name: str, value) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if name == "time_limit_s":
+        return hms(value)
     if isinstance(value, float):
         return f"{value:.2f}"
     if name == "args":

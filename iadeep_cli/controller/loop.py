@@ -37,9 +37,13 @@ from ..nodes.connection import Pool
 from ..profiles import Profile
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
+from ..text import hms
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
+# Who asks to stop a job that ran past its --time, written where a user's name goes
+# (``cancel_requested_by``): no account can have this name (":" is not allowed in one).
+TIME_LIMIT = "iadeep:time-limit"
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
 LAUNCH_BACKOFF_S = (30.0, 600.0)   # a node whose launches fail is skipped this long, doubling
@@ -175,6 +179,7 @@ class SchedulingLoop:
                 self._reconcile(node)
                 self._clean_orphans(node.name)
         self._lose_silent_nodes(now)
+        self._stop_overdue(now)
         self._cancel_requested()
         shipped, lab = shipped_profiles(), self.lab_profiles()
         lab.update(self._profile_new_workloads(snapshot, {**shipped, **lab}))
@@ -274,7 +279,7 @@ class SchedulingLoop:
     def _finish(self, job: Job, code: int | None) -> None:
         now = self.clock()
         if job.cancel_requested_by:
-            new, why = JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
+            new, why = _stopped(job)
         elif code == 0:
             new, why = JobState.SUCCEEDED, "exited with code 0"
         elif code is None:
@@ -298,7 +303,7 @@ class SchedulingLoop:
             job = self._move(job, JobState.LOST, why)
         self._move(job, JobState.QUEUED, f"{why}; requeued (attempt {job.attempts + 1} of "
                    f"{job.spec.retries + 1} next)", node=None, gpu_indices=(), remote_pid=None,
-                   remote_start=None, orphans=job.orphans_with(job.node))
+                   remote_start=None, started_at=None, orphans=job.orphans_with(job.node))
         self._samples.pop(job.id, None)
         return True
 
@@ -322,7 +327,8 @@ class SchedulingLoop:
     def _lose(self, job: Job, why: str) -> None:
         lost = self._move(job, JobState.LOST, why)
         if lost.cancel_requested_by:
-            self._move(lost, JobState.CANCELLED, "cancelled while its node was lost",
+            new, why = _stopped(lost)
+            self._move(lost, new, f"{why}, while its node was lost",
                        ended_at=self.clock(), orphans=lost.orphans_with(lost.node))
 
     def fence(self, node: str, by: str) -> list[int]:
@@ -395,6 +401,20 @@ class SchedulingLoop:
             log.info("removed %d finished jobs' directories on %s", len(ids), node)
 
     # ------------------------------------------------------------------ cancel
+    def _stop_overdue(self, now: float) -> None:
+        """Ask to stop each running job that has run past its time limit (``--time``, counted
+        from this attempt's start). It is then stopped like a cancelled job (TERM, KILL after
+        the grace) and recorded failed, saying why."""
+        for job in self._jobs({JobState.RUNNING}):
+            limit, began = job.spec.time_limit_s, job.started_at
+            if limit is None or began is None or job.cancel_requested_by or now - began < limit:
+                continue
+            log.info("job %d (%s/%s) reached its time limit %s; stopping it", job.id, job.owner,
+                     job.name, hms(limit))
+            with self.store.tx() as conn:
+                jobrows.update(conn, job.id, cancel_requested_by=TIME_LIMIT,
+                               reason=f"time limit {hms(limit)} reached; stopping it")
+
     def _cancel_requested(self) -> None:
         """Stop cancelled jobs on their node's worker; the poll then sees them exit."""
         for job in self._jobs(ACTIVE):
@@ -568,6 +588,14 @@ class SchedulingLoop:
     def script_copy(self, job: Job) -> Path:
         """The copy of the script taken when the job was submitted (later edits don't leak)."""
         return self.scripts_dir / str(job.id) / Path(job.spec.script).name
+
+
+def _stopped(job: Job) -> tuple[JobState, str]:
+    """The end of a job that was asked to stop: cancelled by a person, or failed at its time
+    limit (as Slurm's TIMEOUT counts as a failure)."""
+    if job.cancel_requested_by == TIME_LIMIT:
+        return JobState.FAILED, f"time limit {hms(job.spec.time_limit_s)} reached"
+    return JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
 
 
 def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float | None] | None:

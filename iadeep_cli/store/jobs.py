@@ -5,16 +5,23 @@ transaction, so the events table is a complete, ordered history of every job.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import logging
 import sqlite3
+import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import checks
 from ..errors import NotFoundError
 from ..jobs import Job, JobSpec, JobState, check_transition
 
 log = logging.getLogger("iadeep.jobs")
+# JobSpec fields with a column of their own (the first schema's). Every later field is kept in
+# the JSON column ``extra`` under "spec" (see _spec_extra), so a new job option needs no
+# migration and no change here.
 _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "priority",
                  "exclusive", "workdir", "env", "retries", "min_speed")
 # Columns a transition may set besides the state (guards the f-string SQL below).
@@ -27,12 +34,13 @@ _IN_EXTRA = ("cancel_requested_by", "orphans")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
+    extra = json.loads(row["extra"])
     spec = JobSpec(
         script=row["script"], args=tuple(json.loads(row["args"])), name=row["name"],
         gpus=row["gpus"], mem_gib=row["mem_gib"], workload=row["workload"],
         priority=row["priority"], exclusive=bool(row["exclusive"]), workdir=row["workdir"],
         env=tuple(tuple(kv) for kv in json.loads(row["env"])), retries=row["retries"],
-        min_speed=row["min_speed"],
+        min_speed=row["min_speed"], **_spec_from_extra(extra.get("spec") or {}),
     )
     return Job(
         id=row["id"], owner=row["owner"], spec=spec, state=JobState(row["state"]),
@@ -42,13 +50,35 @@ def job_from_row(row: sqlite3.Row) -> Job:
         attempts=row["attempts"], remote_pid=row["remote_pid"],
         remote_start=row["remote_start"], reason=row["reason"],
         observed_speed=row["observed_speed"], predicted_speed=row["predicted_speed"],
-        **_extra_fields(json.loads(row["extra"])),
+        **_extra_fields(extra),
     )
 
 
 def _extra_fields(extra: dict) -> dict[str, Any]:
     return {"cancel_requested_by": extra.get("cancel_requested_by"),
             "orphans": tuple(extra.get("orphans", ()))}
+
+
+@functools.cache
+def _later_spec_fields() -> dict[str, Any]:
+    """JobSpec's fields without a column, and their annotations."""
+    hints = typing.get_type_hints(JobSpec)
+    return {f.name: hints[f.name] for f in dataclasses.fields(JobSpec)
+            if f.name not in _SPEC_COLUMNS}
+
+
+def _spec_extra(spec: JobSpec) -> dict[str, Any]:
+    """The spec's fields without a column that differ from their default, as JSON values."""
+    defaults = JobSpec(script="")
+    return {name: getattr(spec, name) for name in _later_spec_fields()
+            if getattr(spec, name) != getattr(defaults, name)}
+
+
+def _spec_from_extra(stored: dict[str, Any]) -> dict[str, Any]:
+    """Those fields back, typed by their annotations (JSON made tuples lists); a field this
+    version does not know (written by a newer one) is left out."""
+    known = _later_spec_fields()
+    return {k: checks.typed(f"spec.{k}", v, known[k]) for k, v in stored.items() if k in known}
 
 
 def _spec_values(spec: JobSpec) -> list[Any]:
@@ -67,10 +97,12 @@ def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
             return row["id"], False
     cols = ", ".join(_SPEC_COLUMNS)
     marks = ", ".join("?" * len(_SPEC_COLUMNS))
+    later = _spec_extra(spec)
     cur = conn.execute(
-        f"INSERT INTO jobs (client_token, owner, state, submitted_at, {cols}) "
-        f"VALUES (?, ?, ?, ?, {marks})",
-        [token, owner, JobState.QUEUED.value, now, *_spec_values(spec)],
+        f"INSERT INTO jobs (client_token, owner, state, submitted_at, extra, {cols}) "
+        f"VALUES (?, ?, ?, ?, ?, {marks})",
+        [token, owner, JobState.QUEUED.value, now, json.dumps({"spec": later} if later else {}),
+         *_spec_values(spec)],
     )
     job_id = cur.lastrowid
     assert job_id is not None   # set by every INSERT

@@ -51,6 +51,17 @@ def test_add_list_show_hold_release_cancel(controller, script):
     assert "cancelled by" in text and "priority 5 -> 9" in text
 
 
+def test_a_time_limit_travels_from_queue_add_to_queue_show(controller, script):
+    home = controller.home
+    job_id = cli(home, "queue", "add", str(script), "--time", "1-2:30", check=True).stdout.strip()
+    shown = json.loads(cli(home, "queue", "show", job_id, "--json", check=True).stdout)
+    assert shown["time_limit_s"] == 86400 + 2 * 3600 + 30 * 60
+    text = cli(home, "queue", "show", job_id, check=True).stdout
+    assert "time_limit_s: 1-02:30:00" in text
+    other = cli(home, "queue", "add", str(script), check=True).stdout.strip()
+    assert json.loads(cli(home, "queue", "show", other, "--json").stdout)["time_limit_s"] is None
+
+
 def _one_line_error(proc, *fragments):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
@@ -71,6 +82,9 @@ def test_bad_input_is_one_line_error(controller, script, tmp_path):
                     "NAME=VALUE")
     _one_line_error(cli(home, "queue", "add", str(script), "--env", "1BAD=x"), "--env")
     _one_line_error(cli(home, "queue", "add", str(script), "--mem", "-3"), "--mem")
+    _one_line_error(cli(home, "queue", "add", str(script), "--time", "2h"), "--time '2h'",
+                    "2:00:00")
+    _one_line_error(cli(home, "queue", "add", str(script), "--time", "0"), "--time")
     no_shebang = tmp_path / "train.py"
     no_shebang.write_text("import torch\n")
     _one_line_error(cli(home, "queue", "add", str(no_shebang)), "train.py",

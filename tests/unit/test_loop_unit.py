@@ -40,11 +40,12 @@ class Lab:
                                    clock=lambda: time.time() + self.ahead,
                                    fit_in_background=False)
 
-    def submit(self, retries: int = 0) -> int:
+    def submit(self, retries: int = 0, time_limit_s: float | None = None) -> int:
         """A job as the service accepts one: a row, and the copy of its script."""
         script = self.root / "train.sh"
         script.write_text("#!/bin/sh\nexec sleep 600\n")
-        spec = JobSpec(script=str(script), workload="resnet50", retries=retries)
+        spec = JobSpec(script=str(script), workload="resnet50", retries=retries,
+                       time_limit_s=time_limit_s)
         with self.store.tx() as conn:
             job_id, _ = jobrows.insert(conn, "alice", spec, self.loop.clock())
         copy = self.loop.script_copy(self.job(job_id))
@@ -234,3 +235,40 @@ def test_a_failed_launch_backs_the_node_off_and_the_job_runs_elsewhere(lab):
     assert job.node == "n2" and job.attempts == 1   # the launch that never happened is free
     assert any(r.startswith("queued: launch on n1 failed") and "n1 is skipped for" in r
                for r in lab.reasons(job_id))
+
+
+def test_a_job_past_its_time_limit_is_stopped_and_failed_saying_why(lab):
+    lab = lab(n1=1)
+    job_id = lab.submit(time_limit_s=300)
+    lab.round()
+    job = _running(lab, job_id)
+    lab.wait(299)
+    lab.round()
+    assert _running(lab, job_id).cancel_requested_by is None   # 299 s: within its limit
+    lab.wait(2)
+    lab.round()                            # past it: asked to stop, stopped on the node's worker
+    deadline = time.monotonic() + 30
+    while lab.job(job_id).state == JobState.RUNNING:
+        assert time.monotonic() < deadline, lab.reasons(job_id)
+        lab.round()
+    assert not _alive(job.remote_pid)
+    ended = lab.job(job_id)
+    assert ended.state == JobState.FAILED and ended.reason == "time limit 0:05:00 reached"
+    assert ended.exit_code is not None and ended.exit_code != 0
+
+
+def test_the_time_limit_counts_from_each_attempts_start(lab):
+    lab = lab(n1=1)
+    job_id = lab.submit(retries=1, time_limit_s=300)
+    lab.round()
+    first = _running(lab, job_id)
+    lab.wait(200)
+    _kill(first.remote_pid)                # the attempt dies without an exit code: requeued
+    lab.round()
+    lab.round()
+    second = _running(lab, job_id)
+    assert second.attempts == 2
+    lab.wait(200)                          # 400 s since the first start, 200 s into this one
+    lab.round()
+    assert _running(lab, job_id).cancel_requested_by is None
+

@@ -1,4 +1,5 @@
 """SQLite store: migrations, the job state machine and its event history."""
+import json
 import sqlite3
 
 import pytest
@@ -100,3 +101,20 @@ def test_rollback_on_error_leaves_nothing_half_done(tmp_path):
     with store.tx() as c:
         assert jobs.select(c) == []
         assert c.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
+
+
+def test_a_spec_field_without_a_column_round_trips_through_extra(tmp_path):
+    """Job options added after the first schema need no migration: they live in ``extra``."""
+    store = Store(tmp_path / "db.sqlite")
+    spec = JobSpec(script="/x.sh", time_limit_s=5400.0)
+    with store.tx() as c:
+        job_id, _ = jobs.insert(c, "alice", spec, 1.0)
+        plain_id, _ = jobs.insert(c, "alice", JobSpec(script="/x.sh"), 1.0)
+        assert json.loads(c.execute("SELECT extra FROM jobs WHERE id=?", (plain_id,))
+                          .fetchone()[0]) == {}          # defaults are not stored
+        # a field written by a newer iadeep is left out, not an error
+        c.execute("UPDATE jobs SET extra=json_set(extra, '$.spec.future', 1) WHERE id=?",
+                  (job_id,))
+        assert jobs.get(c, job_id).spec == spec
+        assert jobs.get(c, plain_id).spec.time_limit_s is None
+    store.close()
