@@ -102,12 +102,16 @@ class NodePool:
         A node that is not done by then does not hold up the others: its poll goes on in the
         background and its result is used by the next call that finds it done (so a slow node
         is seen late, never lost); while it is still running, the node reports how long it has
-        been silent.  ``expect``: per node, the jobs whose state to read (see ``state_script``).
+        been silent.  Only the polls started by this call are waited for: a node still hung
+        from an earlier round costs the others nothing (else every round would wait out
+        ``wait_s`` for it, and the healthy nodes' data would age by that much each round).
+        ``expect``: per node, the jobs whose state to read (see ``state_script``).
         """
         expect = expect or {}
         wait_s = self.connect_timeout + self.command_timeout + 1 if wait_s is None else wait_s
         started = time.time()
         futures: dict[str, Future] = {}
+        fresh: list[Future] = []
         with self._lock:
             for name in self._conns:
                 prev = self._inflight.get(name)
@@ -115,8 +119,9 @@ class NodePool:
                     prev = self._executor.submit(self.poll, name, tuple(expect.get(name, ())))
                     self._inflight[name] = prev
                     self._since.setdefault(name, started)
+                    fresh.append(prev)
                 futures[name] = prev
-        wait([f for f in futures.values() if not f.done()], timeout=wait_s)
+        wait(fresh, timeout=wait_s)
         nodes = []
         with self._lock:
             for name, fut in futures.items():
