@@ -63,6 +63,10 @@ class Inventory:
     user_limits: dict[str, UserLimit] = field(default_factory=dict)
     default_retries: int = 0
     job_dir_retention_s: float = 7 * 86400   # finished jobs' directories on nodes kept this long
+    default_time_limit_s: float | None = None   # a job's --time when it gives none
+    max_time_limit_s: float | None = None       # the longest --time accepted (and the default
+                                                # when default_time_limit is not set)
+    kill_grace_s: float = 10.0       # a stopped job's TERM -> KILL wait (cancel, time limit)
     path: Path | None = None
 
     def node(self, name: str) -> Node | None:
@@ -243,6 +247,9 @@ _LAB_FIELDS = {
     "default_retries": _count,
     "policy": lambda ctx, n, w: Policy(**_mapping(ctx, n, w, _POLICY_FIELDS)),
     "user_limits": _user_limits, "job_dir_retention": _duration,
+    "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
+    "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
+    "kill_grace": _duration,
 }
 
 
@@ -258,6 +265,11 @@ def _lab(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, Any]:
                              ("poll_interval", f"<= lab.node_grace ({grace:g})", poll))
         at = next(v for k, v in node.value if k.value == key)
         raise ctx.fail(at, f"lab.{key}", f"expected seconds {allowed}, got {got:g}")
+    default, most = values.get("default_time_limit"), values.get("max_time_limit")
+    if default is not None and most is not None and default > most:
+        at = next(v for k, v in node.value if k.value == "default_time_limit")
+        raise ctx.fail(at, "lab.default_time_limit", f"expected at most lab.max_time_limit "
+                                                     f"({most:g} s), got {default:g} s")
     return values
 
 
@@ -309,6 +321,9 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         user_limits=lab.get("user_limits", {}),
         default_retries=lab.get("default_retries", 0),
         job_dir_retention_s=lab.get("job_dir_retention", 7 * 86400),
+        default_time_limit_s=lab.get("default_time_limit"),
+        max_time_limit_s=lab.get("max_time_limit"),
+        kill_grace_s=lab.get("kill_grace", 10.0),
         path=path,
     )
 

@@ -30,6 +30,7 @@ class JobState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TIMEOUT = "timeout"               # stopped at its time limit (--time), as Slurm's TIMEOUT
     LOST = "lost"
 
     def __str__(self) -> str:  # so f-strings print 'queued', not 'JobState.QUEUED'
@@ -42,16 +43,17 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
-    S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
+    S.TIMEOUT: frozenset(),
 }
 ACTIVE = frozenset({S.STARTING, S.RUNNING})          # occupying GPUs on a node
 PENDING = frozenset({S.QUEUED, S.HELD})              # waiting in the queue
-FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT})
 UNFINISHED = tuple(s for s in S if s not in FINISHED)   # in the order summaries list them
 
 
@@ -80,6 +82,7 @@ class JobSpec:
     retries: int = 0
     min_speed: float | None = None    # floor on predicted speed when sharing; None: lab default
     time_limit_s: float | None = None   # stopped once it has run this long (--time); None: never
+    signal: str | None = None         # "USR1@60": sent that long before the time limit (--signal)
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Job:
     observed_speed: float | None = None
     predicted_speed: float | None = None
     cancel_requested_by: str | None = None   # who asked to stop it while it was on a node
+    signalled: bool = False           # this attempt got its --signal before the time limit
     orphans: tuple[str, ...] = ()   # nodes where an abandoned attempt of it may still run
 
     @property
@@ -160,6 +164,23 @@ def parse_time_limit(text: str) -> float:
     return float(numbers[0] * 3600 + numbers[1] * 60 + numbers[2])   # H:M:S
 
 
+# Signals a job may ask for before its time limit (--signal): the ones programs catch to
+# checkpoint or wind down; never KILL or STOP, which cannot be caught.
+SIGNALS = ("HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "TERM")
+DEFAULT_SIGNAL_LEAD_S = 60            # as Slurm's --signal without @
+
+
+def parse_signal(text: str) -> tuple[str, int]:
+    """``--signal`` as sbatch takes it, ``SIG[@SECONDS]``: (the signal's name, how many seconds
+    before the time limit to send it)."""
+    name, at, lead = text.strip().partition("@")
+    name = name.upper().removeprefix("SIG")
+    if name not in SIGNALS or (at and not lead.isdigit()) or len(lead) > 7:
+        raise InputError(f"--signal {text[:40]!r} is not SIGNAL[@SECONDS]",
+                         hint=f"e.g. --signal USR1@120; signals: {', '.join(SIGNALS)}")
+    return name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
+
+
 def validate_spec(spec: JobSpec) -> None:
     """Refuse a spec that could never run, with a message naming the field (trust boundary:
     the controller calls this again on everything a client sends). Text must be printable: a
@@ -184,6 +205,8 @@ def validate_spec(spec: JobSpec) -> None:
     if spec.time_limit_s is not None and not 0 < spec.time_limit_s <= MAX_TIME_LIMIT_S:
         raise bad(f"--time must be more than 0 and at most {MAX_TIME_LIMIT_S // 86400} days, got "
                   f"{spec.time_limit_s:g} s", "e.g. --time 2:00:00 (two hours) or --time 3-0")
+    if spec.signal is not None:
+        parse_signal(spec.signal)
     check_priority(spec.priority)
     for key, _ in spec.env:
         if not key.isidentifier() or not key.isascii():

@@ -71,13 +71,17 @@ def add(
     time: str | None = typer.Option(None, "--time", "-t", metavar="LIMIT",
                                     help="Stop it once it has run this long, as sbatch writes "
                                          "it: 90 (minutes), 2:00:00, 3-0 (days-hours)."),
+    signal: str | None = typer.Option(None, "--signal", metavar="SIG[@SECONDS]",
+                                      help="Send SIG (e.g. USR1) SECONDS (default 60) before "
+                                           "the time limit, to checkpoint."),
 ) -> None:
     """Queue SCRIPT to run on GPUs; prints the new job's id."""
     spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
                    mem_gib=mem, workload=workload, priority=priority, exclusive=exclusive,
                    workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
                    min_speed=min_speed,
-                   time_limit_s=None if time is None else parse_time_limit(time))
+                   time_limit_s=None if time is None else parse_time_limit(time),
+                   signal=signal)
     validate_spec(spec)
     if workload and not new_workload:
         _check_workload(workload)
@@ -122,9 +126,20 @@ def list_(
     now = time.time()
     rows = [[str(j.id), j.name, j.owner, j.state.value, str(j.gpus), _where(j),
              duration(now - j.submitted_at), j.reason] for j in jobs]
+    headers = LIST_HEADERS
+    if any(j.time_limit_s is not None for j in jobs):   # only where some job has a limit
+        headers = [*headers[:-1], "TIME", headers[-1]]
+        rows = [[*r[:-1], _time_used(j, now), r[-1]] for r, j in zip(rows, jobs)]
     if sys.stdout.isatty() and not wide:
-        rows = _fit(LIST_HEADERS, rows, shutil.get_terminal_size().columns)
-    render.table(LIST_HEADERS, rows)
+        rows = _fit(headers, rows, shutil.get_terminal_size().columns)
+    render.table(headers, rows)
+
+
+def _time_used(job: m.JobView, now: float) -> str:
+    """This attempt's run time so far (or in all, once ended) over its limit: ``12m/2:00:00``."""
+    began = job.started_at
+    used = "-" if began is None else duration((job.ended_at or now) - began)
+    return used if job.time_limit_s is None else f"{used}/{hms(job.time_limit_s)}"
 
 
 def _fit(headers: list[str], rows: list[list[str]], columns: int) -> list[list[str]]:
@@ -148,8 +163,8 @@ def _where(job: m.JobView) -> str:
 
 SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "env",
                "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "time_limit_s",
-               "attempts", "node", "gpu_indices", "remote_pid", "exit_code", "predicted_speed",
-               "observed_speed")
+               "signal", "attempts", "node", "gpu_indices", "remote_pid", "exit_code",
+               "predicted_speed", "observed_speed")
 
 
 def _field(name: str, value) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import IadeepError, InvalidTransition, NodeError
 from ..inventory import Inventory
-from ..jobs import ACTIVE, Job, JobState
+from ..jobs import ACTIVE, Job, JobState, parse_signal
 from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
 from ..profiles import Profile
@@ -303,7 +303,8 @@ class SchedulingLoop:
             job = self._move(job, JobState.LOST, why)
         self._move(job, JobState.QUEUED, f"{why}; requeued (attempt {job.attempts + 1} of "
                    f"{job.spec.retries + 1} next)", node=None, gpu_indices=(), remote_pid=None,
-                   remote_start=None, started_at=None, orphans=job.orphans_with(job.node))
+                   remote_start=None, started_at=None, signalled=False,
+                   orphans=job.orphans_with(job.node))
         self._samples.pop(job.id, None)
         return True
 
@@ -404,16 +405,37 @@ class SchedulingLoop:
     def _stop_overdue(self, now: float) -> None:
         """Ask to stop each running job that has run past its time limit (``--time``, counted
         from this attempt's start). It is then stopped like a cancelled job (TERM, KILL after
-        the grace) and recorded failed, saying why."""
+        ``lab.kill_grace``) and recorded as ``timeout``, saying why. A job that asked for a
+        ``--signal`` gets it first, its lead time before the limit (at most once an attempt:
+        it is marked sent before it is sent)."""
         for job in self._jobs({JobState.RUNNING}):
             limit, began = job.spec.time_limit_s, job.started_at
-            if limit is None or began is None or job.cancel_requested_by or now - began < limit:
+            if limit is None or began is None or job.cancel_requested_by or job.node is None:
+                continue
+            if job.spec.signal and not job.signalled:
+                name, lead = parse_signal(job.spec.signal)
+                if now - began >= limit - lead:
+                    with self.store.tx() as conn:
+                        jobrows.update(conn, job.id, signalled=True)
+                    self.actions.submit(job.node, ("signal", job.id),
+                                        partial(self._signal, job.node, job.id, name))
+            if now - began < limit:
                 continue
             log.info("job %d (%s/%s) reached its time limit %s; stopping it", job.id, job.owner,
                      job.name, hms(limit))
             with self.store.tx() as conn:
                 jobrows.update(conn, job.id, cancel_requested_by=TIME_LIMIT,
                                reason=f"time limit {hms(limit)} reached; stopping it")
+
+    def _signal(self, node: str, job_id: int, name: str) -> None:
+        from ..nodes import launcher
+
+        try:
+            sent = launcher.signal(self.pool, node, job_id, name)
+            log.info("job %d: SIG%s before its time limit%s", job_id, name,
+                     "" if sent else " not sent: nothing of it runs")
+        except IadeepError as exc:
+            log.warning("signalling job %s on %s failed: %s", job_id, node, exc.message)
 
     def _cancel_requested(self) -> None:
         """Stop cancelled jobs on their node's worker; the poll then sees them exit."""
@@ -426,7 +448,7 @@ class SchedulingLoop:
         from ..nodes import launcher
 
         try:
-            launcher.cancel(self.pool, node, job_id)
+            launcher.cancel(self.pool, node, job_id, grace_s=self.inventory.kill_grace_s)
         except IadeepError as exc:
             log.warning("cancel of job %s on %s failed: %s", job_id, node, exc.message)
 
@@ -591,10 +613,9 @@ class SchedulingLoop:
 
 
 def _stopped(job: Job) -> tuple[JobState, str]:
-    """The end of a job that was asked to stop: cancelled by a person, or failed at its time
-    limit (as Slurm's TIMEOUT counts as a failure)."""
+    """The end of a job that was asked to stop: cancelled by a person, or timed out."""
     if job.cancel_requested_by == TIME_LIMIT:
-        return JobState.FAILED, f"time limit {hms(job.spec.time_limit_s)} reached"
+        return JobState.TIMEOUT, f"time limit {hms(job.spec.time_limit_s)} reached"
     return JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
 
 

@@ -41,7 +41,7 @@ from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
-from ..text import MIB_PER_GIB
+from ..text import MIB_PER_GIB, hms
 from . import views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -93,6 +93,7 @@ class Service(views.StoreReader):
             raise self.degraded
         job_spec = spec_from_dict({"retries": self.inventory.default_retries, **req.spec})
         validate_spec(job_spec)
+        job_spec = self._with_time_limit(job_spec)
         if req.token is not None:
             checks.text("token", req.token, max_len=128)
         content = _script_content(job_spec.script, req.script_b64)
@@ -120,6 +121,23 @@ class Service(views.StoreReader):
             jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
                                self.clock(), ended_at=self.clock(), orphans=orphans)
         return m.JobActionResult(job_id, JobState.CANCELLED.value)
+
+    def _with_time_limit(self, spec: JobSpec) -> JobSpec:
+        """The lab's default time limit for a job that gives none (else its maximum, as a Slurm
+        partition's MaxTime is its default); a longer one than the maximum is refused."""
+        lab = self.inventory
+        if spec.time_limit_s is None:
+            limit = lab.default_time_limit_s or lab.max_time_limit_s
+            if limit is None and spec.signal is not None:
+                raise InputError(f"--signal {spec.signal} is sent before the time limit, and "
+                                 "this job has none", hint="add --time, e.g. --time 2:00:00")
+            return spec if limit is None else dataclasses.replace(spec, time_limit_s=limit)
+        if lab.max_time_limit_s is not None and spec.time_limit_s > lab.max_time_limit_s:
+            raise InputError(f"--time {hms(spec.time_limit_s)} is longer than this lab allows "
+                             f"({hms(lab.max_time_limit_s)})",
+                             hint=f"ask for at most --time {hms(lab.max_time_limit_s)}, or ask "
+                                  "an admin (lab.max_time_limit in nodes.yaml)")
+        return spec
 
     def op_hold(self, user: str, req: m.HoldRequest) -> list[m.JobActionResult]:
         return self._each(req.ids, lambda i: self._move(user, i, JobState.HELD,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, NodeError, NotFoundError
-from ..jobs import Job
+from ..jobs import SIGNALS, Job
 from ..snapshot import RemoteJob
 from .connection import NodeAccess
 from .gpu import (
@@ -47,12 +47,13 @@ _TAGGED = r"""tagged() { for f in $(grep -lsxzF "IADEEP_JOB_ID=$i" /proc/[0-9]*/
   [ "$px" != $$ ] && grep -qsxzF "IADEEP_PROGRESS_FILE=$a/progress" "$f" && echo "$x"
 done; }
 """
-# Runs as the session leader: records the exit code even after SIGTERM to the group (the trap
-# makes sh survive it; the job itself gets the default TERM action since handlers reset on exec).
+# Runs as the session leader: records the exit code even after SIGTERM (or a --signal) to the
+# group (the trap makes sh survive it; the job itself gets the default action, or its own
+# handler, since handlers reset on exec).
 # Before that, whatever the job left running is stopped (TERM, then KILL a second later), so an
 # ended job holds no GPU through a daemon it forked.
 _WRAPPER = r"""d=$1; w=$2; shift 2
-trap : TERM
+trap : TERM HUP INT QUIT USR1 USR2 ALRM
 if cd "$w"; then "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; fi
 i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
 """ + _TAGGED + r"""t=$(tagged)
@@ -156,21 +157,29 @@ def _pid_line(text: str) -> tuple[int, int | None]:
     return int(parts[0]), start
 
 
+def _find_job(pool: NodeAccess, node: str, job_id: int) -> str:
+    """Shell that finds the job's processes: sets $d (its directory), $a (the absolute one, as
+    launch put it in the job's environment, even if the job removed it), the ``tagged`` function
+    and $g (the recorded session leader, if the pid file is valid and names it; else empty)."""
+    d = job_dir(pool.node(node).workdir, job_id)
+    return (
+        f"d={remote_path(d)}; i={int(job_id)}\n"
+        'a=$(cd "$d" 2>/dev/null && pwd || { cd "${d%/*}" 2>/dev/null && echo "$(pwd)/$i"; })\n'
+        + _TAGGED +
+        'g=""\n'
+        'if [ -f "$d/pid" ]; then\n' + _IS_OURS + '[ "$ours" = 1 ] && g=$p; fi\n'
+    )
+
+
 def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0) -> str:
     """Stop the job: TERM its process group and every process tagged with it (see _TAGGED: a
     daemon it forked into a new session, or a job that deleted its pid file, is found all the
     same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
     leftovers).  Returns "terminated" | "killed" | "not-running" | "missing" (no pid file and
     nothing of the job runs: never launched)."""
-    d = job_dir(pool.node(node).workdir, job_id)
     steps = max(1, int(grace_s * 5))
     script = (
-        f"d={remote_path(d)}; i={int(job_id)}\n"
-        # The absolute dir, as launch put it in the job's environment (even if the job removed it)
-        'a=$(cd "$d" 2>/dev/null && pwd || { cd "${d%/*}" 2>/dev/null && echo "$(pwd)/$i"; })\n'
-        + _TAGGED +
-        'g=""\n'
-        'if [ -f "$d/pid" ]; then\n' + _IS_OURS + '[ "$ours" = 1 ] && g=$p; fi\n'
+        _find_job(pool, node, job_id) +
         # alive: is anything of the job left (sets $t, its tagged pids); hit SIG: signal it all
         'alive() { t=$(tagged); [ -n "$t" ] || { [ -n "$g" ] && kill -0 "-$g" 2>/dev/null; }; }\n'
         'hit() { [ -n "$g" ] && kill -"$1" "-$g" 2>/dev/null; [ -z "$t" ] || kill -"$1" $t '
@@ -186,6 +195,22 @@ def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0) -> s
         "echo killed\n"
     )
     return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
+
+
+def signal(pool: NodeAccess, node: str, job_id: int, name: str) -> bool:
+    """Send signal ``name`` (one of ``jobs.SIGNALS``) to the job's process group and to every
+    process tagged with it (see ``cancel``); the wrapper survives it (its trap). True if
+    anything of the job was there to get it."""
+    if name not in SIGNALS:
+        raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
+    script = (
+        _find_job(pool, node, job_id) +
+        't=$(tagged); sent=0\n'
+        f'[ -n "$g" ] && kill -{name} "-$g" 2>/dev/null && sent=1\n'
+        f'[ -n "$t" ] && kill -{name} $t 2>/dev/null && sent=1\n'
+        'echo $sent\n'
+    )
+    return _sh(pool, node, script).strip() == "1"
 
 
 def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:

@@ -30,7 +30,7 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
                       "observed_speed", "workload"})
 # Job fields added after the table's columns: kept in its JSON column ``extra`` (no migration),
 # read and written like the columns. An empty value removes its key.
-_IN_EXTRA = ("cancel_requested_by", "orphans")
+_IN_EXTRA = ("cancel_requested_by", "orphans", "signalled")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -56,7 +56,8 @@ def job_from_row(row: sqlite3.Row) -> Job:
 
 def _extra_fields(extra: dict) -> dict[str, Any]:
     return {"cancel_requested_by": extra.get("cancel_requested_by"),
-            "orphans": tuple(extra.get("orphans", ()))}
+            "orphans": tuple(extra.get("orphans", ())),
+            "signalled": bool(extra.get("signalled", False))}
 
 
 @functools.cache

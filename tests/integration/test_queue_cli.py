@@ -85,6 +85,8 @@ def test_bad_input_is_one_line_error(controller, script, tmp_path):
     _one_line_error(cli(home, "queue", "add", str(script), "--time", "2h"), "--time '2h'",
                     "2:00:00")
     _one_line_error(cli(home, "queue", "add", str(script), "--time", "0"), "--time")
+    _one_line_error(cli(home, "queue", "add", str(script), "--signal", "USR1@60"),
+                    "--signal USR1@60 is sent before the time limit, and this job has none")
     no_shebang = tmp_path / "train.py"
     no_shebang.write_text("import torch\n")
     _one_line_error(cli(home, "queue", "add", str(no_shebang)), "train.py",
@@ -182,5 +184,26 @@ def test_the_labs_default_retries_apply_unless_the_job_says(tmp_path, script):
         shown = {i: json.loads(cli(ctl.home, "queue", "show", i, "--json").stdout)["retries"]
                  for i in (default, explicit)}
         assert shown == {default: 2, explicit: 0}
+    finally:
+        ctl.stop()
+
+
+def test_the_labs_time_limits_apply_and_cap_the_jobs_own(tmp_path, script):
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("lab:\n  default_time_limit: 1h\n  max_time_limit: 2d\nnodes: []\n")
+    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    try:
+        default = cli(ctl.home, "queue", "add", str(script), check=True).stdout.strip()
+        own = cli(ctl.home, "queue", "add", str(script), "--time", "1-0", check=True
+                  ).stdout.strip()
+        shown = {i: json.loads(cli(ctl.home, "queue", "show", i, "--json").stdout)
+                 ["time_limit_s"] for i in (default, own)}
+        assert shown == {default: 3600, own: 86400}
+        _one_line_error(cli(ctl.home, "queue", "add", str(script), "--time", "3-0"),
+                        "--time 3-00:00:00 is longer than this lab allows (2-00:00:00)")
+        listed = cli(ctl.home, "queue", "list", check=True).stdout.splitlines()
+        assert listed[0].split() == ["ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "AGE",
+                                     "TIME", "REASON"]
+        assert [line.split()[7] for line in listed[1:]] == ["-/1:00:00", "-/1-00:00:00"]
     finally:
         ctl.stop()

@@ -34,3 +34,19 @@ def test_bad_durations_name_file_line_and_field(value):
     with pytest.raises(ConfigError) as info:
         retention(value)
     assert info.value.message.startswith("nodes.yaml:2: lab.job_dir_retention: ")
+
+
+def test_time_limit_settings_are_durations_and_the_default_fits_the_maximum():
+    inv = parse_inventory("lab:\n  default_time_limit: 12h\n  max_time_limit: 7d\n"
+                          "  kill_grace: 30\n", Path("nodes.yaml"))
+    assert (inv.default_time_limit_s, inv.max_time_limit_s, inv.kill_grace_s) == \
+        (12 * 3600, 7 * 86400, 30)
+    plain = parse_inventory("", Path("nodes.yaml"))
+    assert (plain.default_time_limit_s, plain.max_time_limit_s, plain.kill_grace_s) == \
+        (None, None, 10)
+    with pytest.raises(ConfigError, match=r"nodes.yaml:2: lab.default_time_limit: expected at "
+                                          r"most lab.max_time_limit \(3600 s\)"):
+        parse_inventory("lab:\n  default_time_limit: 2h\n  max_time_limit: 1h\n",
+                        Path("nodes.yaml"))
+    with pytest.raises(ConfigError, match=r"lab\.max_time_limit: expected a duration > 0, got 0"):
+        parse_inventory("lab:\n  max_time_limit: 0\n", Path("nodes.yaml"))

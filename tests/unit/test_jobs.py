@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from iadeep_cli.errors import InputError
-from iadeep_cli.jobs import JobSpec, parse_time_limit, validate_spec
+from iadeep_cli.jobs import JobSpec, parse_signal, parse_time_limit, validate_spec
 from iadeep_cli.text import hms
 
 
@@ -33,3 +33,17 @@ def test_a_time_limit_out_of_range_is_refused(seconds):
 def test_time_limits_print_as_slurm_prints_them():
     assert [hms(s) for s in (None, 59, 7200, 3723, 86400, 3 * 86400 + 5)] == \
         ["-", "0:00:59", "2:00:00", "1:02:03", "1-00:00:00", "3-00:00:05"]
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("USR1", ("USR1", 60)), ("usr2@120", ("USR2", 120)), ("SIGTERM@0", ("TERM", 0)),
+    ("HUP@5", ("HUP", 5)),
+])
+def test_signals_as_sbatch_takes_them(text, parsed):
+    assert parse_signal(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["KILL@60", "STOP", "USR1@", "USR1@-5", "USR1@1.5", "9", ""])
+def test_a_signal_a_job_cannot_catch_or_a_bad_one_is_refused(text):
+    with pytest.raises(InputError, match="is not SIGNAL"):
+        validate_spec(JobSpec(script="/x.sh", time_limit_s=60, signal=text))

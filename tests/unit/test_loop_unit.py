@@ -40,12 +40,13 @@ class Lab:
                                    clock=lambda: time.time() + self.ahead,
                                    fit_in_background=False)
 
-    def submit(self, retries: int = 0, time_limit_s: float | None = None) -> int:
+    def submit(self, retries: int = 0, time_limit_s: float | None = None,
+               signal: str | None = None, body: str = "exec sleep 600") -> int:
         """A job as the service accepts one: a row, and the copy of its script."""
         script = self.root / "train.sh"
-        script.write_text("#!/bin/sh\nexec sleep 600\n")
+        script.write_text(f"#!/bin/sh\n{body}\n")
         spec = JobSpec(script=str(script), workload="resnet50", retries=retries,
-                       time_limit_s=time_limit_s)
+                       time_limit_s=time_limit_s, signal=signal)
         with self.store.tx() as conn:
             job_id, _ = jobrows.insert(conn, "alice", spec, self.loop.clock())
         copy = self.loop.script_copy(self.job(job_id))
@@ -237,7 +238,7 @@ def test_a_failed_launch_backs_the_node_off_and_the_job_runs_elsewhere(lab):
                for r in lab.reasons(job_id))
 
 
-def test_a_job_past_its_time_limit_is_stopped_and_failed_saying_why(lab):
+def test_a_job_past_its_time_limit_is_stopped_and_timed_out_saying_why(lab):
     lab = lab(n1=1)
     job_id = lab.submit(time_limit_s=300)
     lab.round()
@@ -253,7 +254,7 @@ def test_a_job_past_its_time_limit_is_stopped_and_failed_saying_why(lab):
         lab.round()
     assert not _alive(job.remote_pid)
     ended = lab.job(job_id)
-    assert ended.state == JobState.FAILED and ended.reason == "time limit 0:05:00 reached"
+    assert ended.state == JobState.TIMEOUT and ended.reason == "time limit 0:05:00 reached"
     assert ended.exit_code is not None and ended.exit_code != 0
 
 
@@ -271,4 +272,35 @@ def test_the_time_limit_counts_from_each_attempts_start(lab):
     lab.wait(200)                          # 400 s since the first start, 200 s into this one
     lab.round()
     assert _running(lab, job_id).cancel_requested_by is None
+
+
+def test_a_job_gets_its_signal_before_its_time_limit_once(lab, tmp_path):
+    lab = lab(n1=1)
+    got = tmp_path / "got-usr1"
+    job_id = lab.submit(time_limit_s=300, signal="USR1@60", body=(
+        f"trap 'echo checkpoint >> {got}' USR1\nwhile :; do sleep 0.1; done"))
+    lab.round()
+    job = _running(lab, job_id)
+    lab.wait(239)
+    lab.round()
+    assert not lab.job(job_id).signalled and not got.exists()   # 61 s before the limit
+    lab.wait(2)
+    lab.round()                              # 59 s before: USR1, on the node's worker
+    assert lab.job(job_id).signalled
+    deadline = time.monotonic() + 30
+    while not got.exists():
+        assert time.monotonic() < deadline, "the job never got USR1"
+        time.sleep(0.05)
+    lab.wait(30)
+    lab.round()
+    assert _running(lab, job_id).remote_pid == job.remote_pid   # it survived its own signal
+    time.sleep(0.5)                          # time for a second signal to land, were one sent
+    assert got.read_text() == "checkpoint\n"
+    lab.wait(31)                             # the limit: stopped
+    lab.round()
+    deadline = time.monotonic() + 30
+    while lab.job(job_id).state == JobState.RUNNING:
+        assert time.monotonic() < deadline, lab.reasons(job_id)
+        lab.round()
+    assert lab.job(job_id).state == JobState.TIMEOUT
 
