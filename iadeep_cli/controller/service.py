@@ -265,6 +265,9 @@ class Service:
             raise InputError(f"offset and max_bytes must be 0 or more, got {offset}, {max_bytes}")
         with self.store.tx() as conn:
             job = jobrows.get(conn, id)
+        if job.owner != user and not self.inventory.is_admin(user):
+            raise PermissionDenied(f"job {id} belongs to {job.owner}; {user} may not read its log",
+                                   hint="a job's log is its owner's and the lab admins' only")
         if job.node is None:
             return {"data": "", "offset": 0, "finished": job.state in FINISHED,
                     "state": job.state.value}
