@@ -151,23 +151,31 @@ def poll_sections(node: Node, by_user: Mapping[str, str], timeout_s: float) -> s
 
 def probe(pool: NodeAccess, node: str) -> tuple[str | None, str | None]:
     """(the user tried, why run_as: submitter does not work on ``node``, or None if it does):
-    ``sudo -n -u USER true`` through ``GUARD`` for one allowed user (the first of
-    allowed_users, else the first member of allowed_group there)."""
+    ``sudo -n -u USER true`` through ``GUARD``, for the allowed users in turn (allowed_users,
+    then the first member of allowed_group there) until one works or sudo refuses: an allowed
+    user without an account on this node says nothing about the node."""
     n = pool.node(node)
-    user = n.allowed_users[0] if n.allowed_users else None
-    if user is None and n.allowed_group:
-        rc, out, _ = pool.run(node, ["sh", "-c", 'getent group "$1" | cut -d: -f4 | cut -d, -f1',
-                                     "iadeep-probe", n.allowed_group])
-        user = out.strip() or None
-        if user is None:
-            return None, f"group {n.allowed_group} has no members on {node}"
-    if user is None:
-        return None, "no allowed_users or allowed_group"
-    try:
-        rc, _, err = run(pool, node, user, "true\n")
-    except (RunAsRefused, NodeError) as exc:
-        return user, exc.message
-    return user, None if rc == 0 else f"sudo ran but `true` exited {rc}: {err.strip()[-200:]}"
+    users = list(n.allowed_users)
+    if n.allowed_group:
+        _, out, _ = pool.run(node, ["sh", "-c", 'getent group "$1" | cut -d: -f4 | cut -d, -f1',
+                                    "iadeep-probe", n.allowed_group])
+        users += [u for u in [out.strip()] if u and u not in users]
+    if not users:
+        return None, (f"no allowed user to try: allowed_users is empty and group "
+                      f"{n.allowed_group} has no members listed on {node}")
+    tried: tuple[str | None, str | None] = (None, None)
+    for user in users:
+        try:
+            rc, _, err = run(pool, node, user, "true\n")
+        except RunAsRefused as exc:
+            tried = (user, exc.message)
+            if exc.node_wide:
+                return tried
+            continue
+        except NodeError as exc:
+            return user, exc.message
+        return user, None if rc == 0 else f"sudo ran but `true` exited {rc}: {err.strip()[-200:]}"
+    return tried
 
 
 def group_by_owner(ids: Sequence[int], owners: Mapping[int, str]) -> dict[str, list[int]]:
