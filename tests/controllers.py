@@ -91,9 +91,9 @@ def attempt_processes(job_id: int, node: str, home: Path | None = None) -> list[
     """pids of processes of ``job_id``'s attempt on ``node`` (its progress file names both);
     with ``home`` (a controller's state directory) only that installation's job, not a
     leftover of an earlier test's job with the same id."""
-    from iadeep_cli.paths import install_id_path
+    from iadeep_cli.paths import StateDir
 
-    install = install_id_path(home).read_text().strip() if home is not None else ""
+    install = StateDir(home).install_id.read_text().strip() if home is not None else ""
     tail = f"{'/' + install if install else ''}/{node}/jobs/{job_id}/progress".encode()
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
