@@ -390,10 +390,11 @@ class SchedulingLoop:
     def _clean(self, node: str, ids: list[int], until: float, owners: dict[int, str]) -> None:
         from ..nodes import launcher
 
-        # One batch per owner: on a run_as: submitter node each owner's are theirs to remove.
-        batches = ({"": ids} if not self.pool.node(node).submitter else
-                   {o: [i for i in ids if owners[i] == o] for o in sorted(set(owners.values()))})
         try:
+            # One batch per owner: on a run_as: submitter node each owner's are theirs to remove.
+            batches = ({"": ids} if not self.pool.node(node).submitter else
+                       {o: [i for i in ids if owners[i] == o]
+                        for o in sorted(set(owners.values()))})
             for owner, mine in batches.items():
                 for start in range(0, len(mine), 200):   # bounded command lines
                     launcher.clean_finished(self.pool, node, mine[start:start + 200],
