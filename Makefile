@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 sshd:
-	@test -x /usr/sbin/sshd || { $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client; }
+	@test -x /usr/sbin/sshd && command -v sudo >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client sudo; }
 
 demo: $(STAMP)
 	$(BIN)/iadeep sim

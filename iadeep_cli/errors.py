@@ -58,6 +58,16 @@ class NodeError(IadeepError):
     """A node could not be reached, refused us, or failed a command (SSH, nvidia-smi)."""
 
 
+class RunAsRefused(IadeepError):
+    """A job cannot run as its submitter on a node (``run_as: submitter``): the account is
+    missing there, not allowed, root, the SSH account itself, or sudo refused.  ``node_wide``:
+    the node refuses everyone (sudo missing or its rule absent), not just this user."""
+
+    def __init__(self, message: str, hint: str | None = None, node_wide: bool = False):
+        super().__init__(message, hint)
+        self.node_wide = node_wide
+
+
 class HostKeyError(NodeError):
     """A node's SSH host key is unknown or changed; we never trust it silently."""
 
@@ -72,7 +82,7 @@ ERROR_TYPES: dict[str, type[IadeepError]] = {
     for cls in (
         IadeepError, ConfigError, InputError, NotFoundError, PermissionDenied,
         InvalidTransition, ControllerUnavailable, ControllerBusy, StoreError, NodeError,
-        HostKeyError, ModelError,
+        HostKeyError, ModelError, RunAsRefused,
     )
 }
 

@@ -33,6 +33,19 @@ class Node:
     labels: tuple[str, ...] = ()
     local: bool = False
     workdir: str = "~/.iadeep"       # where job directories are created on the node
+    # Whose account a job runs as (README "Security model"): "account" (the SSH account, as
+    # always) or "submitter" (the submitting user's account of the same name, through sudo),
+    # who may be run as (the names listed, or members of the group on the node), and the
+    # installation's part of a job directory's path (set by the controller; see
+    # ``nodes.runas.user_workdir``).
+    run_as: str = "account"
+    allowed_users: tuple[str, ...] = ()
+    allowed_group: str | None = None
+    scope: str = ""
+
+    @property
+    def submitter(self) -> bool:
+        return self.run_as == "submitter"
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,14 @@ def _list_of(item_conv, what: str):
 
 
 _str_list = _list_of(_word, "strings")
+# A user or group name a node's shell and sudo will see (Debian's useradd accepts these); root
+# is refused by name: iadeep never runs a job as root (README "Security model").
+ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+_account = _within(_str, lambda v: ACCOUNT_NAME.fullmatch(v) is not None and v != "root",
+                   "an account name (lower-case letters, digits, '_', '.', '-'), never root")
+_account_list = _list_of(_account, "account names, e.g. [alice, bob]")
+_run_as = _within(_str, lambda v: v in ("account", "submitter"), "account or submitter")
+RUN_AS_FIELDS = {"run_as": _run_as, "allowed_users": _account_list, "allowed_group": _account}
 _gpu_list = _list_of(_within(_int, lambda v: v >= 0, "a GPU index >= 0"),
                      "GPU indices, e.g. [0, 1]")
 
@@ -197,6 +218,7 @@ _NODE_FIELDS = {
     # ``~`` or ``~/`` is expanded there (nodes.gpu.remote_path): ``~alice/x`` would not be.
     "workdir": _within(_str, lambda v: v != "" and (v[0] != "~" or v == "~" or v[:2] == "~/"),
                        "a directory path (absolute, ~/..., or relative to the node's home)"),
+    **RUN_AS_FIELDS,
 }
 _POLICY_FIELDS = {
     # Sharing must pay: below 1.0 two jobs would together do less than one alone.
@@ -250,6 +272,7 @@ _LAB_FIELDS = {
     "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "kill_grace": _duration,
+    **RUN_AS_FIELDS,   # defaults for every node that does not say
 }
 
 
@@ -273,7 +296,7 @@ def _lab(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, Any]:
     return values
 
 
-def _nodes(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[Node, ...]:
+def _nodes(ctx: _Ctx, node: yaml.Node, where: str, lab: dict[str, Any]) -> tuple[Node, ...]:
     if not isinstance(node, yaml.SequenceNode):
         raise ctx.fail(node, where, "expected a list of nodes (each starting with '- name: ...')")
     result: list[Node] = []
@@ -290,11 +313,31 @@ def _nodes(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[Node, ...]:
             raise ctx.fail(item, f"{sub}.name", f"duplicate node name {name!r} "
                                                 f"(also nodes[{seen[name]}])")
         seen[name] = i
+        _run_as_defaults(ctx, item, sub, values, lab)
         result.append(Node(**values))
     return tuple(result)
 
 
-_TOP_FIELDS = {"lab": _lab, "nodes": _nodes}
+def _run_as_defaults(ctx: _Ctx, item: yaml.Node, where: str, values: dict[str, Any],
+                     lab: dict[str, Any]) -> None:
+    """A node's run_as settings, from the node or else the lab's defaults; a node that runs
+    jobs as their submitters must say who may be run as, else every job there would fail."""
+    for key in RUN_AS_FIELDS:
+        if key not in values and key in lab:
+            values[key] = lab[key]
+    if values.get("run_as") != "submitter":
+        return
+    if values.get("local"):
+        raise ctx.fail(item, f"{where}.run_as", "run_as: submitter is not supported for a "
+                                                "local node (its jobs run as the controller)")
+    if not values.get("allowed_users") and not values.get("allowed_group"):
+        raise ctx.fail(item, f"{where}.run_as", "run_as: submitter needs allowed_users or "
+                                                "allowed_group (in lab or on the node): who "
+                                                "may jobs run as")
+
+
+# ``nodes`` is converted after ``lab`` (whose run_as settings are the nodes' defaults).
+_TOP_FIELDS = {"lab": _lab, "nodes": lambda ctx, n, w: n}
 
 
 def parse_inventory(text: str, path: Path) -> Inventory:
@@ -312,8 +355,9 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         return Inventory(nodes=(), path=path)
     top = _mapping(ctx, root, "", _TOP_FIELDS)
     lab = top.get("lab", {})
+    nodes = _nodes(ctx, top["nodes"], "nodes", lab) if "nodes" in top else ()
     return Inventory(
-        nodes=top.get("nodes", ()),
+        nodes=nodes,
         admins=lab.get("admins", ()),
         poll_interval_s=lab.get("poll_interval", 10.0),
         node_grace_s=lab.get("node_grace", 60.0),

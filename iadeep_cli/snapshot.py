@@ -66,7 +66,9 @@ class RemoteJob:
     ``state``: running (its session leader is alive and is ours) | exited (the leader is gone;
     ``exit_code`` from the exit file, None when there is none: killed hard, node rebooted) |
     missing (no pid file and no launch claim: never started) | claimed (a launch claimed the
-    directory but recorded no pid: interrupted; whether it started is unknown).
+    directory but recorded no pid: interrupted; whether it started is unknown) | unknown (the
+    node answered, but its part of the poll that reads this job could not run: on a
+    ``run_as: submitter`` node, sudo or the owner's account failed; the job is left as it is).
     ``start``: the leader's start time (clock ticks since boot), reported for running jobs so
     that a pid reused after a reboot is never mistaken for the job.
     """

@@ -27,15 +27,22 @@ def check(inventory: str | None = INVENTORY,
           timeout: float = typer.Option(5.0, "--timeout", help="connect timeout per node (s)")):
     """Poll every node once: reachable or why not, round-trip time, driver, GPUs.
 
-    Exit status: 0 if every node answered, 1 if any node failed (so cron/CI can alert).
-    """
-    from ..nodes.check import check_nodes
+    A ``run_as: submitter`` node is also asked to run ``true`` as one allowed user through
+    sudo, and says whether that works.
 
-    snap = check_nodes(load_inventory(inventory), connect_timeout=timeout)
+    Exit status: 0 if every node answered (and run_as works), 1 if not (so cron/CI can alert).
+    """
+    from ..nodes.check import check_nodes, check_run_as
+
+    inv = load_inventory(inventory)
+    snap = check_nodes(inv, connect_timeout=timeout)
+    run_as = check_run_as(inv, connect_timeout=timeout)
     if as_json:
         render.as_json([{
             "name": n.name, "ok": n.ok, "error": n.error, "rtt_s": n.rtt_s,
             "driver_version": n.driver_version, "gpus": [_gpu_json(g) for g in n.gpus],
+            **({"run_as": {"user": run_as[n.name][0], "ok": run_as[n.name][1] is None,
+                           "error": run_as[n.name][1]}} if n.name in run_as else {}),
         } for n in snap.nodes])
     else:
         for n in snap.nodes:
@@ -46,7 +53,11 @@ def check(inventory: str | None = INVENTORY,
                            f"{n.driver_version or '-'}  {len(n.gpus)} GPU(s): {gpus}")
             else:
                 typer.echo(f"{n.name:<16} FAIL  {n.error}")
-    if not all(n.ok for n in snap.nodes):
+            if n.name in run_as:
+                user, why = run_as[n.name]
+                typer.echo(f"{'':<16} run_as: submitter "
+                           + (f"ok (sudo -n -u {user} works)" if why is None else f"FAIL  {why}"))
+    if not all(n.ok for n in snap.nodes) or any(why for _, why in run_as.values()):
         raise typer.Exit(1)
 
 

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from ..errors import IadeepError, InvalidTransition, NodeError
+from ..errors import IadeepError, InvalidTransition, NodeError, RunAsRefused
 from ..inventory import Inventory
 from ..jobs import ACTIVE, Job, JobState, parse_signal
 from ..model.data import shipped_profiles
@@ -169,7 +169,8 @@ class SchedulingLoop:
     # ------------------------------------------------------------------ the round
     def tick(self) -> None:
         now = self.clock()
-        snapshot = self.pool.poll_all(self._expected(), wait_s=self.round_wait_s)
+        expected, owners = self._expected()
+        snapshot = self.pool.poll_all(expected, wait_s=self.round_wait_s, owners=owners)
         with self.store.tx() as conn:
             cluster.save_nodes(conn, snapshot.nodes)
             cluster.forget_nodes(conn, {n.name for n in self.inventory.nodes})
@@ -192,13 +193,17 @@ class SchedulingLoop:
         self.actions.close()
         self.pool.close()
 
-    def _expected(self) -> dict[str, list[tuple[int, int | None, int | None]]]:
-        """Per node, the jobs whose state its poll must read, with their recorded leader."""
+    def _expected(self) -> tuple[dict[str, list[tuple[int, int | None, int | None]]],
+                                 dict[int, str]]:
+        """Per node, the jobs whose state its poll must read, with their recorded leader; and
+        their owners (a ``run_as: submitter`` node reads each job as its owner)."""
         out: dict[str, list[tuple[int, int | None, int | None]]] = {}
+        owners: dict[int, str] = {}
         for job in self._jobs(ACTIVE | {JobState.LOST}):
             if job.node is not None:
                 out.setdefault(job.node, []).append((job.id, job.remote_pid, job.remote_start))
-        return out
+                owners[job.id] = job.owner
+        return out, owners
 
     def _log_node_changes(self, snapshot: ClusterSnapshot) -> None:
         """A node going silent or coming back, its GPU query failing or recovering: the lab's
@@ -245,6 +250,8 @@ class SchedulingLoop:
 
     def _apply_remote(self, job: Job, remote) -> None:
         now = self.clock()
+        if remote is not None and remote.state == "unknown":
+            return   # nobody could look (its owner's sudo failed): nothing is known, or changed
         if remote is None or remote.state == "missing":
             if job.state == JobState.STARTING or (job.state == JobState.LOST
                                                   and job.remote_pid is None):
@@ -352,14 +359,14 @@ class SchedulingLoop:
             jobs = [j for j in jobrows.with_orphans(conn) if node in j.orphans]
         for job in jobs:
             self.actions.submit(node, ("orphan", job.id, node),
-                                partial(self._stop_orphan, node, job.id))
+                                partial(self._stop_orphan, node, job.id, job.owner))
 
-    def _stop_orphan(self, node: str, job_id: int) -> None:
+    def _stop_orphan(self, node: str, job_id: int, owner: str) -> None:
         from ..nodes import launcher
 
         try:
-            launcher.cancel(self.pool, node, job_id, grace_s=5)
-            launcher.set_aside(self.pool, node, job_id, "abandoned")
+            launcher.cancel(self.pool, node, job_id, grace_s=5, owner=owner)
+            launcher.set_aside(self.pool, node, job_id, "abandoned", owner=owner)
         except IadeepError as exc:
             log.warning("stopping old attempt of job %s on %s: %s", job_id, node, exc.message)
             return
@@ -383,15 +390,22 @@ class SchedulingLoop:
                 continue
             with self.store.tx() as conn:
                 ids = jobrows.ended_between(conn, node.name, since, cutoff)
+                owners = {i: jobrows.get(conn, i).owner for i in ids}
             self.actions.submit(node.name, ("clean", -1, node.name),
-                                partial(self._clean, node.name, ids, cutoff))
+                                partial(self._clean, node.name, ids, cutoff, owners))
 
-    def _clean(self, node: str, ids: list[int], until: float) -> None:
+    def _clean(self, node: str, ids: list[int], until: float, owners: dict[int, str]) -> None:
         from ..nodes import launcher
 
         try:
-            for start in range(0, len(ids), 200):   # bounded command lines
-                launcher.clean_finished(self.pool, node, ids[start:start + 200])
+            # One batch per owner: on a run_as: submitter node each owner's are theirs to remove.
+            batches = ({"": ids} if not self.pool.node(node).submitter else
+                       {o: [i for i in ids if owners[i] == o]
+                        for o in sorted(set(owners.values()))})
+            for owner, mine in batches.items():
+                for start in range(0, len(mine), 200):   # bounded command lines
+                    launcher.clean_finished(self.pool, node, mine[start:start + 200],
+                                            owner=owner or None)
         except IadeepError as exc:
             log.warning("cleaning old job directories on %s: %s", node, exc.message)
             return
@@ -418,7 +432,8 @@ class SchedulingLoop:
                     with self.store.tx() as conn:
                         jobrows.update(conn, job.id, signalled=True)
                     self.actions.submit(job.node, ("signal", job.id),
-                                        partial(self._signal, job.node, job.id, name))
+                                        partial(self._signal, job.node, job.id, name,
+                                                job.owner))
             if now - began < limit:
                 continue
             log.info("job %d (%s/%s) reached its time limit %s; stopping it", job.id, job.owner,
@@ -427,11 +442,11 @@ class SchedulingLoop:
                 jobrows.update(conn, job.id, cancel_requested_by=TIME_LIMIT,
                                reason=f"time limit {hms(limit)} reached; stopping it")
 
-    def _signal(self, node: str, job_id: int, name: str) -> None:
+    def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
         from ..nodes import launcher
 
         try:
-            sent = launcher.signal(self.pool, node, job_id, name)
+            sent = launcher.signal(self.pool, node, job_id, name, owner=owner)
             log.info("job %d: SIG%s before its time limit%s", job_id, name,
                      "" if sent else " not sent: nothing of it runs")
         except IadeepError as exc:
@@ -442,13 +457,14 @@ class SchedulingLoop:
         for job in self._jobs(ACTIVE):
             if job.cancel_requested_by and job.node is not None:
                 self.actions.submit(job.node, ("cancel", job.id),
-                                    partial(self._stop, job.node, job.id))
+                                    partial(self._stop, job.node, job.id, job.owner))
 
-    def _stop(self, node: str, job_id: int) -> None:
+    def _stop(self, node: str, job_id: int, owner: str) -> None:
         from ..nodes import launcher
 
         try:
-            launcher.cancel(self.pool, node, job_id, grace_s=self.inventory.kill_grace_s)
+            launcher.cancel(self.pool, node, job_id, grace_s=self.inventory.kill_grace_s,
+                            owner=owner)
         except IadeepError as exc:
             log.warning("cancel of job %s on %s failed: %s", job_id, node, exc.message)
 
@@ -576,6 +592,9 @@ class SchedulingLoop:
         try:
             result = launcher.launch(self.pool, node, started, placement.gpu_indices,
                                      self.script_copy(started))
+        except RunAsRefused as exc:
+            self._run_as_refused(started, node, exc)
+            return
         except NodeError as exc:
             # Unknown whether it started: the next poll's reconcile finds out.
             health = self._launch_health.setdefault(node, _LaunchHealth())
@@ -600,6 +619,27 @@ class SchedulingLoop:
                        started_at=self.clock())
         except InvalidTransition:   # reconcile got there first (it ran, and maybe ended)
             pass
+
+    def _run_as_refused(self, started: Job, node: str, exc: RunAsRefused) -> None:
+        """The launch could not run as the job's owner, so nothing of it ran (``runas``).  This
+        user's account (missing there, not allowed, root, the SSH account) fails the job with
+        the reason: it would fail the same way next time.  A node that refuses everyone (sudo
+        or its rule missing) is a node problem: it is skipped a while (as for any failing
+        launch) and the job goes back to the queue at once, for another node."""
+        if not exc.node_wide:
+            log.warning("job %s cannot run as %s on %s: %s", started.id, started.owner, node,
+                        exc.message)
+            self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
+                       ended_at=self.clock())
+            return
+        health = self._launch_health.setdefault(node, _LaunchHealth())
+        health.failures += 1
+        health.reason = exc.message
+        health.until = self.clock() + min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (
+            health.failures - 1))
+        log.warning("launch of job %s on %s refused: %s; %s is skipped for %.0f s",
+                    started.id, node, exc.message, node, health.until - self.clock())
+        self._not_started(started)
 
     def launch_health(self) -> dict[str, dict]:
         """Nodes skipped because their launches fail: node -> {reason, until}."""

@@ -93,14 +93,14 @@ class SpeedObserver:
         return min(1.5, sm / solo) if solo else None
 
     def _rate(self, job: Job) -> float | None:
-        from ..nodes.launcher import job_dir
+        from ..nodes.launcher import read_job_file
 
         if job.node is None:
             return None
         track = self._tracks.setdefault(job.id, _Track())
-        path = f"{job_dir(self.pool.node(job.node).workdir, job.id)}/progress"
         try:
-            data, _ = self.pool.connection(job.node).read(path, track.offset, 1 << 20) or (b"", 0)
+            data, _ = read_job_file(self.pool, job.node, job.id, "progress", track.offset,
+                                    1 << 20, owner=job.owner) or (b"", 0)
         except IadeepError:
             return None
         if data:

@@ -94,7 +94,7 @@ class Controller:
 
         assert self.loop is not None   # this reader is set only with a loop
         pool = self.loop.pool   # the current one: a reload may have replaced it
-        reply = read_log(pool, job.node, job.id, offset, max_bytes).reply()
+        reply = read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner).reply()
         return reply["data"], reply["offset"], reply["size"]
 
     # ------------------------------------------------------------------ reload
@@ -285,9 +285,12 @@ def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
     - the install id: job ids restart at 1 with a new database, and a new controller must never
       mistake an old job's directory (pid file, exit code) for its own job's;
     - the node name: labs often share home directories over NFS, and a job retried on another
-      node must not find its first attempt's directory there."""
+      node must not find its first attempt's directory there.
+    On a ``run_as: submitter`` node the same ``<install id>/<node>`` (``Node.scope``) is under
+    each user's own ``~/.iadeep/``."""
     nodes = tuple(dataclasses.replace(
-        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{n.name}") for n in inventory.nodes)
+        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{n.name}",
+        scope=f"{install_id}/{n.name}") for n in inventory.nodes)
     return dataclasses.replace(inventory, nodes=nodes)
 
 

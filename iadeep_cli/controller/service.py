@@ -261,6 +261,10 @@ class Service(views.StoreReader):
                              f"{req.max_bytes}")
         with self.store.tx() as conn:
             job = jobrows.get(conn, req.id)
+        if job.owner != user and not self.inventory.is_admin(user):
+            raise PermissionDenied(f"job {req.id} belongs to {job.owner}; {user} may not read "
+                                   "its log",
+                                   hint="a job's log is its owner's and the lab admins' only")
         if job.node is None:
             return m.LogChunk(data="", offset=0, finished=job.state in FINISHED,
                               state=job.state)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import NotFoundError
+from ..errors import IadeepError, NotFoundError
 from ..inventory import Inventory
 from ..snapshot import ClusterSnapshot
 
@@ -16,6 +16,27 @@ def check_nodes(inventory: Inventory, connect_timeout: float = 5.0,
     with NodePool(inventory, connect_timeout=connect_timeout,
                   command_timeout=command_timeout) as pool:
         return pool.poll_all()
+
+
+def check_run_as(inventory: Inventory, connect_timeout: float = 5.0,
+                 command_timeout: float = 20.0) -> dict[str, tuple[str | None, str | None]]:
+    """For each ``run_as: submitter`` node: (the allowed user tried, why running a job as them
+    fails, or None when ``sudo -n -u USER true`` works there)."""
+    from .poller import NodePool
+    from .runas import probe
+
+    names = [n.name for n in inventory.nodes if n.submitter]
+    if not names:
+        return {}
+    with NodePool(inventory, connect_timeout=connect_timeout,
+                  command_timeout=command_timeout) as pool:
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for name in names:
+            try:
+                out[name] = probe(pool, name)
+            except IadeepError as exc:
+                out[name] = (None, exc.message)
+        return out
 
 
 def scan_node_key(inventory: Inventory, name: str, connect_timeout: float = 5.0):

@@ -50,9 +50,11 @@ class NodeAccess(Protocol):
 
 class Pool(NodeAccess, Protocol):
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
-                 wait_s: float | None = None) -> ClusterSnapshot:
-        """Every node's GPUs and the state of the jobs ``expect``ed there, waiting at most
-        ``wait_s``; a node that did not answer is a ``NodeSnapshot`` with ``error`` set."""
+                 wait_s: float | None = None,
+                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
+        """Every node's GPUs and the state of the jobs ``expect``ed there (``owners``: job id
+        -> owner, for ``run_as: submitter`` nodes), waiting at most ``wait_s``; a node that
+        did not answer is a ``NodeSnapshot`` with ``error`` set."""
 
     def close(self) -> None: ...
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,7 @@ if [ "$r" -eq 0 ]; then
     [ -r /proc/$p/stat ] || continue
     s=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f4)
     j=$(tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | sed -n 's/^IADEEP_JOB_ID=//p' | head -n 1)
-    echo "$p $s $j"
+    echo "$p $s ${{j:--}} $(stat -c %U /proc/$p 2>/dev/null)"
   done
 fi
 """
@@ -287,7 +287,9 @@ def nvidia_smi_error(rc: int, body: str) -> str | None:
     return f"nvidia-smi failed (exit {rc}): {first or 'no output'}"
 
 
-def job_map(procs_text: str, known: set[int], sessions: dict[int, int]) -> dict[int, int]:
+def job_map(procs_text: str, known: set[int], sessions: dict[int, int],
+            owner_of: Mapping[int, str] | None = None,
+            tags: Mapping[int, tuple[int, str]] | None = None) -> dict[int, int]:
     """pid -> job id for GPU processes that iadeep started.
 
     ``known``: job ids with a claimed directory on this node (a launch in progress too: its
@@ -297,6 +299,11 @@ def job_map(procs_text: str, known: set[int], sessions: dict[int, int]) -> dict[
     its exit file by a moment, and is still not foreign), or (environment unreadable: another
     user's process) if its session is a live job's (jobs are started with setsid, so
     pid == sid; a finished job's pid may already belong to someone else).
+
+    On a submitter node (``owner_of``: job id -> its owner) a tag counts only on a process
+    of the job's owner, and ``tags`` (pid -> (job id, user): what each user's own section
+    of the poll found in their processes' environments) fills in what the SSH account cannot
+    read; a user can tag only their own processes.
     """
     out: dict[int, int] = {}
     for line in procs_text.splitlines():
@@ -305,6 +312,16 @@ def job_map(procs_text: str, known: set[int], sessions: dict[int, int]) -> dict[
             continue
         pid, sid = int(parts[0]), int(parts[1])
         env_job = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+        if owner_of is not None:
+            owner = parts[3] if len(parts) > 3 else None
+            tagged = (tags or {}).get(pid)
+            if env_job is not None and owner is not None and owner_of.get(env_job) == owner:
+                out[pid] = env_job
+            elif tagged is not None and owner is not None and tagged[1] == owner:
+                out[pid] = tagged[0]
+            elif sid in sessions:
+                out[pid] = sessions[sid]
+            continue
         if env_job is not None and env_job in known:
             out[pid] = env_job
         elif sid in sessions:
@@ -322,7 +339,7 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) < 2 or _int(parts[0]) is None or parts[1] not in (
-                "running", "exited", "missing", "claimed"):
+                "running", "exited", "missing", "claimed"):   # never "unknown": see user_states
             continue
         pid = _int(parts[2]) if len(parts) > 2 else None
         if parts[1] == "running":
@@ -347,6 +364,55 @@ def job_sections(sec: dict[str, tuple[str | None, str]]
     return states, known | {j for j, _ in states}, sessions
 
 
+@dataclass(frozen=True)
+class UserStates:
+    """What the per-user sections of a submitter node's poll say (see ``runas.poll_sections``)."""
+
+    states: tuple[tuple[int, RemoteJob], ...]
+    owner_of: dict[int, str]              # job id -> owner, for tagging GPU processes
+    sessions: dict[int, int]              # live session leader -> job id
+    tags: dict[int, tuple[int, str]]      # pid -> (job id, its user)
+    errors: dict[str, str]                # user -> why their section could not run
+
+
+def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str]) -> UserStates:
+    """Each user's section is believed only about that user's jobs (``owners``: the expected
+    jobs' owners).  A job whose owner's section did not run (sudo refused, the user missing,
+    a timeout) is ``unknown``, never ``missing``: the node answered, but nobody looked, and a
+    job must not be taken for never started (and started again) because its owner's sudo
+    broke."""
+    states: list[tuple[int, RemoteJob]] = []
+    owner_of = dict(owners)
+    sessions: dict[int, int] = {}
+    tags: dict[int, tuple[int, str]] = {}
+    errors: dict[str, str] = {}
+    for key, (_, body) in sec.items():
+        if not key.startswith("as:"):
+            continue
+        user = key[3:]
+        lines = [ln[2:] for ln in body.splitlines() if ln.startswith("| ")]
+        rc = sec.get(f"as-rc:{user}", ("-", ""))[0]
+        inner = split_sections("\n".join(lines))
+        got, known, live = job_sections(inner)
+        if rc != "0" or got is None:
+            errors[user] = clean(next((ln for ln in reversed(lines) if ln.strip()),
+                                      f"exit {rc}"))
+            continue
+        mine = {j for j, u in owners.items() if u == user}
+        states.extend((j, job) for j, job in got if j in mine)
+        sessions.update((pid, j) for pid, j in live.items() if j in mine)
+        for j in known:
+            owner_of.setdefault(j, user)
+        for line in inner.get("tags", (None, ""))[1].splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() \
+                    and owner_of.get(int(parts[1])) == user:
+                tags[int(parts[0])] = (int(parts[1]), user)
+    answered = {j for j, _ in states}
+    states.extend((j, RemoteJob("unknown")) for j in owners if j not in answered)
+    return UserStates(tuple(states), owner_of, sessions, tags, errors)
+
+
 def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[int, int],
            only: tuple[int, ...] | None) -> tuple[GpuSample, ...]:
     """Put each process on its GPU (by uuid), tag iadeep's, keep only the inventory's GPUs."""
@@ -366,12 +432,21 @@ def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[in
 
 
 def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
-               taken_at: float | None = None, rtt_s: float | None = None) -> NodeSnapshot:
+               taken_at: float | None = None, rtt_s: float | None = None,
+               owners: Mapping[int, str] | None = None) -> NodeSnapshot:
     """The poll script's output -> NodeSnapshot: the jobs' states whenever the script ran, and
-    ``error`` set when nvidia-smi failed (the node still answered: its jobs are still known)."""
+    ``error`` set when nvidia-smi failed (the node still answered: its jobs are still known).
+    ``owners`` (job id -> owner): the node runs jobs as their submitters, and their states
+    are in per-user sections (``user_states``)."""
     taken_at = time.time() if taken_at is None else taken_at
     sec = split_sections(output)
     states, known, sessions = job_sections(sec)
+    by_user = None
+    if owners is not None and states is not None:
+        by_user = user_states(sec, owners)
+        states = states + by_user.states
+        known |= set(by_user.owner_of)
+        sessions.update(by_user.sessions)
 
     def snap(gpus=(), error=None, driver=None):
         return NodeSnapshot(name=name, taken_at=taken_at, gpus=gpus, error=error,
@@ -393,6 +468,8 @@ def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
         apps = parse_apps(apps_body) if apps_rc == "0" and NO_DEVICES not in apps_body else []
     except ValueError as exc:
         return snap(error=f"cannot parse nvidia-smi output: {exc}")
-    jobs = job_map(sec.get("procs", (None, ""))[1], known, sessions)
+    jobs = job_map(sec.get("procs", (None, ""))[1], known, sessions,
+                   None if by_user is None else by_user.owner_of,
+                   None if by_user is None else by_user.tags)
     driver = next((r.driver for r in rows if r.driver), None)
     return snap(gpus=attach(rows, apps, jobs, only), driver=driver)

@@ -12,9 +12,14 @@ learn the truth, and a second ``launch`` of the same job never starts it twice.
 
 Every user-supplied value (name, args, env, paths) reaches the remote shell only through
 ``shlex.quote``; the wrapper script is a constant that receives them as positional arguments.
+
+On a ``run_as: submitter`` node every function here takes the job's ``owner`` and runs its
+script as them (``runas``), in the owner's own ``~/.iadeep/<install id>/<node>/jobs/<id>/``;
+the script is then sent on stdin, not by SFTP (the SSH account cannot write there).
 """
 from __future__ import annotations
 
+import base64
 import codecs
 import re
 import shlex
@@ -25,6 +30,7 @@ from pathlib import Path
 from ..errors import InputError, NodeError, NotFoundError
 from ..jobs import SIGNALS, Job
 from ..snapshot import RemoteJob
+from . import runas
 from .connection import NodeAccess
 from .gpu import (
     _READ_PIDFILE,
@@ -79,9 +85,24 @@ def job_dir(workdir: str, job_id: int) -> str:
     return f"{workdir.rstrip('/')}/jobs/{int(job_id)}"
 
 
-def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None) -> str:
-    """Run a POSIX sh script on the node (whatever the login shell is); stdout or NodeError."""
-    rc, out, err = pool.run(node, ["sh", "-c", script], timeout=timeout)
+def workdir(pool: NodeAccess, node: str) -> str:
+    """Where ``node``'s job directories are (``jobs/<id>`` below it), as its shell sees it."""
+    n = pool.node(node)
+    return runas.user_workdir(n) if n.submitter else n.workdir
+
+
+def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
+        owner: str | None = None, stdin: bytes | None = None) -> str:
+    """Run a POSIX sh script on the node (whatever the login shell is), as the job's
+    ``owner`` on a submitter node; stdout, or NodeError (RunAsRefused: it could not run as
+    the owner, and nothing of it ran)."""
+    if pool.node(node).submitter:
+        if owner is None:
+            raise InputError(f"node {node} runs jobs as their submitters; the job's owner is "
+                             "needed to act on it")
+        rc, out, err = runas.run(pool, node, owner, script, timeout=timeout, stdin=stdin)
+    else:
+        rc, out, err = pool.run(node, ["sh", "-c", script], timeout=timeout, stdin=stdin)
     if rc != 0:
         raise NodeError(f"node {node}: remote command failed (exit {rc}): "
                         f"{(err.strip() or out.strip()).splitlines()[-1:] or ''}",
@@ -112,10 +133,11 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     if not script.is_file():
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
-    wd = pool.node(node).workdir
-    found = _sh(pool, node, f"umask 077; d={remote_path(job_dir(wd, job.id))}; "
+    owner = job.owner
+    found = _sh(pool, node, f"umask 077; d={remote_path(job_dir(workdir(pool, node), job.id))}; "
                           'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
-                          "{ cat pid 2>/dev/null; true; }")   # a failed mkdir is a NodeError
+                          "{ cat pid 2>/dev/null; true; }",   # a failed mkdir is a NodeError
+                owner=owner)
     lines = found.splitlines()
     jdir = lines[0]
     if len(lines) > 1 and lines[1].strip():
@@ -123,7 +145,12 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         return LaunchResult(pid, pid, jdir, already_started=True, start=st)
     # In its own folder: a script named like a control file (pid, exit, log...) can't clobber it.
     remote_script = f"{jdir}/bin/{script.name}"
-    pool.connection(node).put(script, remote_script, 0o700)
+    if pool.node(node).submitter:   # into the owner's directory, as the owner
+        q = shlex.quote(remote_script)
+        _sh(pool, node, f"umask 077; cat > {q} && chmod 700 {q}", owner=owner,
+            stdin=script.read_bytes())
+    else:
+        pool.connection(node).put(script, remote_script, 0o700)
     cwd = remote_path(job.spec.workdir) if job.spec.workdir else shlex.quote(jdir)
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
@@ -137,7 +164,7 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         # the pid and start time, and never takes a started job for one that did not start
         '{ echo "$! $st" > pid.tmp && mv pid.tmp pid; } 2>/dev/null; echo "started $! $st"\n'
     )
-    out = _sh(pool, node, start).split()
+    out = _sh(pool, node, start, owner=owner).split()
     try:
         pid, st = _pid_line(" ".join(out[1:]))
     except ValueError:
@@ -161,7 +188,7 @@ def _find_job(pool: NodeAccess, node: str, job_id: int) -> str:
     """Shell that finds the job's processes: sets $d (its directory), $a (the absolute one, as
     launch put it in the job's environment, even if the job removed it), the ``tagged`` function
     and $g (the recorded session leader, if the pid file is valid and names it; else empty)."""
-    d = job_dir(pool.node(node).workdir, job_id)
+    d = job_dir(workdir(pool, node), job_id)
     return (
         f"d={remote_path(d)}; i={int(job_id)}\n"
         'a=$(cd "$d" 2>/dev/null && pwd || { cd "${d%/*}" 2>/dev/null && echo "$(pwd)/$i"; })\n'
@@ -171,7 +198,8 @@ def _find_job(pool: NodeAccess, node: str, job_id: int) -> str:
     )
 
 
-def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0) -> str:
+def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0,
+           owner: str | None = None) -> str:
     """Stop the job: TERM its process group and every process tagged with it (see _TAGGED: a
     daemon it forked into a new session, or a job that deleted its pid file, is found all the
     same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
@@ -194,26 +222,31 @@ def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0) -> s
         '"$d/exit"; }\n'
         "echo killed\n"
     )
-    return _sh(pool, node, script, timeout=grace_s + pool.command_timeout).strip()
+    return _sh(pool, node, script, timeout=grace_s + pool.command_timeout, owner=owner).strip()
 
 
-def signal(pool: NodeAccess, node: str, job_id: int, name: str) -> bool:
-    """Send signal ``name`` (one of ``jobs.SIGNALS``) to the job's process group and to every
-    process tagged with it (see ``cancel``); the wrapper survives it (its trap). True if
-    anything of the job was there to get it."""
+def signal(pool: NodeAccess, node: str, job_id: int, name: str,
+           owner: str | None = None) -> bool:
+    """Send signal ``name`` (one of ``jobs.SIGNALS``) once to each of the job's processes: its
+    process group, and every process tagged with it outside that group (see ``cancel``); the
+    wrapper survives it (its trap). True if anything of the job was there to get it."""
     if name not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
     script = (
         _find_job(pool, node, job_id) +
         't=$(tagged); sent=0\n'
         f'[ -n "$g" ] && kill -{name} "-$g" 2>/dev/null && sent=1\n'
-        f'[ -n "$t" ] && kill -{name} $t 2>/dev/null && sent=1\n'
+        # tagged processes outside the group (their own session) get it too, but only once:
+        # a signal twice in a row may reach a handler twice
+        "for x in $t; do pg=$(sed 's/.*) //' \"/proc/$x/stat\" 2>/dev/null | cut -d' ' -f3)\n"
+        f'  [ "$pg" = "$g" ] || {{ kill -{name} "$x" 2>/dev/null && sent=1; }}; done\n'
         'echo $sent\n'
     )
-    return _sh(pool, node, script).strip() == "1"
+    return _sh(pool, node, script, owner=owner).strip() == "1"
 
 
-def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect) -> dict[int, RemoteJob]:
+def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
+              owner: str | None = None) -> dict[int, RemoteJob]:
     """What each job's session and directory on the node say now, in one round trip (the
     controller gets the same from every poll; see ``gpu.state_script`` for the rules).
 
@@ -222,7 +255,7 @@ def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect) -> d
     if not job_ids:
         return {}
     expect = [j if isinstance(j, tuple) else (int(j), None, None) for j in job_ids]
-    out = _sh(pool, node, state_script(pool.node(node).workdir, expect))
+    out = _sh(pool, node, state_script(workdir(pool, node), expect), owner=owner)
     return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))
 
 
@@ -244,7 +277,7 @@ class LogChunk:
 
 
 def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
-             max_bytes: int = 65536) -> LogChunk:
+             max_bytes: int = 65536, owner: str | None = None) -> LogChunk:
     """Up to ``max_bytes`` (at most MAX_LOG_READ) of the job's log from ``offset``.
 
     The log is the job's to shape: a FIFO, a link to /dev/zero or a directory there is refused
@@ -254,8 +287,8 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
     if offset < 0 or max_bytes <= 0:
         raise InputError(f"invalid log range offset={offset} max_bytes={max_bytes}",
                          hint="offset must be >= 0 and max_bytes > 0")
-    path = f"{job_dir(pool.node(node).workdir, job_id)}/log"
-    got = pool.connection(node).read(path, offset, min(max_bytes, MAX_LOG_READ))
+    path = f"{job_dir(workdir(pool, node), job_id)}/log"
+    got = read_job_file(pool, node, job_id, "log", offset, min(max_bytes, MAX_LOG_READ), owner)
     if got is None:
         raise NotFoundError(f"job {job_id} has no log on node {node} ({path})",
                             hint="the job may not have started yet; see `iadeep queue show ID`")
@@ -263,17 +296,45 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
     return LogChunk(data, offset + len(data), size)
 
 
-def set_aside(pool: NodeAccess, node: str, job_id: int, suffix: str) -> None:
+def read_job_file(pool: NodeAccess, node: str, job_id: int, name: str, offset: int,
+                  max_bytes: int, owner: str | None = None) -> tuple[bytes, int] | None:
+    """(up to ``max_bytes`` of the job's file ``name`` from ``offset``, its size), None if
+    there is none: over SFTP as the SSH account, or on a submitter node read by the owner
+    (so a link the owner put there reaches only what the owner may read)."""
+    path = f"{job_dir(workdir(pool, node), job_id)}/{name}"
+    if not pool.node(node).submitter:
+        return pool.connection(node).read(path, offset, max_bytes)
+    f = remote_path(path)
+    out = _sh(pool, node,
+              f"f={f}; [ -e \"$f\" ] || [ -h \"$f\" ] || {{ echo missing; exit 0; }}\n"
+              '[ -f "$f" ] && [ ! -h "$f" ] || { echo "$f is not a regular file" >&2; exit 3; }\n'
+              'echo "size $(stat -c %s "$f")"\n'
+              f'tail -c +{int(offset) + 1} "$f" | head -c {int(max_bytes)} | base64 | tr -d "\\n"'
+              "; echo\n", owner=owner)
+    lines = out.splitlines()
+    if not lines or lines[0] == "missing":
+        return None
+    try:
+        size = int(lines[0].split()[1])
+        data = base64.b64decode("".join(lines[1:2]), validate=True)
+    except (IndexError, ValueError):
+        raise NodeError(f"node {node}: unreadable answer reading {path}") from None
+    return data, max(size, offset + len(data))
+
+
+def set_aside(pool: NodeAccess, node: str, job_id: int, suffix: str,
+              owner: str | None = None) -> None:
     """Rename a job's directory to ``{id}.{suffix}.{time}.{n}`` (kept for its log) so a new
     attempt of the same job on this node starts fresh instead of finding the old pid file."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
         raise InputError(f"bad directory suffix {suffix!r}")
-    d = job_dir(pool.node(node).workdir, job_id)
+    d = job_dir(workdir(pool, node), job_id)
     _sh(pool, node, f'd={remote_path(d)}; [ -d "$d" ] || exit 0; '
-                    f'mv "$d" "$d.{suffix}.$(date +%s).$$"')
+                    f'mv "$d" "$d.{suffix}.$(date +%s).$$"', owner=owner)
 
 
-def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int]) -> None:
+def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int],
+                   owner: str | None = None) -> None:
     """Remove finished jobs' directories on the node, with their set-aside ``ID.*`` siblings
     (the controller calls this once a job is past ``lab.job_dir_retention``).
 
@@ -285,7 +346,7 @@ def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int]) -> None:
         raise InputError(f"clean_finished: job ids must be integers >= 0, got {list(job_ids)}")
     if not job_ids:
         return
-    jobs = remote_path(pool.node(node).workdir.rstrip("/") + "/jobs")
+    jobs = remote_path(workdir(pool, node).rstrip("/") + "/jobs")
     _sh(pool, node,
         f"j={jobs}; [ -d \"$j\" ] || exit 0\n"
         '[ -h "$j" ] && { echo "$j is a symbolic link; not cleaning there" >&2; exit 1; }\n'
@@ -293,4 +354,4 @@ def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int]) -> None:
         f"for i in {' '.join(map(str, job_ids))}; do for x in \"$i\" \"$i\".*; do\n"
         '  if [ -h "$x" ]; then rm -f -- "$x"; elif [ -e "$x" ]; then\n'
         '    chmod -R u+rwx -- "$x" 2>/dev/null; rm -rf -- "$x" || exit 1; fi\n'
-        "done; done\n")
+        "done; done\n", owner=owner)

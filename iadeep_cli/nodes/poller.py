@@ -17,8 +17,18 @@ from pathlib import Path
 from ..errors import IadeepError, NotFoundError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
+from . import runas
 from .connection import NodeConnection
-from .gpu import SMI_TIMEOUT_S, Expect, parse_poll, poll_script
+from .gpu import (
+    SMI_TIMEOUT_S,
+    Expect,
+    gpu_script,
+    parse_poll,
+    poll_script,
+    split_sections,
+    state_script,
+    user_states,
+)
 
 log = logging.getLogger("iadeep.nodes")
 
@@ -54,6 +64,7 @@ class NodePool:
         self._consumed: set[Future] = set()        # polls whose result was already returned
         self._since: dict[str, float] = {}         # when a node's unfinished poll began
         self._lock = threading.Lock()
+        self._user_errors: dict[str, dict[str, str]] = {}   # node -> user -> why (logged)
 
     # -- access
     def node(self, name: str) -> Node:
@@ -74,9 +85,11 @@ class NodePool:
         return self.connection(node_name).run(cmd, timeout=timeout, stdin=stdin)
 
     # -- polling
-    def poll(self, node_name: str, expect: Expect = ()) -> NodeSnapshot:
+    def poll(self, node_name: str, expect: Expect = (),
+             owners: Mapping[int, str] | None = None) -> NodeSnapshot:
         """One node's GPUs and expected jobs now; every failure becomes ``NodeSnapshot.error``
-        (with ``jobs`` None when the node did not answer at all)."""
+        (with ``jobs`` None when the node did not answer at all).  ``owners``: job id -> owner,
+        which a ``run_as: submitter`` node needs to read each job as its owner."""
         node = self.node(node_name)
         start = time.time()
         t0 = time.monotonic()
@@ -84,19 +97,54 @@ class NodePool:
             if node.local:
                 from .nvml import poll_local
                 return poll_local(node.name, node.workdir, node.gpus, expect)
-            _, out, err = self.run(node_name, ["sh", "-c", poll_script(node.workdir, expect,
-                                                                     self.gpu_timeout)])
+            mine = None
+            if node.submitter:
+                mine = {int(j): (owners or {}).get(int(j), "") for j, _, _ in expect}
+                script = self._submitter_script(node, expect, mine)
+            else:
+                script = poll_script(node.workdir, expect, self.gpu_timeout)
+            _, out, err = self.run(node_name, ["sh", "-c", script])
         except IadeepError as exc:
             return NodeSnapshot(node.name, start, error=exc.message)
         except Exception as exc:  # a bug or a library surprise: this node's error, not a crash
             log.exception("polling %s failed", node.name)
             return NodeSnapshot(node.name, start, error=f"poll failed: {type(exc).__name__}: {exc}")
         rtt = time.monotonic() - t0
-        return parse_poll(node.name, out + ("\n" + err if "@@iadeep gpu" not in out else ""),
-                          only=node.gpus, taken_at=start, rtt_s=rtt)
+        snap = parse_poll(node.name, out + ("\n" + err if "@@iadeep gpu" not in out else ""),
+                          only=node.gpus, taken_at=start, rtt_s=rtt, owners=mine)
+        if mine is not None:
+            self._note_user_errors(node.name, out)
+        return snap
+
+    def _submitter_script(self, node: Node, expect: Expect, owners: dict[int, str]) -> str:
+        """The SSH account's own (empty) state section, each owner's jobs read as that owner
+        (``runas.poll_sections``; an owner unknown here gets none: their jobs are unknown),
+        then the GPUs.  Each user's part is bounded so that all of them fit the poll."""
+        by_user: dict[str, list[tuple[int, int | None, int | None]]] = {}
+        for j, p, t in expect:
+            if owners.get(int(j)):
+                by_user.setdefault(owners[int(j)], []).append((j, p, t))
+        wd = runas.user_workdir(node)
+        each = max(2.0, self.gpu_timeout / max(1, len(by_user)))
+        return (state_script(node.workdir, ()) +
+                runas.poll_sections(node, {u: state_script(wd, e) for u, e in by_user.items()},
+                                    each) +
+                gpu_script(self.gpu_timeout))
+
+    def _note_user_errors(self, node: str, out: str) -> None:
+        """Log (once per change) a user whose jobs could not be read on a submitter node."""
+        errors = user_states(split_sections(out), {}).errors
+        with self._lock:
+            before = self._user_errors.get(node, {})
+            self._user_errors[node] = errors
+        for user, why in errors.items():
+            if before.get(user) != why:
+                log.warning("node %s: the jobs of %s cannot be read as %s: %s", node, user,
+                            user, why)
 
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
-                 wait_s: float | None = None) -> ClusterSnapshot:
+                 wait_s: float | None = None,
+                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
         """Every node concurrently (a thread each), waiting at most ``wait_s`` for them.
 
         A node that is not done by then does not hold up the others: its poll goes on in the
@@ -105,7 +153,8 @@ class NodePool:
         been silent.  Only the polls started by this call are waited for: a node still hung
         from an earlier round costs the others nothing (else every round would wait out
         ``wait_s`` for it, and the healthy nodes' data would age by that much each round).
-        ``expect``: per node, the jobs whose state to read (see ``state_script``).
+        ``expect``: per node, the jobs whose state to read (see ``state_script``);
+        ``owners``: job id -> owner (needed on ``run_as: submitter`` nodes).
         """
         expect = expect or {}
         wait_s = self.connect_timeout + self.command_timeout + 1 if wait_s is None else wait_s
@@ -116,7 +165,8 @@ class NodePool:
             for name in self._conns:
                 prev = self._inflight.get(name)
                 if prev is None or (prev.done() and prev in self._consumed):
-                    prev = self._executor.submit(self.poll, name, tuple(expect.get(name, ())))
+                    prev = self._executor.submit(self.poll, name, tuple(expect.get(name, ())),
+                                                 dict(owners or {}))
                     self._inflight[name] = prev
                     self._since.setdefault(name, started)
                     fresh.append(prev)

@@ -60,7 +60,8 @@ class ReplayPool:
 
     # -- Pool
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
-                 wait_s: float | None = None) -> ClusterSnapshot:
+                 wait_s: float | None = None,
+                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
         taken = time.time()   # wall clock, like NodePool: the loop compares it with its actions
         nodes = []
         for node in self.inventory.nodes:

@@ -219,3 +219,28 @@ def test_json_output_is_standard(capsys):
     assert data["nodes"][0]["gpus"][0]["utilization_gpu"] is None
     assert data["nodes"][0]["gpus"][0]["power_draw_w"] is None
     assert data["speeds"] == [None, 0.5]
+
+
+def _as(user: str, rc: int, inner: str) -> str:
+    """One user's section of a submitter node's poll (see runas.poll_sections)."""
+    body = "".join(f"| {line}\n" for line in inner.splitlines())
+    return f"{MARK} as:{user}\n{body}\n{MARK} as-rc:{user} {rc}\n"
+
+
+def test_submitter_sections_are_believed_only_about_their_own_users_jobs(smi_fixture):
+    """alice's section reports her job 5 and tags her process 450; what it says about bob's
+    job 6, or a tag on bob's process, is ignored; bob's section could not run (sudo refused),
+    so his job is unknown: never missing (which would start it again)."""
+    alice = (f"{MARK} state\n5 running 100 11\n6 exited 200 0\n{MARK} dirs\n5\n"
+             f"{MARK} tags\n450 5\n451 5\n@@iadeep as:bob\n")
+    users = _as("alice", 0, alice) + _as("bob", 91, "iadeep-runas: sudo -n -u bob refused")
+    procs = "450 450 - alice\n451 451 - bob\n"
+    out = output(smi_fixture(GPU_LOADED), smi_fixture(APPS_LOADED), procs=procs)
+    out = out.replace(f"{MARK} gpu", users + f"{MARK} gpu", 1)
+    snap = parse_poll("n1", out, owners={5: "alice", 6: "bob"})
+    assert dict(snap.jobs) == {5: RemoteJob("running", None, 100, 11), 6: RemoteJob("unknown")}
+    tags = {p.pid: p.job_id for p in snap.gpus[0].processes}
+    assert (tags[450], tags[451]) == (5, None)
+    # a job whose owner has no section at all (the poll stopped early) is unknown too
+    snap = parse_poll("n1", output(smi_fixture(GPU_LOADED)), owners={7: "carol"})
+    assert snap.jobs == ((7, RemoteJob("unknown")),)

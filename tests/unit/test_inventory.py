@@ -179,3 +179,31 @@ def test_lookup_order(tmp_path, monkeypatch):
 
 def test_empty_inventory_is_an_empty_cluster(tmp_path):
     assert parse_inventory("", tmp_path / "n.yaml").nodes == ()
+
+
+@pytest.mark.parametrize("text, expected", [
+    (_node(run_as="sudo"), "lab/nodes.yaml:4: nodes[0].run_as: expected account or submitter"),
+    (_node(run_as="submitter"), "lab/nodes.yaml:2: nodes[0].run_as: run_as: submitter needs "
+                                "allowed_users or allowed_group"),
+    (_node(run_as="submitter", local="true", allowed_group="lab"),
+     "lab/nodes.yaml:2: nodes[0].run_as: run_as: submitter is not supported for a local node"),
+    ("lab:\n  allowed_users: [alice, root]\n", "lab/nodes.yaml:2: lab.allowed_users[1]: "
+                                               "expected an account name"),
+    ("lab:\n  allowed_group: root\n", "lab/nodes.yaml:2: lab.allowed_group: expected an "
+                                      "account name"),
+    ("lab:\n  allowed_users: ['a;b']\n", "lab/nodes.yaml:2: lab.allowed_users[0]: expected"),
+])
+def test_bad_run_as_settings_are_refused(text, expected):
+    assert _error(text).startswith(expected)
+
+
+def test_run_as_defaults_come_from_the_lab_and_nodes_override_them():
+    inv = parse_inventory(
+        "nodes:\n  - name: a\n    host: h\n  - name: b\n    host: h\n    run_as: account\n"
+        "  - name: c\n    host: h\n    allowed_users: [carol]\n"
+        "lab:\n  run_as: submitter\n  allowed_users: [alice, bob]\n  allowed_group: gpu-lab\n",
+        Path("n.yaml"))
+    a, b, c = inv.nodes
+    assert (a.submitter, a.allowed_users, a.allowed_group) == (True, ("alice", "bob"), "gpu-lab")
+    assert not b.submitter and c.submitter and c.allowed_users == ("carol",)
+    assert not parse_inventory(_node(), Path("n.yaml")).nodes[0].submitter   # as before

@@ -1,0 +1,217 @@
+"""``run_as: submitter`` with real parts: OS accounts, an sshd node logged into as an
+unprivileged SSH account, real sudo with the README's sudoers line, a real controller, and the
+real CLI run as each user (issue 12, "Run as the submitter")."""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from helpers.accounts import cli_as, ensure_user
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.sshd import SshdNode, _keygen, sshd_available
+from iadeep_cli.paths import StateDir
+
+pytestmark = [
+    pytest.mark.sshd,
+    pytest.mark.skipif(os.geteuid() != 0, reason="creating OS accounts and sudo rules needs root"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+CTL, ALICE, BOB, GHOST = "iadeep-ra-ctl", "iadeep-ra-alice", "iadeep-ra-bob", "iadeep-ra-ghost"
+GROUP = "iadeep-ra-lab"
+SUDOERS = Path("/etc/sudoers.d/iadeep-runas-test")
+
+
+def readme_sudoers_line() -> str:
+    """The sudoers line exactly as README 'Security model' gives it."""
+    found = re.findall(r"^ *(\S+ ALL=\(%\S+,!root\) NOPASSWD: /bin/sh)$",
+                       (ROOT / "README.md").read_text(), re.M)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _account(name: str, shell: str = "/usr/sbin/nologin") -> Path:
+    """A real account with its own home directory (0700, its own); no password, but not
+    locked ('*', not '!': sshd without PAM refuses a locked account even a key login)."""
+    ensure_user(name)
+    home = Path(f"/home/{name}")
+    subprocess.run(["usermod", "-d", str(home), "-s", shell, "-p", "*", name], check=True)
+    home.mkdir(parents=True, exist_ok=True)
+    for left in home.iterdir():   # an earlier run's job directories and files
+        shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink()
+    entry = pwd.getpwnam(name)
+    os.chown(home, entry.pw_uid, entry.pw_gid)
+    os.chmod(home, 0o700)
+    return home
+
+
+def _need_tools() -> None:
+    missing = [t for t in ("sudo", "visudo") if shutil.which(t) is None]
+    if not sshd_available():
+        missing.append("sshd")
+    if missing:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{missing} missing; CI must install sudo and openssh-server (make sshd)")
+        pytest.skip(f"needs {', '.join(missing)} (make sshd installs them)")
+
+
+def _install_sudoers(line: str) -> None:
+    tmp = SUDOERS.with_name(".iadeep-runas-test.tmp")   # sudo ignores names with a '.'
+    tmp.write_text(line + "\n")
+    os.chmod(tmp, 0o440)
+    subprocess.run(["visudo", "-cqf", str(tmp)], check=True)
+    tmp.replace(SUDOERS)
+    subprocess.run(["visudo", "-cq"], check=True)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    _need_tools()
+    ctl_home = _account(CTL, shell="/bin/sh")
+    subprocess.run(["groupadd", "-f", GROUP], check=True)
+    for user in (ALICE, BOB):
+        _account(user)
+        subprocess.run(["usermod", "-aG", GROUP, user], check=True)
+    subprocess.run(["userdel", GHOST], capture_output=True)   # a left-over from a killed run
+    line = readme_sudoers_line().replace("iadeep ", f"{CTL} ", 1).replace("%gpu-lab",
+                                                                          f"%{GROUP}")
+    _install_sudoers(line)
+    top = Path(tempfile.mkdtemp(prefix="iadeep-runas-", dir="/tmp"))
+    os.chmod(top, 0o755)   # the node's files (sshd reads authorized_keys as the SSH account)
+    key = top / "client" / "id_ed25519"
+    key.parent.mkdir(mode=0o700)
+    _keygen(key)
+    authorized = top / "authorized_keys"
+    shutil.copy(str(key) + ".pub", authorized)
+    os.chmod(authorized, 0o644)
+    node = SshdNode("ra1", "127.0.0.41", top, authorized)
+    node.start()
+    state = top / "state"
+    state.mkdir()
+    (state / "known_hosts").write_text(node.known_hosts_line() + "\n")
+    inventory = top / "nodes.yaml"
+    inventory.write_text(
+        f"lab:\n  poll_interval: 0.5\n  node_grace: 30\n  admins: []\n"
+        f"  allowed_group: {GROUP}\n  allowed_users: [{GHOST}]\n"
+        f"  user_limits: {{{GHOST}: {{max_jobs: 0}}}}\n"
+        f"nodes:\n  - name: ra1\n    host: {node.addr}\n    port: {node.port}\n"
+        f"    user: {CTL}\n    identity_file: {key}\n    workdir: {ctl_home}/iadeep\n"
+        f"    run_as: submitter\n")
+    scripts = top / "scripts"
+    scripts.mkdir(mode=0o755)
+    ctl = ControllerProcess(state, inventory).start()
+    ctl.node, ctl.scripts, ctl.top = node, scripts, top
+    yield ctl
+    ctl.stop()
+    print(ctl.log.read_text()[-4000:])   # shown when a test failed
+    node.stop()
+    SUDOERS.unlink(missing_ok=True)
+    subprocess.run(["userdel", GHOST], capture_output=True)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _script(lab, name: str, body: str) -> str:
+    path = lab.scripts / name
+    path.write_text(body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def _job(lab, job_id: int) -> dict:
+    return jobs_by_id(lab.home)[job_id]
+
+
+def _submitted(result: dict) -> int:
+    assert result["rc"] == 0, result
+    return int(re.search(r"\b(\d+)\b", result["out"]).group(1))
+
+
+# The job says who it runs as, leaves a file in its owner's home, and waits (bounded) for the
+# test to let it finish, so that others can try to read and cancel it while it runs.
+JOB = """#!/bin/sh
+echo "whoami: $(id -un)"
+echo made > "$HOME/ra-made-$IADEEP_JOB_ID"
+n=0; while [ ! -e "$HOME/ra-go-$IADEEP_JOB_ID" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
+echo done
+"""
+
+
+def test_a_job_runs_as_its_submitter_and_only_they_see_its_log(lab):
+    home = pwd.getpwnam(ALICE).pw_dir
+    job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", _script(lab, "a.sh", JOB)))
+    wait_until(lambda: os.path.exists(f"{home}/ra-made-{job_id}"), limit=60)
+    made = os.stat(f"{home}/ra-made-{job_id}")
+    assert pwd.getpwuid(made.st_uid).pw_name == ALICE
+    jdir = Path(home, ".iadeep", StateDir(lab.home).install_id.read_text().strip(), "ra1", "jobs",
+                str(job_id))
+    assert (jdir.stat().st_mode & 0o777, pwd.getpwuid(jdir.stat().st_uid).pw_name) == \
+        (0o700, ALICE)
+    assert pwd.getpwuid((jdir / "log").stat().st_uid).pw_name == ALICE
+    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=30)
+
+    # bob can neither read alice's log through iadeep nor cancel her job
+    refused = cli_as(BOB, lab.home, "logs", str(job_id))
+    assert refused["rc"] == 1 and f"belongs to {ALICE}" in refused["err"], refused
+    assert "whoami" not in refused["out"] + refused["err"]
+    refused = cli_as(BOB, lab.home, "queue", "cancel", str(job_id))
+    assert refused["rc"] != 0 and f"belongs to {ALICE}" in refused["out"] + refused["err"]
+
+    Path(f"{home}/ra-go-{job_id}").touch()
+    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+    log = cli_as(ALICE, lab.home, "logs", str(job_id))
+    assert log["rc"] == 0 and f"whoami: {ALICE}\n" in log["out"] and "done" in log["out"], log
+
+
+def test_the_owner_cancels_their_own_running_job(lab):
+    job_id = _submitted(cli_as(BOB, lab.home, "queue", "add", _script(lab, "b.sh", JOB)))
+    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=60)
+    assert cli_as(BOB, lab.home, "queue", "cancel", str(job_id))["rc"] == 0
+    wait_until(lambda: _job(lab, job_id)["state"] == "cancelled", limit=60)
+
+
+def test_a_job_for_a_user_missing_on_the_node_fails_with_the_reason(lab):
+    """The ghost submits (the controller knows them) and its job waits (max_jobs: 0); the
+    account is then gone from the node: the launch fails saying so, and nothing ran."""
+    ensure_user(GHOST)
+    job_id = _submitted(cli_as(GHOST, lab.home, "queue", "add",
+                               _script(lab, "g.sh", "#!/bin/sh\necho hi\n")))
+    subprocess.run(["userdel", GHOST], check=True)
+    lab.inventory.write_text(re.sub(r"  user_limits:.*\n", "", lab.inventory.read_text()))
+    assert cli(lab.home, "controller", "reload").returncode == 0
+    wait_until(lambda: _job(lab, job_id)["state"] == "failed", limit=60)
+    why = cli(lab.home, "queue", "show", str(job_id), "--json", check=True).stdout
+    reason = json.loads(why)["reason"]
+    assert f"user {GHOST} does not exist on this node" in reason, reason
+
+
+def test_nodes_check_says_whether_run_as_works(lab):
+    ok = cli(lab.home, "nodes", "check", "--inventory", str(lab.inventory))
+    assert ok.returncode == 0 and "run_as: submitter ok" in ok.stdout, ok.stdout + ok.stderr
+    saved = SUDOERS.read_text()
+    SUDOERS.unlink()
+    try:
+        bad = cli(lab.home, "nodes", "check", "--inventory", str(lab.inventory), "--json")
+        [node] = json.loads(bad.stdout)
+        assert bad.returncode == 1 and node["run_as"]["ok"] is False
+        assert "a password is required" in node["run_as"]["error"], node
+    finally:
+        _install_sudoers(saved.strip())
+
+
+def test_sudo_never_runs_as_root_with_the_readme_line(lab):
+    """The rule itself refuses root, whatever iadeep's own checks do."""
+    out = subprocess.run(["su", CTL, "-s", "/bin/sh", "-c", "sudo -n -u root -- /bin/sh -c id"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "uid=0" not in out.stdout
+    out = subprocess.run(["su", CTL, "-s", "/bin/sh", "-c",
+                          f"sudo -n -u {ALICE} -- /bin/sh -c 'id -un'"],
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == ALICE, out.stderr
