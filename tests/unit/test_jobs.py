@@ -33,3 +33,10 @@ def test_a_time_limit_out_of_range_is_refused(seconds):
 def test_time_limits_print_as_slurm_prints_them():
     assert [hms(s) for s in (None, 59, 7200, 3723, 86400, 3 * 86400 + 5)] == \
         ["-", "0:00:59", "2:00:00", "1:02:03", "1-00:00:00", "3-00:00:05"]
+
+
+def test_notify_takes_only_its_four_words():
+    for when in ("end", "fail", "all", "none"):
+        validate_spec(JobSpec(script="/x.sh", notify=when))
+    with pytest.raises(InputError, match="--notify must be one of end, fail, all, none, got 'END'"):
+        validate_spec(JobSpec(script="/x.sh", notify="END"))
