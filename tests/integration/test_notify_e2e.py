@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import getpass
 import json
+import signal
+import sqlite3
 
 from helpers.controllers import cli, jobs_by_id, start_lab, wait_until
 from helpers.sinks import HookSink, MailSink
@@ -99,3 +101,44 @@ def test_notify_without_a_channel_is_refused_at_submission(sshd_cluster, tmp_pat
         assert jobs_by_id(ctl.home)[fine]["notify"] == "none"
     finally:
         ctl.stop()
+
+
+def test_a_notification_owed_when_the_controller_is_killed_is_sent_once_after(sshd_cluster,
+                                                                               tmp_path):
+    """The mail server is down when the job ends; the controller is SIGKILLed while the
+    message waits for its retry; the restarted controller sends it, once."""
+    mail = MailSink()                            # its port is chosen; it is not listening yet
+    cluster = sshd_cluster(1)
+    for node in cluster.nodes.values():
+        node.set_fake(gpus=1)
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text(
+        "lab:\n  poll_interval: 0.3\n  node_grace: 3\n  notify:\n    default: end\n"
+        f"    smtp: {mail.address}\n    address: '{{user}}@lab.example.org'\n" +
+        cluster.inventory_yaml())
+    ctl = start_lab(cluster, tmp_path, inventory)
+    try:
+        job = _add(ctl.home, str(_script(tmp_path, "ok.sh", "echo done\n")))
+        wait_until(lambda: f"of job {job} by email failed (try 1 of 5)" in ctl.log.read_text(),
+                   limit=90)
+        ctl.kill(signal.SIGKILL)
+        with mail:
+            ctl.start()
+            wait_until(mail.received, limit=60)
+            wait_until(lambda: _outbox(ctl.home, job)[0]["sent_at"] is not None, limit=30)
+            [row] = _outbox(ctl.home, job)
+            assert row["attempts"] == 2 and row["channel"] == "email"
+            [msg] = mail.received()
+            assert msg["Subject"] == f"[iadeep] job {job} (ok.sh) succeeded"
+    finally:
+        ctl.stop()
+
+
+def _outbox(home, job_id) -> list[dict]:
+    conn = sqlite3.connect(f"file:{home / 'iadeep.db'}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(
+            "SELECT * FROM notifications WHERE job_id=?", (job_id,))]
+    finally:
+        conn.close()
