@@ -246,6 +246,8 @@ class Notifier:
                 log.debug("notifications wait: %s", exc.message)
                 due = None
             except Exception:
+                if self._stop.is_set():   # a send outlived close(): the store is gone; it is
+                    return                # sent again at the next start (not recorded sent)
                 log.exception("notifications (%s): unexpected error; trying again later",
                               channel)
                 due = None
