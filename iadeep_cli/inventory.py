@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import string
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .jobs import NOTIFY_WHEN
 from .paths import inventory_path
 
 
@@ -67,6 +70,34 @@ class UserLimit:
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """``lab.notify``: how a job's owner hears that it ended, and the default for ``--notify``.
+
+    E-mail needs the SMTP server and a way to find a user's address: the per-user map first,
+    else the pattern. The webhook (Slack, Mattermost, anything taking a JSON POST) gets every
+    notification, whoever the owner."""
+
+    default: str = "none"                 # --notify when a job does not say
+    smtp: tuple[str, int] | None = None   # (host, port)
+    sender: str | None = None             # From:; None: iadeep@<the controller's host>
+    address: str | None = None            # e.g. "{user}@lab.example.org"
+    addresses: dict[str, str] = field(default_factory=dict)   # user -> address, first
+    webhook: str | None = None            # http(s) URL
+
+    def email_for(self, user: str) -> str | None:
+        """The user's address, or None when e-mail is not set up or does not reach them."""
+        if self.smtp is None:
+            return None
+        if user in self.addresses:
+            return self.addresses[user]
+        return self.address.format(user=user) if self.address else None
+
+    def reaches(self, user: str) -> bool:
+        """Whether any channel would carry a message about ``user``'s job."""
+        return self.webhook is not None or self.email_for(user) is not None
+
+
+@dataclass(frozen=True)
 class Inventory:
     nodes: tuple[Node, ...]
     admins: tuple[str, ...] = ()
@@ -80,6 +111,7 @@ class Inventory:
     max_time_limit_s: float | None = None       # the longest --time accepted (and the default
                                                 # when default_time_limit is not set)
     kill_grace_s: float = 10.0       # a stopped job's TERM -> KILL wait (cancel, time limit)
+    notify: NotifySettings = field(default_factory=NotifySettings)
     path: Path | None = None
 
     def node(self, name: str) -> Node | None:
@@ -261,6 +293,91 @@ def _duration(ctx: _Ctx, node: yaml.Node, where: str) -> float:
     return seconds
 
 
+# An address as it may go into a To: header: one mailbox, nothing a header could be split at.
+_ADDRESS = re.compile(r"[^@\s<>,;:\"'()\[\]\\]+@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_address = _within(_str, _ADDRESS.fullmatch, "one e-mail address, e.g. alice@lab.example.org")
+
+
+def _address_pattern(ctx: _Ctx, node: yaml.Node, where: str) -> str:
+    """A pattern such as ``{user}@lab.example.org``: ``{user}`` is its only field, and it makes
+    an address for any account name (letters, digits, '.', '_', '-')."""
+    value = _str(ctx, node, where)
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+    except ValueError as exc:
+        raise ctx.fail(node, where, f"cannot read pattern {value!r}: {exc}") from None
+    if fields != {"user"} or not _ADDRESS.fullmatch(value.format(user="a.b_c-1")):
+        raise ctx.fail(node, where, f"expected an address pattern with {{user}} as its only "
+                                    f"field, e.g. '{{user}}@lab.example.org', got {value!r}")
+    return value
+
+
+def _addresses(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, str]:
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.fail(node, where, "expected a mapping of user: address")
+    out: dict[str, str] = {}
+    for key_node, value_node in node.value:
+        user = _word(ctx, key_node, where)
+        if user in out:
+            raise ctx.fail(key_node, f"{where}.{user}", "given twice")
+        out[user] = _address(ctx, value_node, f"{where}.{user}")
+    return out
+
+
+def _smtp(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:25`` for an IPv6 address)."""
+    value = _str(ctx, node, where)
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (not sep or not host or any(c.isspace() or c in "[]/@" for c in host)
+            or not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ctx.fail(node, where, f"expected host:port of an SMTP server, e.g. "
+                                    f"mail.lab.example.org:25, got {value!r}")
+    return host, int(port)
+
+
+def _webhook(ctx: _Ctx, node: yaml.Node, where: str) -> str:
+    value = _str(ctx, node, where)
+    try:
+        url = urllib.parse.urlsplit(value)
+        url.port   # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        url = None
+    if (url is None or url.scheme not in ("http", "https") or not url.hostname
+            or any(c.isspace() or not c.isprintable() for c in value)):
+        raise ctx.fail(node, where, "expected an http:// or https:// URL, e.g. "
+                                    "https://hooks.slack.com/services/...")
+    return value
+
+
+_NOTIFY_FIELDS = {
+    "default": _within(_str, lambda v: v in NOTIFY_WHEN, f"one of {', '.join(NOTIFY_WHEN)}"),
+    "smtp": _smtp, "from": _address, "address": _address_pattern, "addresses": _addresses,
+    "webhook": _webhook,
+}
+
+
+def _notify(ctx: _Ctx, node: yaml.Node, where: str) -> NotifySettings:
+    """The notification channels. A setting that could never take effect is refused where it
+    is written: e-mail settings without a server, a server without a way to find addresses,
+    and a default other than ``none`` without any channel."""
+    values = _mapping(ctx, node, where, _NOTIFY_FIELDS)
+    at = {k.value: k for k, _ in node.value}
+    mail = [k for k in ("from", "address", "addresses") if k in values]
+    if mail and "smtp" not in values:
+        raise ctx.fail(at[mail[0]], f"{where}.{mail[0]}",
+                       "e-mail settings need the SMTP server: add smtp: host:port")
+    if "smtp" in values and not {"address", "addresses"} & set(values):
+        raise ctx.fail(at["smtp"], f"{where}.smtp", "e-mail needs users' addresses: add "
+                       "address: '{user}@your.domain' and/or addresses: {user: address}")
+    if values.get("default", "none") != "none" and not {"smtp", "webhook"} & set(values):
+        raise ctx.fail(at["default"], f"{where}.default", "a default other than none needs a "
+                       "channel: add smtp: host:port (with address) or webhook: URL")
+    return NotifySettings(default=values.get("default", "none"), smtp=values.get("smtp"),
+                          sender=values.get("from"), address=values.get("address"),
+                          addresses=values.get("addresses", {}), webhook=values.get("webhook"))
+
+
 _LAB_FIELDS = {
     "admins": _str_list,
     "poll_interval": _within(_num, lambda v: v >= MIN_POLL_INTERVAL_S,
@@ -268,7 +385,7 @@ _LAB_FIELDS = {
     "node_grace": _within(_num, lambda v: v > 0, "seconds > 0"),
     "default_retries": _count,
     "policy": lambda ctx, n, w: Policy(**_mapping(ctx, n, w, _POLICY_FIELDS)),
-    "user_limits": _user_limits, "job_dir_retention": _duration,
+    "user_limits": _user_limits, "job_dir_retention": _duration, "notify": _notify,
     "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "kill_grace": _duration,
@@ -368,6 +485,7 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         default_time_limit_s=lab.get("default_time_limit"),
         max_time_limit_s=lab.get("max_time_limit"),
         kill_grace_s=lab.get("kill_grace", 10.0),
+        notify=lab.get("notify", NotifySettings()),
         path=path,
     )
 

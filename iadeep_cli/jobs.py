@@ -83,6 +83,7 @@ class JobSpec:
     min_speed: float | None = None    # floor on predicted speed when sharing; None: lab default
     time_limit_s: float | None = None   # stopped once it has run this long (--time); None: never
     signal: str | None = None         # "USR1@60": sent that long before the time limit (--signal)
+    notify: str = "none"              # when to tell its owner (--notify): see NOTIFY_WHEN
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,10 @@ class Job:
         return tuple(n for n in self.orphans if n != node)
 
 
+# --notify: which of a job's moments send its owner a message. 'end': it reached a final state;
+# 'fail': a final state other than succeeded (failed, cancelled, or stopped at its time limit);
+# 'all': its start too; 'none': never.
+NOTIFY_WHEN = ("end", "fail", "all", "none")
 MAX_GPUS_PER_JOB = 64
 MAX_TIME_LIMIT_S = 365 * 86400
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -207,6 +212,9 @@ def validate_spec(spec: JobSpec) -> None:
                   f"{spec.time_limit_s:g} s", "e.g. --time 2:00:00 (two hours) or --time 3-0")
     if spec.signal is not None:
         parse_signal(spec.signal)
+    if spec.notify not in NOTIFY_WHEN:
+        raise bad(f"--notify must be one of {', '.join(NOTIFY_WHEN)}, got {spec.notify[:40]!r}",
+                  "e.g. --notify fail (a message if it does not succeed)")
     check_priority(spec.priority)
     for key, _ in spec.env:
         if not key.isidentifier() or not key.isascii():

@@ -207,6 +207,7 @@ class JobView(Message):
     min_speed: float | None
     time_limit_s: float | None
     signal: str | None
+    notify: str
     attempts: int
     remote_pid: int | None
     reason: str
@@ -223,7 +224,8 @@ class JobView(Message):
             script=spec.script, args=spec.args, workdir=spec.workdir, env=dict(spec.env),
             mem_gib=spec.mem_gib, workload=spec.workload, priority=spec.priority,
             exclusive=spec.exclusive, retries=spec.retries, min_speed=spec.min_speed,
-            time_limit_s=spec.time_limit_s, signal=spec.signal, attempts=job.attempts,
+            time_limit_s=spec.time_limit_s, signal=spec.signal, notify=spec.notify,
+            attempts=job.attempts,
             remote_pid=job.remote_pid, reason=job.reason, predicted_speed=job.predicted_speed,
             observed_speed=job.observed_speed)
 

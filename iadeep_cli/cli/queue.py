@@ -74,6 +74,11 @@ def add(
     signal: str | None = typer.Option(None, "--signal", metavar="SIG[@SECONDS]",
                                       help="Send SIG (e.g. USR1) SECONDS (default 60) before "
                                            "the time limit, to checkpoint."),
+    notify: str | None = typer.Option(None, "--notify", metavar="WHEN",
+                                      help="Send a message (e-mail, webhook: the lab's "
+                                           "channels) when it ends (end), ends other than "
+                                           "succeeded (fail), starts and ends (all), or never "
+                                           "(none); default: the lab's lab.notify.default."),
 ) -> None:
     """Queue SCRIPT to run on GPUs; prints the new job's id."""
     spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
@@ -81,13 +86,15 @@ def add(
                    workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
                    min_speed=min_speed,
                    time_limit_s=None if time is None else parse_time_limit(time),
-                   signal=signal)
+                   signal=signal, notify=notify or "none")
     validate_spec(spec)
     if workload and not new_workload:
         _check_workload(workload)
     request = spec_to_dict(spec)
     if retries is None:
         del request["retries"]   # the controller applies the lab's default
+    if notify is None:
+        del request["notify"]    # likewise
     print(client.submit(request, Path(spec.script).read_bytes()).id)
 
 
@@ -163,7 +170,7 @@ def _where(job: m.JobView) -> str:
 
 SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "env",
                "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "time_limit_s",
-               "signal", "attempts", "node", "gpu_indices", "remote_pid", "exit_code",
+               "signal", "notify", "attempts", "node", "gpu_indices", "remote_pid", "exit_code",
                "predicted_speed", "observed_speed")
 
 

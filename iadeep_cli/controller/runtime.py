@@ -20,12 +20,13 @@ from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
 
 from .. import messages as m
-from ..errors import ConfigError, IadeepError, StoreError
+from ..errors import ConfigError, IadeepError, NodeError, StoreError
 from ..inventory import Inventory, load_inventory
 from ..nodes.connection import Pool
 from ..paths import StateDir
 from ..store import cluster, statedir
 from . import offline
+from .notify import Notifier
 from .server import ControllerSocket
 from .service import Service
 
@@ -59,6 +60,9 @@ class Controller:
         self.service.reload = self.reload
         self.socket = ControllerSocket(self.service, self.state)
         self.loop = self._make_loop(inventory) if inventory.nodes else None
+        # Its own threads: a slow mail server or webhook never delays a round.
+        self.notifier = Notifier(self.store, inventory.notify, self._notice_log, clock,
+                                 every_s=min(10.0, max(1.0, inventory.poll_interval_s)))
         self.started_at = clock()
         self._published_at = float("-inf")
         self._rescued, self._rescue_failed = False, ""
@@ -96,6 +100,13 @@ class Controller:
         pool = self.loop.pool   # the current one: a reload may have replaced it
         reply = read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner).reply()
         return reply["data"], reply["offset"], reply["size"]
+
+    def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
+        """The notifier's way to a job's log: through the node pool of the moment."""
+        if self.loop is None:
+            raise NodeError("this controller has no node connections",
+                            hint="the job's log stays on its node")
+        return self._read_log(job, offset, max_bytes)
 
     # ------------------------------------------------------------------ reload
     def reload(self) -> m.ReloadResult:
@@ -160,6 +171,7 @@ class Controller:
         elif new.nodes:
             self.loop = self._make_loop(new)
         self.inventory = self.service.inventory = new
+        self.notifier.use(new.notify)
         names = [n.name for n in new.nodes]
         change = {"added": tuple(n for n in names if old.node(n) is None),
                   "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None),
@@ -228,6 +240,7 @@ class Controller:
     def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Serve until stop(); each tick runs one scheduling round (if a loop is attached)."""
         self.socket.start()
+        self.notifier.start()
         self.heartbeat()
         log.info("controller started (pid %d): inventory %s, %s; listening on %s",
                  os.getpid(), self.inventory.path,
@@ -240,6 +253,7 @@ class Controller:
                 self._apply_reloads()
                 if self.loop is not None and self.store.identity_problem() is None:
                     self._tick()
+                self.notifier.wake()   # jobs that ended in this round, or by a request
                 self.heartbeat()
                 # a fixed rate: a round that took long does not also delay the next one
                 self._wake.wait(max(0.0, self.inventory.poll_interval_s -
@@ -249,6 +263,7 @@ class Controller:
             log.info("controller stopping (%s); running jobs keep running on their nodes",
                      self._stopped_by)
             self.socket.close()
+            self.notifier.close()
             self.heartbeat(stopped_at=self.clock())
             if self.loop is not None:
                 self.loop.close()

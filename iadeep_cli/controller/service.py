@@ -91,9 +91,17 @@ class Service(views.StoreReader):
         job, like sbatch does: editing the file later does not change a queued job."""
         if self.degraded is not None:
             raise self.degraded
-        job_spec = spec_from_dict({"retries": self.inventory.default_retries, **req.spec})
+        job_spec = spec_from_dict({"retries": self.inventory.default_retries,
+                                   "notify": self.inventory.notify.default, **req.spec})
         validate_spec(job_spec)
         job_spec = self._with_time_limit(job_spec)
+        if req.spec.get("notify", "none") != "none" and not self.inventory.notify.reaches(user):
+            # Asked for, so said at once; the lab's default is applied without this check (a
+            # user without an address must still be able to submit).
+            raise InputError(f"--notify {job_spec.notify}: no notification channel of this lab "
+                             f"reaches {user}",
+                             hint="ask an admin to set lab.notify (smtp with address, or "
+                                  "webhook) in the inventory, or leave --notify out")
         if req.token is not None:
             checks.text("token", req.token, max_len=128)
         content = _script_content(job_spec.script, req.script_b64)

@@ -110,6 +110,28 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX profile_samples_key ON profile_samples(gpu_model, workload, id);
     """,
+    # v6: notifications waiting to be sent (an outbox), one row per job event and channel, and
+    # how far the events were read for them. The cursor starts at the newest event, so an
+    # upgraded lab is not told about jobs that ended before it could ask for notifications.
+    """
+    CREATE TABLE notifications (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        event_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at REAL NOT NULL,
+        sent_at REAL,
+        gave_up_at REAL,
+        error TEXT NOT NULL DEFAULT ''
+    );
+    CREATE UNIQUE INDEX notifications_once ON notifications(event_id, channel);
+    CREATE INDEX notifications_due ON notifications(channel, sent_at, gave_up_at, next_at);
+    INSERT INTO meta (key, value) SELECT 'notify_cursor', COALESCE(MAX(id), 0) FROM events;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -34,8 +34,10 @@ def test_example_inventory_shows_every_field():
         "lab": set(data["lab"]), "lab.policy": set(data["lab"]["policy"]),
         "lab.user_limits.*": set().union(*map(set, data["lab"]["user_limits"].values())),
         "nodes[*]": set().union(*map(set, data["nodes"])),
+        "lab.notify": set(data["lab"]["notify"]),
     }
     assert shown == {"lab": set(inventory._LAB_FIELDS), "lab.policy": set(inventory._POLICY_FIELDS),
+                     "lab.notify": set(inventory._NOTIFY_FIELDS),
                      "lab.user_limits.*": set(inventory._LIMIT_FIELDS),
                      "nodes[*]": set(inventory._NODE_FIELDS)}
     text = (ROOT / "nodes.yaml.example").read_text()
@@ -207,3 +209,59 @@ def test_run_as_defaults_come_from_the_lab_and_nodes_override_them():
     assert (a.submitter, a.allowed_users, a.allowed_group) == (True, ("alice", "bob"), "gpu-lab")
     assert not b.submitter and c.submitter and c.allowed_users == ("carol",)
     assert not parse_inventory(_node(), Path("n.yaml")).nodes[0].submitter   # as before
+def _notify(**fields) -> str:
+    """A lab.notify section with ``fields`` (line 3 onwards)."""
+    return "lab:\n  notify:\n" + "".join(f"    {k}: {v}\n" for k, v in fields.items())
+
+
+MAIL = {"smtp": "mail:25", "address": "'{user}@lab.example.org'"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    (_notify(default="sometimes"), "3: lab.notify.default: expected one of end, fail, all, "
+                                   "none, got 'sometimes'"),
+    (_notify(smtp="mail"), "3: lab.notify.smtp: expected host:port of an SMTP server"),
+    (_notify(smtp="mail:0"), "3: lab.notify.smtp: expected host:port"),
+    (_notify(smtp="mail:smtp"), "3: lab.notify.smtp: expected host:port"),
+    (_notify(smtp="'a b:25'"), "3: lab.notify.smtp: expected host:port"),
+    (_notify(smtp="mail:25"), "3: lab.notify.smtp: e-mail needs users' addresses"),
+    (_notify(address="'{user}@x.org'"), "3: lab.notify.address: e-mail settings need the SMTP "
+                                        "server"),
+    (_notify(smtp="m:25", address="'{name}@x.org'"),
+     "4: lab.notify.address: expected an address pattern with {user} as its only field"),
+    (_notify(smtp="m:25", address="alice@x.org"), "4: lab.notify.address: expected an address "
+                                                  "pattern"),
+    (_notify(smtp="m:25", address="'{user}'"), "4: lab.notify.address: expected an address"),
+    (_notify(smtp="m:25", address="'{user'"), "4: lab.notify.address: cannot read pattern"),
+    (_notify(smtp="m:25", addresses="{bob: 'not an address'}"),
+     "4: lab.notify.addresses.bob: expected one e-mail address"),
+    (_notify(smtp="m:25", addresses="{bob: 'a@x.org, c@y.org'}"),
+     "4: lab.notify.addresses.bob: expected one e-mail address"),
+    (_notify(smtp="m:25", addresses="[bob]"), "4: lab.notify.addresses: expected a mapping"),
+    (_notify(**MAIL, **{"from": "'x <y@z>'"}), "5: lab.notify.from: expected one e-mail address"),
+    (_notify(webhook="ftp://x/y"), "3: lab.notify.webhook: expected an http:// or https:// URL"),
+    (_notify(webhook="hooks.slack.com/x"), "3: lab.notify.webhook: expected an http"),
+    (_notify(webhook="'http://x:99999/'"), "3: lab.notify.webhook: expected an http"),
+    (_notify(default="end"), "3: lab.notify.default: a default other than none needs a channel"),
+    (_notify(sms="yes"), "3: lab.notify.sms: unknown key 'sms' (allowed: address, addresses, "
+                         "default, from, smtp, webhook)"),
+])
+def test_bad_notify_settings_name_file_line_and_field(text, expected):
+    assert _error(text).startswith(f"lab/nodes.yaml:{expected}")
+
+
+def test_notify_settings_find_each_users_address():
+    inv = parse_inventory(_notify(default="fail", smtp="'[::1]:2525'",
+                                  address="'{user}@lab.example.org'",
+                                  addresses="{pi: boss@example.org}", **{"from": "q@lab.org"}),
+                          Path("n.yaml"))
+    n = inv.notify
+    assert (n.default, n.smtp, n.sender, n.webhook) == ("fail", ("::1", 2525), "q@lab.org", None)
+    assert n.email_for("alice") == "alice@lab.example.org"
+    assert n.email_for("pi") == "boss@example.org"   # the map first
+    only_map = parse_inventory(_notify(smtp="m:25", addresses="{pi: p@x.org}"), Path("n.yaml"))
+    assert only_map.notify.email_for("alice") is None and not only_map.notify.reaches("alice")
+    hook = parse_inventory(_notify(default="all", webhook="http://127.0.0.1:8080/hook"),
+                           Path("n.yaml")).notify
+    assert hook.reaches("anyone") and hook.email_for("anyone") is None
+    assert parse_inventory("nodes: []\n", Path("n.yaml")).notify.default == "none"

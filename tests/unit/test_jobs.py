@@ -47,3 +47,8 @@ def test_signals_as_sbatch_takes_them(text, parsed):
 def test_a_signal_a_job_cannot_catch_or_a_bad_one_is_refused(text):
     with pytest.raises(InputError, match="is not SIGNAL"):
         validate_spec(JobSpec(script="/x.sh", time_limit_s=60, signal=text))
+def test_notify_takes_only_its_four_words():
+    for when in ("end", "fail", "all", "none"):
+        validate_spec(JobSpec(script="/x.sh", notify=when))
+    with pytest.raises(InputError, match="--notify must be one of end, fail, all, none, got 'END'"):
+        validate_spec(JobSpec(script="/x.sh", notify="END"))

@@ -22,7 +22,7 @@ from iadeep_cli.store import Store, jobs as jobrows
 JOB_KEYS = ["id", "name", "user", "state", "gpus", "node", "gpu_indices", "submitted_at",
             "started_at", "ended_at", "exit_code", "script", "args", "workdir", "env",
             "mem_gib", "workload", "priority", "exclusive", "retries", "min_speed", "time_limit_s",
-            "signal", "attempts",
+            "signal", "notify", "attempts",
             "remote_pid", "reason", "predicted_speed", "observed_speed"]
 STATUS_KEYS = ["now", "nodes", "queue", "controller", "stale_after_s"]
 NODE_KEYS = ["name", "taken_at", "gpus", "error", "driver_version", "rtt_s", "jobs", "age_s",

@@ -1,0 +1,377 @@
+"""Telling job owners that their job started or ended: e-mail and a webhook (``--notify``).
+
+Where the notifications come from: the events table, which records every state change of every
+job whoever made it (the loop, a user's cancel, an admin's fence). ``Notifier.collect`` reads
+the events past a cursor and writes what is owed into the outbox (``store/outbox.py``) in the
+same transaction that moves the cursor, so a controller killed at any moment neither forgets a
+notification nor queues one twice.
+
+How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
+SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
+logged and tried again after RETRY_BACKOFF_S, then given up, logged as an error. A hung
+webhook therefore delays only the webhook's later messages, and scheduling not at all.
+
+The guarantee: every notification is sent at least once unless its channel fails every try;
+a controller killed after a channel accepted a message but before that was recorded sends it
+once more when it starts again (at least once, never lost).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import smtplib
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from typing import Any
+
+from ..errors import IadeepError, StoreError
+from ..inventory import NotifySettings
+from ..jobs import FINISHED, Job, JobState
+from ..store import Store, jobs as jobrows, outbox
+from ..text import clock as when, hms
+
+log = logging.getLogger("iadeep.notify")
+CHANNELS = ("email", "webhook")
+RETRY_BACKOFF_S = (10.0, 60.0, 300.0, 1800.0)   # waits between tries; then given up
+SEND_TIMEOUT_S = 15.0    # a channel that takes longer has failed this try
+LOG_TAIL_LINES = 20      # the last lines of the job's log in an end message
+LOG_TAIL_BYTES = 8192    # read at most this much of the log's end (a job's log can be huge)
+LINE_MAX = 300           # characters per log line shown (a progress bar may never end one)
+
+LogReader = Callable[[Job, int, int], tuple[str, int, int | None]]
+
+
+# ---------------------------------------------------------------------------- what is owed
+def wanted(notify: str, kind: str, state: str) -> bool:
+    """Whether a job with ``--notify notify`` gets a message for this moment."""
+    if kind == "start":
+        return notify == "all"
+    if notify in ("end", "all"):
+        return True
+    return notify == "fail" and state != JobState.SUCCEEDED.value
+
+
+def kind_of(event: outbox.Event) -> str | None:
+    """'start' for an attempt that began running, 'end' for a final state, else None.
+    A lost job seen running again is not a start; a lost job is reported when it ends."""
+    if event.new_state in {s.value for s in FINISHED}:
+        return "end"
+    if event.old_state == JobState.STARTING.value and event.new_state == JobState.RUNNING.value:
+        return "start"
+    return None
+
+
+# ---------------------------------------------------------------------------- the message
+@dataclass(frozen=True)
+class Notice:
+    """One message, in the forms the channels need."""
+
+    subject: str
+    headline: str             # one line: which job, whose, what happened
+    summary: str              # one line: where, how long, exit code (an end only)
+    text: str                 # plain text: the e-mail body
+    fields: dict[str, Any] = field(default_factory=dict)   # structured, for the webhook
+
+
+def clean(text: str) -> str:
+    """Text from a job (its log, its name) made safe to show: control characters, escape
+    sequences included, are written as ``\\x1b``; carriage returns, which a progress bar uses to
+    redraw a line, keep only what was drawn last."""
+    out = []
+    for line in text.split("\n"):
+        line = line.rstrip("\r").rsplit("\r", 1)[-1]
+        out.append("".join(c if c.isprintable() or c == "\t" else
+                           c.encode("unicode_escape").decode("ascii") for c in line))
+    return "\n".join(out)
+
+
+def log_tail(data: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``data`` (which may start mid-line), each cut to LINE_MAX."""
+    kept = data.rstrip("\n").split("\n")[-lines:]
+    return "\n".join(line if len(line) <= LINE_MAX else line[:LINE_MAX] + "..."
+                     for line in clean("\n".join(kept)).split("\n"))
+
+
+def build(job: Job, kind: str, state: str, tail: str | None, tail_note: str = "") -> Notice:
+    """The message for ``job``'s start or end (``state``: the state its event moved it to).
+    ``tail``: the end of its log, None when not read (``tail_note`` then says why)."""
+    name = clean(job.name)[:100]
+    where = (f"{job.node} (GPU{'s' if len(job.gpu_indices) != 1 else ''} "
+             f"{','.join(map(str, job.gpu_indices))})" if job.node and job.gpu_indices
+             else job.node or "-")
+    run_s = (job.ended_at - job.started_at if kind == "end" and job.started_at is not None
+             and job.ended_at is not None else None)
+    if kind == "start":
+        headline = f"job {job.id} ({name}) of {job.owner} started on {where}"
+    else:
+        headline = f"job {job.id} ({name}) of {job.owner} {state}: {clean(job.reason)}"
+    rows = [("state", state), ("reason", clean(job.reason)), ("node", where),
+            ("submitted", when(job.submitted_at)), ("started", when(job.started_at))]
+    if kind == "end":
+        rows += [("ended", when(job.ended_at)), ("run time", hms(run_s)),
+                 ("exit code", "-" if job.exit_code is None else str(job.exit_code))]
+    headline = headline[:1].upper() + headline[1:]
+    summary = (f"node {where} | run time {hms(run_s)} | exit code "
+               f"{'-' if job.exit_code is None else job.exit_code}" if kind == "end" else "")
+    body = [headline, ""]
+    body += [f"  {label + ':':<11}{value}" for label, value in rows]
+    if kind == "end":
+        body.append("")
+        if tail is None:
+            body.append(f"(no log: {tail_note or 'not read'})")
+        elif not tail:
+            body.append("(its log is empty)")
+        else:
+            body.append(f"The last lines of its log (iadeep logs {job.id}):")
+            body += [f"  {line}" for line in tail.split("\n")]
+    fields = {
+        "event": kind,
+        "job": {"id": job.id, "name": job.name, "owner": job.owner, "state": state,
+                "reason": job.reason, "node": job.node, "gpu_indices": list(job.gpu_indices),
+                "exit_code": job.exit_code, "run_time_s": run_s,
+                "submitted_at": job.submitted_at, "started_at": job.started_at,
+                "ended_at": job.ended_at, "attempts": job.attempts},
+        "log_tail": tail,
+    }
+    return Notice(subject=f"[iadeep] job {job.id} ({name}) {state}"[:200], headline=headline,
+                  summary=summary, text="\n".join(body) + "\n", fields=fields)
+
+
+def webhook_body(notice: Notice) -> dict[str, Any]:
+    """The JSON a webhook gets: ``text`` (what Slack and Mattermost incoming webhooks show: the
+    headline, the details, the log in a code block, their markup characters escaped) and the
+    structured fields."""
+    def esc(s: str) -> str:
+        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    text = esc(notice.headline)
+    if notice.summary:
+        text += "\n" + esc(notice.summary)
+    tail = notice.fields.get("log_tail")
+    if tail:   # a fence inside the log would end the code block early
+        text += "\n```\n" + esc(tail.replace("```", "'''")) + "\n```"
+    return {"text": text, **notice.fields}
+
+
+# ---------------------------------------------------------------------------- the channels
+def send_email(settings: NotifySettings, to: str, notice: Notice,
+               timeout: float = SEND_TIMEOUT_S) -> None:
+    """Through the lab's SMTP relay: plain SMTP, no login (a lab relay takes mail from its
+    hosts). Raises OSError or smtplib.SMTPException when the server does not take it."""
+    assert settings.smtp is not None   # only queued when e-mail is set up
+    msg = EmailMessage()
+    msg["Subject"] = notice.subject
+    msg["From"] = settings.sender or f"iadeep@{socket.getfqdn()}"
+    msg["To"] = to
+    msg["Auto-Submitted"] = "auto-generated"   # RFC 3834: no vacation replies to this
+    msg.set_content(notice.text)
+    host, port = settings.smtp
+    with smtplib.SMTP(host, port, timeout=timeout) as smtp:
+        smtp.send_message(msg)
+
+
+def send_webhook(url: str, notice: Notice, timeout: float = SEND_TIMEOUT_S) -> None:
+    """A JSON POST; any answer but 2xx is a failure (raises OSError: URLError, HTTPError)."""
+    data = json.dumps(webhook_body(notice)).encode()
+    request = urllib.request.Request(url, data=data, method="POST", headers={
+        "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        answer.read(65536)
+
+
+def _url_for_log(url: str) -> str:
+    """A webhook URL without its path and query: those often hold the secret (Slack's do)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/..."
+
+
+# ---------------------------------------------------------------------------- the notifier
+class Notifier:
+    """Collects owed notifications from the events and sends them, off the scheduling loop."""
+
+    def __init__(self, store: Store, settings: NotifySettings, log_reader: LogReader | None = None,
+                 clock: Callable[[], float] = time.time, every_s: float = 10.0,
+                 backoff_s: tuple[float, ...] = RETRY_BACKOFF_S,
+                 timeout_s: float = SEND_TIMEOUT_S):
+        self.store, self.settings, self.log_reader = store, settings, log_reader
+        self.clock, self.every_s = clock, every_s
+        self.backoff_s, self.timeout_s = backoff_s, timeout_s
+        self._stop = threading.Event()
+        self._wakes = {channel: threading.Event() for channel in CHANNELS}
+        self._threads: list[threading.Thread] = []
+        self._failing: dict[str, str] = {}   # channel -> last error, to log a change once
+
+    # -------------------------------------------------------------- life
+    def start(self) -> None:
+        for channel in CHANNELS:
+            thread = threading.Thread(target=self._run, args=(channel,), daemon=True,
+                                      name=f"iadeep-notify-{channel}")
+            thread.start()
+            self._threads.append(thread)
+
+    def wake(self) -> None:
+        """Look for new events now (the runtime calls this after each round)."""
+        for event in self._wakes.values():
+            event.set()
+
+    def use(self, settings: NotifySettings) -> None:
+        """A reloaded inventory's channels, from the next message on."""
+        self.settings = settings
+
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop the threads; a send in progress is not waited for beyond ``wait_s`` (it is
+        sent again at the next start, as it was not recorded sent)."""
+        self._stop.set()
+        self.wake()
+        deadline = time.monotonic() + wait_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self, channel: str) -> None:
+        wake = self._wakes[channel]
+        while not self._stop.is_set():
+            try:
+                self.collect()
+                self.deliver(channel)
+                with self.store.tx() as conn:
+                    due = outbox.next_due(conn, channel)
+            except StoreError as exc:   # the runtime reports a sick state directory
+                log.debug("notifications wait: %s", exc.message)
+                due = None
+            except Exception:
+                if self._stop.is_set():   # a send outlived close(): the store is gone; it is
+                    return                # sent again at the next start (not recorded sent)
+                log.exception("notifications (%s): unexpected error; trying again later",
+                              channel)
+                due = None
+            wait = self.every_s if due is None else min(self.every_s, due - self.clock())
+            wake.wait(max(0.01, wait))
+            wake.clear()
+
+    # -------------------------------------------------------------- collect
+    def collect(self) -> int:
+        """Queue what the events since the last call owe; returns how many were queued."""
+        queued = 0
+        with self.store.tx() as conn:
+            events = outbox.events_after(conn)
+            for event in events:
+                kind = kind_of(event)
+                if kind is None:
+                    continue
+                job = jobrows.get(conn, event.job_id)
+                if not wanted(job.spec.notify, kind, event.new_state):
+                    continue
+                for channel in self._channels_for(job.owner):
+                    outbox.enqueue(conn, event, kind, channel, self.clock())
+                    queued += 1
+            if events:
+                outbox.advance(conn, events[-1].id)
+        if queued:
+            self.wake()
+        return queued
+
+    def _channels_for(self, user: str) -> list[str]:
+        out = []
+        if self.settings.email_for(user) is not None:
+            out.append("email")
+        if self.settings.webhook is not None:
+            out.append("webhook")
+        return out
+
+    # -------------------------------------------------------------- deliver
+    def deliver(self, channel: str) -> int:
+        """Try every due notification of ``channel`` once; returns how many were sent."""
+        with self.store.tx() as conn:
+            due = outbox.due(conn, self.clock(), channel)
+        sent = 0
+        for note in due:
+            if self._stop.is_set():
+                break
+            with self.store.tx() as conn:
+                job = jobrows.get(conn, note.job_id)
+            try:
+                self._send(note, job)
+            except Exception as exc:   # every way a channel can fail: retried, then given up
+                self._failed(note, job, exc)
+                continue
+            with self.store.tx() as conn:
+                outbox.mark_sent(conn, note.id, self.clock())
+            sent += 1
+            if self._failing.pop(channel, None) is not None:
+                log.info("notifications by %s get through again", channel)
+        return sent
+
+    def _send(self, note: outbox.Pending, job: Job) -> None:
+        tail, why = self._tail(job) if note.kind == "end" else (None, "")
+        notice = build(job, note.kind, note.state, tail, why)
+        if note.channel == "email":
+            to = self.settings.email_for(job.owner)
+            if to is None:
+                raise _Unsendable("e-mail is no longer set up for this user")
+            send_email(self.settings, to, notice, self.timeout_s)
+        else:
+            if self.settings.webhook is None:
+                raise _Unsendable("no webhook is set up any more")
+            send_webhook(self.settings.webhook, notice, self.timeout_s)
+        log.info("notified %s of job %d %s (%s)", job.owner, job.id,
+                 note.state if note.kind == "end" else "start", note.channel)
+
+    def _failed(self, note: outbox.Pending, job: Job, exc: Exception) -> None:
+        error = _describe(exc)
+        if note.channel == "webhook" and self.settings.webhook:
+            error = f"{error} ({_url_for_log(self.settings.webhook)})"
+        tries = note.attempts + 1
+        give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)
+        retry_at = None if give_up else self.clock() + self.backoff_s[tries - 1]
+        with self.store.tx() as conn:
+            outbox.mark_failed(conn, note.id, self.clock(), error, retry_at)
+        if give_up:
+            log.error("gave up notifying %s of job %d %s by %s after %d tries: %s", job.owner,
+                      job.id, note.state, note.channel, tries, error)
+        else:
+            log.warning("notifying %s of job %d by %s failed (try %d of %d), next try in "
+                        "%.0f s: %s", job.owner, job.id, note.channel, tries,
+                        len(self.backoff_s) + 1, self.backoff_s[tries - 1], error)
+            self._failing[note.channel] = error
+
+    def _tail(self, job: Job) -> tuple[str | None, str]:
+        """The end of the job's log, through the node (bounded: LOG_TAIL_BYTES), or None and
+        why not. A job that never reached a node has no log."""
+        if job.node is None:
+            return None, "it never started"
+        if self.log_reader is None:
+            return None, "this controller has no node connections"
+        try:
+            _, _, size = self.log_reader(job, 0, 1)
+            start = max(0, (size or 0) - LOG_TAIL_BYTES)
+            data, _, _ = self.log_reader(job, start, LOG_TAIL_BYTES)
+        except IadeepError as exc:
+            return None, exc.message
+        except OSError as exc:
+            return None, str(exc)
+        if start > 0:   # the first line read is probably a part of one
+            data = data.split("\n", 1)[1] if "\n" in data else ""
+        return log_tail(data), ""
+
+
+class _Unsendable(Exception):
+    """A channel that was removed from the inventory since the message was queued."""
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return f"cannot reach the webhook: {exc.reason}"
+    if isinstance(exc, smtplib.SMTPResponseException):
+        said = exc.smtp_error
+        text = said.decode(errors="replace") if isinstance(said, bytes) else said
+        return f"SMTP {exc.smtp_code} {text}"
+    return str(exc) or type(exc).__name__

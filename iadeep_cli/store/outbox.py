@@ -1,0 +1,93 @@
+"""The notification outbox: messages owed to job owners, kept until sent or given up.
+
+A notification is owed once its job event is committed (the events table is the source), and
+it is written here in the same transaction that moves the read cursor past that event, so a
+controller killed at any moment neither forgets one nor queues one twice (the unique index on
+event and channel makes a second insert a no-op). A row is marked sent only after the channel
+accepted it; a controller killed between the two sends that one again on restart.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from .cluster import get_meta, set_meta
+
+CURSOR = "notify_cursor"   # the last events.id read for notifications (meta)
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    job_id: int
+    old_state: str | None
+    new_state: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One message to one channel, as queued."""
+
+    id: int
+    job_id: int
+    kind: str        # 'start' or 'end'
+    state: str       # the job's state the event moved it to
+    channel: str     # 'email' or 'webhook'
+    attempts: int
+
+
+def events_after(conn: sqlite3.Connection, limit: int = 1000) -> list[Event]:
+    """Up to ``limit`` events past the cursor, oldest first."""
+    after = int(get_meta(conn, CURSOR, 0))
+    rows = conn.execute("SELECT id, job_id, old_state, new_state FROM events WHERE id > ? "
+                        "ORDER BY id LIMIT ?", (after, limit)).fetchall()
+    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"]) for r in rows]
+
+
+def advance(conn: sqlite3.Connection, event_id: int) -> None:
+    set_meta(conn, CURSOR, event_id)
+
+
+def enqueue(conn: sqlite3.Connection, event: Event, kind: str, channel: str, now: float) -> None:
+    conn.execute("INSERT OR IGNORE INTO notifications (job_id, event_id, kind, state, channel, "
+                 "created_at, next_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                 (event.job_id, event.id, kind, event.new_state, channel, now, now))
+
+
+def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) -> list[Pending]:
+    """Unsent notifications of ``channel`` whose next try is due, oldest first."""
+    rows = conn.execute("SELECT id, job_id, kind, state, channel, attempts FROM notifications "
+                        "WHERE sent_at IS NULL AND gave_up_at IS NULL AND channel = ? "
+                        "AND next_at <= ? ORDER BY next_at, id LIMIT ?",
+                        (channel, now, limit)).fetchall()
+    return [Pending(r["id"], r["job_id"], r["kind"], r["state"], r["channel"], r["attempts"])
+            for r in rows]
+
+
+def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
+    """When the next unsent notification of ``channel`` is due (None: nothing waits)."""
+    row = conn.execute("SELECT MIN(next_at) FROM notifications WHERE sent_at IS NULL "
+                       "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
+    return row[0]
+
+
+def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:
+    conn.execute("UPDATE notifications SET sent_at=?, attempts=attempts+1, error='' "
+                 "WHERE id=?", (now, note_id))
+
+
+def mark_failed(conn: sqlite3.Connection, note_id: int, now: float, error: str,
+                retry_at: float | None) -> None:
+    """One more failed try: retried at ``retry_at``, or given up when that is None."""
+    if retry_at is None:
+        conn.execute("UPDATE notifications SET attempts=attempts+1, error=?, gave_up_at=? "
+                     "WHERE id=?", (error[:500], now, note_id))
+    else:
+        conn.execute("UPDATE notifications SET attempts=attempts+1, error=?, next_at=? "
+                     "WHERE id=?", (error[:500], retry_at, note_id))
+
+
+def for_job(conn: sqlite3.Connection, job_id: int) -> list[dict]:
+    """Every notification of a job, as stored (tests, and an admin reading the database)."""
+    rows = conn.execute("SELECT * FROM notifications WHERE job_id=? ORDER BY id", (job_id,))
+    return [dict(r) for r in rows.fetchall()]

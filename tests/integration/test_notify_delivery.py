@@ -1,0 +1,176 @@
+"""The notifier against real servers: an SMTP server (aiosmtpd) and an HTTP server on
+127.0.0.1, over a real store. Jobs are moved through their states as the loop moves them; the
+node's log is a string here (the end-to-end test reads a real one over SSH)."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from helpers.controllers import wait_until
+from helpers.sinks import HookSink, MailSink, free_port
+from iadeep_cli.controller.notify import Notifier
+from iadeep_cli.inventory import NotifySettings
+from iadeep_cli.jobs import JobSpec, JobState
+from iadeep_cli.store import Store, jobs as jobrows, outbox
+
+S = JobState
+LOG = "".join(f"step {i}\n" for i in range(30)) + "\x1b[31mloss is nan\x1b[0m\n"
+
+
+@pytest.fixture
+def mail():
+    with MailSink() as sink:
+        yield sink
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "iadeep.db")
+    yield s
+    s.close()
+
+
+def _settings(mail=None, hook=None, **extra) -> NotifySettings:
+    smtp = None if mail is None else ("127.0.0.1", mail.port)
+    return NotifySettings(smtp=smtp, address="{user}@lab.example.org" if smtp else None,
+                          webhook=None if hook is None else hook.url, **extra)
+
+
+def _read_log(job, offset, max_bytes):
+    data = LOG.encode()
+    return data[offset:offset + max_bytes].decode(), offset + max_bytes, len(data)
+
+
+def _run_job(store, notify="end", end=S.FAILED, code=3, owner="alice") -> int:
+    """A job through queued -> starting -> running -> its end, as the loop records it."""
+    with store.tx() as c:
+        job_id, _ = jobrows.insert(c, owner, JobSpec(script="/x/train.sh", name="lr3",
+                                                     notify=notify), 100.0)
+        jobrows.transition(c, job_id, S.STARTING, "placed", "controller", 101.0, node="n1",
+                           gpu_indices=(0,), attempts=1)
+        jobrows.transition(c, job_id, S.RUNNING, "running", "controller", 102.0,
+                           started_at=102.0, remote_pid=77)
+        jobrows.transition(c, job_id, end, f"exited with code {code}", "controller", 200.0,
+                           ended_at=200.0, exit_code=code)
+    return job_id
+
+
+def _rows(store, job_id):
+    with store.tx() as c:
+        return outbox.for_job(c, job_id)
+
+
+def test_an_ended_job_reaches_the_smtp_server_and_the_webhook(store, mail):
+    with HookSink() as hook:
+        notifier = Notifier(store, _settings(mail, hook), _read_log)
+        job_id = _run_job(store)
+        assert notifier.collect() == 2
+        assert notifier.deliver("email") == 1 and notifier.deliver("webhook") == 1
+        [msg] = mail.received()
+        assert msg["To"] == "alice@lab.example.org"
+        assert msg["Subject"] == f"[iadeep] job {job_id} (lr3) failed"
+        assert msg["Auto-Submitted"] == "auto-generated"
+        body = msg.get_content().replace("\r\n", "\n")   # SMTP sends CRLF
+        assert f"Job {job_id} (lr3) of alice failed: exited with code 3" in body
+        assert "  run time:  0:01:38" in body and "  exit code: 3" in body
+        assert "  step 29\n  \\x1b[31mloss is nan\\x1b[0m\n" in body   # the tail, inert
+        assert "step 10\n" not in body and "\x1b" not in body         # only the last 20 lines
+        _, [posted] = hook.got()
+        assert posted["event"] == "end" and posted["job"]["id"] == job_id
+        assert posted["job"]["exit_code"] == 3 and posted["job"]["node"] == "n1"
+        assert posted["text"].startswith(f"Job {job_id} (lr3) of alice failed")
+        assert "loss is nan" in posted["log_tail"]
+    assert [r["sent_at"] is not None for r in _rows(store, job_id)] == [True, True]
+
+
+def test_only_the_moments_asked_for_are_sent(store, mail):
+    notifier = Notifier(store, _settings(mail), _read_log)
+    quiet = _run_job(store, notify="none")
+    ok_but_fail_only = _run_job(store, notify="fail", end=S.SUCCEEDED, code=0)
+    everything = _run_job(store, notify="all", end=S.SUCCEEDED, code=0)
+    assert notifier.collect() == 2     # the start and the end of the last one
+    notifier.deliver("email")
+    assert [m["Subject"] for m in mail.received()] == [
+        f"[iadeep] job {everything} (lr3) running", f"[iadeep] job {everything} (lr3) succeeded"]
+    assert _rows(store, quiet) == _rows(store, ok_but_fail_only) == []
+
+
+def test_nothing_is_queued_twice_or_lost_across_a_restart(tmp_path, mail):
+    """The outbox and its cursor are in the database: a new controller on the same state
+    directory sends what was owed and not sent, and nothing that was."""
+    with HookSink(fail_first=1) as hook:
+        first = Store(tmp_path / "iadeep.db")
+        notifier = Notifier(first, _settings(mail, hook), _read_log)
+        sent = _run_job(first)
+        assert notifier.collect() == 2 and notifier.collect() == 0
+        notifier.deliver("email")
+        assert notifier.deliver("webhook") == 0          # answered 500: to be retried
+        owed = _run_job(first)                           # ended; not collected yet
+        first.close()                                    # the controller stops here
+
+        second = Store(tmp_path / "iadeep.db")
+        again = Notifier(second, _settings(mail, hook), _read_log,   # restarted after the
+                         clock=lambda: time.time() + 60)                  # retry's wait (10 s)
+        assert again.collect() == 2                      # only the job not yet collected
+        assert again.deliver("email") == 1 and again.deliver("webhook") == 2
+        assert sorted(m["Subject"] for m in mail.received()) == sorted(
+            f"[iadeep] job {i} (lr3) failed" for i in (sent, owed))
+        requests, accepted = hook.got()
+        assert [b["job"]["id"] for b in requests] == [sent, sent, owed]
+        assert sorted(b["job"]["id"] for b in accepted) == [sent, owed]
+        with second.tx() as c:
+            assert outbox.due(c, float("inf"), "webhook") == []
+        second.close()
+
+
+def test_a_channel_that_refuses_is_retried_then_given_up_and_logged(store, mail, caplog):
+    dead = NotifySettings(webhook=f"http://127.0.0.1:{free_port()}/hooks/secret-token")
+    notifier = Notifier(store, dead, _read_log, backoff_s=(0.0, 0.0))
+    job_id = _run_job(store)
+    notifier.collect()
+    with caplog.at_level(logging.WARNING, logger="iadeep.notify"):
+        for _ in range(3):
+            assert notifier.deliver("webhook") == 0
+        assert notifier.deliver("webhook") == 0          # given up: not tried again
+    [row] = _rows(store, job_id)
+    assert row["attempts"] == 3 and row["gave_up_at"] is not None and row["sent_at"] is None
+    assert "cannot reach the webhook" in row["error"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "try 1 of 3" in warnings[0]
+    [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert f"gave up notifying alice of job {job_id} failed by webhook after 3 tries" in error
+    assert "secret-token" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_a_hung_webhook_delays_neither_mail_nor_the_caller(store, mail):
+    """On its threads: collect and deliver run there, mail goes on while the webhook hangs,
+    and the webhook's message arrives once it answers."""
+    with HookSink() as hook:
+        hook.hold.clear()                                # the webhook accepts, never answers
+        notifier = Notifier(store, _settings(mail, hook), _read_log, every_s=0.05)
+        notifier.start()
+        try:
+            first = _run_job(store)
+            wait_until(lambda: hook.got()[0], limit=30)   # the webhook is now stuck on it
+            second = _run_job(store)
+            notifier.wake()
+            wait_until(lambda: len(mail.received()) == 2, limit=30)
+            assert hook.got()[1] == []
+            hook.hold.set()
+            wait_until(lambda: len(hook.got()[1]) == 2, limit=30)
+            assert [b["job"]["id"] for b in hook.got()[1]] == [first, second]
+        finally:
+            notifier.close()
+
+
+def test_a_channel_removed_by_a_reload_gives_up_its_queued_messages(store, mail):
+    notifier = Notifier(store, _settings(mail), _read_log)
+    job_id = _run_job(store)
+    notifier.collect()
+    notifier.use(NotifySettings())                       # the lab removed lab.notify
+    assert notifier.deliver("email") == 0
+    [row] = _rows(store, job_id)
+    assert row["gave_up_at"] is not None and "no longer set up" in row["error"]
+    assert mail.received() == []
