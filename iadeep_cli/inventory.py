@@ -45,6 +45,9 @@ class Node:
     allowed_users: tuple[str, ...] = ()
     allowed_group: str | None = None
     scope: str = ""
+    # Directories the node sees as the submitting machine does (NFS homes, a shared /data): a
+    # job submitted from below one runs there by default, as with sbatch (``jobs.run_dir``).
+    shared_paths: tuple[str, ...] = ()
 
     @property
     def submitter(self) -> bool:
@@ -215,6 +218,9 @@ _account = _within(_str, lambda v: ACCOUNT_NAME.fullmatch(v) is not None and v !
 _account_list = _list_of(_account, "account names, e.g. [alice, bob]")
 _run_as = _within(_str, lambda v: v in ("account", "submitter"), "account or submitter")
 RUN_AS_FIELDS = {"run_as": _run_as, "allowed_users": _account_list, "allowed_group": _account}
+_shared_paths = _list_of(
+    _within(_str, lambda v: v.startswith("/") and "\0" not in v and "\n" not in v,
+            "an absolute directory path, e.g. /home"), "absolute paths, e.g. [/home, /data]")
 _gpu_list = _list_of(_within(_int, lambda v: v >= 0, "a GPU index >= 0"),
                      "GPU indices, e.g. [0, 1]")
 
@@ -250,7 +256,7 @@ _NODE_FIELDS = {
     # ``~`` or ``~/`` is expanded there (nodes.gpu.remote_path): ``~alice/x`` would not be.
     "workdir": _within(_str, lambda v: v != "" and (v[0] != "~" or v == "~" or v[:2] == "~/"),
                        "a directory path (absolute, ~/..., or relative to the node's home)"),
-    **RUN_AS_FIELDS,
+    **RUN_AS_FIELDS, "shared_paths": _shared_paths,
 }
 _POLICY_FIELDS = {
     # Sharing must pay: below 1.0 two jobs would together do less than one alone.
@@ -390,6 +396,7 @@ _LAB_FIELDS = {
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "kill_grace": _duration,
     **RUN_AS_FIELDS,   # defaults for every node that does not say
+    "shared_paths": _shared_paths,   # likewise
 }
 
 
@@ -430,6 +437,8 @@ def _nodes(ctx: _Ctx, node: yaml.Node, where: str, lab: dict[str, Any]) -> tuple
             raise ctx.fail(item, f"{sub}.name", f"duplicate node name {name!r} "
                                                 f"(also nodes[{seen[name]}])")
         seen[name] = i
+        if "shared_paths" not in values and "shared_paths" in lab:
+            values["shared_paths"] = lab["shared_paths"]
         _run_as_defaults(ctx, item, sub, values, lab)
         result.append(Node(**values))
     return tuple(result)

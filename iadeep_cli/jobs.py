@@ -84,6 +84,18 @@ class JobSpec:
     time_limit_s: float | None = None   # stopped once it has run this long (--time); None: never
     signal: str | None = None         # "USR1@60": sent that long before the time limit (--signal)
     notify: str = "none"              # when to tell its owner (--notify): see NOTIFY_WHEN
+    # Submitting like sbatch (README "Coming from Slurm"):
+    submit_dir: str | None = None     # where `queue add` ran: the working directory on nodes
+                                      # that share it (shared_paths; see run_dir)
+    output: str | None = None         # --output: stdout's file (%j %u %x), relative to the
+                                      # working directory; None: the job directory's log
+    error: str | None = None          # --error: stderr's file; None: with stdout
+    constraint: tuple[str, ...] = ()  # --constraint: node labels it needs (all of them)
+    nodelist: tuple[str, ...] = ()    # --nodelist: only on one of these nodes
+    exclude: tuple[str, ...] = ()     # --exclude: never on these nodes
+    # --export: variables captured from the submitting shell (kept apart from --env, which
+    # wins over them on the node; both are hidden from other users)
+    exported: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +148,8 @@ PRIORITY_LIMIT = 1_000_000
 MAX_RETRIES = 100
 MAX_NAME = 200                # --name, --workload
 MAX_PATH = 4096               # the script's path, --workdir (Linux's PATH_MAX)
+MAX_NAMES = 256               # labels or node names in one --constraint/--nodelist/--exclude
+_NODE_WORD = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.:+=/@-]{0,199}")
 # Arguments and --env values reach the node inside one shell command line, shell-quoted;
 # Linux refuses a single argument over 128 KiB, and iadeep's own part needs room.
 MAX_COMMAND_BYTES = 64 * 1024
@@ -216,7 +230,28 @@ def validate_spec(spec: JobSpec) -> None:
         raise bad(f"--notify must be one of {', '.join(NOTIFY_WHEN)}, got {spec.notify[:40]!r}",
                   "e.g. --notify fail (a message if it does not succeed)")
     check_priority(spec.priority)
-    for key, _ in spec.env:
+    for label, value, limit in (("--output", spec.output, MAX_PATH),
+                                ("--error", spec.error, MAX_PATH)):
+        if value is not None:
+            checks.text(label, value, max_len=limit, hint="e.g. --output train-%j.out")
+            if not value:
+                raise bad(f"{label} needs a file name", hint=f"e.g. {label} train-%j.out")
+    if spec.submit_dir is not None:
+        checks.text("the submission directory", spec.submit_dir, max_len=MAX_PATH,
+                    hint="submit from a directory whose path is printable")
+        if not spec.submit_dir.startswith("/"):
+            raise bad(f"the submission directory must be absolute, got {spec.submit_dir[:200]!r}",
+                      "the CLI sends its working directory; pass an absolute path to the API")
+    for label, names in (("--constraint", spec.constraint), ("--nodelist", spec.nodelist),
+                         ("--exclude", spec.exclude)):
+        if len(names) > MAX_NAMES:
+            raise bad(f"{label} names {len(names)} labels or nodes; at most {MAX_NAMES}",
+                      "name fewer (labels describe groups of nodes)")
+        for name in names:
+            if not _NODE_WORD.fullmatch(name):
+                raise bad(f"{label}: {name[:80]!r} is not a node label or name",
+                          "use letters, digits, '.', '_' and '-', e.g. --constraint a100&nvlink")
+    for key, _ in (*spec.exported, *spec.env):
         if not key.isidentifier() or not key.isascii():
             raise bad(f"bad --env name {key[:80]!r}: not a valid variable name",
                       "use --env NAME=VALUE with NAME made of letters, digits and _")
@@ -231,10 +266,11 @@ def validate_spec(spec: JobSpec) -> None:
         if value is not None:
             checks.text(label, value, max_len=limit, hint="use printable text")
     for label, value in (*((f"argument {i}", a) for i, a in enumerate(spec.args, 1)),
-                         *((f"--env {k}", v) for k, v in spec.env)):
+                         *((f"--env {k}", v) for k, v in spec.env),
+                         *((f"--export {k}", v) for k, v in spec.exported)):
         checks.text(label, value, max_len=MAX_COMMAND_BYTES, multiline=True,
                     hint="pass binary data in a file the script reads")
-    words = (*spec.args, *(f"{k}={v}" for k, v in spec.env))
+    words = (*spec.args, *(f"{k}={v}" for k, v in (*spec.exported, *spec.env)))
     size = sum(len(shlex.quote(w).encode()) + 1 for w in words)
     if size > MAX_COMMAND_BYTES:
         raise bad(f"the arguments and --env values take {size // 1024} KiB on the node's command "
@@ -299,3 +335,144 @@ def spec_from_dict(data: object) -> JobSpec:
 @functools.cache
 def _spec_fields() -> dict[str, object]:
     return typing.get_type_hints(JobSpec)
+
+
+# --------------------------------------------------------------------------- like sbatch
+def parse_names(option: str, text: str, sep: str = ",") -> tuple[str, ...]:
+    """``--nodelist n1,n2`` / ``--exclude n3`` / ``--constraint a&b`` into names, refusing an
+    empty one (``n1,,n2``) and Slurm's operators iadeep does not have (``|``, ``*``, ``[]``,
+    brackets): a constraint silently read differently would put a job on the wrong nodes."""
+    parts = tuple(p.strip() for p in text.split(sep))
+    example = "--constraint a100&nvlink" if sep == "&" else f"{option} n1,n2"
+    for part in parts:
+        if not part or not _NODE_WORD.fullmatch(part):
+            what = "LABEL[&LABEL...] (all of them)" if sep == "&" else "NAME[,NAME...]"
+            raise InputError(f"{option} {text[:80]!r} is not {what}",
+                             hint=f"e.g. {example}; iadeep has no |, [] or * in these")
+    return tuple(dict.fromkeys(parts))
+
+
+def node_allowed(spec: JobSpec, name: str, labels: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether a job may run on node ``name`` with ``labels``: every --constraint label, in
+    --nodelist when it gives one, not in --exclude (the one rule placement and submission
+    checks share)."""
+    return (all(label in labels for label in spec.constraint)
+            and (not spec.nodelist or name in spec.nodelist) and name not in spec.exclude)
+
+
+def node_rules(spec: JobSpec) -> str:
+    """The job's node rules as the options that made them (for reasons), '' if none."""
+    parts = [f"--{opt} {sep.join(names)}" for opt, sep, names in (
+        ("constraint", "&", spec.constraint), ("nodelist", ",", spec.nodelist),
+        ("exclude", ",", spec.exclude)) if names]
+    return " ".join(parts)
+
+
+def run_dir(spec: JobSpec, shared_paths: tuple[str, ...]) -> str | None:
+    """The working directory of a job on a node sharing ``shared_paths``: --chdir, else the
+    directory it was submitted from when the node shares that path (an NFS home: as sbatch),
+    else None (the job's own directory there, which always exists)."""
+    if spec.workdir:
+        return spec.workdir
+    sub = spec.submit_dir
+    if sub and any(sub == p.rstrip("/") or sub.startswith(p.rstrip("/") + "/") or p == "/"
+                   for p in shared_paths):
+        return sub
+    return None
+
+
+def run_dir_note(spec: JobSpec, node: str, shared_paths: tuple[str, ...]) -> str:
+    """Where the job runs on ``node`` and why, for ``queue why`` and the job's events."""
+    where = run_dir(spec, shared_paths)
+    if spec.workdir:
+        return f"in {where} (--chdir)"
+    if where:
+        return f"in {where} (the submission directory, shared on {node})"
+    if spec.submit_dir:
+        return (f"in its job directory ({spec.submit_dir} is not in {node}'s shared_paths)")
+    return "in its job directory"
+
+
+_PATTERN = re.compile(r"%(.)")
+
+
+def expand_pattern(pattern: str, job_id: int, user: str, name: str) -> str:
+    """An --output/--error file name with sbatch's ``%j`` (job id), ``%u`` (user), ``%x``
+    (job name) and ``%%`` filled in; other ``%`` letters stay as written."""
+    values = {"j": str(job_id), "u": user, "x": name, "%": "%"}
+    return _PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), pattern)
+
+
+# --export: what the default carries, and what ALL leaves out: the session's own variables
+# (the node's login sets them for the account the job runs as) and iadeep's.
+EXPORT_DEFAULT = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+                  "PYTHONPATH")
+EXPORT_NEVER = frozenset({"HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "_",
+                          "MAIL", "TERM", "DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DIR",
+                          "XDG_SESSION_ID", "DBUS_SESSION_BUS_ADDRESS", "CUDA_VISIBLE_DEVICES",
+                          "OMPI_MCA_orte_precondition_transports"})
+
+
+def exported_env(mode: str | None, environ: typing.Mapping[str, str]
+                 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The variables ``--export MODE`` takes from the submitting shell's ``environ``:
+    ``None`` (the default) the small set EXPORT_DEFAULT, ``NONE`` nothing, ``ALL`` everything
+    but EXPORT_NEVER, ``SSH_*`` and ``IADEEP_*``, ``NAME[,NAME...]`` those (each must be set).
+    Returns (the pairs, the names ALL skipped because their value is not printable text)."""
+    text = (mode or "").strip()
+    if mode is None:
+        names = [n for n in EXPORT_DEFAULT if n in environ]
+    elif text.upper() == "NONE":
+        names = []
+    elif text.upper() == "ALL":
+        names = sorted(n for n in environ if n not in EXPORT_NEVER and n.isidentifier()
+                       and n.isascii() and not n.startswith(("SSH_", "IADEEP_")))
+    else:
+        names = list(parse_names("--export", text))
+        for n in names:
+            if not (n.isidentifier() and n.isascii()):
+                raise InputError(f"--export {n[:80]!r} is not a variable name",
+                                 hint="--export NONE, ALL or NAME[,NAME...]; values: --env")
+            if n not in environ:
+                raise InputError(f"--export {n}: {n} is not set here",
+                                 hint=f"set it first, or pass a value with --env {n}=VALUE")
+    pairs, skipped = [], []
+    for n in names:
+        value = environ[n]
+        if mode is not None and text.upper() == "ALL" and not _printable(value):
+            skipped.append(n)
+            continue
+        pairs.append((n, value))
+    return tuple(pairs), tuple(skipped)
+
+
+def _printable(value: str) -> bool:
+    return checks.UNSAFE_IN_VALUES.search(value) is None
+
+
+DIRECTIVE = "#IADEEP"
+MAX_DIRECTIVE_SCAN = 64 * 1024     # bytes of a script's top read for directives
+
+
+def directives(text: str) -> list[tuple[int, list[str]]]:
+    """The ``#IADEEP`` lines at the top of a script, as sbatch reads ``#SBATCH``: after the
+    ``#!`` line, up to the first line that is neither blank nor a comment; each as (its line
+    number, its words split as a shell would, a trailing ``# comment`` left out). A line whose
+    quotes do not close is an InputError naming it."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if (number == 1 and stripped.startswith("#!")) or not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        rest = stripped[len(DIRECTIVE):]
+        if not stripped.startswith(DIRECTIVE) or (rest and not rest[0].isspace()):
+            continue
+        try:
+            words = shlex.split(rest, comments=True)
+        except ValueError as exc:
+            raise InputError(f"line {number}: {stripped[:120]}: {exc}",
+                             hint="quote #IADEEP values as on a command line") from None
+        found.append((number, words))
+    return found

@@ -213,6 +213,14 @@ class JobView(Message):
     reason: str
     predicted_speed: float | None
     observed_speed: float | None
+    # Submitting like sbatch: where it was submitted from, its output files, its node rules.
+    submit_dir: str | None = None
+    output: str | None = None
+    error: str | None = None
+    constraint: tuple[str, ...] = ()
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    exported: dict[str, str] = field(default_factory=dict)   # --export's values, like env
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -227,7 +235,9 @@ class JobView(Message):
             time_limit_s=spec.time_limit_s, signal=spec.signal, notify=spec.notify,
             attempts=job.attempts,
             remote_pid=job.remote_pid, reason=job.reason, predicted_speed=job.predicted_speed,
-            observed_speed=job.observed_speed)
+            observed_speed=job.observed_speed, submit_dir=spec.submit_dir, output=spec.output,
+            error=spec.error, constraint=spec.constraint, nodelist=spec.nodelist,
+            exclude=spec.exclude, exported=dict(spec.exported))
 
 
 @dataclass(frozen=True)
@@ -594,6 +604,7 @@ class LogsRequest(Request[LogChunk]):
     id: int
     offset: int = 0
     max_bytes: int = 65536
+    stream: str = "output"   # "error": the job's --error file (``iadeep logs --stderr``)
 
 
 @dataclass(frozen=True)

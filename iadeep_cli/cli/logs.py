@@ -25,11 +25,12 @@ DEFAULT_LINES, DEFAULT_BYTES = 100, 64 * 1024
 class _Log:
     """One job's log, read through the controller; remembers its size and whether it ended."""
 
-    def __init__(self, job_id: int):
+    def __init__(self, job_id: int, stream: str = "output"):
         self.job_id, self.size, self.finished = job_id, 0, False
+        self.stream = stream
 
     def read(self, offset: int, max_bytes: int) -> m.LogChunk:
-        reply = client.ask(m.LogsRequest(self.job_id, offset, max_bytes))
+        reply = client.ask(m.LogsRequest(self.job_id, offset, max_bytes, self.stream))
         self.size = max(self.size, reply.size or reply.offset)
         self.finished = reply.finished
         return reply
@@ -119,11 +120,14 @@ def logs(job_id: int = typer.Argument(..., help="Job id."),
                                          help="Print the last N lines (default: the last "
                                               f"{DEFAULT_LINES}, within its last "
                                               f"{DEFAULT_BYTES // 1024} KiB)."),
-         all_: bool = typer.Option(False, "--all", help="Print the whole log.")) -> None:
-    """Print a job's stdout and stderr: by default its end (the CLI never opens SSH itself;
-    the controller does)."""
+         all_: bool = typer.Option(False, "--all", help="Print the whole log."),
+         stderr: bool = typer.Option(False, "--stderr",
+                                     help="Read its --error file instead (a job without "
+                                          "--error has its stderr with its stdout).")) -> None:
+    """Print a job's stdout and stderr (its --output file, if it gave one; --stderr: its
+    --error file): by default its end (the CLI never opens SSH itself; the controller does)."""
     _check(head, tail, all_, follow)
-    log = _Log(job_id)
+    log = _Log(job_id, "error" if stderr else "output")
     log.read(0, 1)                   # learns the size
     end, skip, keep = log.size, 0, head
     if head is not None or all_:

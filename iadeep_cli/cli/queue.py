@@ -11,13 +11,22 @@ from pathlib import Path
 
 import typer
 
+# typer >= 0.26 ships its own copy of click (see cli/errors.py)
+from typer._click.core import ParameterSource
+from typer._click.exceptions import UsageError
+
 from .. import messages as m
 from ..controller import client
 from ..errors import InputError
 from ..jobs import (
+    EXPORT_DEFAULT,
+    MAX_DIRECTIVE_SCAN,
     JobSpec,
     check_interpreter,
+    directives,
+    exported_env,
     parse_env,
+    parse_names,
     parse_time_limit,
     spec_to_dict,
     validate_spec,
@@ -47,12 +56,15 @@ def _script_path(script: str) -> str:
 
 @app.command("add")
 def add(
-    script: str = typer.Argument(..., help="Job script to run (copied to the node)."),
+    ctx: typer.Context,
+    script: str | None = typer.Argument(None, help="Job script to run (copied to the node; "
+                                        "its #IADEEP lines are options). Or --wrap."),
     args: list[str] | None = typer.Argument(None, help="Arguments for the script; put "
                                             "options meant for the script after `--`."),
     gpus: int = typer.Option(1, "--gpus", "-g", help="GPUs the job needs (on one node)."),
     mem: float | None = typer.Option(None, "--mem", help="GPU memory per GPU, GiB."),
-    name: str = typer.Option("", "--name", "-n", help="A name to recognise it by."),
+    name: str = typer.Option("", "--name", "-n", "--job-name", "-J",
+                             help="A name to recognise it by."),
     workload: str | None = typer.Option(None, "--workload", "-w",
                                         help="Profile label (see `iadeep profile list`)."),
     new_workload: bool = typer.Option(False, "--new-workload",
@@ -60,7 +72,10 @@ def add(
                                            "known one (it is profiled on its first run)."),
     priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first."),
     exclusive: bool = typer.Option(False, "--exclusive", help="Never share its GPUs."),
-    workdir: str | None = typer.Option(None, "--workdir", help="Working directory on the node."),
+    workdir: str | None = typer.Option(None, "--chdir", "-D", "--workdir", metavar="DIR",
+                                       help="Working directory on the node (relative: to "
+                                            "here). Default: this directory where the node "
+                                            "shares it (shared_paths), else the job's own."),
     env: list[str] | None = typer.Option(None, "--env", "-e", help="NAME=VALUE, repeatable."),
     retries: int | None = typer.Option(None, "--retries",
                                        help="Requeue this often if its node is lost "
@@ -79,23 +94,147 @@ def add(
                                            "channels) when it ends (end), ends other than "
                                            "succeeded (fail), starts and ends (all), or never "
                                            "(none); default: the lab's lab.notify.default."),
+    wrap: str | None = typer.Option(None, "--wrap", metavar="CMD",
+                                    help="Run this shell command instead of a script."),
+    export: str | None = typer.Option(None, "--export", metavar="NONE|ALL|NAME[,NAME...]",
+                                      help="Variables of this shell the job gets (default: "
+                                           + ", ".join(EXPORT_DEFAULT) + "); --env wins."),
+    output: str | None = typer.Option(None, "--output", "-o", metavar="FILE",
+                                      help="Its stdout (and stderr without --error) into FILE "
+                                           "on the node, relative to its working directory; "
+                                           "%j: job id, %u: user, %x: name."),
+    error: str | None = typer.Option(None, "--error", metavar="FILE",
+                                     help="Its stderr into FILE (as --output); "
+                                          "`iadeep logs ID --stderr` reads it."),
+    constraint: str | None = typer.Option(None, "--constraint", "-C", metavar="LABEL[&LABEL]",
+                                          help="Only on nodes with all these labels (labels: "
+                                               "in nodes.yaml)."),
+    nodelist: str | None = typer.Option(None, "--nodelist", metavar="NODE[,NODE]",
+                                        help="Only on one of these nodes."),
+    exclude: str | None = typer.Option(None, "--exclude", "-x", metavar="NODE[,NODE]",
+                                       help="Never on these nodes."),
 ) -> None:
-    """Queue SCRIPT to run on GPUs; prints the new job's id."""
-    spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
-                   mem_gib=mem, workload=workload, priority=priority, exclusive=exclusive,
-                   workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
-                   min_speed=min_speed,
-                   time_limit_s=None if time is None else parse_time_limit(time),
-                   signal=signal, notify=notify or "none")
+    """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
+    be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
+    o = dict(locals())
+    del o["ctx"]
+    content, path = _job_script(o["script"], o["wrap"], o["args"])
+    if o["wrap"] is None:
+        o = _with_directives(ctx, o, path, content)
+    spec = JobSpec(script=path, args=tuple(o["args"] or ()),
+                   name=o["name"] or ("wrap" if o["wrap"] is not None else ""), gpus=o["gpus"],
+                   mem_gib=o["mem"], workload=o["workload"], priority=o["priority"],
+                   exclusive=o["exclusive"], workdir=_chdir(o["workdir"]),
+                   env=parse_env(o["env"] or ()), retries=o["retries"] or 0,
+                   min_speed=o["min_speed"],
+                   time_limit_s=None if o["time"] is None else parse_time_limit(o["time"]),
+                   signal=o["signal"], notify=o["notify"] or "none", submit_dir=_here(),
+                   output=o["output"], error=o["error"],
+                   constraint=() if o["constraint"] is None else
+                   parse_names("--constraint", o["constraint"], "&"),
+                   nodelist=() if o["nodelist"] is None else
+                   parse_names("--nodelist", o["nodelist"]),
+                   exclude=() if o["exclude"] is None else parse_names("--exclude", o["exclude"]),
+                   exported=_exported(o["export"]))
     validate_spec(spec)
-    if workload and not new_workload:
-        _check_workload(workload)
+    if o["workload"] and not o["new_workload"]:
+        _check_workload(o["workload"])
     request = spec_to_dict(spec)
-    if retries is None:
+    if o["retries"] is None:
         del request["retries"]   # the controller applies the lab's default
-    if notify is None:
+    if o["notify"] is None:
         del request["notify"]    # likewise
-    print(client.submit(request, Path(spec.script).read_bytes()).id)
+    print(client.submit(request, content).id)
+
+
+WRAP_PATH = "wrap.sh"
+
+
+def _job_script(script: str | None, wrap: str | None, args: list[str] | None
+                ) -> tuple[bytes, str]:
+    """The job script's content and absolute path: the file given, or for ``--wrap CMD`` a
+    two-line sh script (as sbatch --wrap), named ``wrap.sh`` in the submission directory (a
+    name only: it is sent, never written)."""
+    if wrap is None:
+        if script is None:
+            raise InputError("no job script given", hint="iadeep queue add SCRIPT [ARGS...], "
+                             "or iadeep queue add --wrap 'python train.py'")
+        path = _script_path(script)
+        return Path(path).read_bytes(), path
+    if script is not None or args:
+        raise InputError("--wrap takes the whole command; give a script or --wrap, not both",
+                         hint="e.g. iadeep queue add --wrap 'python train.py --lr 3'")
+    if not wrap.strip():
+        raise InputError("--wrap needs a command", hint="e.g. --wrap 'python train.py'")
+    return f"#!/bin/sh\n{wrap}\n".encode(), os.path.join(_here() or "/", WRAP_PATH)
+
+
+def _here() -> str | None:
+    """The submission directory (None if it was removed under the shell)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _chdir(path: str | None) -> str | None:
+    """--chdir as sbatch takes it: a relative path starts at the submission directory; an
+    absolute one or ``~/...`` (the node's home) is kept."""
+    if path is None or path.startswith(("/", "~")):
+        return path
+    here = _here()
+    if here is None:
+        raise InputError(f"--chdir {path!r} is relative, and this shell's directory is gone",
+                         hint="give an absolute path")
+    return os.path.normpath(os.path.join(here, path))
+
+
+def _exported(mode: str | None) -> tuple[tuple[str, str], ...]:
+    pairs, skipped = exported_env(mode, os.environ)
+    if skipped:
+        print(f"note: --export ALL left out {', '.join(skipped)} (control characters in the "
+              "value)", file=sys.stderr)
+    return pairs
+
+
+def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes) -> dict:
+    """``given`` (this command's options) with the script's #IADEEP lines filled in where the
+    command line does not set an option, as sbatch does with #SBATCH (--env adds to them).
+    Each line is parsed as this command's options; one it does not take is an error naming
+    the script's line."""
+    lines = directives(content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace"))
+    if not lines:
+        return given
+    command = ctx.command
+    from_lines: dict = {}
+    for number, words in lines:
+        where = f"{path}:{number}: #IADEEP {shlex.join(words)}"
+        try:
+            with command.make_context(ctx.info_name, ["-", *words],
+                                      parent=ctx.parent) as sub:
+                pass
+        except UsageError as exc:
+            raise InputError(f"{where}: {exc.format_message()}",
+                             hint="#IADEEP lines take `iadeep queue add` options, e.g. "
+                                  "#IADEEP --gpus 2 --time 2:00:00") from None
+        if sub.params.get("script") != "-" or sub.params.get("args"):
+            raise InputError(f"{where}: only options go on #IADEEP lines",
+                             hint="arguments for the script go on the command line")
+        for key, value in sub.params.items():
+            if key in ("script", "args", "wrap") or \
+                    sub.get_parameter_source(key) != ParameterSource.COMMANDLINE:
+                continue
+            if key == "env":
+                from_lines[key] = [*from_lines.get(key, []), *value]
+            else:
+                from_lines[key] = value
+    out = dict(given)
+    for key, value in from_lines.items():
+        if ctx.get_parameter_source(key) != ParameterSource.COMMANDLINE:
+            out[key] = value
+        elif key == "env":   # both: the command line's come last, and win on the node
+            out[key] = [*value, *(given[key] or ())]
+    return out
 
 
 def _check_workload(label: str) -> None:
@@ -171,7 +310,9 @@ def _where(job: m.JobView) -> str:
 SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "env",
                "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "time_limit_s",
                "signal", "notify", "attempts", "node", "gpu_indices", "remote_pid", "exit_code",
-               "predicted_speed", "observed_speed")
+               "predicted_speed", "observed_speed",
+               # submitting like sbatch (--chdir's default, --export, --output/--error, nodes)
+               "submit_dir", "exported", "output", "error", "constraint", "nodelist", "exclude")
 
 
 def _field(name: str, value) -> str:
@@ -187,8 +328,10 @@ def _field(name: str, value) -> str:
         return f"{value:.2f}"
     if name == "args":
         return shlex.join(value)
-    if name == "env":
+    if name in ("env", "exported"):
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in value.items())
+    if name == "constraint":
+        return "&".join(value)
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -205,7 +348,11 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
     detail = render.clean(detail)
     job = detail.job
     for name in SHOW_FIELDS:   # labelled as in the JSON (a job's owner is its "user")
-        print(f"{m.JobView.key(name):>16}: {_field(name, getattr(job, name))}")
+        value = _field(name, getattr(job, name))
+        if name == "workdir" and job.workdir is None:   # which one: see `queue why` once placed
+            value = (f"- ({job.submit_dir} where its node shares it, else its job directory)"
+                     if job.submit_dir else "- (its job directory)")
+        print(f"{m.JobView.key(name):>16}: {value}")
     for name in ("submitted_at", "started_at", "ended_at"):
         print(f"{name:>16}: {when(getattr(job, name))}")
     print("events:")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import IadeepError, InvalidTransition, NodeError, RunAsRefused
 from ..inventory import Inventory
-from ..jobs import ACTIVE, Job, JobState, parse_signal
+from ..jobs import ACTIVE, Job, JobState, parse_signal, run_dir_note
 from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
 from ..profiles import Profile
@@ -585,6 +585,14 @@ class SchedulingLoop:
         self.actions.submit(placement.node, ("launch", job.id),
                             lambda: self._launch(started, placement))
 
+    def _run_dir(self, job: Job) -> str:
+        """Where the job runs on its node and why (--chdir, the shared submission directory,
+        or its job directory), for `queue why`: '' or a part that starts with a space."""
+        if not (job.spec.workdir or job.spec.submit_dir):
+            return ""   # submitted through the API without either: as always
+        node = self.inventory.node(job.node or "")
+        return " " + run_dir_note(job.spec, job.node or "", node.shared_paths if node else ())
+
     def _launch(self, started: Job, placement) -> None:
         from ..nodes import launcher
 
@@ -614,7 +622,7 @@ class SchedulingLoop:
             self._launch_health.pop(node, None)
         try:
             self._move(started, JobState.RUNNING, f"running on {node}:"
-                       f"{','.join(map(str, placement.gpu_indices))}",
+                       f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}",
                        remote_pid=result.pid, remote_start=result.start,
                        started_at=self.clock())
         except InvalidTransition:   # reconcile got there first (it ran, and maybe ended)

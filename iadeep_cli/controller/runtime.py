@@ -93,12 +93,14 @@ class Controller:
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
 
-    def _read_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
+    def _read_log(self, job, offset: int, max_bytes: int, stream: str = "output"
+                  ) -> tuple[str, int, int | None]:
         from ..nodes.launcher import read_log
 
         assert self.loop is not None   # this reader is set only with a loop
         pool = self.loop.pool   # the current one: a reload may have replaced it
-        reply = read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner).reply()
+        reply = read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner, job=job,
+                         stream=stream).reply()
         return reply["data"], reply["offset"], reply["size"]
 
     def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:

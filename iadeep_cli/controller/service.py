@@ -34,6 +34,8 @@ from ..jobs import (
     JobSpec,
     JobState,
     check_priority,
+    node_allowed,
+    node_rules,
     spec_from_dict,
     validate_spec,
 )
@@ -45,8 +47,10 @@ from ..text import MIB_PER_GIB, hms
 from . import views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-# (job, offset, max_bytes) -> (the log's text from offset, the next offset, its size if known)
-LogReader = Callable[[Job, int, int], tuple[str, int, int | None]]
+# (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
+# known); stream: "output" (--output, or the job's log) or "error" (--error)
+LogReader = Callable[[Job, int, int, str], tuple[str, int, int | None]]
+STREAMS = ("output", "error")
 
 
 class Service(views.StoreReader):
@@ -203,8 +207,9 @@ class Service(views.StoreReader):
                 f"the job needs {spec.gpus} GPUs but {user} may use at most {limit.max_gpus} "
                 "at once (lab.user_limits)", hint=f"ask for at most {limit.max_gpus} with "
                 "--gpus, or ask a lab admin to raise your max_gpus in nodes.yaml")
+        candidates = self._allowed_nodes(spec)
         seen = {snap.name: snap for snap, _ in cluster.load_nodes(conn)}
-        sizes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in self.inventory.nodes]
+        sizes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in candidates]
         nodes = [s for s in sizes if s is not None]
         if not nodes or len(nodes) < len(sizes):
             return
@@ -213,16 +218,44 @@ class Service(views.StoreReader):
                for gpus in nodes):
             return
         most = max(len(gpus) for gpus in nodes)
+        among = f" of those it may run on ({node_rules(spec)})" if node_rules(spec) else " here"
         if spec.gpus > most:
             raise InputError(
-                f"the job needs {spec.gpus} GPUs on one node; the largest node here has {most}",
+                f"the job needs {spec.gpus} GPUs on one node; the largest node{among} has {most}",
                 hint=f"ask for at most {most} with --gpus (a job runs on one node), or add a "
                      "larger node to the inventory")
         largest = max(size for gpus in nodes for size in gpus if size is not None) / MIB_PER_GIB
         each = "" if spec.gpus == 1 else f" on each of {spec.gpus} GPUs of one node"
         raise InputError(
-            f"the job needs {spec.mem_gib:g} GiB of GPU memory{each}; the largest GPU here has "
+            f"the job needs {spec.mem_gib:g} GiB of GPU memory{each}; the largest GPU{among} has "
             f"{largest:.1f} GiB", hint="--mem is the memory one GPU of the job needs, in GiB")
+
+    def _allowed_nodes(self, spec: JobSpec) -> list:
+        """The inventory's nodes the job's --constraint/--nodelist/--exclude allow; refuses
+        (at submission, with the reason) a rule no node could ever meet: a label no node has,
+        a node name not in the inventory, or rules that together leave no node."""
+        nodes = self.inventory.nodes
+        if not (spec.constraint or spec.nodelist or spec.exclude):
+            return list(nodes)
+        names = {n.name for n in nodes}
+        known = ", ".join(sorted(names)) or "none"
+        for option, given in (("--nodelist", spec.nodelist), ("--exclude", spec.exclude)):
+            unknown = [n for n in given if n not in names]
+            if unknown:
+                raise InputError(f"{option}: no node named {', '.join(unknown)} in this lab",
+                                 hint=f"nodes here: {known} (`iadeep status`)")
+        labels = {label for n in nodes for label in n.labels}
+        missing = [label for label in spec.constraint if label not in labels]
+        if missing:
+            raise InputError(f"--constraint: no node has the label {', '.join(missing)}",
+                             hint=f"labels here: {', '.join(sorted(labels)) or 'none'} "
+                                  "(labels: in nodes.yaml)")
+        allowed = [n for n in nodes if node_allowed(spec, n.name, n.labels)]
+        if not allowed:
+            raise InputError(f"no node meets all of {node_rules(spec)}",
+                             hint="nodes and their labels are in the inventory "
+                                  "(nodes.yaml); loosen one of them")
+        return allowed
 
     def _owned(self, conn, user: str, job_id: int) -> Job:
         job = jobrows.get(conn, job_id)
@@ -267,12 +300,19 @@ class Service(views.StoreReader):
         if req.offset < 0 or req.max_bytes < 0:
             raise InputError(f"offset and max_bytes must be 0 or more, got {req.offset}, "
                              f"{req.max_bytes}")
+        if req.stream not in STREAMS:
+            raise InputError(f"stream must be one of {', '.join(STREAMS)}, got "
+                             f"{req.stream[:40]!r}", hint="client and controller versions differ?")
         with self.store.tx() as conn:
             job = jobrows.get(conn, req.id)
         if job.owner != user and not self.inventory.is_admin(user):
             raise PermissionDenied(f"job {req.id} belongs to {job.owner}; {user} may not read "
                                    "its log",
                                    hint="a job's log is its owner's and the lab admins' only")
+        if req.stream == "error" and job.spec.error is None:
+            raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
+                             hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
+                                  "to keep them apart")
         if job.node is None:
             return m.LogChunk(data="", offset=0, finished=job.state in FINISHED,
                               state=job.state)
@@ -280,7 +320,7 @@ class Service(views.StoreReader):
             raise InputError("this controller has no node connections to read logs from",
                              hint="start it with an inventory: "
                                   "iadeep controller run --inventory FILE")
-        data, offset, size = self.log_reader(job, req.offset, req.max_bytes)
+        data, offset, size = self.log_reader(job, req.offset, req.max_bytes, req.stream)
         return m.LogChunk(data=data, offset=offset, size=size,
                           finished=job.state in FINISHED, state=job.state)
 

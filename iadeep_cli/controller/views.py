@@ -91,11 +91,13 @@ def profiles(reader: Reader, user: str, req: ProfilesRequest) -> list[ProfileVie
 
 
 def for_reader(job: JobView, reveal: Reveal) -> JobView:
-    """A job as one reader may see it: ``--env`` values (often tokens) only if ``reveal``
-    allows it for the job's owner (the owner and the admins); the names stay visible."""
+    """A job as one reader may see it: ``--env`` and ``--export`` values (often tokens) only if
+    ``reveal`` allows it for the job's owner (the owner and the admins); the names stay
+    visible."""
     if reveal(job.owner):
         return job
-    return dataclasses.replace(job, env=dict.fromkeys(job.env, HIDDEN))
+    return dataclasses.replace(job, env=dict.fromkeys(job.env, HIDDEN),
+                               exported=dict.fromkeys(job.exported, HIDDEN))
 
 
 # ------------------------------------------------------------------ from the database

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import jobs
 from ..errors import InputError, NodeError, NotFoundError
 from ..jobs import SIGNALS, Job
 from ..snapshot import RemoteJob
@@ -58,9 +59,14 @@ done; }
 # handler, since handlers reset on exec).
 # Before that, whatever the job left running is stopped (TERM, then KILL a second later), so an
 # ended job holds no GPU through a daemon it forked.
-_WRAPPER = r"""d=$1; w=$2; shift 2
+# Its own stdout and stderr are the job directory's ``log``; the job's go to --output/--error
+# ($o, $e) when given, opened after the cd (relative names start in the working directory), so
+# a file that cannot be opened fails the job with the shell's message in ``log``.
+_WRAPPER = r"""d=$1; w=$2; o=$3; e=$4; shift 4
 trap : TERM HUP INT QUIT USR1 USR2 ALRM
-if cd "$w"; then "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; fi
+run() { if [ -n "$o" ] && [ -n "$e" ]; then "$@" >"$o" 2>"$e"
+  elif [ -n "$o" ]; then "$@" >"$o" 2>&1; elif [ -n "$e" ]; then "$@" 2>"$e"; else "$@"; fi; }
+if cd "$w"; then run "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; fi
 i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
 """ + _TAGGED + r"""t=$(tagged)
 if [ -n "$t" ]; then kill -TERM $t 2>/dev/null; sleep 1; t=$(tagged); kill -KILL $t 2>/dev/null; fi
@@ -111,14 +117,39 @@ def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
 
 
 def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
-    for key, _ in job.spec.env:
+    for key, _ in (*job.spec.exported, *job.spec.env):
         if not _ENV_NAME.match(key):
             raise InputError(f"job {job.id}: environment variable name {key!r} is not valid",
                              hint="use letters, digits and _ (not starting with a digit)")
     ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
             ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
             ("IADEEP_PROGRESS_FILE", f"{jdir}/progress")]
-    return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.env, *ours)]
+    # --export's values first: --env and iadeep's own win over them
+    return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.exported, *job.spec.env, *ours)]
+
+
+def run_dir(pool: NodeAccess, node: str, job: Job) -> str | None:
+    """The job's working directory on ``node`` (None: its job directory): see ``jobs.run_dir``."""
+    return jobs.run_dir(job.spec, pool.node(node).shared_paths)
+
+
+def stream_path(pool: NodeAccess, node: str, job: Job, stream: str) -> str:
+    """The path of the job's ``stream`` ("output" or "error") on ``node``, as the controller
+    reads it: --output/--error with %j/%u/%x filled in, relative to the working directory;
+    the job directory's ``log`` for output without --output. The error stream without --error
+    goes with the output (InputError: nothing separate to read)."""
+    jdir = job_dir(workdir(pool, node), job.id)
+    pattern = job.spec.output if stream == "output" else job.spec.error
+    if pattern is None:
+        if stream == "output":
+            return f"{jdir}/log"
+        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
+                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
+                              "to keep them apart")
+    name = jobs.expand_pattern(pattern, job.id, job.owner, job.name)
+    if name.startswith("/") or name == "~" or name.startswith("~/"):
+        return name
+    return f"{(run_dir(pool, node, job) or jdir).rstrip('/')}/{name}"
 
 
 def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
@@ -151,14 +182,21 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
             stdin=script.read_bytes())
     else:
         pool.connection(node).put(script, remote_script, 0o700)
-    cwd = remote_path(job.spec.workdir) if job.spec.workdir else shlex.quote(jdir)
+    where = run_dir(pool, node, job)
+    cwd = remote_path(where) if where else shlex.quote(jdir)
+    spec = job.spec
+    # As the wrapper opens them, after its cd: relative names stay relative (stream_path
+    # makes the same paths absolute to read them).
+    out_file, err_file = ("''" if p is None else remote_path(
+        jobs.expand_pattern(p, job.id, job.owner, job.name)) for p in (spec.output, spec.error))
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
         "if ! (set -C; : > launched) 2>/dev/null; then\n"
         '  echo "exists $(head -c 64 pid 2>/dev/null)"; exit 0; fi\n'
         f"setsid env {' '.join(_env_args(job, gpu_indices, jdir))} sh -c {shlex.quote(_WRAPPER)}"
-        f" iadeep-job {shlex.quote(jdir)} {cwd} {argv} </dev/null >log 2>&1 &\n"
+        f" iadeep-job {shlex.quote(jdir)} {cwd} {out_file} {err_file} {argv}"
+        " </dev/null >log 2>&1 &\n"
         'st=$(sed "s/.*) //" /proc/$!/stat 2>/dev/null | cut -d" " -f20)\n'
         # reported even if the job already removed its own directory: the controller records
         # the pid and start time, and never takes a started job for one that did not start
@@ -277,20 +315,28 @@ class LogChunk:
 
 
 def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
-             max_bytes: int = 65536, owner: str | None = None) -> LogChunk:
-    """Up to ``max_bytes`` (at most MAX_LOG_READ) of the job's log from ``offset``.
+             max_bytes: int = 65536, owner: str | None = None, job: Job | None = None,
+             stream: str = "output") -> LogChunk:
+    """Up to ``max_bytes`` (at most MAX_LOG_READ) of the job's log from ``offset``: with
+    ``job``, its ``stream`` ("output": --output or the log; "error": --error), see
+    ``stream_path``.
 
     The log is the job's to shape: a FIFO, a link to /dev/zero or a directory there is refused
     (see the connection's ``read``), and the caller chooses how much to read only up to the cap,
-    so no request keeps the controller busy for long.
+    so no request keeps the controller busy for long. An --output file is read the same way,
+    as whoever the job runs as, so naming one gives its owner nothing they could not read.
     """
     if offset < 0 or max_bytes <= 0:
         raise InputError(f"invalid log range offset={offset} max_bytes={max_bytes}",
                          hint="offset must be >= 0 and max_bytes > 0")
-    path = f"{job_dir(workdir(pool, node), job_id)}/log"
-    got = read_job_file(pool, node, job_id, "log", offset, min(max_bytes, MAX_LOG_READ), owner)
+    if job is None:
+        path = f"{job_dir(workdir(pool, node), job_id)}/log"
+    else:
+        path = stream_path(pool, node, job, stream)
+    got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
     if got is None:
-        raise NotFoundError(f"job {job_id} has no log on node {node} ({path})",
+        raise NotFoundError(f"job {job_id} has no {'log' if stream == 'output' else 'stderr'} "
+                            f"on node {node} ({path})",
                             hint="the job may not have started yet; see `iadeep queue show ID`")
     data, size = got
     return LogChunk(data, offset + len(data), size)
@@ -301,7 +347,13 @@ def read_job_file(pool: NodeAccess, node: str, job_id: int, name: str, offset: i
     """(up to ``max_bytes`` of the job's file ``name`` from ``offset``, its size), None if
     there is none: over SFTP as the SSH account, or on a submitter node read by the owner
     (so a link the owner put there reaches only what the owner may read)."""
-    path = f"{job_dir(workdir(pool, node), job_id)}/{name}"
+    return read_node_file(pool, node, f"{job_dir(workdir(pool, node), job_id)}/{name}", offset,
+                          max_bytes, owner)
+
+
+def read_node_file(pool: NodeAccess, node: str, path: str, offset: int, max_bytes: int,
+                   owner: str | None = None) -> tuple[bytes, int] | None:
+    """``read_job_file`` for any path on the node (a job's --output file)."""
     if not pool.node(node).submitter:
         return pool.connection(node).read(path, offset, max_bytes)
     f = remote_path(path)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..inventory import Inventory, Policy, UserLimit
-from ..jobs import Job
+from ..jobs import Job, node_allowed, node_rules
 from ..profiles import Profile
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
@@ -58,6 +58,7 @@ class GpuSlot:
     job_ids: tuple[int, ...] = ()
     max_jobs: int = 2
     foreign_mib: float = 0.0
+    labels: tuple[str, ...] = ()      # its node's inventory labels (--constraint matches them)
 
     @property
     def name(self) -> str:
@@ -155,7 +156,8 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
                     free -= max(0.0, (job_memory_mib(job, profiles, policy) or 0.0) - seen)
             foreign = sum(p.used_memory_mib or 0.0 for p in gpu.foreign_processes)
             slots.append(GpuSlot(node.name, gpu.index, gpu.memory_total_mib, free,
-                                 tuple(sorted(j.id for j in jobs_here)), max_jobs, foreign))
+                                 tuple(sorted(j.id for j in jobs_here)), max_jobs, foreign,
+                                 node.labels))
     return tuple(slots)
 
 
@@ -175,7 +177,7 @@ class _Gpu:
     """Mutable working copy of a slot during one round."""
 
     __slots__ = ("node", "index", "free", "total", "residents", "max_jobs", "reserved",
-                 "foreign")
+                 "foreign", "labels")
 
     def __init__(self, slot: GpuSlot):
         self.node = slot.node
@@ -186,6 +188,7 @@ class _Gpu:
         self.residents: list[_Res] = []
         self.reserved = False
         self.foreign = slot.foreign_mib
+        self.labels = frozenset(slot.labels)
 
     @property
     def name(self) -> str:
@@ -301,29 +304,53 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         res = _resident(job, profiles, policy)
         need = job_memory_mib(job, profiles, policy)
         whole = job.spec.gpus > 1 or res.solo_only or res.profile is None
+        ok = _node_rule(job)
+        if ok is not _anywhere and not any(ok(g) for g in rnd.gpus):
+            waits[job.id] = (f"no node it may run on ({node_rules(job.spec)}) has GPUs to "
+                             "offer now (down, or not in the inventory)")
+            continue
         if not rnd.has_room():
             got, why = None, _full_reason(job, total_gpus)
         else:
-            never = _never_fits(rnd, need)
+            never = _never_fits(rnd, need, ok)
             if never:
                 waits[job.id] = never
                 continue
             behind = len(ordered) - i - 1
             if whole:
-                got, why = _place_whole(rnd, job, res, need)
+                got, why = _place_whole(rnd, job, res, need, ok)
             else:
-                got, why = _place_single(rnd, job, res, need, predict, policy, behind)
+                got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
         if got is None:
             if whole and total_gpus:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
-                                            - (now - job.submitted_at), holder)
+                                            - (now - job.submitted_at), holder, ok)
                 why += note
+            if ok is not _anywhere:
+                allowed = sorted({g.node for g in rnd.gpus if ok(g)})
+                why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
             waits[job.id] = why
             continue
         placements.append(got)
         usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
                             usage.get(job.owner, (0, 0))[1] + 1)
     return Plan(tuple(placements), waits)
+
+
+NodeRule = Callable[["_Gpu"], bool]
+
+
+def _anywhere(g: _Gpu) -> bool:
+    return True
+
+
+def _node_rule(job: Job) -> NodeRule:
+    """Which GPUs the job may use: those of nodes its --constraint/--nodelist/--exclude allow
+    (``_anywhere``, the same object, when it gives none)."""
+    spec = job.spec
+    if not (spec.constraint or spec.nodelist or spec.exclude):
+        return _anywhere
+    return lambda g: node_allowed(spec, g.node, g.labels)
 
 
 def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> _Res:
@@ -367,20 +394,24 @@ def _gib(mib: float | None) -> str:
     return gib(mib, unit=" GiB")
 
 
-def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None
-                 ) -> tuple[Placement | None, str]:
+def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
+                 ok: NodeRule = _anywhere) -> tuple[Placement | None, str]:
     """Jobs that must be alone: empty GPUs on one node, best fit (fewest empty GPUs)."""
     k = job.spec.gpus
     best: list[_Gpu] | None = None
+    best_size = 0
     largest, largest_node, mem_blocked = 0, "", None
-    for node, gpus in rnd.empty.items():
+    for node, all_gpus in rnd.empty.items():
+        gpus = {i: g for i, g in all_gpus.items() if ok(g)}
+        if not gpus:
+            continue
         fit = [g for g in gpus.values() if g.fits(need)]
         if len(gpus) > largest:
             largest, largest_node = len(gpus), node
         if len(fit) < len(gpus) and mem_blocked is None:
             mem_blocked = next(g for g in gpus.values() if not g.fits(need))
-        if len(fit) >= k and (best is None or len(gpus) < len(rnd.empty[best[0].node])):
-            best = fit[:k]
+        if len(fit) >= k and (best is None or len(gpus) < best_size):
+            best, best_size = fit[:k], len(gpus)
     if best is None:
         if k > 1 and largest >= k and mem_blocked is not None:
             return None, (f"needs {k} GPUs with {_gib(need)} free on one node; "
@@ -400,14 +431,15 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None
 
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
-                  predict: Callable, policy: Policy, behind: int) -> tuple[Placement | None, str]:
+                  predict: Callable, policy: Policy, behind: int,
+                  ok: NodeRule = _anywhere) -> tuple[Placement | None, str]:
     """A profiled one-GPU job: alone on an empty GPU, or joining the GPU where it pays most."""
-    empty = _best_empty(rnd, need)
+    empty = _best_empty(rnd, need, ok)
     pressure = behind >= rnd.n_empty()
     if empty is not None and not pressure:
         rnd.add(empty, res, need)
         return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
-    share, why = _best_share(rnd, res, need, predict, policy)
+    share, why = _best_share(rnd, res, need, predict, policy, ok)
     if share is not None:
         g, speeds = share
         rnd.add(g, res, need)
@@ -415,34 +447,38 @@ def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
     if empty is not None:
         rnd.add(empty, res, need)
         return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
-    if rnd.n_empty():
-        g = next(g for gs in rnd.empty.values() for g in gs.values())
-        return None, f"needs {_gib(need)} of GPU memory; {g.name} has {_gib(g.free)} free"
+    spare = next((g for gs in rnd.empty.values() for g in gs.values() if ok(g)), None)
+    if spare is not None:
+        return None, (f"needs {_gib(need)} of GPU memory; {spare.name} has "
+                      f"{_gib(spare.free)} free")
     return None, why or "all GPUs are busy; waiting for a job to finish"
 
 
-def _best_empty(rnd: _Round, need: float | None) -> _Gpu | None:
+def _best_empty(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> _Gpu | None:
     """An empty GPU on the node with the fewest empty GPUs (whole nodes stay for big jobs)."""
     if not rnd.empty:
         return None
-    first = min(rnd.empty.items(), key=lambda kv: (len(kv[1]), kv[0]))
-    g = next((g for g in first[1].values() if g.fits(need)), None)
-    if g is not None:
-        return g
+    if ok is _anywhere:   # the common case, without copying the index
+        first = min(rnd.empty.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        g = next((g for g in first[1].values() if g.fits(need)), None)
+        if g is not None:
+            return g
     for _, gpus in sorted(rnd.empty.items(), key=lambda kv: (len(kv[1]), kv[0])):
         for g in gpus.values():
-            if g.fits(need):
+            if ok(g) and g.fits(need):
                 return g
     return None
 
 
 def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
-                policy: Policy) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
+                policy: Policy, ok: NodeRule = _anywhere
+                ) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
     """The occupied GPU where this job adds the most predicted throughput, within the rules."""
     best: tuple[float, _Gpu, dict[int, float]] | None = None
     why = ""
     rank = 0   # how informative `why` is: memory < threshold < floor
-    for gpus in rnd.shareable.values():
+    for all_gpus in rnd.shareable.values():
+        gpus = all_gpus if ok is _anywhere else {k: g for k, g in all_gpus.items() if ok(g)}
         if not gpus:
             continue
         sample = next(iter(gpus.values()))
@@ -478,17 +514,18 @@ def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
     return (best[1], best[2]), ""
 
 
-def _never_fits(rnd: _Round, need: float | None) -> str:
+def _never_fits(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> str:
     """A reason if no GPU here could ever hold ``need`` (e.g. --mem typed in MiB), else ''."""
-    totals = [g.total for g in rnd.gpus if g.total is not None]
-    if need is None or not totals or len(totals) < len(rnd.gpus) or need <= max(totals):
+    mine = [g for g in rnd.gpus if ok(g)]
+    totals = [g.total for g in mine if g.total is not None]
+    if need is None or not totals or len(totals) < len(mine) or need <= max(totals):
         return ""
     return (f"needs {_gib(need)} of GPU memory per GPU; the largest GPU here has "
             f"{_gib(max(totals))} (check --mem, given in GiB)")
 
 
 def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
-                 holder: int | None) -> tuple[str, int | None]:
+                 holder: int | None, ok: NodeRule = _anywhere) -> tuple[str, int | None]:
     """For a blocked whole-GPU job: what its reason adds about reserving GPUs (so a user knows
     when it stops waiting behind small jobs), and the job holding this round's reservation."""
     if left_s > 0:
@@ -496,7 +533,7 @@ def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
         return f"; will reserve {what} in {_eta(left_s)}", holder
     if holder is not None:
         return f"; job {holder} reserves GPUs first", holder
-    gpus = _reserve(rnd, job, need)
+    gpus = _reserve(rnd, job, need, ok)
     if not gpus:
         return "", None
     where = f"{gpus[0].node}:{','.join(str(g.index) for g in gpus)}"
@@ -509,13 +546,14 @@ def _eta(seconds: float) -> str:
     return f"{m}m" if m < 60 else f"{m // 60}h{m % 60:02d}m"
 
 
-def _reserve(rnd: _Round, job: Job, need: float | None) -> list[_Gpu]:
+def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
+             ) -> list[_Gpu]:
     """Hold GPUs for a blocked whole-GPU job so it cannot starve: the node closest to ready
     among GPUs that could hold it at all (none if no node could)."""
     k = job.spec.gpus
     by_node: dict[str, list[_Gpu]] = {}
     for g in rnd.gpus:
-        if not g.reserved and g.could_ever_fit(need):
+        if not g.reserved and ok(g) and g.could_ever_fit(need):
             by_node.setdefault(g.node, []).append(g)
     cands = [(n, gs) for n, gs in by_node.items() if len(gs) >= k]
     if not cands:

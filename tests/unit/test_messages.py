@@ -23,7 +23,8 @@ JOB_KEYS = ["id", "name", "user", "state", "gpus", "node", "gpu_indices", "submi
             "started_at", "ended_at", "exit_code", "script", "args", "workdir", "env",
             "mem_gib", "workload", "priority", "exclusive", "retries", "min_speed", "time_limit_s",
             "signal", "notify", "attempts",
-            "remote_pid", "reason", "predicted_speed", "observed_speed"]
+            "remote_pid", "reason", "predicted_speed", "observed_speed",
+            "submit_dir", "output", "error", "constraint", "nodelist", "exclude", "exported"]
 STATUS_KEYS = ["now", "nodes", "queue", "controller", "stale_after_s"]
 NODE_KEYS = ["name", "taken_at", "gpus", "error", "driver_version", "rtt_s", "jobs", "age_s",
              "down_since", "state"]
