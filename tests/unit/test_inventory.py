@@ -265,3 +265,14 @@ def test_notify_settings_find_each_users_address():
                            Path("n.yaml")).notify
     assert hook.reaches("anyone") and hook.email_for("anyone") is None
     assert parse_inventory("nodes: []\n", Path("n.yaml")).notify.default == "none"
+
+
+def test_shared_paths_per_node_or_from_the_lab():
+    inv = parse_inventory("lab:\n  shared_paths: [/home, /data]\nnodes:\n"
+                          "  - {name: a, host: a}\n  - {name: b, host: b, shared_paths: []}\n"
+                          "  - {name: c, host: c, shared_paths: [/nfs]}\n", Path("n.yaml"))
+    assert [n.shared_paths for n in inv.nodes] == [("/home", "/data"), (), ("/nfs",)]
+    with pytest.raises(ConfigError, match=r"n.yaml:3: nodes\[0\].shared_paths\[0\]: expected "
+                                          "an absolute directory path"):
+        parse_inventory("nodes:\n  - name: a\n    shared_paths: [home]\n    host: a\n",
+                        Path("n.yaml"))

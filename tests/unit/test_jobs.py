@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from iadeep_cli import jobs as J
 from iadeep_cli.errors import InputError
 from iadeep_cli.jobs import JobSpec, parse_signal, parse_time_limit, validate_spec
 from iadeep_cli.text import hms
@@ -52,3 +53,91 @@ def test_notify_takes_only_its_four_words():
         validate_spec(JobSpec(script="/x.sh", notify=when))
     with pytest.raises(InputError, match="--notify must be one of end, fail, all, none, got 'END'"):
         validate_spec(JobSpec(script="/x.sh", notify="END"))
+
+
+# --------------------------------------------------------------------------- like sbatch
+
+
+def test_directives_are_read_from_the_top_only_as_sbatch_does():
+    text = ("#!/bin/bash\n"
+            "# a comment\n\n"
+            "#IADEEP --gpus 2 --time 2:00:00   # two GPUs\n"
+            "#IADEEP --name 'lr 3'\n"
+            "#IADEEPX --not-ours\n"
+            "#SBATCH --gpus 8\n"
+            "python train.py\n"
+            "#IADEEP --gpus 4\n")
+    assert J.directives(text) == [(4, ["--gpus", "2", "--time", "2:00:00"]),
+                                  (5, ["--name", "lr 3"])]
+    assert J.directives("echo hi\n#IADEEP --gpus 2\n") == []
+
+
+def test_a_directive_with_an_open_quote_names_its_line():
+    with pytest.raises(InputError, match="line 2: #IADEEP --name 'x"):
+        J.directives("#!/bin/sh\n#IADEEP --name 'x\n")
+
+
+@pytest.mark.parametrize("text,sep,names", [
+    ("n1,n2", ",", ("n1", "n2")), ("n1, n2,n1", ",", ("n1", "n2")),
+    ("a100&nvlink", "&", ("a100", "nvlink")), ("h200", "&", ("h200",))])
+def test_node_names_and_labels_parse(text, sep, names):
+    assert J.parse_names("--x", text, sep) == names
+
+
+@pytest.mark.parametrize("text,sep", [("n1,,n2", ","), ("a|b", "&"), ("n[1-3]", ","),
+                                      ("", ","), ("a&", "&")])
+def test_slurm_syntax_iadeep_lacks_is_refused_not_misread(text, sep):
+    with pytest.raises(InputError):
+        J.parse_names("--x", text, sep)
+
+
+def test_node_allowed_combines_constraint_nodelist_and_exclude():
+    spec = JobSpec("/s", constraint=("a100", "nvlink"), nodelist=("n1", "n2"), exclude=("n2",))
+    assert J.node_allowed(spec, "n1", ("a100", "nvlink", "x"))
+    assert not J.node_allowed(spec, "n1", ("a100",))            # a label missing
+    assert not J.node_allowed(spec, "n2", ("a100", "nvlink"))   # excluded
+    assert not J.node_allowed(spec, "n3", ("a100", "nvlink"))   # not in the list
+    assert J.node_allowed(JobSpec("/s"), "any", ())
+
+
+def test_run_dir_chdir_then_shared_submission_dir_then_job_dir():
+    assert J.run_dir(JobSpec("/s", workdir="/w", submit_dir="/home/a/p"), ("/home",)) == "/w"
+    shared = JobSpec("/s", submit_dir="/home/a/p")
+    assert J.run_dir(shared, ("/data", "/home/")) == "/home/a/p"
+    assert J.run_dir(shared, ("/home/a/p",)) == "/home/a/p"
+    assert J.run_dir(shared, ("/home/a/pp", "/hom")) is None     # path prefixes, not strings
+    assert J.run_dir(shared, ()) is None
+    assert "not in n1's shared_paths" in J.run_dir_note(shared, "n1", ())
+    assert "submission directory, shared on n1" in J.run_dir_note(shared, "n1", ("/home",))
+
+
+def test_output_patterns_fill_job_id_user_and_name():
+    assert J.expand_pattern("out-%j-%u-%x.%%j.%A", 7, "alice", "lr3") == "out-7-alice-lr3.%j.%A"
+
+
+def test_export_default_names_all_and_none():
+    env = {"PATH": "/opt/bin:/bin", "LANG": "C.UTF-8", "SECRET": "s", "HOME": "/home/a",
+           "SSH_AUTH_SOCK": "/tmp/x", "IADEEP_HOME": "/x", "PS1": "\x1b[1m$ ",
+           "BASH_FUNC_f%%": "() { :; }"}
+    assert J.exported_env(None, env) == ((("PATH", "/opt/bin:/bin"), ("LANG", "C.UTF-8")), ())
+    assert J.exported_env("NONE", env) == ((), ())
+    assert J.exported_env("SECRET,LANG", env) == ((("SECRET", "s"), ("LANG", "C.UTF-8")), ())
+    pairs, skipped = J.exported_env("ALL", env)
+    assert dict(pairs) == {"PATH": "/opt/bin:/bin", "LANG": "C.UTF-8", "SECRET": "s"}
+    assert skipped == ("PS1",)
+    with pytest.raises(InputError, match="NOPE is not set here"):
+        J.exported_env("NOPE", env)
+
+
+def test_spec_checks_the_new_fields():
+    with pytest.raises(InputError, match="--constraint"):
+        validate_spec(JobSpec("/s", constraint=("a b",)))
+    with pytest.raises(InputError, match="--output"):
+        validate_spec(JobSpec("/s", output="out\x1b"))
+    with pytest.raises(InputError, match="submission directory"):
+        validate_spec(JobSpec("/s", submit_dir="rel"))
+    with pytest.raises(InputError, match="'1X': not a valid variable name"):
+        validate_spec(JobSpec("/s", exported=(("1X", "v"),)))
+    validate_spec(JobSpec("/s", submit_dir="/h", output="o-%j", error="e-%j",
+                          constraint=("a",), nodelist=("n1",), exclude=("n2",),
+                          exported=(("PATH", "/bin"),)))

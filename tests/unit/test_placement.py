@@ -335,3 +335,65 @@ def test_a_resident_still_growing_into_its_memory_is_counted():
     snap = ClusterSnapshot(0.0, (NodeSnapshot("a", 0.0, (gpu,)),))
     (s,) = slots_from_snapshot(snap, [resident], Inventory(nodes=(Node("a", "h"),)), PROFILES)
     assert s.memory_free_mib == pytest.approx(41 * GIB)   # 140.5 - (100 - 0.5)
+
+
+# --------------------------------------------------------------------------- node rules
+def ruled(id, workload="resnet18", *, gpus=1, t=0.0, **rules):
+    """A queued job with --constraint/--nodelist/--exclude (``rules``, as JobSpec fields)."""
+    base = job(id, workload, gpus=gpus, t=t)
+    return dataclasses.replace(base, spec=dataclasses.replace(base.spec, **rules))
+
+
+def labelled(node, index, labels, **kw):
+    return dataclasses.replace(slot(node, index, **kw), labels=tuple(labels))
+
+
+def test_constraint_places_only_on_nodes_with_every_label():
+    slots = [labelled("a", 0, ["h200"]), labelled("b", 0, ["h200", "nvlink"]),
+             labelled("c", 0, ["nvlink"])]
+    p = run([ruled(1, constraint=("h200", "nvlink"))], slots)
+    assert where(p, 1) == ("b", (0,))
+
+
+def test_a_job_waits_rather_than_use_a_node_it_may_not_and_says_why():
+    # b, the only node with the label, is full; a is empty but lacks it.
+    slots = [labelled("a", 0, []), labelled("b", 0, ["a100"], jobs=[9])]
+    busy = ruled(9, "transformer", constraint=())
+    busy = dataclasses.replace(busy, state=JobState.RUNNING, node="b", gpu_indices=(0,),
+                               spec=dataclasses.replace(busy.spec, exclusive=True))
+    p = run([ruled(1, constraint=("a100",))], slots, active=[busy])
+    assert p.placements == ()
+    assert "it may run only on b" in p.waits[1] and "--constraint a100" in p.waits[1]
+
+
+def test_nodelist_and_exclude_choose_among_nodes():
+    slots = [labelled("a", 0, []), labelled("b", 0, []), labelled("c", 0, [])]
+    assert where(run([ruled(1, nodelist=("c",))], slots), 1) == ("c", (0,))
+    assert where(run([ruled(1, exclude=("a", "b"))], slots), 1) == ("c", (0,))
+    assert where(run([ruled(1, nodelist=("a", "b"), exclude=("a",))], slots), 1) == ("b", (0,))
+
+
+def test_multi_gpu_job_with_a_nodelist_takes_whole_gpus_on_an_allowed_node_only():
+    slots = [labelled("a", i, []) for i in range(4)] + [labelled("b", i, []) for i in range(2)]
+    # Best fit alone would take b (fewest empty GPUs); the rule leaves only a.
+    p = run([ruled(1, "bert", gpus=2, nodelist=("a",))], slots)
+    assert where(p, 1) is not None and where(p, 1)[0] == "a"
+
+
+def test_no_matching_node_up_is_a_wait_naming_the_rule():
+    p = run([ruled(1, nodelist=("gone",))], [labelled("a", 0, [])])
+    assert p.placements == () and "--nodelist gone" in p.waits[1]
+
+
+def test_jobs_without_rules_still_use_every_node_and_skip_a_ruled_ones_blockage():
+    # Job 1 may only use b (busy); job 2 behind it is placed on a at once (backfill).
+    slots = [labelled("a", 0, []), labelled("b", 0, [], free_gib=1)]
+    p = run([ruled(1, nodelist=("b",), t=0.0), ruled(2, t=1.0)], slots)
+    assert where(p, 2) == ("a", (0,)) and where(p, 1) is None
+
+
+def test_slots_from_snapshot_carry_node_labels():
+    inv = Inventory(nodes=(Node("n1", "h", labels=("h200",)),))
+    snap = ClusterSnapshot(taken_at=0.0, nodes=(NodeSnapshot(
+        "n1", 0.0, (_gpu(0, 143771.0),)),))
+    assert slots_from_snapshot(snap, [], inv)[0].labels == ("h200",)
