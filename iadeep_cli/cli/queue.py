@@ -13,7 +13,7 @@ import typer
 
 # typer >= 0.26 ships its own copy of click (see cli/errors.py)
 from typer._click.core import ParameterSource
-from typer._click.exceptions import UsageError
+from typer._click.exceptions import MissingParameter, UsageError
 
 from .. import messages as m
 from ..controller import client
@@ -118,6 +118,9 @@ def add(
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
     o = dict(locals())
     del o["ctx"]
+    if script is None and wrap is None:   # a usage error (exit 2), as before --wrap
+        param = next(p for p in ctx.command.params if p.name == "script")
+        raise MissingParameter(ctx=ctx, param=param)  # type: ignore[arg-type]  # typer's own
     content, path = _job_script(o["script"], o["wrap"], o["args"])
     if o["wrap"] is None:
         o = _with_directives(ctx, o, path, content)
@@ -349,9 +352,9 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
     job = detail.job
     for name in SHOW_FIELDS:   # labelled as in the JSON (a job's owner is its "user")
         value = _field(name, getattr(job, name))
-        if name == "workdir" and job.workdir is None:   # which one: see `queue why` once placed
-            value = (f"- ({job.submit_dir} where its node shares it, else its job directory)"
-                     if job.submit_dir else "- (its job directory)")
+        if name == "submit_dir" and job.submit_dir and job.workdir is None:
+            # which one: the events (and `queue why`) say once it runs
+            value += " (the working directory where its node shares it, else its job directory)"
         print(f"{m.JobView.key(name):>16}: {value}")
     for name in ("submitted_at", "started_at", "ended_at"):
         print(f"{name:>16}: {when(getattr(job, name))}")

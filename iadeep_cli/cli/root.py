@@ -1,6 +1,7 @@
 """The top-level typer app. Command modules register on it; ``cli.main`` imports them all.
 
 A module of its own so that commands and ``main`` both import it and never each other.
+Completion is on (``iadeep --install-completion``): a lab coming from Slurm has it for sbatch.
 """
 from __future__ import annotations
 
@@ -9,6 +10,6 @@ import typer
 app = typer.Typer(
     help="iadeep: interference-aware GPU scheduling for a small lab's servers.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
