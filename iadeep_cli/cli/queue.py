@@ -7,6 +7,7 @@ import shlex
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import typer
@@ -16,8 +17,10 @@ from ..controller import client
 from ..errors import InputError
 from ..jobs import (
     JobSpec,
+    JobState,
     check_interpreter,
     parse_env,
+    parse_job_ids,
     parse_time_limit,
     spec_to_dict,
     validate_spec,
@@ -29,7 +32,8 @@ from .errors import report
 
 app = typer.Typer(help="Submit, list and control jobs.", no_args_is_help=True)
 
-IDS = typer.Argument(..., help="One or more job ids.")
+IDS = typer.Argument(..., help="One or more job ids; an array's id means all its tasks, "
+                     "ID_INDEX (12_3) one task.")
 JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
@@ -79,6 +83,19 @@ def add(
                                            "channels) when it ends (end), ends other than "
                                            "succeeded (fail), starts and ends (all), or never "
                                            "(none); default: the lab's lab.notify.default."),
+    after: str | None = typer.Option(None, "--after", metavar="ID[,ID...]",
+                                     help="Start only once these jobs succeeded (cancelled if "
+                                          "one ends otherwise); an array's id: all its tasks."),
+    after_any: str | None = typer.Option(None, "--after-any", metavar="ID[,ID...]",
+                                         help="Start once these jobs ended, in any state."),
+    after_fail: str | None = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
+                                          help="Start only once these jobs ended other than "
+                                               "succeeded (cancelled if one succeeds)."),
+    array: str | None = typer.Option(None, "--array", metavar="INDICES[%N]",
+                                     help="One task per index: 0-99, 1,3,5, 0-99:2; %8 runs "
+                                          "at most 8 at once. Each gets IADEEP_ARRAY_INDEX."),
+    retry_on_fail: bool = typer.Option(False, "--retry-on-fail",
+                                       help="--retries also after a non-zero exit code."),
 ) -> None:
     """Queue SCRIPT to run on GPUs; prints the new job's id."""
     spec = JobSpec(script=_script_path(script), args=tuple(args or ()), name=name, gpus=gpus,
@@ -86,7 +103,10 @@ def add(
                    workdir=workdir, env=parse_env(env or ()), retries=retries or 0,
                    min_speed=min_speed,
                    time_limit_s=None if time is None else parse_time_limit(time),
-                   signal=signal, notify=notify or "none")
+                   signal=signal, notify=notify or "none",
+                   after=_ids(after, "--after"), after_any=_ids(after_any, "--after-any"),
+                   after_fail=_ids(after_fail, "--after-fail"), array=array,
+                   retry_on_fail=retry_on_fail)
     validate_spec(spec)
     if workload and not new_workload:
         _check_workload(workload)
@@ -96,6 +116,17 @@ def add(
     if notify is None:
         del request["notify"]    # likewise
     print(client.submit(request, Path(spec.script).read_bytes()).id)
+
+
+def _ids(text: str | None, option: str) -> tuple[int, ...]:
+    return () if text is None else parse_job_ids(text, option)
+
+
+@app.command("rerun")
+def rerun(job_id: str = typer.Argument(..., help="A finished job's id (or ID_INDEX).")) -> None:
+    """Submit a finished job again with the same spec; prints the new job's id."""
+    request = m.RerunRequest(_job_id(job_id), token=uuid.uuid4().hex)
+    print(client.ask(request, retry_lost=True).id)
 
 
 def _check_workload(label: str) -> None:
@@ -131,8 +162,10 @@ def list_(
         return
     render.stale_note(stale)
     now = time.time()
-    rows = [[str(j.id), j.name, j.owner, j.state.value, str(j.gpus), _where(j),
-             duration(now - j.submitted_at), j.reason] for j in jobs]
+    folded = _fold(jobs)
+    rows = [[label, j.name, j.owner, j.state.value, str(j.gpus), _where(j),
+             duration(now - j.submitted_at), j.reason] for label, j in folded]
+    jobs = [j for _, j in folded]
     headers = LIST_HEADERS
     if any(j.time_limit_s is not None for j in jobs):   # only where some job has a limit
         headers = [*headers[:-1], "TIME", headers[-1]]
@@ -140,6 +173,66 @@ def list_(
     if sys.stdout.isatty() and not wide:
         rows = _fit(headers, rows, shutil.get_terminal_size().columns)
     render.table(headers, rows)
+
+
+def _fold(jobs: list[m.JobView]) -> list[tuple[str, m.JobView]]:
+    """(ID as shown, job) per line: an array's task reads ARRAY_INDEX (12_3), as in Slurm, and
+    its queued tasks fold into one line where the first of them was (12_[3-5,9]), so a
+    thousand-task array takes one line while it waits."""
+    queued: dict[int, list[m.JobView]] = {}
+    for j in jobs:
+        if j.array_id is not None and j.state == JobState.QUEUED:
+            queued.setdefault(j.array_id, []).append(j)
+    out: list[tuple[str, m.JobView]] = []
+    for j in jobs:
+        if j.array_id is None:
+            out.append((str(j.id), j))
+        elif j.state != JobState.QUEUED or len(queued[j.array_id]) == 1:
+            out.append((f"{j.array_id}_{j.array_index}", j))
+        elif queued[j.array_id][0] is j:
+            indices = [t.array_index for t in queued[j.array_id] if t.array_index is not None]
+            out.append((f"{j.array_id}_[{_ranges(indices)}]", j))
+    return out
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` as ``0-2,5,7-8``."""
+    runs: list[list[int]] = []   # [first, last] of each run of consecutive indices
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _job_ref(text: str) -> tuple[int, int | None]:
+    """A job named on the command line: ``12`` (a job, or an array: all its tasks) or
+    ``12_3`` (task 3 of array 12): (id, index or None)."""
+    first, sep, index = text.strip().partition("_")
+    if not first.isdigit() or (sep and not index.isdigit()):
+        raise InputError(f"{text[:40]!r} is not a job id", hint="e.g. 12, or 12_3 for task 3 of "
+                         "array 12")
+    return int(first), (int(index) if sep else None)
+
+
+def _job_id(text: str) -> int:
+    """The id of the job ``text`` names (a task's own id for ``12_3``: its newest run)."""
+    job_id, index = _job_ref(text)
+    if index is None:
+        return job_id
+    jobs, _ = client.read(m.ListRequest(all_states=True))
+    found = [j.id for j in jobs if j.array_id == job_id and j.array_index == index]
+    if not found:
+        raise InputError(f"array {job_id} has no task {index}",
+                         hint="`iadeep queue list --all` shows the array's tasks")
+    return found[-1]
+
+
+def _jobs_request(kind: type[m.JobsRequest], refs: list[str]) -> m.JobsRequest:
+    parsed = [_job_ref(r) for r in refs]
+    return kind(tuple(i for i, x in parsed if x is None),
+                tasks=tuple((i, x) for i, x in parsed if x is not None))
 
 
 def _time_used(job: m.JobView, now: float) -> str:
@@ -172,6 +265,9 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
                "gpus", "mem_gib", "workload", "priority", "exclusive", "retries", "time_limit_s",
                "signal", "notify", "attempts", "node", "gpu_indices", "remote_pid", "exit_code",
                "predicted_speed", "observed_speed")
+# Shown only on the jobs that have them (dependencies, arrays, reruns).
+SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
+               "retry_on_fail", "rerun_of")
 
 
 def _field(name: str, value) -> str:
@@ -195,9 +291,10 @@ def _field(name: str, value) -> str:
 
 
 @app.command("show")
-def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) -> None:
+def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX)."),
+         json_: bool = JSON) -> None:
     """Show a job's fields and its event history."""
-    detail, stale = client.read(m.ShowRequest(job_id))
+    detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     if json_:
         render.as_json(m.encode(detail))
         return
@@ -206,6 +303,11 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
     job = detail.job
     for name in SHOW_FIELDS:   # labelled as in the JSON (a job's owner is its "user")
         print(f"{m.JobView.key(name):>16}: {_field(name, getattr(job, name))}")
+        if name == "attempts" and job.attempts:   # which try this is, of how many allowed
+            print(f"{'':>16}  (attempt {job.attempts} of {job.retries + 1})")
+    for name in SHOW_IF_SET:
+        if getattr(job, name) is not None:
+            print(f"{name:>16}: {_field(name, getattr(job, name))}")
     for name in ("submitted_at", "started_at", "ended_at"):
         print(f"{name:>16}: {when(getattr(job, name))}")
     print("events:")
@@ -215,9 +317,9 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
 
 
 @app.command("why")
-def why(job_id: int = typer.Argument(..., help="Job id.")) -> None:
+def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).")) -> None:
     """Say why a job waits (or what it is doing)."""
-    detail, stale = client.read(m.ShowRequest(job_id))
+    detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     render.stale_note(stale)
     job = render.clean(detail.job)
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
@@ -237,27 +339,29 @@ def _act(request: m.JobsRequest) -> None:
 
 
 @app.command("cancel")
-def cancel(ids: list[int] = IDS) -> None:
+def cancel(ids: list[str] = IDS) -> None:
     """Cancel jobs (queued ones at once; running ones are stopped on their node)."""
-    _act(m.CancelRequest(tuple(ids)))
+    _act(_jobs_request(m.CancelRequest, ids))
 
 
 @app.command("hold")
-def hold(ids: list[int] = IDS) -> None:
+def hold(ids: list[str] = IDS) -> None:
     """Keep queued jobs from starting until released."""
-    _act(m.HoldRequest(tuple(ids)))
+    _act(_jobs_request(m.HoldRequest, ids))
 
 
 @app.command("release")
-def release(ids: list[int] = IDS) -> None:
+def release(ids: list[str] = IDS) -> None:
     """Let held jobs be scheduled again."""
-    _act(m.ReleaseRequest(tuple(ids)))
+    _act(_jobs_request(m.ReleaseRequest, ids))
 
 
 # `queue priority 13 -5`: without ignore_unknown_options click reads "-5" as an option.
 @app.command("priority", context_settings={"ignore_unknown_options": True})
-def priority(job_id: int = typer.Argument(..., help="Job id."),
+def priority(job_id: str = typer.Argument(..., help="Job id (an array's: all its tasks), "
+                                          "or ID_INDEX."),
              value: int = typer.Argument(..., help="New priority (higher runs first).")) -> None:
     """Change a waiting job's priority."""
-    r = client.ask(m.PriorityRequest(job_id, value))
+    ref, index = _job_ref(job_id)
+    r = client.ask(m.PriorityRequest(ref, value, index=index))
     print(f"job {r.id}: priority {r.priority}")
