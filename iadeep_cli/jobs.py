@@ -96,6 +96,11 @@ class JobSpec:
     # --export: variables captured from the submitting shell (kept apart from --env, which
     # wins over them on the node; both are hidden from other users)
     exported: tuple[tuple[str, str], ...] = ()
+    after: tuple[int, ...] = ()       # start once all these jobs succeeded (--after)
+    after_any: tuple[int, ...] = ()   # ... once they ended, in any state (--after-any)
+    after_fail: tuple[int, ...] = ()  # ... once they ended other than succeeded (--after-fail)
+    array: str | None = None          # --array as written ("0-99%8"); every task keeps it
+    retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,9 @@ class Job:
     cancel_requested_by: str | None = None   # who asked to stop it while it was on a node
     signalled: bool = False           # this attempt got its --signal before the time limit
     orphans: tuple[str, ...] = ()   # nodes where an abandoned attempt of it may still run
+    array_id: int | None = None       # the array it is a task of (its first task's id)
+    array_index: int | None = None    # its index in that array (IADEEP_ARRAY_INDEX)
+    rerun_of: int | None = None       # the finished job it was submitted again from (rerun)
 
     @property
     def name(self) -> str:
@@ -153,6 +161,64 @@ _NODE_WORD = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.:+=/@-]{0,199}")
 # Arguments and --env values reach the node inside one shell command line, shell-quoted;
 # Linux refuses a single argument over 128 KiB, and iadeep's own part needs room.
 MAX_COMMAND_BYTES = 64 * 1024
+
+
+# Dependencies (--after, --after-any, --after-fail) a job may name, after an array's id is
+# expanded to its tasks' ids; an array may have at most this many tasks (every task is a row).
+MAX_DEPENDENCIES = MAX_ARRAY_TASKS = 10_000
+MAX_ARRAY_INDEX = 4_000_000   # as Slurm's MaxArraySize ceiling
+_ARRAY_PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """``--array`` parsed: the task indices (ascending, each once) and the most that may run
+    at once (``%N``; None: no limit)."""
+
+    indices: tuple[int, ...]
+    limit: int | None
+
+
+@functools.cache
+def parse_array(text: str) -> ArraySpec:
+    """``--array`` as sbatch takes it: ``0-99``, ``1,3,5``, ``0-99:2`` (every 2nd), with
+    ``%8`` at the end for at most 8 tasks running at once. Refused past MAX_ARRAY_TASKS tasks,
+    so one submission cannot fill the database."""
+    hint = "e.g. --array 0-99, --array 1,3,5 or --array 0-99%8 (at most 8 at once)"
+    body, pct, limit_text = text.strip().partition("%")
+    if pct and not (limit_text.isdigit() and 0 < int(limit_text) <= MAX_ARRAY_TASKS):
+        raise InputError(f"--array {text[:40]!r}: the limit after % must be a number from 1 to "
+                         f"{MAX_ARRAY_TASKS}", hint=hint)
+    indices: set[int] = set()
+    for part in body.split(","):
+        m = _ARRAY_PART.fullmatch(part.strip())
+        if m is None:
+            raise InputError(f"--array {text[:40]!r} is not a list of indices and ranges",
+                             hint=hint)
+        first, last, step = int(m[1]), int(m[2] or m[1]), int(m[3] or 1)
+        if last < first or step < 1 or last > MAX_ARRAY_INDEX:
+            raise InputError(f"--array {text[:40]!r}: {part.strip()} is not an ascending range "
+                             f"of indices up to {MAX_ARRAY_INDEX}", hint=hint)
+        if len(indices) + (last - first) // step + 1 > MAX_ARRAY_TASKS:
+            raise InputError(f"--array {text[:40]!r} has more than {MAX_ARRAY_TASKS} tasks",
+                             hint="split it into several arrays, or give each task more work")
+        indices.update(range(first, last + 1, step))
+    return ArraySpec(tuple(sorted(indices)), int(limit_text) if pct else None)
+
+
+def parse_job_ids(text: str, option: str) -> tuple[int, ...]:
+    """``--after 12,13`` into job ids."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and 0 < int(p) < 2**62 for p in parts):
+        raise InputError(f"{option} {text[:40]!r} is not a list of job ids",
+                         hint=f"e.g. {option} 12 or {option} 12,13")
+    return tuple(int(p) for p in parts)
+
+
+def dependencies(spec: JobSpec) -> tuple[tuple[str, int], ...]:
+    """A spec's dependencies as (option, job id) pairs, in the order they are checked."""
+    return (*(("--after", i) for i in spec.after), *(("--after-fail", i) for i in spec.after_fail),
+            *(("--after-any", i) for i in spec.after_any))
 
 
 def check_priority(priority: int) -> None:
@@ -251,6 +317,15 @@ def validate_spec(spec: JobSpec) -> None:
             if not _NODE_WORD.fullmatch(name):
                 raise bad(f"{label}: {name[:80]!r} is not a node label or name",
                           "use letters, digits, '.', '_' and '-', e.g. --constraint a100&nvlink")
+    deps = dependencies(spec)
+    if len(deps) > MAX_DEPENDENCIES:
+        raise bad(f"a job may depend on at most {MAX_DEPENDENCIES} jobs, got {len(deps)}",
+                  "make the jobs one array and depend on the array's id")
+    for option, dep in deps:
+        if dep < 1:
+            raise bad(f"{option} {dep} is not a job id", f"e.g. {option} 12")
+    if spec.array is not None:
+        parse_array(spec.array)
     for key, _ in (*spec.exported, *spec.env):
         if not key.isidentifier() or not key.isascii():
             raise bad(f"bad --env name {key[:80]!r}: not a valid variable name",

@@ -221,6 +221,15 @@ class JobView(Message):
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     exported: dict[str, str] = field(default_factory=dict)   # --export's values, like env
+    # Only on the jobs that have them (keys the JSON has only then):
+    after: tuple[int, ...] | None = optional()        # --after
+    after_any: tuple[int, ...] | None = optional()    # --after-any
+    after_fail: tuple[int, ...] | None = optional()   # --after-fail
+    array: str | None = optional()                    # --array as written
+    array_id: int | None = optional()                 # the array it is a task of
+    array_index: int | None = optional()
+    retry_on_fail: bool | None = optional()
+    rerun_of: int | None = optional()                 # `queue rerun` made it from this job
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -237,7 +246,10 @@ class JobView(Message):
             remote_pid=job.remote_pid, reason=job.reason, predicted_speed=job.predicted_speed,
             observed_speed=job.observed_speed, submit_dir=spec.submit_dir, output=spec.output,
             error=spec.error, constraint=spec.constraint, nodelist=spec.nodelist,
-            exclude=spec.exclude, exported=dict(spec.exported))
+            exclude=spec.exclude, exported=dict(spec.exported), after=spec.after or None,
+            after_any=spec.after_any or None, after_fail=spec.after_fail or None,
+            array=spec.array, array_id=job.array_id, array_index=job.array_index,
+            retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of)
 
 
 @dataclass(frozen=True)
@@ -535,9 +547,12 @@ class AddRequest(Request[AddResult]):
 
 @dataclass(frozen=True)
 class JobsRequest(Request[list[JobActionResult]]):
-    """Act on jobs by id; each succeeds or fails on its own."""
+    """Act on jobs by id; each succeeds or fails on its own. An id that is an array's acts on
+    every task of it the action applies to; ``tasks`` are (array id, index) pairs: one task
+    alone (the array's first task too)."""
 
     ids: tuple[int, ...]
+    tasks: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -557,9 +572,21 @@ class ReleaseRequest(JobsRequest):
 
 @dataclass(frozen=True)
 class PriorityRequest(Request[PriorityResult]):
+    """An array's id sets the priority of all its waiting tasks; ``index``: of that one task."""
+
     op: ClassVar[str] = "priority"
     id: int
     priority: int
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class RerunRequest(Request[AddResult]):
+    """Submit finished job ``id`` again with its spec (a new job); ``token`` as AddRequest's."""
+
+    op: ClassVar[str] = "rerun"
+    id: int
+    token: str | None = None
 
 
 @dataclass(frozen=True)

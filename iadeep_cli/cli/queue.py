@@ -7,6 +7,7 @@ import shlex
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import typer
@@ -22,10 +23,12 @@ from ..jobs import (
     EXPORT_DEFAULT,
     MAX_DIRECTIVE_SCAN,
     JobSpec,
+    JobState,
     check_interpreter,
     directives,
     exported_env,
     parse_env,
+    parse_job_ids,
     parse_names,
     parse_time_limit,
     spec_to_dict,
@@ -38,7 +41,21 @@ from .errors import report
 
 app = typer.Typer(help="Submit, list and control jobs.", no_args_is_help=True)
 
-IDS = typer.Argument(..., help="One or more job ids.")
+
+
+def _refs(value: str | list[str]) -> str | list[str]:
+    """Checks job references as the command line is parsed, so that one that is not a job id
+    is a usage error (exit 2) like any ill-typed value."""
+    for text in [value] if isinstance(value, str) else value:
+        try:
+            _job_ref(text)
+        except InputError as exc:
+            raise typer.BadParameter(f"{exc.message} ({exc.hint})") from None
+    return value
+
+
+IDS = typer.Argument(..., help="One or more job ids; an array's id means all its tasks, "
+                     "ID_INDEX (12_3) one task.", callback=_refs)
 JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
@@ -113,6 +130,19 @@ def add(
                                         help="Only on one of these nodes."),
     exclude: str | None = typer.Option(None, "--exclude", "-x", metavar="NODE[,NODE]",
                                        help="Never on these nodes."),
+    after: str | None = typer.Option(None, "--after", metavar="ID[,ID...]",
+                                     help="Start only once these jobs succeeded (cancelled if "
+                                          "one ends otherwise); an array's id: all its tasks."),
+    after_any: str | None = typer.Option(None, "--after-any", metavar="ID[,ID...]",
+                                         help="Start once these jobs ended, in any state."),
+    after_fail: str | None = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
+                                          help="Start only once these jobs ended other than "
+                                               "succeeded (cancelled if one succeeds)."),
+    array: str | None = typer.Option(None, "--array", metavar="INDICES[%N]",
+                                     help="One task per index: 0-99, 1,3,5, 0-99:2; %8 runs "
+                                          "at most 8 at once. Each gets IADEEP_ARRAY_INDEX."),
+    retry_on_fail: bool = typer.Option(False, "--retry-on-fail",
+                                       help="--retries also after a non-zero exit code."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -138,7 +168,11 @@ def add(
                    nodelist=() if o["nodelist"] is None else
                    parse_names("--nodelist", o["nodelist"]),
                    exclude=() if o["exclude"] is None else parse_names("--exclude", o["exclude"]),
-                   exported=_exported(o["export"]))
+                   exported=_exported(o["export"]),
+                   after=_ids(o["after"], "--after"),
+                   after_any=_ids(o["after_any"], "--after-any"),
+                   after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
+                   retry_on_fail=o["retry_on_fail"])
     validate_spec(spec)
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
@@ -240,6 +274,18 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes)
     return out
 
 
+def _ids(text: str | None, option: str) -> tuple[int, ...]:
+    return () if text is None else parse_job_ids(text, option)
+
+
+@app.command("rerun")
+def rerun(job_id: str = typer.Argument(..., help="A finished job's id (or ID_INDEX).",
+                                        callback=_refs)) -> None:
+    """Submit a finished job again with the same spec; prints the new job's id."""
+    request = m.RerunRequest(_job_id(job_id), token=uuid.uuid4().hex)
+    print(client.ask(request, retry_lost=True).id)
+
+
 def _check_workload(label: str) -> None:
     """Refuse a --workload label that is not known but close to one that is (a typo would
     silently start a new workload, profiled from scratch and never sharing until then)."""
@@ -273,8 +319,10 @@ def list_(
         return
     render.stale_note(stale)
     now = time.time()
-    rows = [[str(j.id), j.name, j.owner, j.state.value, str(j.gpus), _where(j),
-             duration(now - j.submitted_at), j.reason] for j in jobs]
+    folded = _fold(jobs)
+    rows = [[label, j.name, j.owner, j.state.value, str(j.gpus), _where(j),
+             duration(now - j.submitted_at), j.reason] for label, j in folded]
+    jobs = [j for _, j in folded]
     headers = LIST_HEADERS
     if any(j.time_limit_s is not None for j in jobs):   # only where some job has a limit
         headers = [*headers[:-1], "TIME", headers[-1]]
@@ -282,6 +330,66 @@ def list_(
     if sys.stdout.isatty() and not wide:
         rows = _fit(headers, rows, shutil.get_terminal_size().columns)
     render.table(headers, rows)
+
+
+def _fold(jobs: list[m.JobView]) -> list[tuple[str, m.JobView]]:
+    """(ID as shown, job) per line: an array's task reads ARRAY_INDEX (12_3), as in Slurm, and
+    its queued tasks fold into one line where the first of them was (12_[3-5,9]), so a
+    thousand-task array takes one line while it waits."""
+    queued: dict[int, list[m.JobView]] = {}
+    for j in jobs:
+        if j.array_id is not None and j.state == JobState.QUEUED:
+            queued.setdefault(j.array_id, []).append(j)
+    out: list[tuple[str, m.JobView]] = []
+    for j in jobs:
+        if j.array_id is None:
+            out.append((str(j.id), j))
+        elif j.state != JobState.QUEUED or len(queued[j.array_id]) == 1:
+            out.append((f"{j.array_id}_{j.array_index}", j))
+        elif queued[j.array_id][0] is j:
+            indices = [t.array_index for t in queued[j.array_id] if t.array_index is not None]
+            out.append((f"{j.array_id}_[{_ranges(indices)}]", j))
+    return out
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` as ``0-2,5,7-8``."""
+    runs: list[list[int]] = []   # [first, last] of each run of consecutive indices
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _job_ref(text: str) -> tuple[int, int | None]:
+    """A job named on the command line: ``12`` (a job, or an array: all its tasks) or
+    ``12_3`` (task 3 of array 12): (id, index or None)."""
+    first, sep, index = text.strip().partition("_")
+    if not first.isdigit() or (sep and not index.isdigit()):
+        raise InputError(f"{text[:40]!r} is not a job id", hint="e.g. 12, or 12_3 for task 3 of "
+                         "array 12")
+    return int(first), (int(index) if sep else None)
+
+
+def _job_id(text: str) -> int:
+    """The id of the job ``text`` names (a task's own id for ``12_3``: its newest run)."""
+    job_id, index = _job_ref(text)
+    if index is None:
+        return job_id
+    jobs, _ = client.read(m.ListRequest(all_states=True))
+    found = [j.id for j in jobs if j.array_id == job_id and j.array_index == index]
+    if not found:
+        raise InputError(f"array {job_id} has no task {index}",
+                         hint="`iadeep queue list --all` shows the array's tasks")
+    return found[-1]
+
+
+def _jobs_request(kind: type[m.JobsRequest], refs: list[str]) -> m.JobsRequest:
+    parsed = [_job_ref(r) for r in refs]
+    return kind(tuple(i for i, x in parsed if x is None),
+                tasks=tuple((i, x) for i, x in parsed if x is not None))
 
 
 def _time_used(job: m.JobView, now: float) -> str:
@@ -316,6 +424,9 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
                "predicted_speed", "observed_speed",
                # submitting like sbatch (--chdir's default, --export, --output/--error, nodes)
                "submit_dir", "exported", "output", "error", "constraint", "nodelist", "exclude")
+# Shown only on the jobs that have them (dependencies, arrays, reruns).
+SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
+               "retry_on_fail", "rerun_of")
 
 
 def _field(name: str, value) -> str:
@@ -341,9 +452,10 @@ def _field(name: str, value) -> str:
 
 
 @app.command("show")
-def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) -> None:
+def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callback=_refs),
+         json_: bool = JSON) -> None:
     """Show a job's fields and its event history."""
-    detail, stale = client.read(m.ShowRequest(job_id))
+    detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     if json_:
         render.as_json(m.encode(detail))
         return
@@ -356,6 +468,11 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
             # which one: the events (and `queue why`) say once it runs
             value += " (the working directory where its node shares it, else its job directory)"
         print(f"{m.JobView.key(name):>16}: {value}")
+        if name == "attempts" and job.attempts:   # which try this is, of how many allowed
+            print(f"{'':>16}  (attempt {job.attempts} of {job.retries + 1})")
+    for name in SHOW_IF_SET:
+        if getattr(job, name) is not None:
+            print(f"{name:>16}: {_field(name, getattr(job, name))}")
     for name in ("submitted_at", "started_at", "ended_at"):
         print(f"{name:>16}: {when(getattr(job, name))}")
     print("events:")
@@ -365,9 +482,10 @@ def show(job_id: int = typer.Argument(..., help="Job id."), json_: bool = JSON) 
 
 
 @app.command("why")
-def why(job_id: int = typer.Argument(..., help="Job id.")) -> None:
+def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
+                                    callback=_refs)) -> None:
     """Say why a job waits (or what it is doing)."""
-    detail, stale = client.read(m.ShowRequest(job_id))
+    detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     render.stale_note(stale)
     job = render.clean(detail.job)
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
@@ -387,27 +505,29 @@ def _act(request: m.JobsRequest) -> None:
 
 
 @app.command("cancel")
-def cancel(ids: list[int] = IDS) -> None:
+def cancel(ids: list[str] = IDS) -> None:
     """Cancel jobs (queued ones at once; running ones are stopped on their node)."""
-    _act(m.CancelRequest(tuple(ids)))
+    _act(_jobs_request(m.CancelRequest, ids))
 
 
 @app.command("hold")
-def hold(ids: list[int] = IDS) -> None:
+def hold(ids: list[str] = IDS) -> None:
     """Keep queued jobs from starting until released."""
-    _act(m.HoldRequest(tuple(ids)))
+    _act(_jobs_request(m.HoldRequest, ids))
 
 
 @app.command("release")
-def release(ids: list[int] = IDS) -> None:
+def release(ids: list[str] = IDS) -> None:
     """Let held jobs be scheduled again."""
-    _act(m.ReleaseRequest(tuple(ids)))
+    _act(_jobs_request(m.ReleaseRequest, ids))
 
 
 # `queue priority 13 -5`: without ignore_unknown_options click reads "-5" as an option.
 @app.command("priority", context_settings={"ignore_unknown_options": True})
-def priority(job_id: int = typer.Argument(..., help="Job id."),
+def priority(job_id: str = typer.Argument(..., help="Job id (an array's: all its tasks), "
+                                          "or ID_INDEX.", callback=_refs),
              value: int = typer.Argument(..., help="New priority (higher runs first).")) -> None:
     """Change a waiting job's priority."""
-    r = client.ask(m.PriorityRequest(job_id, value))
+    ref, index = _job_ref(job_id)
+    r = client.ask(m.PriorityRequest(ref, value, index=index))
     print(f"job {r.id}: priority {r.priority}")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..errors import IadeepError, InvalidTransition, NodeError, RunAsRefused
 from ..inventory import Inventory
-from ..jobs import ACTIVE, Job, JobState, parse_signal, run_dir_note
+from ..jobs import ACTIVE, Job, JobState, dependencies, parse_signal, run_dir_note
 from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
 from ..profiles import Profile
@@ -295,6 +295,8 @@ class SchedulingLoop:
                 return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
+            if job.spec.retry_on_fail and self._requeue(job, f"exited with code {code}"):
+                return
             new, why = JobState.FAILED, f"exited with code {code}"
         self._samples.pop(job.id, None)
         self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
@@ -536,15 +538,17 @@ class SchedulingLoop:
     def _schedule(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
         from ..scheduler.placement import plan, slots_from_snapshot
 
-        queue = self._jobs({JobState.QUEUED})
+        queue, waits = self._dependencies_met(self._jobs({JobState.QUEUED}))
         if not queue:
+            with self.store.tx() as conn:
+                jobrows.set_reasons(conn, list(waits.items()))
             return
         active = self._jobs(ACTIVE)
         slots = slots_from_snapshot(self._without_failing_nodes(snapshot), active,
                                     self.inventory, profiles)
         decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
                        self.inventory.user_limits, self.clock())
-        waits = dict(decided.waits)
+        waits.update(decided.waits)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
@@ -557,6 +561,34 @@ class SchedulingLoop:
                 waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
+
+    def _dependencies_met(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
+        """The queued jobs whose dependencies are met (only these go to ``plan()``), and why
+        each other one waits. A job whose dependencies can never be met is cancelled, saying
+        which one (``scheduler.depends``). Queued jobs come oldest first and a job can only
+        depend on older ones, so a chain whose head failed is cancelled in one round."""
+        from ..scheduler import depends
+
+        needed = {dep for job in queue for _, dep in dependencies(job.spec)}
+        if not needed:
+            return queue, {}
+        with self.store.tx() as conn:
+            states = jobrows.states(conn, needed)
+        ready, waits = [], {}
+        for job in queue:
+            waiting, never = depends.check(job.spec, states)
+            if never is not None:
+                try:
+                    self._move(job, JobState.CANCELLED, never, ended_at=self.clock())
+                except InvalidTransition:   # held or cancelled by its owner meanwhile
+                    continue
+                if job.id in states:
+                    states[job.id] = JobState.CANCELLED
+            elif waiting is not None:
+                waits[job.id] = waiting
+            else:
+                ready.append(job)
+        return ready, waits
 
     def _without_failing_nodes(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """Nodes whose launches keep failing (full disk, broken workdir) offer no GPUs until
@@ -656,8 +688,9 @@ class SchedulingLoop:
                 for n, h in self._launch_health.items() if h.until > now}
 
     def script_copy(self, job: Job) -> Path:
-        """The copy of the script taken when the job was submitted (later edits don't leak)."""
-        return self.scripts_dir / str(job.id) / Path(job.spec.script).name
+        """The copy of the script taken when the job was submitted (later edits don't leak);
+        an array's tasks share the one copy kept under the array's id."""
+        return self.scripts_dir / str(job.array_id or job.id) / Path(job.spec.script).name
 
 
 def _stopped(job: Job) -> tuple[JobState, str]:

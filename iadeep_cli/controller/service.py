@@ -19,23 +19,26 @@ import base64
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import checks, messages as m
-from ..errors import IadeepError, InputError, InvalidTransition, PermissionDenied
+from ..errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
 from ..inventory import Inventory
 from ..jobs import (
     ACTIVE,
     FINISHED,
+    UNFINISHED,
     Job,
     JobSpec,
     JobState,
     check_priority,
+    dependencies,
     node_allowed,
     node_rules,
+    parse_array,
     spec_from_dict,
     validate_spec,
 )
@@ -109,29 +112,78 @@ class Service(views.StoreReader):
         if req.token is not None:
             checks.text("token", req.token, max_len=128)
         content = _script_content(job_spec.script, req.script_b64)
+        indices = None if job_spec.array is None else parse_array(job_spec.array).indices
         with self.store.tx() as conn:
             self._check_runnable(conn, user, job_spec)
+            job_spec = _with_dependencies(conn, job_spec)
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), req.token)
             if created:  # written before COMMIT: an accepted job always has its script
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
+                if indices is not None:
+                    self._add_tasks(conn, user, job_spec, job_id, indices)
+        self.wake()
+        return m.AddResult(job_id, created)
+
+    def _add_tasks(self, conn, user: str, spec: JobSpec, array_id: int,
+                   indices: tuple[int, ...]) -> None:
+        """The tasks of an array, in the submission's transaction (all of them or none): the
+        first is the job already inserted, whose id is the array's; they share its script."""
+        now = self.clock()
+        jobrows.update(conn, array_id, array_id=array_id, array_index=indices[0])
+        for index in indices[1:]:
+            task, _ = jobrows.insert(conn, user, spec, now,
+                                     reason=f"submitted (task {index} of array {array_id})")
+            jobrows.update(conn, task, array_id=array_id, array_index=index)
+
+    def op_rerun(self, user: str, req: m.RerunRequest) -> m.AddResult:
+        """Submit a finished job again with the same spec, as a new job that names the old one
+        (``rerun_of``). It belongs to the old job's owner (an admin's rerun runs as them, as
+        the first run did). Its dependencies were decided for the first run and are dropped;
+        an array's task stays a task of its array (same index, same script copy)."""
+        if self.degraded is not None:
+            raise self.degraded
+        if req.token is not None:
+            checks.text("token", req.token, max_len=128)
+        with self.store.tx() as conn:
+            old = self._owned(conn, user, req.id)
+            if old.state not in FINISHED:
+                raise InvalidTransition(f"job {old.id} is {old.state}; only a finished job can "
+                                        "be run again", hint=f"wait for it to end, or `iadeep "
+                                        f"queue cancel {old.id}` first")
+            spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
+            validate_spec(spec)
+            self._check_runnable(conn, old.owner, spec)
+            copy = self.scripts_dir / str(old.array_id or old.id) / Path(spec.script).name
+            try:
+                content = copy.read_bytes()
+            except OSError:
+                raise NotFoundError(f"job {old.id}'s copy of its script is gone ({copy})",
+                                    hint="submit it again with `iadeep queue add`") from None
+            job_id, created = jobrows.insert(conn, old.owner, spec, self.clock(), req.token,
+                                             reason=f"rerun of job {old.id} by {user}",
+                                             actor=user)
+            if created:
+                jobrows.update(conn, job_id, rerun_of=old.id, array_id=old.array_id,
+                               array_index=old.array_index)
+                if old.array_id is None:
+                    _write_script(self.scripts_dir / str(job_id), spec.script, content)
         self.wake()
         return m.AddResult(job_id, created)
 
     def op_cancel(self, user: str, req: m.CancelRequest) -> list[m.JobActionResult]:
-        return self._each(req.ids, lambda i: self._cancel_one(user, i))
+        return self._each(req, UNFINISHED, lambda conn, i: self._cancel_one(conn, user, i))
 
-    def _cancel_one(self, user: str, job_id: int) -> m.JobActionResult:
-        with self.store.tx() as conn:
-            job = self._owned(conn, user, job_id)
-            if job.state in ACTIVE:
-                # The loop stops the process group on its node, then records 'cancelled'.
-                jobrows.update(conn, job_id, cancel_requested_by=user)
-                self.wake()
-                return m.JobActionResult(job_id, "cancelling")
-            # A lost job may still run on its silent node: the loop stops it when it answers.
-            orphans = job.orphans_with(job.node) if job.state == JobState.LOST else job.orphans
-            jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
-                               self.clock(), ended_at=self.clock(), orphans=orphans)
+    def _cancel_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
+        job = self._owned(conn, user, job_id)
+        if job.state in ACTIVE:
+            # The loop stops the process group on its node, then records 'cancelled'.
+            jobrows.update(conn, job_id, cancel_requested_by=user)
+            self.wake()
+            return m.JobActionResult(job_id, "cancelling")
+        # A lost job may still run on its silent node: the loop stops it when it answers.
+        orphans = job.orphans_with(job.node) if job.state == JobState.LOST else job.orphans
+        jobrows.transition(conn, job_id, JobState.CANCELLED, f"cancelled by {user}", user,
+                           self.clock(), ended_at=self.clock(), orphans=orphans)
         return m.JobActionResult(job_id, JobState.CANCELLED.value)
 
     def _with_time_limit(self, spec: JobSpec) -> JobSpec:
@@ -152,45 +204,62 @@ class Service(views.StoreReader):
         return spec
 
     def op_hold(self, user: str, req: m.HoldRequest) -> list[m.JobActionResult]:
-        return self._each(req.ids, lambda i: self._move(user, i, JobState.HELD,
-                                                        f"held by {user}"))
+        return self._each(req, {JobState.QUEUED}, lambda conn, i: self._move(
+            conn, user, i, JobState.HELD, f"held by {user}"))
 
     def op_release(self, user: str, req: m.ReleaseRequest) -> list[m.JobActionResult]:
-        out = self._each(req.ids, lambda i: self._move(user, i, JobState.QUEUED,
-                                                       f"released by {user}"))
+        out = self._each(req, {JobState.HELD}, lambda conn, i: self._move(
+            conn, user, i, JobState.QUEUED, f"released by {user}"))
         self.wake()
         return out
 
-    @staticmethod
-    def _each(ids: tuple[int, ...], act: Callable[[int], m.JobActionResult]
-              ) -> list[m.JobActionResult]:
-        """Act on every id; one failure (not yours, unknown id) does not stop the others."""
+    def _each(self, req: m.JobsRequest, applies: Iterable[JobState],
+              act: Callable[[Any, int], m.JobActionResult]) -> list[m.JobActionResult]:
+        """Act on every job the request names (``_targets``), in one transaction (an array's
+        thousands of tasks in one commit); one failure (not yours, unknown id, wrong state)
+        does not stop the others."""
         results = []
-        for job_id in ids:
-            try:
-                results.append(act(job_id))
-            except IadeepError as exc:
-                results.append(m.JobActionResult(job_id, error=exc))
+        with self.store.tx() as conn:
+            for job_id, problem in _targets(conn, req, frozenset(applies)):
+                try:
+                    if problem is not None:
+                        raise problem
+                    results.append(act(conn, job_id))
+                except IadeepError as exc:
+                    results.append(m.JobActionResult(job_id, error=exc))
         return results
 
-    def _move(self, user: str, job_id: int, new: JobState, reason: str) -> m.JobActionResult:
-        with self.store.tx() as conn:
-            self._owned(conn, user, job_id)
-            job = jobrows.transition(conn, job_id, new, reason, user, self.clock())
+    def _move(self, conn, user: str, job_id: int, new: JobState, reason: str
+              ) -> m.JobActionResult:
+        self._owned(conn, user, job_id)
+        job = jobrows.transition(conn, job_id, new, reason, user, self.clock())
         return m.JobActionResult(job.id, job.state.value)
 
     def op_priority(self, user: str, req: m.PriorityRequest) -> m.PriorityResult:
+        """One job's priority; an array's id: every waiting or running task's (``index``: one
+        task's)."""
         check_priority(req.priority)
         with self.store.tx() as conn:
-            job = self._owned(conn, user, req.id)
-            if job.state in FINISHED:
-                raise InvalidTransition(f"job {req.id} is {job.state}; its priority no longer "
-                                        "matters")
-            jobrows.update(conn, job.id, priority=req.priority)
-            jobrows.add_event(conn, job.id, self.clock(), job.state, job.state,
-                              f"priority {job.spec.priority} -> {req.priority} by {user}", user)
+            tasks = jobrows.array_tasks(conn, req.id)
+            if req.index is not None:
+                jobs = [t for t in tasks if t.array_index == req.index][-1:]
+                if not jobs:
+                    raise NotFoundError(f"array {req.id} has no task {req.index}",
+                                        hint=f"`iadeep queue show {req.id}` shows the array")
+            else:
+                jobs = [t for t in tasks if t.state not in FINISHED] or \
+                    [jobrows.get(conn, req.id)]
+            for job in jobs:
+                self._owned(conn, user, job.id)
+                if job.state in FINISHED:
+                    raise InvalidTransition(f"job {job.id} is {job.state}; its priority no "
+                                            "longer matters")
+                jobrows.update(conn, job.id, priority=req.priority)
+                jobrows.add_event(conn, job.id, self.clock(), job.state, job.state,
+                                  f"priority {job.spec.priority} -> {req.priority} by {user}",
+                                  user)
         self.wake()
-        return m.PriorityResult(job.id, req.priority)
+        return m.PriorityResult(req.id, req.priority)
 
     def op_reload(self, user: str, req: m.ReloadRequest) -> m.ReloadResult:
         """Re-read the inventory file (runtime.Controller.reload)."""
@@ -334,6 +403,48 @@ def _gpu_sizes(listed: tuple[int, ...] | None, snap: NodeSnapshot | None
     return None if listed is None else [None] * len(listed)
 
 
+def _targets(conn, req: m.JobsRequest, applies: frozenset[JobState]
+             ) -> list[tuple[int, IadeepError | None]]:
+    """The jobs a cancel/hold/release names, each with what keeps it from being acted on (None:
+    nothing). An array's id names its tasks in a state the action ``applies`` to (cancelling
+    an array leaves its finished tasks alone); if none is, the id itself, so its refusal says
+    why. A (array id, index) pair names that task alone (its newest run)."""
+    out: list[tuple[int, IadeepError | None]] = []
+    for job_id in req.ids:
+        tasks = [t.id for t in jobrows.array_tasks(conn, job_id) if t.state in applies]
+        out += [(t, None) for t in tasks] or [(job_id, None)]
+    for array_id, index in req.tasks:
+        found = [t.id for t in jobrows.array_tasks(conn, array_id) if t.array_index == index]
+        out.append((found[-1], None) if found else (array_id, NotFoundError(
+            f"array {array_id} has no task {index}",
+            hint=f"`iadeep queue list --all` shows the array's tasks as {array_id}_INDEX")))
+    return out
+
+
+def _with_dependencies(conn, spec: JobSpec) -> JobSpec:
+    """The spec with its dependencies checked: every id must name a job (anyone's: depending
+    on another user's job is fine). An array's id stands for all its tasks, as in Slurm."""
+    deps = dependencies(spec)
+    if not deps:
+        return spec
+    known = jobrows.states(conn, (dep for _, dep in deps))
+    for option, dep in deps:
+        if dep not in known:
+            raise InputError(f"{option} {dep}: there is no job {dep}",
+                             hint="`iadeep queue list --all` shows every job id")
+
+    def expand(ids: tuple[int, ...]) -> tuple[int, ...]:
+        out: list[int] = []
+        for dep in ids:
+            out += [t.id for t in jobrows.array_tasks(conn, dep)] or [dep]
+        return tuple(dict.fromkeys(out))
+
+    spec = dataclasses.replace(spec, after=expand(spec.after), after_any=expand(spec.after_any),
+                               after_fail=expand(spec.after_fail))
+    validate_spec(spec)   # the expanded list is within MAX_DEPENDENCIES too
+    return spec
+
+
 def _script_content(path: str, script_b64: str | None) -> bytes:
     if script_b64 is None:
         raise InputError("the request carries no script content",
@@ -381,6 +492,7 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.HoldRequest, Service.op_hold),
     Operation(m.ReleaseRequest, Service.op_release),
     Operation(m.PriorityRequest, Service.op_priority),
+    Operation(m.RerunRequest, Service.op_rerun),
     # It decides who the admins are, and which nodes jobs run on.
     Operation(m.ReloadRequest, Service.op_reload,
               admin_only="{user} may not reload the controller's inventory"),

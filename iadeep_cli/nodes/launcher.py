@@ -124,6 +124,9 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
     ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
             ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
             ("IADEEP_PROGRESS_FILE", f"{jdir}/progress")]
+    if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
+        ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
+                 ("IADEEP_ARRAY_INDEX", str(job.array_index))]
     # --export's values first: --env and iadeep's own win over them
     return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.exported, *job.spec.env, *ours)]
 

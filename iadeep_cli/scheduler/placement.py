@@ -28,12 +28,13 @@ How a round decides (README 'How placement decides'):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..inventory import Inventory, Policy, UserLimit
-from ..jobs import Job, node_allowed, node_rules
+from ..jobs import Job, node_allowed, node_rules, parse_array
 from ..profiles import Profile
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
@@ -296,8 +297,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     waits: dict[int, str] = {}
     holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now)
+    tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     for i, job in enumerate(ordered):
-        limit = _user_limit_reason(job, usage, user_limits)
+        limit = _array_limit_reason(job, tasks_active) or \
+            _user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
             continue
@@ -332,6 +335,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             waits[job.id] = why
             continue
         placements.append(got)
+        if job.array_id is not None:
+            tasks_active[job.array_id] += 1
         usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
                             usage.get(job.owner, (0, 0))[1] + 1)
     return Plan(tuple(placements), waits)
@@ -365,6 +370,19 @@ def _usage(active: Sequence[Job]) -> dict[str, tuple[int, int]]:
         g, n = usage.get(j.owner, (0, 0))
         usage[j.owner] = (g + max(1, len(j.gpu_indices) or j.spec.gpus), n + 1)
     return usage
+
+
+def _array_limit_reason(job: Job, tasks_active: Mapping[int, int]) -> str | None:
+    """``--array ...%N``: at most N of the array's tasks on GPUs at once (starting or
+    running; a lost task is not counted, its node is silent)."""
+    if job.array_id is None or job.spec.array is None:
+        return None
+    limit = parse_array(job.spec.array).limit
+    running = tasks_active.get(job.array_id, 0)
+    if limit is None or running < limit:
+        return None
+    return (f"array {job.array_id}: {running} of its tasks running, at most {limit} at once "
+            f"(--array %{limit})")
 
 
 def _user_limit_reason(job: Job, usage: Mapping[str, tuple[int, int]],

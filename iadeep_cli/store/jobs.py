@@ -29,8 +29,10 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
                       "remote_pid", "remote_start", "priority", "predicted_speed",
                       "observed_speed", "workload"})
 # Job fields added after the table's columns: kept in its JSON column ``extra`` (no migration),
-# read and written like the columns. An empty value removes its key.
-_IN_EXTRA = ("cancel_requested_by", "orphans", "signalled")
+# read and written like the columns. An empty value (None, False, "", ()) removes its key; 0 is
+# a value (an array's task 0).
+_IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
+             "rerun_of")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -57,7 +59,9 @@ def job_from_row(row: sqlite3.Row) -> Job:
 def _extra_fields(extra: dict) -> dict[str, Any]:
     return {"cancel_requested_by": extra.get("cancel_requested_by"),
             "orphans": tuple(extra.get("orphans", ())),
-            "signalled": bool(extra.get("signalled", False))}
+            "signalled": bool(extra.get("signalled", False)),
+            "array_id": extra.get("array_id"), "array_index": extra.get("array_index"),
+            "rerun_of": extra.get("rerun_of")}
 
 
 @functools.cache
@@ -89,9 +93,11 @@ def _spec_values(spec: JobSpec) -> list[Any]:
 
 
 def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
-           token: str | None = None) -> tuple[int, bool]:
+           token: str | None = None, reason: str = "submitted", actor: str | None = None
+           ) -> tuple[int, bool]:
     """Insert a queued job; returns (id, created). A repeated ``token`` returns the first id,
-    so a client that retries after a lost reply never creates a duplicate."""
+    so a client that retries after a lost reply never creates a duplicate. ``reason`` and
+    ``actor`` (default: the owner) are its first event's."""
     if token is not None:
         row = conn.execute("SELECT id FROM jobs WHERE client_token=?", (token,)).fetchone()
         if row:
@@ -107,7 +113,7 @@ def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
     )
     job_id = cur.lastrowid
     assert job_id is not None   # set by every INSERT
-    add_event(conn, job_id, now, None, JobState.QUEUED, "submitted", owner)
+    add_event(conn, job_id, now, None, JobState.QUEUED, reason, actor or owner)
     return job_id, True
 
 
@@ -151,6 +157,20 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
     return found[::-1] if last is not None else found
 
 
+def states(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, JobState]:
+    """The state of each of these jobs that exists (a dependency check reads only these)."""
+    rows = conn.execute("SELECT id, state FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+                        (json.dumps(sorted(set(ids))),))
+    return {r["id"]: JobState(r["state"]) for r in rows}
+
+
+def array_tasks(conn: sqlite3.Connection, array_id: int) -> list[Job]:
+    """The tasks of array ``array_id`` in index order; [] if it names no array."""
+    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, '$.array_id')=? "
+                        "ORDER BY id", (array_id,))
+    return [job_from_row(r) for r in rows]
+
+
 def with_orphans(conn: sqlite3.Connection) -> list[Job]:
     """Jobs (any state) with an abandoned attempt that may still run on some node."""
     rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, '$.orphans') IS NOT NULL "
@@ -179,7 +199,7 @@ def update(conn: sqlite3.Connection, job_id: int, **fields: Any) -> None:
         row = conn.execute("SELECT extra FROM jobs WHERE id=?", (job_id,)).fetchone()
         extra = json.loads(row["extra"]) if row else {}
         for k, v in in_extra.items():
-            if v:
+            if not (v is None or v is False or v == "" or v == ()):
                 extra[k] = list(v) if isinstance(v, tuple) else v
             else:
                 extra.pop(k, None)

@@ -9,6 +9,7 @@ and controller processes: test_faults.py and test_controller_e2e.py.
 """
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import time
@@ -17,9 +18,12 @@ from pathlib import Path
 import pytest
 
 from helpers.replay_pool import ReplayPool
+from iadeep_cli import messages as m
 from iadeep_cli.controller.loop import SchedulingLoop
+from iadeep_cli.controller.service import Service
+from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.jobs import ACTIVE, Job, JobSpec, JobState
 from iadeep_cli.store import Store, jobs as jobrows
 
 GRACE_S = 60.0
@@ -39,20 +43,42 @@ class Lab:
         self.loop = SchedulingLoop(self.store, self.inventory, self.pool, root / "scripts",
                                    clock=lambda: time.time() + self.ahead,
                                    fit_in_background=False)
+        self.service = Service(self.store, self.inventory, self.loop.clock,
+                               scripts_dir=root / "scripts")
 
     def submit(self, retries: int = 0, time_limit_s: float | None = None,
-               signal: str | None = None, body: str = "exec sleep 600") -> int:
+               signal: str | None = None, body: str = "exec sleep 600", **more) -> int:
         """A job as the service accepts one: a row, and the copy of its script."""
         script = self.root / "train.sh"
         script.write_text(f"#!/bin/sh\n{body}\n")
         spec = JobSpec(script=str(script), workload="resnet50", retries=retries,
-                       time_limit_s=time_limit_s, signal=signal)
+                       time_limit_s=time_limit_s, signal=signal, **more)
         with self.store.tx() as conn:
             job_id, _ = jobrows.insert(conn, "alice", spec, self.loop.clock())
         copy = self.loop.script_copy(self.job(job_id))
         copy.parent.mkdir(parents=True)
         copy.write_text(script.read_text())
         return job_id
+
+    def add(self, body: str = "exec sleep 600", user: str = "alice", token: str | None = None,
+            **spec) -> int:
+        """A job submitted through the controller's real service (``queue add``): arrays and
+        dependencies are made and checked there."""
+        script = self.root / "task.sh"
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        request = m.AddRequest({"script": str(script), "workload": "resnet50", **spec},
+                               token=token, script_b64=base64.b64encode(
+                                   script.read_bytes()).decode())
+        return self.service.op_add(user, request).id
+
+    def until(self, done, rounds: int = 200) -> None:
+        """Rounds until ``done()`` (jobs take real time to exit), failing after ``rounds``."""
+        for _ in range(rounds):
+            if done():
+                return
+            self.round()
+            time.sleep(0.02)
+        raise AssertionError("condition not reached")
 
     def round(self) -> None:
         self.loop.tick()
@@ -304,3 +330,129 @@ def test_a_job_gets_its_signal_before_its_time_limit_once(lab, tmp_path):
         lab.round()
     assert lab.job(job_id).state == JobState.TIMEOUT
 
+
+
+# ---------------------------------------------------------------- dependencies, arrays, retries
+def test_a_chain_starts_its_next_job_only_after_the_first_succeeded(lab, tmp_path):
+    lab = lab(n1=2)
+    go = tmp_path / "go"
+    first = lab.add(body=f"while [ ! -e {go} ]; do sleep 0.05; done")
+    second = lab.add(after=[first])
+    lab.round()
+    lab.round()
+    assert lab.job(first).state == JobState.RUNNING
+    assert lab.job(second).state == JobState.QUEUED   # a GPU is free, yet it waits
+    assert lab.job(second).reason == f"waiting for job {first} (running)"
+    go.touch()
+    lab.until(lambda: lab.job(first).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(second).state == JobState.RUNNING)
+    with lab.store.tx() as conn:   # it was placed only after its dependency had ended
+        ended = jobrows.get(conn, first).ended_at
+    assert ended is not None and lab.job(second).started_at >= ended
+
+
+def test_a_failed_dependency_cancels_the_chain_and_starts_the_cleanup(lab):
+    lab = lab(n1=4)
+    first = lab.add(body="exit 3")
+    second = lab.add(after=[first])
+    third = lab.add(after=[second])                  # cancelled in the same round as second
+    cleanup = lab.add(after_fail=[first], body="exit 0")
+    anyway = lab.add(after_any=[first], body="exit 0")
+    lab.until(lambda: lab.job(first).state == JobState.FAILED)
+    lab.until(lambda: lab.job(third).state == JobState.CANCELLED, rounds=2)
+    assert lab.job(second).reason == f"dependency {first} failed"
+    assert lab.job(third).reason == f"dependency {second} was cancelled"
+    assert lab.reasons(third)[-1] == f"cancelled: dependency {second} was cancelled"
+    lab.until(lambda: {lab.job(cleanup).state, lab.job(anyway).state} == {JobState.SUCCEEDED})
+
+
+def test_after_fail_is_cancelled_when_its_dependency_succeeds(lab):
+    lab = lab(n1=1)
+    first = lab.add(body="exit 0")
+    cleanup = lab.add(after_fail=[first])
+    lab.until(lambda: lab.job(cleanup).state == JobState.CANCELLED)
+    assert lab.job(cleanup).reason == f"dependency {first} succeeded (it was --after-fail)"
+
+
+def test_dependencies_are_checked_at_submission_and_an_array_id_means_its_tasks(lab):
+    lab = lab(n1=1)
+    with pytest.raises(InputError, match="--after 99: there is no job 99"):
+        lab.add(after=[99])
+    bobs = lab.add(user="bob")                       # another user's job is fine to depend on
+    array = lab.add(array="0-2")
+    waiter = lab.add(after=[bobs, array])
+    assert lab.job(waiter).spec.after == (bobs, array, array + 1, array + 2)
+
+
+def test_an_array_runs_every_index_once_never_more_than_its_limit_at_once(lab, tmp_path):
+    lab = lab(n1=4)
+    seen = tmp_path / "seen"
+    array = lab.add(array="0-5%2", body=f'echo "$IADEEP_ARRAY_JOB_ID $IADEEP_ARRAY_INDEX" '
+                    f'>> {seen}; sleep 0.3')
+    with lab.store.tx() as conn:
+        tasks = jobrows.array_tasks(conn, array)
+    assert [(t.array_id, t.array_index) for t in tasks] == [(array, i) for i in range(6)]
+    most = 0
+
+    def all_done() -> bool:
+        nonlocal most
+        states = [lab.job(t.id).state for t in tasks]
+        most = max(most, sum(s in ACTIVE for s in states))
+        return all(s == JobState.SUCCEEDED for s in states)
+
+    lab.round()
+    waiting = [lab.job(t.id) for t in tasks if lab.job(t.id).state == JobState.QUEUED]
+    assert len(waiting) == 4 and waiting[0].reason == (
+        f"array {array}: 2 of its tasks running, at most 2 at once (--array %2)")
+    lab.until(all_done)
+    assert most == 2
+    assert sorted(seen.read_text().splitlines()) == [f"{array} {i}" for i in range(6)]
+
+
+def test_an_array_is_submitted_whole_once_and_acted_on_whole_or_by_task(lab):
+    lab = lab(n1=1)
+    array = lab.add(array="1,3,5", token="t1", body="exit 0")
+    assert lab.add(array="1,3,5", token="t1") == array   # a retried submission: no new tasks
+    with lab.store.tx() as conn:
+        ids = [t.id for t in jobrows.array_tasks(conn, array)]
+        assert len(jobrows.select(conn)) == 3
+    with pytest.raises(InputError, match="more than 10000 tasks"):
+        lab.add(array="0-10000")
+    held = lab.service.op_hold("alice", m.HoldRequest((array,)))
+    assert [(r.id, r.state) for r in held] == [(i, "held") for i in ids]
+    one = lab.service.op_release("alice", m.ReleaseRequest((), tasks=((array, 3),)))
+    assert [(r.id, r.state) for r in one] == [(ids[1], "queued")]
+    lab.service.op_priority("alice", m.PriorityRequest(array, 7))
+    assert [lab.job(i).spec.priority for i in ids] == [7, 7, 7]
+    refused = lab.service.op_cancel("bob", m.CancelRequest((array,)))
+    assert all(r.error is not None for r in refused)
+    done = lab.service.op_cancel("alice", m.CancelRequest((array,)))
+    assert [r.state for r in done] == ["cancelled"] * 3
+
+
+def test_retry_on_fail_requeues_a_nonzero_exit_until_its_retries_are_spent(lab):
+    lab = lab(n1=1)
+    plain = lab.submit(retries=2, body="exit 3")
+    lab.until(lambda: lab.job(plain).state == JobState.FAILED)
+    assert lab.job(plain).attempts == 1              # a non-zero exit alone: no retry
+    retried = lab.submit(retries=1, retry_on_fail=True, body="exit 3")
+    lab.until(lambda: lab.job(retried).state == JobState.FAILED)
+    job = lab.job(retried)
+    assert (job.attempts, job.exit_code) == (2, 3)
+    assert "queued: exited with code 3; requeued (attempt 2 of 2 next)" in lab.reasons(retried)
+
+
+def test_rerun_submits_a_finished_job_again_as_a_new_job(lab):
+    lab = lab(n1=1)
+    first = lab.add(body="exit 3", args=["x y"])
+    with pytest.raises(InvalidTransition, match="only a finished job"):
+        lab.service.op_rerun("alice", m.RerunRequest(first))
+    lab.until(lambda: lab.job(first).state == JobState.FAILED)
+    with pytest.raises(PermissionDenied):
+        lab.service.op_rerun("bob", m.RerunRequest(first))
+    again = lab.service.op_rerun("alice", m.RerunRequest(first, token="r1")).id
+    assert lab.service.op_rerun("alice", m.RerunRequest(first, token="r1")).id == again
+    job = lab.job(again)
+    assert (job.rerun_of, job.spec.args, job.owner) == (first, ("x y",), "alice")
+    assert lab.reasons(again) == [f"queued: rerun of job {first} by alice"]
+    lab.until(lambda: lab.job(again).state == JobState.FAILED)
