@@ -24,9 +24,10 @@ Why this shape
   out-of-group residuals calibrate the intervals (split-conformal): ``predict_interval(a, b,
   0.8)`` covers the measured speed of an unseen workload about 80 % of the time.
 * The lab's own observations win: a pair that has been measured is predicted as the precision-
-  weighted mean of the model's estimate (its variance from the calibration) and the mean of the
-  measurements (noise std ``OBS_NOISE``), so after a couple of observations the prediction
-  follows them, and its interval narrows.
+  weighted mean of the model's estimate (its variance from the calibration, or the squared
+  disagreement with the measurements if that is larger) and the mean of the measurements (noise
+  std ``OBS_NOISE``), so after one or two observations the prediction follows them, and its
+  interval narrows with every further one.
 * ``predict(a, b)`` is one function ``f(self, partner)`` evaluated both ways, so swapping the pair
   swaps the answer exactly.
 * The fitted model is stored as plain arrays in JSON and predicts with numpy only (fitting uses
@@ -259,7 +260,11 @@ class InterferenceModel:
             if hit is None or sigma <= 0:
                 continue
             total, n = hit
-            prec_model, prec_obs = 1.0 / sigma ** 2, n / OBS_NOISE ** 2
+            # measurements that contradict the model make it less sure of itself: its variance
+            # is at least the squared disagreement (so a pair it gets wrong by 0.3 follows the
+            # first measurement instead of averaging with a confidently wrong estimate)
+            var_model = max(sigma ** 2, (total / n - s[i]) ** 2)
+            prec_model, prec_obs = 1.0 / var_model, n / OBS_NOISE ** 2
             w = prec_obs / (prec_model + prec_obs)
             s[i] = (1.0 - w) * s[i] + w * (total / n)
             scale[i] = np.sqrt(1.0 - w)
@@ -420,7 +425,7 @@ def _fit_prior(rows: Sequence[_Row], ridge: float | None) -> np.ndarray:
     """Least squares in speed, coefficients >= PRIOR_LOWER, ridge toward ANALYTIC_THETA."""
     if ridge is None or not rows:
         return ANALYTIC_THETA.copy()
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     x = np.vstack([prior_terms(r.s, r.o) for r in rows])
     y = np.array([r.y for r in rows])
@@ -467,7 +472,7 @@ def _predict_rows(theta: np.ndarray, gps: Sequence[ResidualGP], rows: Sequence[_
     """Structural speeds (no observations, clipped) of many rows at once: the same numbers as
     ``InterferenceModel.predict_pair``, batched for cross-validation."""
     out = prior_speed(theta, np.vstack([prior_terms(r.s, r.o) for r in rows]))
-    todo = np.arange(len(rows))
+    todo = list(range(len(rows)))
     for gp in gps:
         feats = [(i, job_features(rows[i].s, gp.features), job_features(rows[i].o, gp.features))
                  for i in todo]
@@ -476,7 +481,7 @@ def _predict_rows(theta: np.ndarray, gps: Sequence[ResidualGP], rows: Sequence[_
             idx = np.array([u[0] for u in use])
             x = np.vstack([np.concatenate([fa, fb]) for _, fa, fb in use])
             out[idx] += gp.correct(x)[0]
-        todo = np.array([i for i, fa, fb in feats if fa is None or fb is None], dtype=int)
+        todo = [i for i, fa, fb in feats if fa is None or fb is None]
     return np.clip(out, MIN_SPEED, MAX_SPEED)
 
 
