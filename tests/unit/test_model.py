@@ -245,7 +245,7 @@ def test_predict_path_does_not_import_sklearn(tmp_path, model_file):
             f"sys.argv=['iadeep','model','predict','--model',{str(model_file)!r},"
             f"'--pairs',{str(q)!r}];\n"
             "try:\n app()\nexcept SystemExit: pass\n"
-            "print('SKLEARN' if 'sklearn' in sys.modules else 'NOSKLEARN')")
+            "print('SKLEARN' if {'sklearn', 'scipy'} & set(sys.modules) else 'NOSKLEARN')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip().endswith("NOSKLEARN"), r.stdout + r.stderr
 
