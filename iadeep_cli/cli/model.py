@@ -73,19 +73,31 @@ def predict(pairs: Path = typer.Option(..., "--pairs", help="query CSV with colu
 @app.command("eval")
 def evaluate(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
              pairs: Path | None = typer.Option(None, "--pairs", help=PAIRS_HELP),
+             level: float = typer.Option(0.8, "--level", min=0.5, max=0.99,
+                                         help="interval level whose coverage is reported"),
              as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
              ) -> None:
-    """Leave-one-workload-out MAE of the predictor and two baselines."""
-    from ..model.evaluate import lowo_evaluate
-    res = lowo_evaluate(_profiles(profiles), _pairs(pairs))
+    """Held-out MAE of the predictor beside the constant and analytic baselines, per GPU model:
+    leave-one-workload-out, and leave-one-family-out when workloads carry families (a `family`
+    column or names `family-...`), with the coverage of the model's intervals."""
+    from ..model.data import load_families_csv
+    from ..model.evaluate import evaluate_all
+    families = load_families_csv(profiles) if profiles is not None else None
+    results = evaluate_all(_profiles(profiles), _pairs(pairs), families, level=level)
     if as_json:
-        render.as_json(res.to_dict())
+        render.as_json({"results": [r.to_dict() for r in results]})
         return
-    print(f"leave-one-workload-out over {res.n_workloads} workloads, "
-          f"{res.n_predictions} held-out speeds")
-    print(f"{'method':<28}{'MAE':>8}")
-    for name, v in (("model (prior + GP)", res.mae_model),
-                    ("baseline: mean speed", res.mae_mean_baseline),
-                    ("baseline: utilisation sum", res.mae_util_sum_baseline),
-                    ("analytic prior alone", res.mae_analytic_prior)):
-        print(f"{name:<28}{v:>8.4f}")
+    for i, res in enumerate(results):
+        if i:
+            print()
+        unit = "workloads" if res.protocol == "leave-one-workload-out" else "families"
+        print(f"{res.gpu_model or 'unknown GPU'}: {res.protocol} over {res.n_groups} {unit} "
+              f"({res.n_workloads} workloads), {res.n_predictions} held-out speeds")
+        print(f"{'method':<34}{'MAE':>8}")
+        for name, v in (("model", res.mae_model),
+                        ("baseline: constant (training mean)", res.mae_mean_baseline),
+                        ("baseline: analytic prior", res.mae_analytic_prior),
+                        ("baseline: utilisation sum", res.mae_util_sum_baseline)):
+            print(f"{name:<34}{v:>8.4f}")
+        print(f"{res.interval_level:.0%} intervals cover {res.coverage:.1%} of held-out speeds "
+              f"(mean width {res.mean_interval_width:.3f})")

@@ -177,3 +177,20 @@ def load_query_csv(path, profiles: Mapping[str, Profile]) -> list[tuple[str, str
     if not out:
         raise InputError(f"{path}: no query rows", hint="add rows with job_a,job_b")
     return out
+
+
+def family_of(workload: str) -> str:
+    """A workload's family from its name: ``ResNet18-CIFAR-10-bs32-amp0`` -> ``ResNet18``
+    (the part before the first '-'); a name without '-' is its own family."""
+    return workload.split("-", 1)[0] or workload
+
+
+def load_families_csv(path) -> dict[str, str]:
+    """{workload: family} from a profiles CSV: its ``family`` column where filled in, else
+    the name's prefix (``family_of``)."""
+    out: dict[str, str] = {}
+    for _lineno, row in _read_rows(path, ("workload",)):
+        w = row.get("workload", "")
+        if w:
+            out[w] = row.get("family", "") or family_of(w)
+    return out

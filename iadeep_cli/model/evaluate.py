@@ -1,20 +1,38 @@
-"""Leave-one-workload-out (LOWO) evaluation: the honest test of "predicts workloads never seen".
+"""Held-out evaluation: the honest test of "predicts workloads (and families) never seen".
 
-For every workload W: hold out every pair measurement involving W (its self-pair included), fit
-on the rest, predict the held-out pairs. The score is the mean absolute error over all held-out
-predictions (both speeds of each pair). Two baselines are scored on the same folds: the mean
-training speed, and the utilisation-sum estimate ``1 / max(1, u_a + u_b)``.
+Two protocols, both per GPU model (a model is fitted for one GPU model; mixing GPUs in a fold
+would test something the scheduler never does):
+
+* leave-one-workload-out (LOWO): for every workload W, hold out every pair measurement involving
+  W (its self-pair included), fit on the rest, predict the held-out pairs.
+* leave-one-family-out (LOFO): the same with a whole family (``ResNet18-bs32-amp0`` and
+  ``ResNet18-bs64-amp1`` are one family, ``ResNet18``) held out at once, so batch-size and
+  precision variants of the held-out model cannot leak into training. Reported when the
+  workloads carry families (a ``family`` column, or names ``family-...``) and there are at least
+  three families, one of them with two or more members.
+
+The score is the mean absolute error over all held-out speeds (both speeds of each pair). The
+baselines are scored on the same folds: the *constant* (mean training speed), the analytic prior
+``1 / (1 + 1.1 u_partner)``, and the utilisation-sum estimate ``1 / max(1, u_a + u_b)``. The
+model's interval (``predict_interval`` at ``level``) is scored by its coverage: the share of
+held-out speeds inside it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..errors import InputError
 from ..profiles import CoLocation, Profile
-from .predictor import analytic_speed, fit_model, util_sum_speed
+from .data import family_of
+from .predictor import InterferenceModel, analytic_speed, fit_model, util_sum_speed
+
+LOWO = "leave-one-workload-out"
+LOFO = "leave-one-family-out"
+DEFAULT_LEVEL = 0.8
 
 
 @dataclass(frozen=True)
@@ -25,44 +43,115 @@ class EvalResult:
     mae_mean_baseline: float
     mae_util_sum_baseline: float
     mae_analytic_prior: float
-    per_workload: dict  # workload -> model MAE on its held-out pairs
+    per_workload: dict  # held-out group (workload or family) -> model MAE on its held-out pairs
+    protocol: str = LOWO
+    gpu_model: str = ""
+    n_groups: int = 0             # folds: workloads (LOWO) or families (LOFO)
+    interval_level: float = DEFAULT_LEVEL
+    coverage: float = float("nan")        # share of held-out speeds inside the interval
+    mean_interval_width: float = float("nan")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def lowo_evaluate(profiles: Mapping[str, Profile], observations: Sequence[CoLocation]
-                  ) -> EvalResult:
-    pairs = [o for o in observations if len(o.jobs) == 2 and all(j in profiles for j in o.jobs)]
+Fitter = Callable[[Mapping[str, Profile], Sequence[CoLocation]], InterferenceModel]
+
+
+def _pairs_of(profiles: Mapping[str, Profile], observations: Sequence[CoLocation]
+              ) -> list[CoLocation]:
+    return [o for o in observations if len(o.jobs) == 2 and all(j in profiles for j in o.jobs)]
+
+
+def cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                   groups: Mapping[str, str], *, protocol: str = LOWO,
+                   level: float = DEFAULT_LEVEL, fit: Fitter | None = None) -> EvalResult:
+    """Hold out each group (every pair touching one of its workloads), fit on the rest with
+    ``fit`` (default ``fit_model``), score the held-out speeds. ``groups``: workload -> group."""
+    fit = fit or (lambda p, o: fit_model(p, o))
+    pairs = _pairs_of(profiles, observations)
     workloads = sorted({j for o in pairs for j in o.jobs})
     if len(workloads) < 3:
-        raise InputError(f"leave-one-workload-out needs pairs of at least 3 workloads, got "
+        raise InputError(f"{protocol} needs pairs of at least 3 workloads, got "
                          f"{len(workloads)}", hint="give a pairs file with more workloads")
-    errs: dict[str, list[float]] = {"model": [], "mean": [], "sum": [], "prior": []}
+    names = sorted({groups.get(w, w) for w in workloads})
+    errs: dict[str, list[float]] = defaultdict(list)
+    covered: list[bool] = []
+    widths: list[float] = []
     per: dict[str, float] = {}
-    for w in workloads:
-        train = [o for o in pairs if w not in o.jobs]
-        test = [o for o in pairs if w in o.jobs]
-        model = fit_model(profiles, train)
+    for g in names:
+        members = {w for w in workloads if groups.get(w, w) == g}
+        train = [o for o in pairs if not members & set(o.jobs)]
+        test = [o for o in pairs if members & set(o.jobs)]
+        model = fit(profiles, train)
         mean_speed = float(np.mean([s for o in train for s in o.speeds])) if train else 0.5
         fold = []
         for o in test:
             a, b = (profiles[j] for j in o.jobs)
             pred = model.predict_pair(a, b)
+            lo, hi = model.predict_interval(a, b, level)
             ua, ub = a.gpu_util / 100.0, b.gpu_util / 100.0
-            for got, y, prior, us in ((pred.speed_a, o.speeds[0], analytic_speed(ub),
-                                       util_sum_speed(ua, ub)),
-                                      (pred.speed_b, o.speeds[1], analytic_speed(ua),
-                                       util_sum_speed(ub, ua))):
+            for got, y, prior, us, lo_i, hi_i in (
+                    (pred.speed_a, o.speeds[0], analytic_speed(ub), util_sum_speed(ua, ub),
+                     lo[0], hi[0]),
+                    (pred.speed_b, o.speeds[1], analytic_speed(ua), util_sum_speed(ub, ua),
+                     lo[1], hi[1])):
                 errs["model"].append(abs(got - y))
                 errs["mean"].append(abs(mean_speed - y))
                 errs["sum"].append(abs(us - y))
                 errs["prior"].append(abs(float(prior) - y))
+                covered.append(lo_i <= y <= hi_i)
+                widths.append(hi_i - lo_i)
                 fold.append(abs(got - y))
-        per[w] = float(np.mean(fold))
+        per[g] = float(np.mean(fold))
+    gpus = sorted({profiles[w].gpu_model for w in workloads})
     return EvalResult(len(errs["model"]), len(workloads), float(np.mean(errs["model"])),
                       float(np.mean(errs["mean"])), float(np.mean(errs["sum"])),
-                      float(np.mean(errs["prior"])), per)
+                      float(np.mean(errs["prior"])), per, protocol, ", ".join(gpus),
+                      len(names), level, float(np.mean(covered)), float(np.mean(widths)))
+
+
+def lowo_evaluate(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                  *, level: float = DEFAULT_LEVEL, fit: Fitter | None = None) -> EvalResult:
+    """Leave-one-workload-out over all the given profiles and pairs."""
+    return cross_validate(profiles, observations, {}, protocol=LOWO, level=level, fit=fit)
+
+
+def families_usable(families: Mapping[str, str], workloads: Sequence[str]) -> bool:
+    """True when holding out families differs from holding out workloads and leaves data:
+    three or more families, at least one with two or more members."""
+    groups = defaultdict(set)
+    for w in workloads:
+        groups[families.get(w, family_of(w))].add(w)
+    return len(groups) >= 3 and any(len(m) > 1 for m in groups.values())
+
+
+def evaluate_all(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                 families: Mapping[str, str] | None = None, *, level: float = DEFAULT_LEVEL,
+                 fit: Fitter | None = None) -> list[EvalResult]:
+    """LOWO and, where families are usable, LOFO, for every GPU model that has pairs of at
+    least three workloads. ``families``: workload -> family (default: from the names)."""
+    out: list[EvalResult] = []
+    by_gpu: dict[str, list[CoLocation]] = defaultdict(list)
+    for o in _pairs_of(profiles, observations):
+        gpus = {profiles[j].gpu_model for j in o.jobs}
+        if len(gpus) == 1 and (o.gpu_model in ("", *gpus)):
+            by_gpu[gpus.pop()].append(o)
+    for gpu in sorted(by_gpu):
+        profs = {k: p for k, p in profiles.items() if p.gpu_model == gpu}
+        obs = by_gpu[gpu]
+        workloads = sorted({j for o in obs for j in o.jobs})
+        if len(workloads) < 3:
+            continue
+        out.append(lowo_evaluate(profs, obs, level=level, fit=fit))
+        fams = {w: (families or {}).get(w) or family_of(w) for w in workloads}
+        if families_usable(fams, workloads):
+            out.append(cross_validate(profs, obs, fams, protocol=LOFO, level=level, fit=fit))
+    if not out:
+        raise InputError("no GPU model has pair measurements of at least 3 profiled workloads",
+                         hint="check the pairs file against the profiles file (gpu_model "
+                         "and workload names)")
+    return out
 
 
 def triple_composition_error(model, profiles: Mapping[str, Profile],
