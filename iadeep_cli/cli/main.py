@@ -2,12 +2,12 @@
 
 Command modules are imported here, but heavy libraries (paramiko, scikit-learn, textual) are
 imported only inside the commands that need them, so `iadeep status` and `iadeep queue list`
-stay fast. Groups are added with add_typer; status, logs, sim and monitor decorate the root app
-directly (this import order is --help's order).
+stay fast. Groups are added with add_typer; status, logs, report, sim and monitor decorate the
+root app directly (this import order is --help's order).
 """
 from __future__ import annotations
 
-from . import controller, logs, model, monitor, nodes, profile, queue, sim, status  # noqa: F401  (they register on `app`)
+from . import controller, logs, model, monitor, nodes, profile, queue, report, sim, status  # noqa: F401  (they register on `app`)
 from .errors import run
 from .root import app
 

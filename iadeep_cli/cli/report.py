@@ -1,0 +1,178 @@
+"""`iadeep report`: who used the GPUs over a time window, how long jobs waited, how fast they
+ran while sharing (what ``sacct``/``sreport`` answer on Slurm).
+
+It reads the controller's database directly, read-only, rather than asking the controller over
+its socket: accounting is wanted most when something went wrong (the controller is down, or
+busy), a read-only SQLite reader in WAL mode never blocks the controller's writes, and the
+database is the only place the whole history is kept (the public snapshot holds the last 200
+finished jobs). The price is that only the controller's account and root may run it: the
+database holds every job's env values and arguments, so it is private, and the report says so
+in one line instead of showing partial figures. The definitions are in ``store/report.py``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..errors import InputError, NotFoundError, PermissionDenied
+from ..paths import StateDir
+from ..text import clock, duration
+from . import render
+from .root import app
+
+if TYPE_CHECKING:
+    from ..store import Store, report as accounting
+
+# The store (sqlite3) and csv are imported inside the command: every other command's start-up
+# stays as it was (tests/integration/test_startup.py).
+GROUPINGS = ("user", "workload", "node", "day")   # as store/report.py's
+
+_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
+            "%Y-%m-%d %H:%M:%S")
+_TIME_HINT = ("a time ago (30m, 12h, 7d, 2w) or a local date and time "
+              "(2026-11-01, 2026-11-01T14:30)")
+
+
+def parse_time(text: str, option: str, now: float) -> float:
+    """``7d`` (that long before ``now``) or a local date/time, as a Unix time; anything else
+    is a one-line InputError naming the option."""
+    value = text.strip()
+    ago = _AGO.fullmatch(value)
+    if ago:
+        return now - float(ago[1]) * _UNIT_S[ago[2]]
+    if value == "now":
+        return now
+    for fmt in _FORMATS:
+        try:
+            return datetime.strptime(value, fmt).timestamp()
+        except ValueError:
+            continue
+    raise InputError(f"{option} {text[:40]!r} is not a time", hint=f"give {_TIME_HINT}")
+
+
+def open_database() -> Store:
+    """The controller's database, read-only; a one-line error when there is none or the caller
+    may not read it."""
+    from ..store import Store
+
+    state = StateDir.default()
+    db = state.db
+    try:
+        os.stat(db)
+        readable = os.access(db, os.R_OK)
+    except FileNotFoundError:
+        raise NotFoundError(f"no database at {db}: no controller has run with this state "
+                            "directory", hint="set IADEEP_HOME to the lab's state directory"
+                            ) from None
+    except PermissionError:   # the state directory itself is closed to this account
+        readable = False
+    if not readable:
+        raise PermissionDenied(
+            f"`iadeep report` reads the controller's database {db}, which only the "
+            "controller's account and root may read (it holds every job's env values)",
+            hint="ask an admin, or run it as that account (e.g. sudo -u <account> iadeep report)")
+    return Store(db, readonly=True)
+
+
+def _speed(x: float | None, n: int) -> str:
+    return "-" if x is None else f"{x:.2f} ({n})"
+
+
+def _hours(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _print_table(rep: accounting.Report) -> None:
+    from ..store import report as accounting
+
+    states = [s.value for s in accounting.STATES
+              if s in accounting.FINISHED or rep.running]
+    what = "ended" + (" (and running now)" if rep.running else "")
+    print(f"jobs that {what} from {clock(rep.since)} to {clock(rep.until)}")
+    headers = [rep.by or "", "jobs", *states, "GPU-h", "wait p50", "wait p95",
+               "predicted (n)", "observed (n)"]
+    groups = [*rep.groups, rep.total]
+    rows = [[g.key, g.jobs, *(g.states.get(s, 0) for s in states), _hours(g.gpu_hours),
+             duration(g.wait_p50_s), duration(g.wait_p95_s),
+             _speed(g.predicted_speed, g.with_predicted),
+             _speed(g.observed_speed, g.with_observed)] for g in groups]
+    render.table(headers, rows)
+
+
+def _print_csv(rep: accounting.Report) -> None:
+    import csv
+
+    from ..store import report as accounting
+
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    states = [s.value for s in accounting.STATES]
+    writer.writerow([rep.by or "group", "jobs", *states, "gpu_hours", "wait_p50_s",
+                     "wait_p95_s", "predicted_speed", "observed_speed",
+                     "jobs_with_predicted_speed", "jobs_with_observed_speed"])
+    for g in [*rep.groups, rep.total]:
+        d = g.to_dict()
+        writer.writerow([render.clean(g.key), g.jobs, *(g.states.get(s, 0) for s in states),
+                         d["gpu_hours"], _blank(d["wait_p50_s"]), _blank(d["wait_p95_s"]),
+                         _blank(d["predicted_speed"]), _blank(d["observed_speed"]),
+                         g.with_predicted, g.with_observed])
+
+
+def _blank(x: float | None) -> object:
+    return "" if x is None else x
+
+
+def _as_dict(rep: accounting.Report) -> dict:
+    return {"since": rep.since, "until": rep.until, "now": rep.now, "by": rep.by,
+            "running_included": rep.running,
+            "groups": [g.to_dict() for g in rep.groups], "total": rep.total.to_dict()}
+
+
+@app.command("report")
+def report(
+    since: str = typer.Option("7d", "--since", help="Start of the window: 7d, 12h, 2026-11-01."),
+    until: str = typer.Option("now", "--until", help="End of the window (same forms)."),
+    by: str = typer.Option(None, "--by", help="One line per user, workload, node or day."),
+    user: str = typer.Option(None, "--user", help="Only this user's jobs."),
+    running: bool = typer.Option(False, "--running",
+                                 help="Also jobs running now (their GPU time up to now)."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON."),
+    csv_: bool = typer.Option(False, "--csv", help="Print CSV."),
+) -> None:
+    """Accounting for finished jobs: jobs by final state, GPU-hours, queue wait, speeds.
+
+    Reads the controller's database read-only (works while it is down); only its account and
+    root may run it.
+    """
+    now = time.time()
+    start, end = parse_time(since, "--since", now), parse_time(until, "--until", now)
+    if start >= end:
+        raise InputError(f"--since {since!r} is not before --until {until!r}",
+                         hint="the window is [since, until)")
+    if by is not None and by not in GROUPINGS:
+        raise InputError(f"--by {by[:40]!r} is not one of {', '.join(GROUPINGS)}",
+                         hint="e.g. --by user")
+    if json_ and csv_:
+        raise InputError("--json and --csv are two outputs; give one", hint="e.g. --csv")
+    from ..store import report as accounting
+
+    store = open_database()
+    try:
+        with store.tx() as conn:
+            rep = accounting.report(conn, start, end, by=by, user=user, running=running,
+                                    now=now)
+    finally:
+        store.close()
+    if json_:
+        render.as_json(_as_dict(rep))
+    elif csv_:
+        _print_csv(rep)
+    else:
+        _print_table(rep)

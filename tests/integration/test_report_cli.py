@@ -1,0 +1,133 @@
+"""`iadeep report` end to end: a real controller runs real jobs on its own machine (a local
+node, the fake NVML library), and the real `iadeep report --json` must match the figures
+computed by hand from the recorded events (`queue show --json`), while the controller runs and
+after it stopped. Other accounts get one line saying the database is private."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.accounts import cli_as
+from helpers.controllers import ControllerProcess, cli, jobs_by_id
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKES = ROOT / "tests" / "fakes" / "pynvml"
+FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
+
+
+def _by_hand(home: Path, ids: list[int]) -> dict[str, dict]:
+    """Per user: jobs, GPU-hours and queue waits, from each job's events (README's
+    definitions: GPUs x time in starting/running over all attempts; submit -> first start)."""
+    users: dict[str, dict] = {}
+    for job_id in ids:
+        job = json.loads(cli(home, "queue", "show", str(job_id), "--json", check=True).stdout)
+        events = job["events"]
+        held = sum(nxt["at"] - ev["at"] for ev, nxt in itertools.pairwise(events)
+                   if ev["new_state"] in ("starting", "running"))
+        starts = [ev["at"] for ev in events if ev["new_state"] == "starting"]
+        u = users.setdefault(job["user"], {"jobs": 0, "gpu_hours": 0.0, "waits": []})
+        u["jobs"] += 1
+        u["gpu_hours"] += job["gpus"] * held / 3600
+        if starts:
+            u["waits"].append(starts[0] - job["submitted_at"])
+    return users
+
+
+def _report(home: Path) -> dict:
+    proc = cli(home, "report", "--since", "1d", "--by", "user", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def state(monkeypatch):
+    # Not under pytest's tmp_path: another account must reach the database to be refused
+    top = Path(tempfile.mkdtemp(prefix="iadeep-report-", dir="/tmp"))
+    os.chmod(top, 0o755)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_report_matches_the_events_live_and_after_stop(monkeypatch, state):
+    workdir = state / "wd"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("FAKE_NVML_MODE", "idle")
+    monkeypatch.setenv("FAKE_NVML_GPUS", "2")
+    monkeypatch.setenv("FAKE_NVML_JOBS_UNDER", str(workdir))
+    inventory = state / "nodes.yaml"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 10\n"
+                         f"nodes:\n  - name: here\n    local: true\n    workdir: {workdir}\n")
+    ok_sh, fail_sh = state / "ok.sh", state / "fail.sh"
+    ok_sh.write_text("#!/bin/sh\nsleep 1\n")
+    fail_sh.write_text("#!/bin/sh\nsleep 0.5\nexit 3\n")
+    ctl = ControllerProcess(state / "home", inventory).start()
+    home = ctl.home
+    try:
+        two = int(cli(home, "queue", "add", str(ok_sh), "--gpus", "2", check=True).stdout)
+        failing = int(cli(home, "queue", "add", str(fail_sh), check=True).stdout)
+        # never runnable once `failing` failed: cancelled without ever starting
+        after = int(cli(home, "queue", "add", str(ok_sh), "--after", str(failing),
+                        check=True).stdout)
+        ids = [two, failing, after]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            jobs = jobs_by_id(home)
+            if all(jobs[i]["state"] in FINISHED for i in ids):
+                break
+            time.sleep(0.2)
+        assert [jobs[i]["state"] for i in ids] == ["succeeded", "failed", "cancelled"]
+        live = _report(home)
+        want = _by_hand(home, ids)
+        [group] = live["groups"]
+        user = group["key"]
+        assert group["jobs"] == live["total"]["jobs"] == 3
+        assert group["states"] == {"succeeded": 1, "failed": 1, "cancelled": 1, "timeout": 0}
+        assert group["gpu_hours"] == pytest.approx(want[user]["gpu_hours"], rel=0.01, abs=1e-4)
+        assert group["gpu_hours"] > 2 * 1.0 / 3600   # the 2-GPU job ran at least its 1 s sleep
+        waits = sorted(want[user]["waits"])
+        assert len(waits) == 2                        # the cancelled job never started
+        assert group["wait_p50_s"] == pytest.approx((waits[0] + waits[1]) / 2, abs=1e-3)
+        assert group["wait_p95_s"] == pytest.approx(waits[0] + 0.95 * (waits[1] - waits[0]),
+                                                    abs=1e-3)
+        # CSV: the same figures, one header line, one line per user and the total
+        csv_lines = cli(home, "report", "--since", "1d", "--by", "user", "--csv",
+                        check=True).stdout.splitlines()
+        assert csv_lines[0].startswith("user,jobs,succeeded,failed,cancelled,timeout,")
+        assert [line.split(",")[0] for line in csv_lines[1:]] == [user, "total"]
+    finally:
+        assert ctl.stop() == 0
+    stopped = _report(home)
+    assert stopped["groups"] == live["groups"] and stopped["total"] == live["total"]
+
+
+def test_bad_options_are_one_line_errors(state):
+    home = state / "home"
+    for argv, says in ((["--since", "yesterday"], "--since 'yesterday' is not a time"),
+                       (["--until", "2026-02-30"], "--until '2026-02-30' is not a time"),
+                       (["--since", "1d", "--until", "2d"], "is not before --until"),
+                       (["--by", "month"], "--by 'month' is not one of user, workload"),
+                       ([], "no database at")):
+        proc = cli(home, "report", *argv)
+        assert proc.returncode == 1 and proc.stdout == "", (argv, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and says in proc.stderr, (argv, proc.stderr)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second OS account needs root")
+def test_other_accounts_are_told_the_database_is_private(state):
+    ctl = ControllerProcess(state / "home").start()
+    try:
+        os.chmod(ctl.home, 0o755)
+        out = cli_as("iadeep-bob", ctl.home, "report")
+    finally:
+        ctl.stop()
+    assert out["rc"] == 1 and out["out"] == "", out
+    assert out["err"].count("\n") == 1
+    assert "only the controller's account and root may read" in out["err"], out
