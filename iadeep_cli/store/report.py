@@ -5,8 +5,9 @@ Everything is computed from the database the controller writes: the jobs table f
 job is (owner, workload, node, GPUs, final state, last speeds) and the events table for when it
 held GPUs. The events are needed because a requeued job's ``started_at`` is only its *last*
 attempt's start: its earlier attempts used GPUs too, and its queue wait ends at its *first*
-start. One SQL statement does the per-job part (a window over each job's events), so a year of
-a busy lab is one pass over the database; Python only groups and takes percentiles.
+start. SQLite does all the work (one row per job into a temporary table, then an aggregate per
+group and two ranks per percentile): Python never sees one row per job, which on 100,000 jobs
+costs more than the queries themselves (benchmarks/bench_report.py).
 
 Definitions (the README repeats them):
 
@@ -33,37 +34,56 @@ from dataclasses import dataclass, field
 from ..jobs import ACTIVE, FINISHED, JobState
 
 GROUPINGS = ("user", "workload", "node", "day")
-# Column each grouping reads from the per-job query below ("day" is computed from a time).
-_GROUP_COLUMN = {"user": "owner", "workload": "workload", "node": "node"}
+# The SQL expression each grouping reads; "day" is the local day the job ended (now if running).
+_GROUP_KEY = {None: "'total'", "user": "owner", "workload": "COALESCE(workload, '-')",
+              "node": "COALESCE(node, '-')",
+              "day": "date(COALESCE(ended_at, :now), 'unixepoch', 'localtime')"}
 # Final states first, in the order the table shows them, then the unfinished ones --running adds.
 STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
           JobState.STARTING, JobState.RUNNING)
+_HELD = "('starting', 'running')"
 
-# Per job: its row's facts, the seconds it held GPUs over all attempts, its first start.
-# LEAD gives each event the time of the job's next event: the end of the state it entered.
+# One row per job in the window, in a temporary table (the connection may be read-only; TEMP
+# lives apart from the database): the group key, GPUs, seconds holding GPUs and queue wait.
+# Held time without a window function: each move INTO starting/running subtracts its time and
+# each move OUT OF them adds its time, so a job's sum is the time it spent there (plus now if it
+# is there still). This is one aggregate per job over the events_job index; LEAD() over the
+# same events took five times as long on 100,000 jobs. A job without events (a database edited
+# by hand) falls back to its last attempt.
 _PER_JOB = """
+CREATE TEMP TABLE report_jobs AS
 WITH sel AS (
-    SELECT id, owner, workload, node, gpus, state, submitted_at, started_at, ended_at,
+    SELECT id, {key} AS key, gpus, state, submitted_at, started_at, ended_at,
            predicted_speed, observed_speed
     FROM jobs
-    WHERE (state IN ({finished}) AND ended_at >= :since AND ended_at < :until)
-       OR (:running AND state IN ({active}) AND started_at < :until)
-),
-ev AS (
-    SELECT e.job_id, e.at, e.new_state,
-           LEAD(e.at) OVER (PARTITION BY e.job_id ORDER BY e.id) AS next_at
-    FROM events e JOIN sel ON sel.id = e.job_id
-),
-per AS (
-    SELECT job_id,
-           SUM(CASE WHEN new_state IN ('starting', 'running')
-                    THEN COALESCE(next_at, :now) - at ELSE 0 END) AS held_s,
-           MIN(CASE WHEN new_state = 'starting' THEN at END) AS first_start
-    FROM ev GROUP BY job_id
+    WHERE ((+state IN ({finished}) AND ended_at >= :since AND ended_at < :until)
+           OR (:running AND +state IN ({active}) AND started_at < :until)) {owner}
+), per AS (
+    SELECT sel.*,
+        (SELECT SUM(CASE WHEN e.old_state IN {held} THEN e.at ELSE 0 END)
+              - SUM(CASE WHEN e.new_state IN {held} THEN e.at ELSE 0 END)
+         FROM events e WHERE e.job_id = sel.id) AS span,
+        (SELECT MIN(e.at) FROM events e WHERE e.job_id = sel.id AND e.new_state = 'starting')
+            AS first_start
+    FROM sel
 )
-SELECT sel.*, per.held_s, per.first_start
-FROM sel LEFT JOIN per ON per.job_id = sel.id
-{owner}
+SELECT key, gpus, state, predicted_speed, observed_speed,
+       COALESCE(span + CASE WHEN state IN {held} THEN :now ELSE 0 END,
+                COALESCE(ended_at, :now) - started_at, 0) AS held_s,
+       COALESCE(first_start, started_at) - submitted_at AS wait_s
+FROM per
+"""
+_FIGURES = """
+SELECT {key} AS key, COUNT(*) AS jobs, {states}, SUM(gpus * held_s) / 3600.0 AS gpu_hours,
+       AVG(predicted_speed) AS predicted_speed, COUNT(predicted_speed) AS with_predicted,
+       AVG(observed_speed) AS observed_speed, COUNT(observed_speed) AS with_observed
+FROM temp.report_jobs GROUP BY 1 ORDER BY 1
+"""
+# The waits a group's p50 and p95 interpolate between, by rank, read off an index on the
+# temporary table (a window function over all the waits sorted them twice: slower).
+_WAIT_AT = """
+SELECT wait_s FROM temp.report_jobs WHERE key = :key AND wait_s IS NOT NULL
+ORDER BY wait_s LIMIT 2 OFFSET :rank
 """
 
 
@@ -81,29 +101,6 @@ class Group:
     observed_speed: float | None = None
     with_predicted: int = 0                # how many jobs those means are over
     with_observed: int = 0
-    _waits: list[float] = field(default_factory=list, repr=False)
-    _predicted: list[float] = field(default_factory=list, repr=False)
-    _observed: list[float] = field(default_factory=list, repr=False)
-
-    def add(self, row: sqlite3.Row, held_s: float, wait_s: float | None) -> None:
-        self.jobs += 1
-        self.states[row["state"]] = self.states.get(row["state"], 0) + 1
-        self.gpu_hours += row["gpus"] * held_s / 3600.0
-        if wait_s is not None:
-            self._waits.append(wait_s)
-        if row["predicted_speed"] is not None:
-            self._predicted.append(row["predicted_speed"])
-        if row["observed_speed"] is not None:
-            self._observed.append(row["observed_speed"])
-
-    def finish(self) -> Group:
-        """Turn the collected samples into the figures (percentiles, means)."""
-        waits = sorted(self._waits)
-        self.wait_p50_s, self.wait_p95_s = percentile(waits, 50), percentile(waits, 95)
-        self.with_predicted, self.with_observed = len(self._predicted), len(self._observed)
-        self.predicted_speed = _mean(self._predicted)
-        self.observed_speed = _mean(self._observed)
-        return self
 
     def to_dict(self) -> dict:
         return {"key": self.key, "jobs": self.jobs,
@@ -148,10 +145,6 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def _day(ts: float) -> str:
-    return time.strftime("%Y-%m-%d", time.localtime(ts))
-
-
 def report(conn: sqlite3.Connection, since: float, until: float, *, by: str | None = None,
            user: str | None = None, running: bool = False, now: float | None = None) -> Report:
     """The report over [since, until) (see the module's definitions), grouped ``by`` one of
@@ -159,27 +152,52 @@ def report(conn: sqlite3.Connection, since: float, until: float, *, by: str | No
     if by is not None and by not in GROUPINGS:
         raise ValueError(f"not a grouping: {by!r}")
     now = time.time() if now is None else now
-    sql = _PER_JOB.format(finished=_quoted(FINISHED), active=_quoted(ACTIVE),
-                          owner="WHERE sel.owner = :user" if user is not None else "")
-    rows = conn.execute(sql, {"since": since, "until": until, "running": int(running),
-                              "now": now, "user": user})
-    groups: dict[str, Group] = {}
-    total = Group("total")
-    for row in rows:
-        held_s = row["held_s"]
-        if held_s is None:   # no events (a database edited by hand): the last attempt only
-            start, end = row["started_at"], row["ended_at"] or now
-            held_s = end - start if start is not None else 0.0
-        first = row["first_start"] if row["first_start"] is not None else row["started_at"]
-        wait_s = first - row["submitted_at"] if first is not None else None
-        total.add(row, held_s, wait_s)
-        if by is not None:
-            key = (_day(row["ended_at"] if row["ended_at"] is not None else now) if by == "day"
-                   else row[_GROUP_COLUMN[by]] or "-")
-            groups.setdefault(key, Group(key)).add(row, held_s, wait_s)
-    ordered = tuple(groups[k].finish() for k in sorted(groups))
-    return Report(since=since, until=until, now=now, by=by, running=running, groups=ordered,
-                  total=total.finish())
+    params = {"since": since, "until": until, "running": int(running), "now": now,
+              "user": user}
+    conn.execute("PRAGMA temp_store = MEMORY")   # no temporary file in the reader's TMPDIR
+    conn.execute("DROP TABLE IF EXISTS temp.report_jobs")
+    conn.execute(_PER_JOB.format(key=_GROUP_KEY[by], finished=_quoted(FINISHED),
+                                 active=_quoted(ACTIVE), held=_HELD,
+                                 owner="AND owner = :user" if user is not None else ""),
+                 params)
+    conn.execute("CREATE INDEX temp.report_jobs_key ON report_jobs(key, wait_s)")
+    try:
+        groups = _groups(conn, "key") if by is not None else []
+        total = _groups(conn, "'total'") or [Group("total")]
+    finally:
+        conn.execute("DROP TABLE IF EXISTS temp.report_jobs")
+    return Report(since=since, until=until, now=now, by=by, running=running,
+                  groups=tuple(groups), total=total[0])
+
+
+def _groups(conn: sqlite3.Connection, key: str) -> list[Group]:
+    """The figures per value of ``key`` (an SQL expression over temp.report_jobs)."""
+    states = ", ".join(f"SUM(state = '{s.value}') AS \"{s.value}\"" for s in STATES)
+    groups = {}
+    for row in conn.execute(_FIGURES.format(key=key, states=states)):
+        groups[row["key"]] = Group(
+            key=row["key"], jobs=row["jobs"],
+            states={s.value: row[s.value] for s in STATES if row[s.value]},
+            gpu_hours=row["gpu_hours"] or 0.0, predicted_speed=row["predicted_speed"],
+            observed_speed=row["observed_speed"], with_predicted=row["with_predicted"],
+            with_observed=row["with_observed"])
+    counts = conn.execute(f"SELECT {key} AS key, COUNT(wait_s) AS n FROM temp.report_jobs "
+                          "GROUP BY 1")
+    for row in counts.fetchall():
+        if row["n"]:
+            group = groups[row["key"]]
+            group.wait_p50_s = _wait_percentile(conn, key, row["key"], row["n"], 50)
+            group.wait_p95_s = _wait_percentile(conn, key, row["key"], row["n"], 95)
+    return list(groups.values())
+
+
+def _wait_percentile(conn: sqlite3.Connection, key: str, value: str, n: int, pct: int
+                     ) -> float:
+    """``percentile`` of a group's ``n`` waits, reading only the two ranks it needs."""
+    low = (n - 1) * pct // 100
+    sql = _WAIT_AT if key == "key" else _WAIT_AT.replace("key = :key AND ", "")
+    at = [r[0] for r in conn.execute(sql, {"key": value, "rank": low})]
+    return at[0] + (at[-1] - at[0]) * ((n - 1) * pct / 100 - low)
 
 
 def _quoted(states: Iterable[JobState]) -> str:

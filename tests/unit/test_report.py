@@ -138,3 +138,28 @@ def test_cli_offers_the_store_groupings():
     from iadeep_cli.store import report as store_report
 
     assert cli_report.GROUPINGS == store_report.GROUPINGS
+
+
+def test_percentiles_from_sqlite_ranks_match_the_definition(tmp_path):
+    """The store reads only the ranks p50/p95 need; over many random waits per group they must
+    equal ``percentile`` over all of them."""
+    import random
+
+    rng = random.Random(3)
+    store = Store(tmp_path / "iadeep.db")
+    waits: dict[str, list[float]] = {"u1": [], "u2": []}
+    with store.tx() as c:
+        for i in range(120):
+            owner = "u1" if i % 3 else "u2"
+            wait = round(rng.uniform(0, 5000), 3)
+            waits[owner].append(wait)
+            _job(c, owner, at=0, moves=[(S.STARTING, wait), (S.RUNNING, wait),
+                                        (S.SUCCEEDED, 6000 + i)])
+    with store.tx() as c:
+        rep = report(c, T0, T0 + 9000, by="user", now=NOW)
+    store.close()
+    everything = sorted(waits["u1"] + waits["u2"])
+    for g in (*rep.groups, rep.total):
+        mine = sorted(waits[g.key]) if g.key in waits else everything
+        assert g.wait_p50_s == pytest.approx(percentile(mine, 50), abs=1e-6)
+        assert g.wait_p95_s == pytest.approx(percentile(mine, 95), abs=1e-6)
