@@ -16,6 +16,7 @@ import typer
 from .. import messages as m
 from ..controller import client
 from ..errors import InputError
+from . import complete
 from .root import app
 
 CHUNK = 1 << 20                      # bytes per request
@@ -111,7 +112,7 @@ def _check(head: int | None, tail: int | None, all_: bool, follow: bool) -> None
 
 
 @app.command("logs")
-def logs(job_id: int = typer.Argument(..., help="Job id."),
+def logs(job_id: int = typer.Argument(..., help="Job id.", autocompletion=complete.job_ids),
          follow: bool = typer.Option(False, "--follow", "-f",
                                      help="Keep printing new output until the job ends."),
          head: int | None = typer.Option(None, "--head", metavar="N",

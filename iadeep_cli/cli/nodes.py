@@ -6,7 +6,7 @@ import typer
 from ..errors import IadeepError
 from ..inventory import load_inventory
 from ..snapshot import to_dict
-from . import render
+from . import complete, render
 
 app = typer.Typer(help="Check nodes and trust their SSH host keys.", no_args_is_help=True)
 
@@ -71,7 +71,8 @@ def _confirmed(question: str) -> bool:
 
 
 @app.command("trust")
-def trust(node: str = typer.Argument(..., help="node name from the inventory"),
+def trust(node: str = typer.Argument(..., help="node name from the inventory",
+                                    autocompletion=complete.node_names),
           inventory: str | None = INVENTORY,
           yes: bool = typer.Option(False, "--yes", "-y", help="record without asking")):
     """Show NODE's SSH host key fingerprint and record it in iadeep's known_hosts.
@@ -96,7 +97,8 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory"),
 
 
 @app.command("fence")
-def fence(node: str = typer.Argument(..., help="node name from the inventory"),
+def fence(node: str = typer.Argument(..., help="node name from the inventory",
+                                    autocompletion=complete.node_names),
           yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation")):
     """Declare NODE's jobs dead (admins): the node is powered off or gone for good.
 

@@ -7,11 +7,11 @@ from .. import messages as m
 from ..controller import client
 from ..errors import NotFoundError
 from ..text import clock, when
-from . import render
+from . import complete, render
 
 app = typer.Typer(help="Workload profiles (solo GPU behaviour) known to the scheduler.",
                   no_args_is_help=True)
-LABEL = typer.Argument(..., help="Workload label.")
+LABEL = typer.Argument(..., help="Workload label.", autocompletion=complete.workloads)
 
 
 def _num(v) -> str:

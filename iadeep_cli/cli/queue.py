@@ -36,7 +36,7 @@ from ..jobs import (
 )
 from ..paths import file_problem
 from ..text import clock, duration, hms, when
-from . import render
+from . import complete, render
 from .errors import report
 
 app = typer.Typer(help="Submit, list and control jobs.", no_args_is_help=True)
@@ -55,7 +55,7 @@ def _refs(value: str | list[str]) -> str | list[str]:
 
 
 IDS = typer.Argument(..., help="One or more job ids; an array's id means all its tasks, "
-                     "ID_INDEX (12_3) one task.", callback=_refs)
+                     "ID_INDEX (12_3) one task.", callback=_refs, autocompletion=complete.job_ids)
 JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
@@ -83,7 +83,8 @@ def add(
     name: str = typer.Option("", "--name", "-n", "--job-name", "-J",
                              help="A name to recognise it by."),
     workload: str | None = typer.Option(None, "--workload", "-w",
-                                        help="Profile label (see `iadeep profile list`)."),
+                                        help="Profile label (see `iadeep profile list`).",
+                                        autocompletion=complete.workloads),
     new_workload: bool = typer.Option(False, "--new-workload",
                                       help="--workload is a new label, though close to a "
                                            "known one (it is profiled on its first run)."),
@@ -280,7 +281,7 @@ def _ids(text: str | None, option: str) -> tuple[int, ...]:
 
 @app.command("rerun")
 def rerun(job_id: str = typer.Argument(..., help="A finished job's id (or ID_INDEX).",
-                                        callback=_refs)) -> None:
+                                        callback=_refs, autocompletion=complete.job_ids)) -> None:
     """Submit a finished job again with the same spec; prints the new job's id."""
     request = m.RerunRequest(_job_id(job_id), token=uuid.uuid4().hex)
     print(client.ask(request, retry_lost=True).id)
@@ -452,7 +453,8 @@ def _field(name: str, value) -> str:
 
 
 @app.command("show")
-def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callback=_refs),
+def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callback=_refs,
+                                      autocompletion=complete.job_ids),
          json_: bool = JSON) -> None:
     """Show a job's fields and its event history."""
     detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
@@ -483,7 +485,7 @@ def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callbac
 
 @app.command("why")
 def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
-                                    callback=_refs)) -> None:
+                                    callback=_refs, autocompletion=complete.job_ids)) -> None:
     """Say why a job waits (or what it is doing)."""
     detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     render.stale_note(stale)
@@ -525,7 +527,8 @@ def release(ids: list[str] = IDS) -> None:
 # `queue priority 13 -5`: without ignore_unknown_options click reads "-5" as an option.
 @app.command("priority", context_settings={"ignore_unknown_options": True})
 def priority(job_id: str = typer.Argument(..., help="Job id (an array's: all its tasks), "
-                                          "or ID_INDEX.", callback=_refs),
+                                          "or ID_INDEX.", callback=_refs,
+                                          autocompletion=complete.job_ids),
              value: int = typer.Argument(..., help="New priority (higher runs first).")) -> None:
     """Change a waiting job's priority."""
     ref, index = _job_ref(job_id)

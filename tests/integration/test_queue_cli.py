@@ -207,3 +207,21 @@ def test_the_labs_time_limits_apply_and_cap_the_jobs_own(tmp_path, script):
         assert [line.split()[7] for line in listed[1:]] == ["-/1:00:00", "-/1-00:00:00"]
     finally:
         ctl.stop()
+
+
+def test_shell_completion_offers_job_ids_and_workloads(controller, script):
+    """What `iadeep --install-completion` wires up: Tab after `queue show` offers the
+    unfinished jobs' ids, after `profile show` the known workloads (bash's protocol)."""
+    home = controller.home
+    ids = [cli(home, "queue", "add", str(script), check=True).stdout.strip() for _ in range(2)]
+
+    def offered(words: str) -> list[str]:
+        proc = cli(home, _IADEEP_COMPLETE="complete_bash", COMP_WORDS=words,
+                   COMP_CWORD=str(len(words.split(" ")) - 1))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert offered("iadeep queue show ") == ids
+    assert offered(f"iadeep queue cancel {ids[1]}") == [ids[1]]
+    assert offered("iadeep profile show res") == ["resnet18", "resnet50"]
+
