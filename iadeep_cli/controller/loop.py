@@ -110,9 +110,20 @@ class NodeActions:
 
 @dataclasses.dataclass
 class _LaunchHealth:
+    """A node whose launches fail: skipped until ``until``, the delay doubling with each
+    failure in a row (LAUNCH_BACKOFF_S) so a broken node costs one attempt per delay, not one
+    per round."""
     failures: int = 0
     until: float = 0.0
     reason: str = ""
+
+    def failed(self, reason: str, now: float) -> float:
+        """Count one more failure; the seconds the node is now skipped."""
+        self.failures += 1
+        self.reason = reason
+        delay = min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (self.failures - 1))
+        self.until = now + delay
+        return delay
 
 
 class SchedulingLoop:
@@ -637,13 +648,9 @@ class SchedulingLoop:
             return
         except NodeError as exc:
             # Unknown whether it started: the next poll's reconcile finds out.
-            health = self._launch_health.setdefault(node, _LaunchHealth())
-            health.failures += 1
-            health.reason = exc.message
-            health.until = self.clock() + min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (
-                health.failures - 1))
+            skipped = self._launch_failed(node, exc.message)
             log.warning("launch of job %s on %s failed: %s; %s is skipped for %.0f s",
-                        started.id, node, exc.message, node, health.until - self.clock())
+                        started.id, node, exc.message, node, skipped)
             return
         except IadeepError as exc:
             self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
@@ -672,14 +679,15 @@ class SchedulingLoop:
             self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
                        ended_at=self.clock())
             return
-        health = self._launch_health.setdefault(node, _LaunchHealth())
-        health.failures += 1
-        health.reason = exc.message
-        health.until = self.clock() + min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (
-            health.failures - 1))
+        skipped = self._launch_failed(node, exc.message)
         log.warning("launch of job %s on %s refused: %s; %s is skipped for %.0f s",
-                    started.id, node, exc.message, node, health.until - self.clock())
+                    started.id, node, exc.message, node, skipped)
         self._not_started(started)
+
+    def _launch_failed(self, node: str, reason: str) -> float:
+        """A launch on ``node`` failed or was refused node-wide: back off; the seconds it is
+        skipped."""
+        return self._launch_health.setdefault(node, _LaunchHealth()).failed(reason, self.clock())
 
     def launch_health(self) -> dict[str, dict]:
         """Nodes skipped because their launches fail: node -> {reason, until}."""

@@ -99,9 +99,8 @@ class Controller:
 
         assert self.loop is not None   # this reader is set only with a loop
         pool = self.loop.pool   # the current one: a reload may have replaced it
-        reply = read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner, job=job,
-                         stream=stream).reply()
-        return reply["data"], reply["offset"], reply["size"]
+        return read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner, job=job,
+                        stream=stream).text()
 
     def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         """The notifier's way to a job's log: through the node pool of the moment."""

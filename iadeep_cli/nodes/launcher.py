@@ -301,25 +301,26 @@ def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
 
 
 @dataclass(frozen=True)
-class LogChunk:
-    """Bytes of a job's log from some offset, where the next read starts, and the log's size."""
+class LogBytes:
+    """Bytes of a job's log as read from its node: the bytes, the offset where the next read
+    starts, and the log's size.  ``messages.LogChunk`` is what a client gets: see ``text``."""
 
     data: bytes
     offset: int
     size: int
 
-    def reply(self) -> dict:
-        """What the controller sends back: text ending at a whole UTF-8 character (a character
-        cut by the read's limit comes whole with the next read), the next offset, the size."""
+    def text(self) -> tuple[str, int, int]:
+        """(text, next offset, size): text ending at a whole UTF-8 character (a character cut by
+        the read's limit comes whole with the next read, so the offset stops before it)."""
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         text = decoder.decode(self.data, final=self.offset >= self.size)
         pending = len(decoder.getstate()[0])
-        return {"data": text, "offset": self.offset - pending, "size": self.size}
+        return text, self.offset - pending, self.size
 
 
 def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
              max_bytes: int = 65536, owner: str | None = None, job: Job | None = None,
-             stream: str = "output") -> LogChunk:
+             stream: str = "output") -> LogBytes:
     """Up to ``max_bytes`` (at most MAX_LOG_READ) of the job's log from ``offset``: with
     ``job``, its ``stream`` ("output": --output or the log; "error": --error), see
     ``stream_path``.
@@ -342,7 +343,7 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
                             f"on node {node} ({path})",
                             hint="the job may not have started yet; see `iadeep queue show ID`")
     data, size = got
-    return LogChunk(data, offset + len(data), size)
+    return LogBytes(data, offset + len(data), size)
 
 
 def read_job_file(pool: NodeAccess, node: str, job_id: int, name: str, offset: int,

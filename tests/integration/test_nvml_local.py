@@ -210,7 +210,7 @@ def test_local_jobs_get_exact_arguments_and_exit_codes(local_pool, tmp_path):
     log = whole.data
     assert log.decode() == "".join(f"ARG<{a}>\n" for a in args) + "GPUS<1> JOB<11>\n"
     assert whole.offset == whole.size == len(log) and not pwned.exists()
-    assert L.read_log(local_pool, "here", 11, 4, 6) == L.LogChunk(log[4:10], 10, len(log))
+    assert L.read_log(local_pool, "here", 11, 4, 6) == L.LogBytes(log[4:10], 10, len(log))
     assert (tmp_path / "wd" / "jobs" / "11").stat().st_mode & 0o777 == 0o700
 
 
