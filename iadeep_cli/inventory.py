@@ -48,6 +48,9 @@ class Node:
     # Directories the node sees as the submitting machine does (NFS homes, a shared /data): a
     # job submitted from below one runs there by default, as with sbatch (``jobs.run_dir``).
     shared_paths: tuple[str, ...] = ()
+    # "ssh" (this file's nodes) or "slurm" (found in the ``slurm:`` partition at start and
+    # reload; its jobs go through sbatch, see ``nodes.slurm``).
+    backend: str = "ssh"
 
     @property
     def submitter(self) -> bool:
@@ -101,6 +104,22 @@ class NotifySettings:
 
 
 @dataclass(frozen=True)
+class SlurmSettings:
+    """``slurm:``: a Slurm partition whose nodes iadeep places jobs on (README "Slurm backend").
+
+    Nodes and GPUs come from Slurm; GPU ``K`` of a node must be the typed GRES ``gpu:<prefix>K``
+    (and ``shard:<prefix>K`` for sharing), so that a job can be pinned to the GPU iadeep chose.
+    Slurm does not report GPU memory, so placement takes ``gpu_memory_gib`` per GPU."""
+
+    partition: str
+    shards_per_gpu: int = 4          # Count= of each GPU's shard line in gres.conf
+    gpu_type_prefix: str = "g"       # GPU K is gres type f"{prefix}{K}"
+    gpu_memory_gib: float = 80.0
+    conf: str | None = None          # SLURM_CONF for the Slurm commands; None: the default
+    account: str | None = None       # sbatch --account; None: each user's default
+
+
+@dataclass(frozen=True)
 class Inventory:
     nodes: tuple[Node, ...]
     admins: tuple[str, ...] = ()
@@ -116,6 +135,7 @@ class Inventory:
     kill_grace_s: float = 10.0       # a stopped job's TERM -> KILL wait (cancel, time limit)
     notify: NotifySettings = field(default_factory=NotifySettings)
     path: Path | None = None
+    slurm: SlurmSettings | None = None
 
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -462,8 +482,26 @@ def _run_as_defaults(ctx: _Ctx, item: yaml.Node, where: str, values: dict[str, A
                                                 "may jobs run as")
 
 
+_SLURM_FIELDS = {
+    "partition": _word, "shards_per_gpu": _per_gpu,
+    "gpu_type_prefix": _within(_str, lambda v: re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", v)
+                               is not None, "letters, digits and '_', starting with a letter"),
+    "gpu_memory_gib": _within(_num, lambda v: v > 0, "a number of GiB > 0"),
+    "conf": _within(_str, lambda v: v.startswith("/"), "an absolute path to slurm.conf"),
+    "account": _word,
+}
+
+
+def _slurm(ctx: _Ctx, node: yaml.Node, where: str) -> SlurmSettings:
+    values = _mapping(ctx, node, where, _SLURM_FIELDS)
+    if "partition" not in values:
+        raise ctx.fail(node, where, "partition is missing: the Slurm partition whose nodes "
+                                    "iadeep places jobs on")
+    return SlurmSettings(**values)
+
+
 # ``nodes`` is converted after ``lab`` (whose run_as settings are the nodes' defaults).
-_TOP_FIELDS = {"lab": _lab, "nodes": lambda ctx, n, w: n}
+_TOP_FIELDS = {"lab": _lab, "nodes": lambda ctx, n, w: n, "slurm": _slurm}
 
 
 def parse_inventory(text: str, path: Path) -> Inventory:
@@ -496,6 +534,7 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         kill_grace_s=lab.get("kill_grace", 10.0),
         notify=lab.get("notify", NotifySettings()),
         path=path,
+        slurm=top.get("slurm"),
     )
 
 

@@ -40,6 +40,7 @@ class Controller:
 
     def __init__(self, inventory: Inventory, state_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, new_database: bool = False):
+        inventory = _with_slurm(inventory)
         self.inventory = inventory
         self.state = StateDir(state_dir) if state_dir else StateDir.default()
         self.clock = clock
@@ -89,9 +90,23 @@ class Controller:
         # nvidia-smi gives up well inside it, so that its node, which still answers, is never
         # taken for a silent one.
         grace = inventory.node_grace_s
+        if inventory.slurm is not None:   # Slurm's nodes answer through it, the rest over SSH
+            from ..nodes.slurm import SlurmPool
+            ssh = dataclasses.replace(inventory, nodes=tuple(
+                n for n in inventory.nodes if n.backend != "slurm"))
+            inner = NodePool(_scoped_workdirs(ssh, self.install_id),
+                             backoff_max=min(60.0, max(5.0, grace)),
+                             gpu_timeout=min(10.0, max(1.0, grace / 4)))
+            return SlurmPool(inventory, inner, self.install_id, self._attempts)
         return NodePool(_scoped_workdirs(inventory, self.install_id),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
+
+    def _attempts(self, ids) -> dict[int, int]:
+        """Each job's current attempt: how the Slurm backend names its Slurm job."""
+        from ..store import jobs as jobrows
+        with self.store.tx() as conn:
+            return {j.id: j.attempts for j in (jobrows.get(conn, i) for i in ids)}
 
     def _read_log(self, job, offset: int, max_bytes: int, stream: str = "output"
                   ) -> tuple[str, int, int | None]:
@@ -164,6 +179,7 @@ class Controller:
         """Swap in a validated inventory: lab settings, policy, admins and limits at once, and a
         new node pool (connections to removed nodes close with the old one). Running jobs keep
         running; those on a node no longer listed are the loop's to handle (lost)."""
+        new = _with_slurm(new)
         old = self.inventory
         if self.loop is not None:
             old_pool = self.loop.pool
@@ -294,6 +310,15 @@ class Controller:
             self._stopped_by = signal.Signals(signum).name
         self._stop.set()
         self._wake.set()
+
+
+def _with_slurm(inventory: Inventory) -> Inventory:
+    """The inventory with its ``slurm:`` partition's nodes (``nodes.slurm``), as Slurm has
+    them at start and at each reload."""
+    if inventory.slurm is None:
+        return inventory
+    from ..nodes.slurm import with_slurm_nodes
+    return with_slurm_nodes(inventory)
 
 
 def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:

@@ -87,6 +87,17 @@ class LaunchResult:
     start: int | None = None        # the session leader's start time (ticks since boot)
 
 
+def _slurm(pool: NodeAccess, node: str):
+    """The Slurm pool when ``node`` is a Slurm node (its jobs go through sbatch: ``slurm``),
+    else None (the shell code below, over SSH)."""
+    if getattr(pool.node(node), "backend", "ssh") != "slurm":
+        return None
+    from .slurm import SlurmPool
+    if not isinstance(pool, SlurmPool):
+        raise NodeError(f"node {node} is a Slurm node but the pool has no Slurm access")
+    return pool
+
+
 def job_dir(workdir: str, job_id: int) -> str:
     return f"{workdir.rstrip('/')}/jobs/{int(job_id)}"
 
@@ -164,6 +175,10 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     racing cannot both start it.
     """
     script = Path(script_path_local)
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        slurm_id, before = slurm.launch(sp, node, job, gpu_indices, script)
+        return LaunchResult(slurm_id, slurm_id, "", already_started=before)
     if not script.is_file():
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
@@ -246,6 +261,9 @@ def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0,
     same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
     leftovers).  Returns "terminated" | "killed" | "not-running" | "missing" (no pid file and
     nothing of the job runs: never launched)."""
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        return slurm.cancel(sp, job_id)
     steps = max(1, int(grace_s * 5))
     script = (
         _find_job(pool, node, job_id) +
@@ -271,6 +289,9 @@ def signal(pool: NodeAccess, node: str, job_id: int, name: str,
     """Send signal ``name`` (one of ``jobs.SIGNALS``) once to each of the job's processes: its
     process group, and every process tagged with it outside that group (see ``cancel``); the
     wrapper survives it (its trap). True if anything of the job was there to get it."""
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        return slurm.signal(sp, job_id, name)
     if name not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
     script = (
@@ -296,6 +317,9 @@ def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
     if not job_ids:
         return {}
     expect = [j if isinstance(j, tuple) else (int(j), None, None) for j in job_ids]
+    if (sp := _slurm(pool, node)) is not None:
+        snap = sp.poll_slurm([sp.node(node)], {node: tuple(expect)})[0]
+        return dict(snap.jobs or ())
     out = _sh(pool, node, state_script(workdir(pool, node), expect), owner=owner)
     return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))
 
@@ -333,11 +357,18 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
     if offset < 0 or max_bytes <= 0:
         raise InputError(f"invalid log range offset={offset} max_bytes={max_bytes}",
                          hint="offset must be >= 0 and max_bytes > 0")
-    if job is None:
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        if job is None:
+            raise InputError(f"job {job_id} runs on Slurm node {node}: its log is read by job")
+        path = slurm.stream_path(job, stream)
+        got = slurm.read_file(sp, node, job, path, offset, min(max_bytes, MAX_LOG_READ))
+    elif job is None:
         path = f"{job_dir(workdir(pool, node), job_id)}/log"
+        got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
     else:
         path = stream_path(pool, node, job, stream)
-    got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
+        got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
     if got is None:
         raise NotFoundError(f"job {job_id} has no {'log' if stream == 'output' else 'stderr'} "
                             f"on node {node} ({path})",
@@ -384,6 +415,8 @@ def set_aside(pool: NodeAccess, node: str, job_id: int, suffix: str,
     attempt of the same job on this node starts fresh instead of finding the old pid file."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
         raise InputError(f"bad directory suffix {suffix!r}")
+    if _slurm(pool, node) is not None:
+        return   # a Slurm job has no directory of iadeep's: each attempt has its own name
     d = job_dir(workdir(pool, node), job_id)
     _sh(pool, node, f'd={remote_path(d)}; [ -d "$d" ] || exit 0; '
                     f'mv "$d" "$d.{suffix}.$(date +%s).$$"', owner=owner)
@@ -400,7 +433,7 @@ def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int],
     """
     if any(isinstance(j, bool) or not isinstance(j, int) or j < 0 for j in job_ids):
         raise InputError(f"clean_finished: job ids must be integers >= 0, got {list(job_ids)}")
-    if not job_ids:
+    if not job_ids or _slurm(pool, node) is not None:
         return
     jobs = remote_path(workdir(pool, node).rstrip("/") + "/jobs")
     _sh(pool, node,

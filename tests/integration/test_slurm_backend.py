@@ -1,0 +1,165 @@
+"""The Slurm backend against a real Slurm 22.05 (slurmctld, slurmd, munged started by the tests,
+fake GPUs Slurm accepts): iadeep places, Slurm runs the job as its owner on the GPU iadeep chose.
+
+Everything a user does goes through the real CLI as a real second account (``cli_as``); what
+Slurm did is read back from Slurm itself (squeue, its job-completion log), not from iadeep.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.accounts import cli_as, ensure_user
+from helpers.controllers import ControllerProcess, cli, wait_until
+from helpers.slurm import slurm_cluster  # noqa: F401  (the session fixture)
+from iadeep_cli.nodes import slurm
+
+pytestmark = pytest.mark.os_global
+USER = "iadeep-slurm-u"
+
+
+@pytest.fixture()
+def lab(slurm_cluster):  # noqa: F811
+    """A controller whose inventory is the Slurm partition alone, and a user's directory with
+    a script that waits for a file (so the test decides when jobs end) and says where it ran."""
+    ensure_user(USER)
+    root = Path(tempfile.mkdtemp(prefix="iadeep-slurm-lab-", dir="/tmp"))
+    os.chmod(root, 0o755)   # the user reaches the socket and its directory inside
+    work = root / "work"
+    work.mkdir()
+    shutil.chown(work, USER)
+    script = work / "job.sh"
+    script.write_text('#!/bin/sh\n'
+                      'echo "cuda=$CUDA_VISIBLE_DEVICES user=$(id -un) job=$IADEEP_JOB_ID '
+                      'slurm=$SLURM_JOB_ID"\n'
+                      'while [ ! -e "$1" ]; do sleep 0.1; done\necho done\n')
+    script.chmod(0o755)
+    inventory = root / "nodes.yaml"
+    inventory.write_text(slurm_cluster.inventory())
+    ctl = ControllerProcess(root / "home", inventory).start()
+    yield ctl, work, slurm_cluster
+    ctl.stop()
+    slurm_cluster.run("scancel", "--full", "-u", USER)
+    wait_until(lambda: not slurm_cluster.run("squeue", "-h", "-u", USER, "-t", "R,CG,PD,S"),
+               limit=60)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _add(ctl, work: Path, *args: str) -> int:
+    out = cli_as(USER, ctl.home, "queue", "add", "--chdir", str(work), *args)
+    assert out["rc"] == 0, out
+    return int(out["out"].strip())
+
+
+def _show(ctl, job_id: int) -> dict:
+    proc = cli(ctl.home, "queue", "show", str(job_id), "--json", check=True)
+    return json.loads(proc.stdout)
+
+
+def _slurm_jobs(cluster) -> dict[int, dict]:
+    """Slurm's own view: job id -> its record in ``squeue --json``."""
+    data = json.loads(cluster.run("squeue", "--json"))
+    return {int(j["job_id"]): j for j in data["jobs"]}
+
+
+def test_queue_add_runs_on_slurm_as_its_user_on_the_gpu_iadeep_chose(lab):
+    ctl, work, cluster = lab
+    go = work / "go-1"
+    job_id = _add(ctl, work, str(work / "job.sh"), str(go))
+    job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=60)
+    slurm_id = job["remote_pid"]   # the Slurm job id, recorded as the attempt's "pid"
+    sj = _slurm_jobs(cluster)[slurm_id]
+    assert sj["user_name"] == USER and sj["nodes"] == cluster.node
+    assert sj["name"] == slurm.tag((ctl.home / "install_id").read_text().strip(), job_id, 1)
+    # pinned to the GPU plan() chose: the typed GRES names it
+    assert sj["gres_detail"] == [f"gpu:g{job['gpu_indices'][0]}:1"
+                                 f"(IDX:{job['gpu_indices'][0]})"]
+    go.touch()
+    done = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "succeeded" and j, limit=60)
+    log = cli(ctl.home, "logs", str(job_id), check=True).stdout
+    assert (f"cuda={done['gpu_indices'][0]} user={USER} job={job_id} slurm={slurm_id}"
+            in log), log
+    # Slurm's own record of the finished job: its user, its id
+    comp = (cluster.root / "log" / "jobcomp.txt").read_text()
+    line = next(x for x in comp.splitlines() if f"JobId={slurm_id} " in x)
+    assert f"UserId={USER}(" in line and "JobState=COMPLETED" in line
+
+
+def test_two_light_jobs_share_one_gpu_through_shards_a_heavy_one_gets_its_own(lab):
+    ctl, work, cluster = lab
+    go = work / "go-2"
+    heavy = _add(ctl, work, "--exclusive", str(work / "job.sh"), str(go))
+    light = [_add(ctl, work, "--workload", "mlp", str(work / "job.sh"), str(go)) for _ in range(2)]
+    jobs = wait_until(lambda: (js := {i: _show(ctl, i) for i in (heavy, *light)}) and
+                      all(j["state"] == "running" for j in js.values()) and js, limit=90)
+    (h_gpu,) = jobs[heavy]["gpu_indices"]
+    l_gpus = {jobs[i]["gpu_indices"][0] for i in light}
+    assert len(l_gpus) == 1 and h_gpu not in l_gpus, jobs
+    (l_gpu,) = l_gpus
+    sq = _slurm_jobs(cluster)
+    assert sq[jobs[heavy]["remote_pid"]]["gres_detail"] == [f"gpu:g{h_gpu}:1(IDX:{h_gpu})"]
+    for i in light:   # both running at once, on shards of the same GPU
+        s = sq[jobs[i]["remote_pid"]]
+        assert s["job_state"] == "RUNNING"
+        assert s["gres_detail"] == [f"shard:g{l_gpu}:2(IDX:{l_gpu})"]
+    go.touch()
+    for i in (heavy, *light):
+        wait_until(lambda i=i: _show(ctl, i)["state"] == "succeeded", limit=60)
+        assert f"cuda={jobs[i]['gpu_indices'][0]} " in cli(ctl.home, "logs", str(i)).stdout
+
+
+def test_cancel_and_list_go_through_slurm(lab):
+    ctl, work, cluster = lab
+    job_id = _add(ctl, work, "--name", "to-cancel", str(work / "job.sh"), str(work / "never"))
+    job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=60)
+    listed = cli(ctl.home, "queue", "list", check=True).stdout
+    assert "to-cancel" in listed and f"{cluster.node}:{job['gpu_indices'][0]}" in listed
+    out = cli_as(USER, ctl.home, "queue", "cancel", str(job_id))
+    assert out["rc"] == 0, out
+    wait_until(lambda: _show(ctl, job_id)["state"] == "cancelled", limit=60)
+    assert _slurm_jobs(cluster)[job["remote_pid"]]["job_state"] == "CANCELLED"
+
+
+def test_a_killed_controller_neither_duplicates_nor_loses_a_slurm_job(lab):
+    """SIGKILL the controller as soon as the job is placed (its sbatch may or may not have
+    returned); the restarted one finds the attempt by its Slurm job name, or submits it once."""
+    ctl, work, cluster = lab
+    go = work / "go-4"
+    job_id = _add(ctl, work, str(work / "job.sh"), str(go))
+    wait_until(lambda: _show(ctl, job_id)["state"] in ("starting", "running"), limit=60,
+               every=0.01)
+    ctl.kill()
+    ctl.start()
+    job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=60)
+    name = slurm.tag((ctl.home / "install_id").read_text().strip(), job_id, 1)
+    named = [j for j in _slurm_jobs(cluster).values() if j["name"] == name]
+    assert [j["job_id"] for j in named] == [job["remote_pid"]], named
+    go.touch()
+    wait_until(lambda: _show(ctl, job_id)["state"] == "succeeded", limit=60)
+    assert job["attempts"] == 1
+
+
+def test_launch_finds_an_attempt_slurm_already_has(lab):
+    """The exactly-once rule itself: a second sbatch of the same attempt (a controller that
+    died before recording the first) returns the first's Slurm id and submits nothing."""
+    from iadeep_cli.inventory import parse_inventory
+    from iadeep_cli.jobs import Job, JobSpec, JobState
+
+    _ctl, work, cluster = lab
+    inv = slurm.with_slurm_nodes(parse_inventory(cluster.inventory(), Path("nodes.yaml")))
+    pool = slurm.SlurmPool(inv, None, "testinstall", lambda ids: {})
+    job = Job(id=999, owner=USER, state=JobState.STARTING,
+              spec=JobSpec(script=str(work / "job.sh"), name="dup", args=(str(work / "go-5"),),
+                           workdir=str(work)),
+              submitted_at=time.time(), node=cluster.node, attempts=1)
+    first, before1 = slurm.launch(pool, cluster.node, job, (1,), work / "job.sh")
+    second, before2 = slurm.launch(pool, cluster.node, job, (1,), work / "job.sh")
+    assert (before1, before2) == (False, True) and first == second
+    assert slurm.find(pool, slurm.tag("testinstall", 999, 1)) == [first]
+    assert slurm.cancel(pool, 999) == "terminated"
