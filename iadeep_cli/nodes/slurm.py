@@ -158,9 +158,13 @@ def _exit_code(job: dict) -> int | None:
     if state not in ("COMPLETED", "FAILED"):
         return None
     code = job.get("exit_code")
-    if isinstance(code, dict):   # newer Slurm: {"return_code": N, "status": ...}
+    if isinstance(code, dict):   # newer Slurm: {"return_code": N, "signal": {...}, ...}
         code = code.get("return_code")
-    return int(code) if isinstance(code, int) else None
+        return int(code) if isinstance(code, int) else None
+    if not isinstance(code, int):
+        return None
+    # 22.05: the wait status; a signal is reported as a shell does (128 + its number)
+    return 128 + (code & 0x7F) if code & 0x7F else (code >> 8) & 0xFF
 
 
 @dataclass(frozen=True)

@@ -163,3 +163,29 @@ def test_launch_finds_an_attempt_slurm_already_has(lab):
     assert (before1, before2) == (False, True) and first == second
     assert slurm.find(pool, slurm.tag("testinstall", 999, 1)) == [first]
     assert slurm.cancel(pool, 999) == "terminated"
+
+
+def test_a_foreign_slurm_job_is_foreign_load(lab):
+    """A job submitted to Slurm by other means holds GPU 0: iadeep sees it as foreign load
+    (all of that GPU's memory) and puts its job on GPU 1."""
+    ctl, work, cluster = lab
+    uid = ensure_user(USER)
+    foreign = cluster.run("sbatch", "--parsable", f"--uid={uid}", f"--gid={uid}",
+                          "--export=NONE", "--gres=gpu:g0:1", "-o", "/dev/null",
+                          "--wrap", f"while [ ! -e {work}/go-6 ]; do sleep 0.1; done").strip()
+    wait_until(lambda: _slurm_jobs(cluster)[int(foreign)]["job_state"] == "RUNNING", limit=30)
+    status = json.loads(cli(ctl.home, "status", "--json", check=True).stdout)
+    assert f"slurm job {foreign}" in json.dumps(status), status
+    job_id = _add(ctl, work, str(work / "job.sh"), str(work / "go-6"))
+    job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=60)
+    assert job["gpu_indices"] == [1]
+    (work / "go-6").touch()
+    wait_until(lambda: _show(ctl, job_id)["state"] == "succeeded", limit=60)
+
+
+def test_a_failing_job_keeps_its_exit_code(lab):
+    ctl, work, _cluster = lab
+    job_id = _add(ctl, work, "--wrap", "echo failing; exit 3")
+    job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "failed" and j, limit=60)
+    assert job["exit_code"] == 3
+    assert "failing" in cli(ctl.home, "logs", str(job_id)).stdout

@@ -1,0 +1,50 @@
+"""The Slurm backend's pure parts: the inventory's ``slurm:`` section and Slurm's GRES strings
+(the backend against a real Slurm: tests/integration/test_slurm_backend.py)."""
+from pathlib import Path
+
+import pytest
+
+from iadeep_cli.errors import ConfigError
+from iadeep_cli.inventory import parse_inventory
+from iadeep_cli.nodes.slurm import ENDED, _exit_code, gpu_types, tag
+
+
+def test_slurm_section_is_read_with_defaults():
+    inv = parse_inventory("nodes: []\nslurm:\n  partition: gpu\n  shards_per_gpu: 8\n",
+                          Path("nodes.yaml"))
+    assert inv.slurm is not None
+    assert (inv.slurm.partition, inv.slurm.shards_per_gpu, inv.slurm.gpu_type_prefix,
+            inv.slurm.gpu_memory_gib) == ("gpu", 8, "g", 80.0)
+
+
+@pytest.mark.parametrize("body, says", [
+    ("slurm:\n  shards_per_gpu: 4\n", "partition is missing"),
+    ("slurm:\n  partition: gpu\n  shards_per_gpu: 0\n", "slurm.shards_per_gpu: expected"),
+    ("slurm:\n  partition: gpu\n  conf: etc/slurm.conf\n", "absolute path to slurm.conf"),
+    ("slurm:\n  partition: gpu\n  gpu_type_prefix: '0g'\n", "starting with a letter"),
+    ("slurm:\n  partition: gpu\n  gpus: 2\n", "unknown key 'gpus'"),
+])
+def test_bad_slurm_section_is_one_line_naming_the_field(body, says):
+    with pytest.raises(ConfigError) as err:
+        parse_inventory("nodes: []\n" + body, Path("nodes.yaml"))
+    assert says in err.value.message and "\n" not in err.value.message
+
+
+def test_gres_types_give_the_gpus_iadeep_may_pin():
+    got = gpu_types("gpu:g0:1,gpu:g1:1(S:0),shard:g0:4,shard:g1:4,gpu:a100:1,gpu:2,license:x:1",
+                    "g")
+    assert got == {"gpu": {0: 1, 1: 1}, "shard": {0: 4, 1: 4}}
+
+
+def test_exit_code_only_when_the_script_ended_by_itself():
+    assert _exit_code({"job_state": "COMPLETED", "exit_code": 0}) == 0
+    assert _exit_code({"job_state": "FAILED", "exit_code": 3 << 8}) == 3   # a wait status
+    assert _exit_code({"job_state": "FAILED", "exit_code": 9}) == 137      # killed by KILL
+    assert _exit_code({"job_state": "FAILED", "exit_code": {"return_code": 3}}) == 3
+    assert _exit_code({"job_state": "CANCELLED", "exit_code": 0}) is None
+    assert {"COMPLETED", "CANCELLED", "TIMEOUT"} <= ENDED
+
+
+def test_each_attempt_has_its_own_name():
+    assert tag("abcdef0123456789", 7, 1) == "iadeep-abcdef012345-7-1" != tag("abcdef0123456789",
+                                                                              7, 2)
