@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint sshd torch-cpu bench clean
+.PHONY: demo test lint sshd slurm torch-cpu bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "iadeep needs Python 3.10+"'
@@ -19,6 +19,14 @@ $(STAMP): pyproject.toml
 sshd:
 	@test -x /usr/sbin/sshd && command -v sudo >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client sudo; }
+
+# The Slurm backend's tests start a real single-machine Slurm (tests/helpers/slurm.py): Debian's
+# daemons and client, about 16 s to install on the 2-core test machine, nothing when present.
+slurm:
+	@command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch \
+	  >/dev/null && command -v munged >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq slurmctld slurmd \
+	  slurm-client munge; }
 
 demo: $(STAMP)
 	$(BIN)/iadeep sim
@@ -36,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check iadeep_cli tests benchmarks
 	$(BIN)/mypy
 
-test: $(STAMP) lint sshd torch-cpu
+test: $(STAMP) lint sshd slurm torch-cpu
 	$(BIN)/pytest -q
 
 bench: $(STAMP) sshd
