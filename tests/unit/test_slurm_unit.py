@@ -48,3 +48,19 @@ def test_exit_code_only_when_the_script_ended_by_itself():
 def test_each_attempt_has_its_own_name():
     assert tag("abcdef0123456789", 7, 1) == "iadeep-abcdef012345-7-1" != tag("abcdef0123456789",
                                                                               7, 2)
+
+
+def test_example_inventory_documents_every_slurm_field():
+    """nodes.yaml.example shows the slurm: section commented out (most labs have none); as
+    written there, uncommented, it is valid and names every field the parser knows."""
+    import re
+
+    from iadeep_cli import inventory
+
+    text = (Path(__file__).resolve().parents[2] / "nodes.yaml.example").read_text()
+    block = "\n".join(re.sub(r"^# ", "", line) for line in text.splitlines()
+                      if re.match(r"^# (slurm:|  \w+:)", line))
+    inv = parse_inventory(block, Path("nodes.yaml.example"))
+    assert inv.slurm is not None and inv.slurm.partition == "gpu"
+    shown = {m.group(1) for m in re.finditer(r"^  (\w+):", block, re.M)}
+    assert shown == set(inventory._SLURM_FIELDS)
