@@ -31,6 +31,7 @@ import os
 import pwd
 import re
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -474,15 +475,26 @@ def signal(pool: SlurmPool, job_id: int, name: str) -> bool:
 
 def read_file(pool: SlurmPool, node: str, job: Job, path: str, offset: int,
               max_bytes: int) -> tuple[bytes, int] | None:
-    """A job's output file, only if its owner owns it (Slurm creates it as the owner): the
-    controller reads as root, so a path a user names never shows them a file not theirs."""
+    """(up to ``max_bytes`` of the job's output file from ``offset``, its size), None if there
+    is none. The controller reads as root, so only a regular file its owner owns is read (Slurm
+    creates it as the owner), checked on what is actually open (no symlink followed, a FIFO
+    cannot block): a path a user names never shows them a file that is not theirs."""
     try:
-        st = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise NodeError(f"cannot read {path}: {exc.strerror}") from None
-    if st.st_uid != pwd.getpwnam(job.owner).pw_uid:
-        raise InputError(f"job {job.id}: {path} is not {job.owner}'s file; not shown",
-                         hint="Slurm writes a job's output as its owner; was it replaced?")
-    return pool.connection(node).read(path, offset, max_bytes)
+        raise NodeError(f"node {node}: cannot read {path}: {exc.strerror}",
+                        hint="the job may have replaced its output file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NodeError(f"node {node}: {path} is not a regular file; not reading it",
+                            hint="the job may have replaced its output file")
+        if st.st_uid != pwd.getpwnam(job.owner).pw_uid:
+            raise InputError(f"job {job.id}: {path} is not {job.owner}'s file; not shown",
+                             hint="Slurm writes a job's output as its owner; was it replaced?")
+        data = os.pread(fd, max(0, max_bytes), offset) if offset < st.st_size else b""
+        return data, max(st.st_size, offset + len(data))
+    finally:
+        os.close(fd)

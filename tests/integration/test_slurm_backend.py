@@ -118,6 +118,13 @@ def test_cancel_and_list_go_through_slurm(lab):
     ctl, work, cluster = lab
     job_id = _add(ctl, work, "--name", "to-cancel", str(work / "job.sh"), str(work / "never"))
     job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=60)
+    # an output file that is not the owner's is not shown (the controller reads as root)
+    (work / "secret").write_text("root's\n")
+    other = _add(ctl, work, "--output", str(work / "secret"), "--wrap", "sleep 30")
+    wait_until(lambda: _show(ctl, other)["state"] in ("running", "failed"), limit=60)
+    shown = cli(ctl.home, "logs", str(other))
+    assert shown.returncode != 0 and "not iadeep-slurm-u's file" in shown.stderr, shown
+    assert "root's" not in shown.stdout
     listed = cli(ctl.home, "queue", "list", check=True).stdout
     assert "to-cancel" in listed and f"{cluster.node}:{job['gpu_indices'][0]}" in listed
     out = cli_as(USER, ctl.home, "queue", "cancel", str(job_id))
@@ -162,6 +169,15 @@ def test_launch_finds_an_attempt_slurm_already_has(lab):
     second, before2 = slurm.launch(pool, cluster.node, job, (1,), work / "job.sh")
     assert (before1, before2) == (False, True) and first == second
     assert slurm.find(pool, slurm.tag("testinstall", 999, 1)) == [first]
+    # a restarted controller's poll finds the attempt by its name (no Slurm id recorded) ...
+    pool.attempts = lambda ids: {999: 1}
+    (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)})
+    assert snap.job(999) is not None and (snap.job(999).state, snap.job(999).pid) == (
+        "running", first)
+    # ... and the next attempt's name is not the old one's
+    pool.attempts = lambda ids: {999: 2}
+    (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)})
+    assert snap.job(999) is not None and snap.job(999).state == "missing"
     assert slurm.cancel(pool, 999) == "terminated"
 
 
