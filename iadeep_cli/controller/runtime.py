@@ -317,6 +317,11 @@ def _with_slurm(inventory: Inventory) -> Inventory:
     them at start and at each reload."""
     if inventory.slurm is None:
         return inventory
+    if os.geteuid() != 0:
+        raise ConfigError(f"{inventory.path}: slurm: the Slurm backend submits each job as its "
+                          "owner (sbatch --uid), which only root may do",
+                          hint="run the controller as root on a Slurm submit host, or remove "
+                               "the slurm: section")
     from ..nodes.slurm import with_slurm_nodes
     return with_slurm_nodes(inventory)
 

@@ -124,8 +124,10 @@ def discover(settings: SlurmSettings, slurm: Slurm | None = None) -> tuple[Node,
         if settings.partition not in (n.get("partitions") or ()):
             continue
         gpus = gpu_types(str(n.get("gres") or ""), settings.gpu_type_prefix)["gpu"]
+        # shared_paths "/": a job runs where it was submitted, as sbatch's do (``run_dir``),
+        # and `queue why` says so (``jobs.run_dir_note``)
         nodes.append(Node(name=str(n["name"]), host=str(n.get("hostname") or n["name"]),
-                          gpus=tuple(sorted(gpus)), backend="slurm"))
+                          gpus=tuple(sorted(gpus)), backend="slurm", shared_paths=("/",)))
     if not nodes:
         raise NodeError(f"slurm: partition {settings.partition!r} has no nodes",
                         hint="check `slurm.partition` in the inventory against `sinfo`")
