@@ -318,7 +318,8 @@ def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
         return {}
     expect = [j if isinstance(j, tuple) else (int(j), None, None) for j in job_ids]
     if (sp := _slurm(pool, node)) is not None:
-        snap = sp.poll_slurm([sp.node(node)], {node: tuple(expect)})[0]
+        snap = sp.poll_slurm([sp.node(node)], {node: tuple(expect)},
+                             {int(j): owner for j, _, _ in expect} if owner else None)[0]
         return dict(snap.jobs or ())
     out = _sh(pool, node, state_script(workdir(pool, node), expect), owner=owner)
     return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))

@@ -241,16 +241,18 @@ class SlurmPool:
         inner = self.inner.poll_all({k: v for k, v in expect.items() if k in ssh}, wait_s,
                                     owners) if ssh else None
         mine = [n for n in self.inventory.nodes if n.backend == "slurm"]
-        polled = self.poll_slurm(mine, {n.name: tuple(expect.get(n.name, ())) for n in mine})
+        polled = self.poll_slurm(mine, {n.name: tuple(expect.get(n.name, ())) for n in mine},
+                                 owners)
         nodes = (*(inner.nodes if inner else ()), *polled)
         return ClusterSnapshot(taken_at=inner.taken_at if inner else polled[0].taken_at
                                if polled else time.time(), nodes=nodes)
 
-    def poll_slurm(self, nodes: Sequence[Node], expect: Mapping[str, Expect]
-                   ) -> tuple[NodeSnapshot, ...]:
+    def poll_slurm(self, nodes: Sequence[Node], expect: Mapping[str, Expect],
+                   owners: Mapping[int, str] | None = None) -> tuple[NodeSnapshot, ...]:
         """Every Slurm node's GPUs (held by whom) and expected jobs, from one sinfo and one
         squeue; a failing Slurm is every Slurm node's silence (its jobs are not lost before
-        ``node_grace``)."""
+        ``node_grace``). A job found by name counts only if it runs as the job's owner
+        (``owners``): anyone may name a Slurm job like iadeep's, only root submits as another."""
         start, t0 = time.time(), time.monotonic()
         try:
             info = {str(n["name"]): n for n in self.slurm.json(["sinfo", "--json"])
@@ -275,6 +277,9 @@ class SlurmPool:
             for job_id, slurm_id, _ in expect.get(node.name, ()):
                 sj = by_id.get(slurm_id) if slurm_id else by_name.get(
                     tag(self.install_id, job_id, attempt.get(int(job_id), 0)))
+                owner = (owners or {}).get(int(job_id))
+                if sj is not None and not slurm_id and owner and sj.user != owner:
+                    sj = None
                 if sj is None:   # never submitted, or ended past MinJobAge: exit code lost
                     states.append((int(job_id), RemoteJob("missing") if not slurm_id
                                    else RemoteJob("exited")))
@@ -381,9 +386,10 @@ def _batch_script(path: Path, job: Job) -> bytes:
     return b"#!/bin/sh\n" + data
 
 
-def find(pool: SlurmPool, name: str) -> list[int]:
-    """Slurm job ids of that name, ended ones included (while squeue keeps them)."""
-    out = pool.slurm.run(["squeue", "-h", "-a", "-t", "all", "-n", name, "-o", "%i"])
+def find(pool: SlurmPool, name: str, user: str) -> list[int]:
+    """``user``'s Slurm job ids of that name, ended ones included (while squeue keeps them)."""
+    out = pool.slurm.run(["squeue", "-h", "-a", "-t", "all", "-n", name, "-u", user, "-o",
+                          "%i"])
     return sorted(int(x) for x in out.split() if x.isdigit())
 
 
@@ -392,7 +398,7 @@ def launch(pool: SlurmPool, node: str, job: Job, gpu_indices: Sequence[int],
     """(Slurm job id, already submitted before): ``sbatch`` the attempt as its owner, pinned to
     ``node`` and its GPU(s); an attempt Slurm already has (by name) is never submitted again."""
     name = tag(pool.install_id, job.id, job.attempts)
-    found = find(pool, name)
+    found = find(pool, name, job.owner)
     if found:
         return found[0], True
     if not script.is_file():

@@ -168,13 +168,17 @@ def test_launch_finds_an_attempt_slurm_already_has(lab):
     first, before1 = slurm.launch(pool, cluster.node, job, (1,), work / "job.sh")
     second, before2 = slurm.launch(pool, cluster.node, job, (1,), work / "job.sh")
     assert (before1, before2) == (False, True) and first == second
-    assert slurm.find(pool, slurm.tag("testinstall", 999, 1)) == [first]
+    assert slurm.find(pool, slurm.tag("testinstall", 999, 1), USER) == [first]
     # a restarted controller's poll finds the attempt by its name (no Slurm id recorded) ...
     pool.attempts = lambda ids: {999: 1}
     (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)})
     assert snap.job(999) is not None and (snap.job(999).state, snap.job(999).pid) == (
         "running", first)
     # ... and the next attempt's name is not the old one's
+    # a Slurm job of that name that is not the owner's is not the attempt
+    (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)},
+                              {999: "someone-else"})
+    assert snap.job(999) is not None and snap.job(999).state == "missing"
     pool.attempts = lambda ids: {999: 2}
     (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)})
     assert snap.job(999) is not None and snap.job(999).state == "missing"
