@@ -125,6 +125,8 @@ def test_cancel_and_list_go_through_slurm(lab):
     shown = cli(ctl.home, "logs", str(other))
     assert shown.returncode != 0 and "not iadeep-slurm-u's file" in shown.stderr, shown
     assert "root's" not in shown.stdout
+    why = cli(ctl.home, "queue", "why", str(job_id), check=True).stdout
+    assert f"{cluster.node}:{job['gpu_indices'][0]}" in why and str(work) in why, why
     listed = cli(ctl.home, "queue", "list", check=True).stdout
     assert "to-cancel" in listed and f"{cluster.node}:{job['gpu_indices'][0]}" in listed
     out = cli_as(USER, ctl.home, "queue", "cancel", str(job_id))
@@ -209,3 +211,15 @@ def test_a_failing_job_keeps_its_exit_code(lab):
     job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "failed" and j, limit=60)
     assert job["exit_code"] == 3
     assert "failing" in cli(ctl.home, "logs", str(job_id)).stdout
+
+
+def test_time_limit_stops_the_slurm_job_and_says_timeout(lab):
+    """iadeep's --time ends the job through scancel and records timeout (Slurm's own limit,
+    the limit plus kill_grace, is only the backstop)."""
+    ctl, work, cluster = lab
+    job_id = _add(ctl, work, "--time", "0:03", "--wrap", "sleep 120")
+    job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=60)
+    done = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "timeout" and j, limit=90)
+    assert "time limit" in done["reason"]
+    assert _slurm_jobs(cluster)[job["remote_pid"]]["job_state"] == "CANCELLED"
+    assert _slurm_jobs(cluster)[job["remote_pid"]]["time_limit"] == 2   # minutes: the backstop
