@@ -1,10 +1,10 @@
 """Fair share in the controller: each round's figures from the database, and what readers see.
 
 ``FairShareRound.points`` is called once per scheduling round, before ``plan()``: it feeds the
-moves since the last round into a ``UsageLedger`` (the whole history once, at the first round),
-works out every counting user's factor (``scheduler.fairshare``), records the table in the
-database (``meta.fairshare``) for `queue why` and `queue show`, and hands ``plan()`` the points
-per user. ``plan()`` never reads the database itself.
+moves since the last round into a ``UsageLedger`` (the whole history once, summed in SQLite, at
+the first round), works out every counting user's factor (``scheduler.fairshare``), records the
+table in the database (``meta.fairshare``) for `queue why` and `queue show` when it changed,
+and hands ``plan()`` the points per user. ``plan()`` never reads the database itself.
 
 ``priority_view`` is the other half: a waiting job's effective priority, part by part, from
 that record and the aging the reader knows (the running controller's inventory, else the
@@ -23,6 +23,13 @@ from ..store import Store, cluster, usage
 META_KEY = "fairshare"
 
 
+# The record is rewritten when a user's points move by this much (what `queue why` shows to two
+# decimals) or users come or go, else at most every RECORD_EVERY_S: each write is a commit with
+# fsync (~8 ms here), which a round should not pay for a figure that moved by 1e-5.
+RECORD_STEP = 0.005
+RECORD_EVERY_S = 30.0
+
+
 class FairShareRound:
     """The loop's fair-share state: a ledger kept across rounds (rebuilt when the half-life
     changes on a reload; dropped, and its record deleted, when fair share is turned off)."""
@@ -30,26 +37,41 @@ class FairShareRound:
     def __init__(self) -> None:
         self._ledger: fairshare.UsageLedger | None = None
         self._recorded = True   # a record from an earlier run may exist: delete it once
+        self._written: tuple[float, dict[str, float]] | None = None   # (at, points) last kept
 
     def points(self, store: Store, policy: Policy, now: float) -> dict[str, float] | None:
         """Priority points per user for this round's ``plan()`` (None: fair share is off)."""
         settings = policy.fairshare
         if settings is None:
-            self._ledger = None
+            self._ledger, self._written = None, None
             if self._recorded:
                 with store.tx() as conn:
                     conn.execute("DELETE FROM meta WHERE key = ?", (META_KEY,))
                 self._recorded = False
             return None
-        if self._ledger is None or self._ledger.half_life_s != settings.half_life_s:
-            self._ledger = fairshare.UsageLedger(settings.half_life_s)
         with store.tx() as conn:
-            self._ledger.feed(usage.moves_after(conn, self._ledger.cursor))
-            table = fairshare.shares(self._ledger.usage(now), usage.owners_with_jobs(conn),
-                                     settings)
-            cluster.set_meta(conn, META_KEY, record(table, settings, now))
-        self._recorded = True
-        return fairshare.points(table)
+            ledger = self._ledger
+            if ledger is None or ledger.half_life_s != settings.half_life_s:
+                ledger = self._ledger = fairshare.UsageLedger(settings.half_life_s)
+                cursor, sums, held = usage.history(conn, now, settings.half_life_s)
+                ledger.restore(cursor, now, sums, held)
+                self._written = None
+            else:
+                ledger.feed(usage.moves_after(conn, ledger.cursor))
+            table = fairshare.shares(ledger.usage(now), usage.owners_with_jobs(conn), settings)
+            points = fairshare.points(table)
+            if self._stale(points, now):
+                cluster.set_meta(conn, META_KEY, record(table, settings, now))
+                self._written, self._recorded = (now, points), True
+        return points
+
+    def _stale(self, points: dict[str, float], now: float) -> bool:
+        """Whether the recorded table no longer says what this round ranks by."""
+        if self._written is None:
+            return True
+        at, before = self._written
+        return (now - at >= RECORD_EVERY_S or before.keys() != points.keys()
+                or any(abs(before[u] - p) >= RECORD_STEP for u, p in points.items()))
 
 
 def record(table: dict[str, fairshare.UserShare], settings: FairShare, now: float) -> dict:

@@ -70,6 +70,24 @@ class UsageLedger:
         self._as_of = 0.0
         self._open: dict[int, tuple[str, float, float]] = {}   # job id -> (user, gpus, since)
 
+    def restore(self, cursor: int, ref: float, sums: Mapping[str, float],
+                held: Iterable[tuple[int, str, float, float]]) -> None:
+        """Start from the whole recorded history at once (``store.usage.history``): per user
+        the sum over their moves of +-GPUs x 2^((at - ref)/half_life) (+ out of holding GPUs,
+        - into), and the jobs holding GPUs now (job id, user, GPUs, since). A finished
+        interval [a, b] contributes w(b) - w(a), i.e. ``decayed(a, b)`` times ln2/half_life;
+        an open one only its -w(since), cancelled here as it becomes an open interval."""
+        k = self.half_life_s / LN2
+        closed = {u: v * k for u, v in sums.items()}
+        self._open = {}
+        for job_id, user, gpus, since in held:
+            closed[user] = closed.get(user, 0.0) + k * gpus * 2.0 ** (
+                (since - ref) / self.half_life_s)
+            self._open[job_id] = (user, gpus, since)
+        self._closed = {u: max(0.0, v) for u, v in closed.items()}   # rounding: never < 0
+        self._as_of = ref
+        self.cursor = cursor
+
     def start(self, job_id: int, user: str, gpus: float, at: float) -> None:
         """Job ``job_id`` of ``user`` holds ``gpus`` GPUs from ``at`` (a second start of a
         job already holding them is ignored: starting -> running is one interval)."""

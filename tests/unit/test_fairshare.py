@@ -238,6 +238,45 @@ def test_usage_comes_from_the_recorded_events(tmp_path):
     store.close()
 
 
+def test_the_first_round_sums_the_history_in_sqlite_to_the_same_figures(tmp_path):
+    """``history`` + ``restore`` (the first round) and feeding every move one by one (what
+    later rounds do) agree: finished, requeued (lost time not counted) and running jobs."""
+    store = Store(tmp_path / "s.db")
+    now = 30 * DAY
+    with store.tx() as c:
+        _run_job(c, "alice", now - 20 * DAY, now - 19 * DAY, gpus=4)
+        _run_job(c, "alice", now - 2 * H, None, gpus=2)                  # holds GPUs now
+        lost = _run_job(c, "bob", now - 5 * DAY, None)
+        jobrows.transition(c, lost, JobState.LOST, "silent", "ctl", now - 4 * DAY)
+        jobrows.transition(c, lost, JobState.QUEUED, "requeued", "ctl", now - 3 * DAY)
+        jobrows.transition(c, lost, JobState.STARTING, "placed", "ctl", now - 2 * DAY, node="n",
+                           gpu_indices=(0,))
+        jobrows.transition(c, lost, JobState.FAILED, "exit 1", "ctl", now - DAY)
+        summed = UsageLedger(WEEK)
+        summed.restore(*_history(c, now))
+        fed = UsageLedger(WEEK)
+        fed.feed(usage.moves_after(c, 0))
+        assert summed.cursor == fed.cursor == c.execute("SELECT MAX(id) FROM events").fetchone()[0]
+    for t in (now, now + DAY):
+        assert summed.usage(t) == pytest.approx(fed.usage(t), rel=1e-9)
+    bob = decayed(now - 5 * DAY, now - 4 * DAY, 1, now, WEEK) + decayed(now - 2 * DAY, now - DAY,
+                                                                      1, now, WEEK)
+    assert summed.usage(now)["bob"] == pytest.approx(bob, rel=1e-9)
+    alice = 4 * decayed(now - 20 * DAY, now - 19 * DAY, 1, now, WEEK) + decayed(
+        now - 2 * H, now, 2, now, WEEK)
+    assert summed.usage(now)["alice"] == pytest.approx(alice, rel=1e-9)
+    summed.stop(2, now + H)                # the running job ends: its interval closes
+    assert summed.usage(now + H)["alice"] == pytest.approx(
+        decayed(now - 20 * DAY, now - 19 * DAY, 4, now + H, WEEK)
+        + decayed(now - 2 * H, now + H, 2, now + H, WEEK), rel=1e-9)
+    store.close()
+
+
+def _history(conn, now):
+    cursor, sums, held = usage.history(conn, now, WEEK)
+    return cursor, now, sums, held
+
+
 def test_each_round_records_the_table_and_queue_why_reads_it(tmp_path):
     store = Store(tmp_path / "s.db")
     now = 7 * DAY
@@ -274,6 +313,32 @@ def test_each_round_records_the_table_and_queue_why_reads_it(tmp_path):
         assert cluster.get_meta(c, "fairshare") is None
         view = priority_view(c, detail.job, now + H, None)
     assert view is not None and not view.fairshare_on and view.fairshare is None
+    store.close()
+
+
+def test_the_record_is_rewritten_only_when_what_it_says_changed(tmp_path):
+    """Each write is a commit with fsync: a round that changes nothing a reader would see
+    keeps the last record; a new user, a moved figure or 30 s rewrite it."""
+    store = Store(tmp_path / "s.db")
+    now = 7 * DAY
+    with store.tx() as c:
+        _run_job(c, "alice", now - 10 * H, now)
+        jobrows.insert(c, "alice", JobSpec("/j.sh"), now)
+    policy = Policy(fairshare=ON)
+    rounds = FairShareRound()
+
+    def recorded_at():
+        with store.tx() as c:
+            return cluster.get_meta(c, "fairshare")["at"]
+    rounds.points(store, policy, now)
+    rounds.points(store, policy, now + 10)
+    assert recorded_at() == now                      # nothing moved
+    with store.tx() as c:
+        jobrows.insert(c, "bob", JobSpec("/j.sh"), now + 15)
+    rounds.points(store, policy, now + 20)
+    assert recorded_at() == now + 20                 # bob counts now: alice's share halves
+    rounds.points(store, policy, now + 50)
+    assert recorded_at() == now + 50                 # 30 s since the last write
     store.close()
 
 
