@@ -477,7 +477,7 @@ def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callbac
             print(f"{name:>16}: {_field(name, getattr(job, name))}")
     for name in ("submitted_at", "started_at", "ended_at"):
         print(f"{name:>16}: {when(getattr(job, name))}")
-    if detail.priority is not None:   # a waiting job: what it is ranked by, part by part
+    if detail.priority is not None and detail.priority.fairshare_on:   # what it is ranked by
         first, *more = priority_lines(detail.priority, job.owner)
         print(f"{'effective':>16}: {first}")
         for line in more:
@@ -497,7 +497,9 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     job = render.clean(detail.job)
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {job.id} is {job.state}: {reason}")
-    if detail.priority is not None:
+    # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
+    # `queue show --json` has the parts either way).
+    if detail.priority is not None and detail.priority.fairshare_on:
         first, *more = priority_lines(detail.priority, job.owner)
         print(f"effective priority {first}")
         for line in more:

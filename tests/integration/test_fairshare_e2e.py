@@ -98,11 +98,11 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
         first = _submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", short))
         second = _submitted(cli_as(BOB, home, "queue", "add", "--exclusive", short))
 
-        def why(user, job_id):
+        def why(user, job_id):   # once a round counted all three users (bob submitted last)
             out = cli_as(user, home, "queue", "why", str(job_id))
-            return out["out"] if "fair share of" in out["out"] else None
-        alice_why = wait_until(lambda: why(ALICE, first), limit=30)
+            return out["out"] if "= 33% of the shares" in out["out"] else None
         bob_why = wait_until(lambda: why(BOB, second), limit=30)
+        alice_why = wait_until(lambda: why(ALICE, first), limit=30)
         print(alice_why, bob_why, sep="")   # the README's example comes from here
 
         # `queue show --json`: each part, checked against the formula by hand
@@ -125,12 +125,20 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
                              check=True).stdout)["effective_priority"]
         assert bob["fairshare"]["factor"] == 1.0 and bob["fairshare"]["usage_gpu_h"] == 0.0
         assert bob["effective"] > shown["effective"] + 8   # 10 x (1 - 1/8), less the aging
-        # the text says the same, part by part
-        assert re.search(rf"job {first} is queued: .*\neffective priority "
-                         rf"{shown['effective']:.2f} = base 0 \+ aging {shown['aging']:.2f} "
-                         rf"\(\S+ x 1/h\) \+ fair share {fs['points']:.2f}\n"
-                         rf"  fair share of {ALICE}: used {fs['usage_gpu_h']:.1f} GPU-hours "
-                         rf"\(decayed, half-life 7d\)", alice_why), alice_why
+        # the text says the same, part by part (read a moment earlier: aging may differ by
+        # the seconds between, and the record by a 30 s rewrite)
+        said = re.search(rf"job {first} is queued: .*\neffective priority (\S+) = base 0 \+ "
+                         r"aging (\S+) \(\S+ x 1/h\) \+ fair share (\S+)\n"
+                         rf"  fair share of {ALICE}: used (\S+) GPU-hours \(decayed, "
+                         r"half-life 7d\) = 100% of all use; share 1 = 33% of the shares; "
+                         r"factor 2\^-\(1\.00/0\.33\) = (\S+) x weight 10\n$", alice_why)
+        assert said, alice_why
+        effective, aging, points, used, factor = map(float, said.groups())
+        assert effective == pytest.approx(aging + points, abs=0.011)
+        assert points == pytest.approx(fs["points"], abs=0.006)
+        assert used == pytest.approx(fs["usage_gpu_h"], abs=0.051)
+        assert factor == pytest.approx(fs["factor"], abs=0.0006)
+        assert aging == pytest.approx(shown["aging"], abs=0.011)
 
         go.touch()   # the GPU frees: bob's job must take it first, alice's after it
         done = wait_until(lambda: (lambda js: js if all(
