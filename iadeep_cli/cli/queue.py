@@ -494,7 +494,8 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     """Say why a job waits (or what it is doing)."""
     detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     render.stale_note(stale)
-    job = render.clean(detail.job)
+    detail = render.clean(detail)   # the job and its owner's fair-share figures
+    job = detail.job
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {job.id} is {job.state}: {reason}")
     # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
