@@ -22,6 +22,7 @@ from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_tripl
 from iadeep_cli.scheduler.fairshare import UsageLedger, decayed, points, shares
 from iadeep_cli.scheduler.placement import GpuSlot, effective_priority, order_queue, plan
 from iadeep_cli.sim.engine import SimJob, load_trace, make_planner, simulate
+from iadeep_cli.sim.run import SimSettings, format_table, run_sim
 from iadeep_cli.sim.truth import TruthModel
 from iadeep_cli.store import Store, cluster, jobs as jobrows, usage
 
@@ -392,3 +393,24 @@ def test_a_trace_without_users_is_one_user_and_a_bad_user_is_refused(tmp_path):
                                          r"spaces, got 'al ice'"):
         load_trace(bad, shipped_profiles())
     assert SimJob(1, 0.0, "mlp", 1.0).user == "sim"
+
+
+def test_sim_fairshare_runs_each_policy_both_ways_and_shows_each_users_wait(tmp_path):
+    rows = [(i, "resnet50", 2 * H, "alice") for i in range(4)]
+    rows += [(H / 2, "resnet18", H / 2, "bob")]
+    path = _trace(tmp_path, rows)
+    report = run_sim(SimSettings(trace=str(path), gpus=1, policies=("exclusive",),
+                                 fairshare=ON))
+    assert [r.name for r in report.results] == ["exclusive", "exclusive+fs"]
+    assert report.users == {"alice": (4, 8.0), "bob": (1, 0.5)}
+    off, on = report.results
+    # one GPU: without fair share bob waits for all of alice's jobs before his (FIFO), with it
+    # only for the one running when he arrived
+    assert off.user_waits["bob"] == pytest.approx(8 * H - H / 2)
+    assert on.user_waits["bob"] == pytest.approx(2 * H - H / 2)
+    table = format_table(report)
+    assert "mean queue wait per user" in table
+    line = next(x for x in table.splitlines() if x.startswith("bob "))
+    assert line.split() == ["bob", "1", "0.5", "7.50", "1.50"]
+    assert report.to_dict()["policies"]["exclusive+fs"]["avg_wait_s_by_user"]["bob"] == \
+        pytest.approx(1.5 * H)
