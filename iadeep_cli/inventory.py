@@ -58,6 +58,29 @@ class Node:
 
 
 @dataclass(frozen=True)
+class FairShare:
+    """``lab.policy.fairshare``: a user's recent GPU use lowers their waiting jobs' priority.
+
+    Slurm's classic fair-share factor (README "Fair share"): F = 2^(-usage_norm/share_norm),
+    worth ``weight * F`` priority points. Usage is GPU-seconds held, decayed with
+    ``half_life_days``; a user not in ``shares`` has share ``DEFAULT_SHARE``. Kept as a tuple
+    of pairs, not a dict, so the policy stays a hashable value."""
+
+    half_life_days: float = 7.0
+    weight: float = 10.0
+    shares: tuple[tuple[str, float], ...] = ()
+
+    DEFAULT_SHARE = 1.0
+
+    @property
+    def half_life_s(self) -> float:
+        return self.half_life_days * 86400.0
+
+    def share(self, user: str) -> float:
+        return dict(self.shares).get(user, self.DEFAULT_SHARE)
+
+
+@dataclass(frozen=True)
 class Policy:
     """Placement settings; see README 'How placement decides'."""
 
@@ -67,6 +90,7 @@ class Policy:
     memory_margin_gib: float = 2.0   # added to a profile's peak memory (CUDA context, cache)
     aging_per_hour: float = 1.0      # priority points a waiting job gains per hour
     reserve_after_s: float = 3600.0  # a blocked whole-GPU job then reserves GPUs (no starvation)
+    fairshare: FairShare | None = None   # None: off, priority is base + aging alone
 
 
 @dataclass(frozen=True)
@@ -262,6 +286,39 @@ def _mapping(ctx: _Ctx, node: yaml.Node, where: str, fields: dict) -> dict[str, 
     return out
 
 
+_positive = _within(_num, lambda v: 0 < v < float("inf"), "a number > 0")
+
+
+def _shares(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[tuple[str, float], ...]:
+    """``{alice: 2, bob: 1}``: each user's share (a number > 0; the unlisted have 1)."""
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.fail(node, where, "expected a mapping of user: share, e.g. {alice: 2}")
+    out: dict[str, float] = {}
+    for key_node, value_node in node.value:
+        user = _word(ctx, key_node, where)
+        if user in out:
+            raise ctx.fail(key_node, f"{where}.{user}", "given twice")
+        out[user] = _positive(ctx, value_node, f"{where}.{user}")
+    return tuple(sorted(out.items()))
+
+
+# A half-life of 0 would forget usage at once (fair share off in disguise); the weight may be 0
+# (computed and shown in `queue why`, not yet applied: a lab can watch before it switches on).
+_FAIRSHARE_FIELDS = {"half_life_days": _positive,
+                     "weight": _within(_num, lambda v: 0 <= v < float("inf"), "a number >= 0"),
+                     "shares": _shares}
+
+
+
+def _fairshare(ctx: _Ctx, node: yaml.Node, where: str) -> FairShare:
+    """Present: on (``{}``: with the defaults); absent: off."""
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.fail(node, where, "expected a mapping such as {half_life_days: 7, weight: "
+                                    "10, shares: {alice: 2}} ({} for the defaults; leave "
+                                    "fairshare out to turn it off)")
+    return FairShare(**_mapping(ctx, node, where, _FAIRSHARE_FIELDS))
+
+
 # --------------------------------------------------------------------------- schema
 # Each field's converter checks its type and its range; "what is allowed" is in the message.
 _NODE_FIELDS = {
@@ -285,7 +342,9 @@ _POLICY_FIELDS = {
     "min_speed": _within(_num, lambda v: 0 < v <= 1, "a speed in (0, 1] (1.0: never slowed)"),
     "max_jobs_per_gpu": _per_gpu, "memory_margin_gib": _at_least_0,
     "aging_per_hour": _at_least_0, "reserve_after_s": _at_least_0,
+    "fairshare": _fairshare,
 }
+
 # 0 is allowed: it stops a user from starting jobs without removing their account.
 _LIMIT_FIELDS = {"max_gpus": _count, "max_jobs": _count}
 MIN_POLL_INTERVAL_S = 0.1   # below this the controller would spin on its nodes

@@ -264,18 +264,56 @@ class EventView(Message):
 
 
 @dataclass(frozen=True)
+class FairShareView(Message):
+    """A user's fair share as the last scheduling round worked it out (README "Fair share"):
+    ``factor`` = 2^(-usage_norm/share_norm), worth ``points`` = weight x factor."""
+
+    user: str
+    usage_gpu_h: float       # decayed GPU-hours
+    usage_norm: float        # of everyone's decayed usage
+    share: float
+    share_norm: float        # of the shares of the users that count now
+    factor: float
+    weight: float
+    points: float
+    half_life_days: float
+    at: float                # when that round ran
+
+
+@dataclass(frozen=True)
+class PriorityView(Message):
+    """A waiting job's effective priority and its parts: ``effective`` = ``base`` + ``aging``
+    + the fair-share points (``fairshare``: None while fair share is off, or before a round
+    counted the owner: ``fairshare_on`` tells which)."""
+
+    effective: float
+    base: int
+    aging: float
+    aging_per_hour: float
+    fairshare_on: bool = False
+    fairshare: FairShareView | None = None
+
+
+@dataclass(frozen=True)
 class JobDetail(Message):
-    """``queue show``: the job's fields and its history (JSON: the job's keys plus "events")."""
+    """``queue show``: the job's fields and its history (JSON: the job's keys plus "events",
+    and for a waiting job "effective_priority" where the reader knows the policy)."""
 
     job: JobView
     events: tuple[EventView, ...] = ()
+    priority: PriorityView | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.job.to_dict(), "events": encode(self.events)}
+        out = {**self.job.to_dict(), "events": encode(self.events)}
+        if self.priority is not None:
+            out["effective_priority"] = self.priority.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobDetail:
-        return cls(JobView.from_dict(data), decode(tuple[EventView, ...], data["events"]))
+        parts = data.get("effective_priority")
+        return cls(JobView.from_dict(data), decode(tuple[EventView, ...], data["events"]),
+                   None if parts is None else PriorityView.from_dict(parts))
 
 
 @dataclass(frozen=True)

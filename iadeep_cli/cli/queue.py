@@ -477,6 +477,11 @@ def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callbac
             print(f"{name:>16}: {_field(name, getattr(job, name))}")
     for name in ("submitted_at", "started_at", "ended_at"):
         print(f"{name:>16}: {when(getattr(job, name))}")
+    if detail.priority is not None and detail.priority.fairshare_on:   # what it is ranked by
+        first, *more = priority_lines(detail.priority, job.owner)
+        print(f"{'effective':>16}: {first}")
+        for line in more:
+            print(f"{'':>16}  {line}")
     print("events:")
     render.table(["TIME", "FROM", "TO", "BY", "REASON"],
                  ([clock(e.at), e.old_state,
@@ -489,9 +494,37 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     """Say why a job waits (or what it is doing)."""
     detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
     render.stale_note(stale)
-    job = render.clean(detail.job)
+    detail = render.clean(detail)   # the job and its owner's fair-share figures
+    job = detail.job
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {job.id} is {job.state}: {reason}")
+    # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
+    # `queue show --json` has the parts either way).
+    if detail.priority is not None and detail.priority.fairshare_on:
+        first, *more = priority_lines(detail.priority, job.owner)
+        print(f"effective priority {first}")
+        for line in more:
+            print(f"  {line}")
+
+
+def priority_lines(p: m.PriorityView, owner: str) -> list[str]:
+    """A waiting job's effective priority as a sum, then its owner's fair share (README
+    "Fair share"): ``3.40 = base 0 + aging 0.90 (54m x 1/h) + fair share 2.50``."""
+    waited = duration(p.aging / p.aging_per_hour * 3600) if p.aging_per_hour else "-"
+    parts = [f"{p.effective:.2f} = base {p.base} + aging {p.aging:.2f} "
+             f"({waited} x {p.aging_per_hour:g}/h)"]
+    fs = p.fairshare
+    if fs is not None:
+        parts[0] += f" + fair share {fs.points:.2f}"
+        parts.append(f"fair share of {fs.user}: used {fs.usage_gpu_h:.1f} GPU-hours (decayed, "
+                     f"half-life {fs.half_life_days:g}d) = {fs.usage_norm:.0%} of all use; "
+                     f"share {fs.share:g} = {fs.share_norm:.0%} of the shares; factor "
+                     f"2^-({fs.usage_norm:.2f}/{fs.share_norm:.2f}) = {fs.factor:.3f} "
+                     f"x weight {fs.weight:g}")
+    elif p.fairshare_on:
+        parts.append(f"fair share of {owner}: not worked out yet (at the next scheduling "
+                     "round)")
+    return parts
 
 
 def _act(request: m.JobsRequest) -> None:

@@ -39,7 +39,8 @@ def sim(
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
     multi_gpu: float = typer.Option(0.1, "--multi-gpu", help="Fraction of 2-GPU jobs."),
     trace: str | None = typer.Option(None, "--trace", help="CSV: submit_s,workload,"
-                                     "duration_s,gpus (instead of generated jobs)."),
+                                     "duration_s,gpus,user (instead of generated jobs; "
+                                     "gpus and user optional)."),
     profiles: str | None = typer.Option(None, "--profiles", help="Workload profiles CSV "
                                         "(default: shipped H200 profiles)."),
     truth: str | None = typer.Option(None, "--truth", help="Measured pairs CSV used as "
@@ -53,8 +54,13 @@ def sim(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     plot: str | None = typer.Option(None, "--plot", help="Write the JCT distribution per "
                                     "policy to this PNG (needs matplotlib)."),
+    fairshare: bool = typer.Option(False, "--fairshare", help="Also run each policy with "
+                                   "fair share (half-life 7 days, weight 10, equal shares) "
+                                   "as POLICY+fs; a trace with a user column shows each "
+                                   "user's mean wait under both."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
+    from ..inventory import FairShare
     from ..sim.run import SimSettings, format_table, plot_jct, run_sim
 
     if not 0.0 <= multi_gpu <= 1.0:
@@ -63,7 +69,8 @@ def sim(
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
     settings = SimSettings(jobs=jobs, gpus=gpus, load=load, seed=seed, multi_gpu_frac=multi_gpu,
                            trace=trace, profiles=profiles, truth=truth, triples=triples,
-                           model=model, policies=names)
+                           model=model, policies=names,
+                           fairshare=FairShare() if fairshare else None)
     report = run_sim(settings, progress=_progress_printer())
     if plot:
         plot_jct(report, plot)

@@ -38,6 +38,7 @@ from ..profiles import Profile
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 from ..text import hms
+from .fairshare import FairShareRound
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -144,6 +145,7 @@ class SchedulingLoop:
         self.actions = NodeActions()
         self._launch_health: dict[str, _LaunchHealth] = {}
         self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
+        self.fairshare = FairShareRound()   # lab.policy.fairshare: usage -> priority points
         self._refit()
 
     @property
@@ -557,8 +559,10 @@ class SchedulingLoop:
         active = self._jobs(ACTIVE)
         slots = slots_from_snapshot(self._without_failing_nodes(snapshot), active,
                                     self.inventory, profiles)
+        now = self.clock()
+        fair = self.fairshare.points(self.store, self.inventory.policy, now)
         decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
-                       self.inventory.user_limits, self.clock())
+                       self.inventory.user_limits, now, fairshare=fair)
         waits.update(decided.waits)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:

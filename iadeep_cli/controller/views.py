@@ -34,6 +34,7 @@ from ..messages import (
 )
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows
+from .fairshare import priority_view
 
 # A node's data older than this many poll intervals no longer says it is up: the controller
 # stopped, or stopped polling it (see stale_after_s).
@@ -116,7 +117,9 @@ class StoreReader(Reader):
 
     def job(self, job_id: int) -> JobDetail:
         with self.store.tx() as conn:
-            return job_detail(conn, job_id)
+            detail = job_detail(conn, job_id)
+            return dataclasses.replace(detail, priority=priority_view(
+                conn, detail.job, self.clock(), self.inventory))
 
     def status(self) -> StatusView:
         with self.store.tx() as conn:

@@ -5,11 +5,12 @@ the simulator measures says something about the real scheduler.
 
 How a round decides (README 'How placement decides'):
 
-1. Queue order: effective priority = priority + ``aging_per_hour`` x hours waited, then
-   submission time, then id. Jobs that cannot start do not block the ones behind them
-   (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``, or
-   not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or join
-   those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
+1. Queue order: effective priority = priority + ``aging_per_hour`` x hours waited (+ the
+   owner's fair-share points, when the lab turns fair share on), then submission time, then
+   id. Jobs that cannot start do not block the ones behind them (backfill), except that the
+   first job that needs *whole* GPUs (multi-GPU, ``exclusive``, or not yet profiled) and is
+   blocked by busy GPUs reserves them: later jobs may not take or join those GPUs, so the GPUs
+   drain and it cannot starve behind a stream of small jobs.
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
@@ -163,14 +164,19 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
 
 
 # --------------------------------------------------------------------------- queue order
-def effective_priority(job: Job, policy: Policy, now: float) -> float:
-    """Priority plus ageing, so a low-priority job eventually outranks newer high ones."""
+def effective_priority(job: Job, policy: Policy, now: float,
+                       fairshare: Mapping[str, float] | None = None) -> float:
+    """Priority plus ageing, so a low-priority job eventually outranks newer high ones, plus
+    its owner's fair-share points (``scheduler.fairshare.points``; None or absent: 0)."""
     waited_h = max(0.0, now - job.submitted_at) / 3600.0
-    return job.spec.priority + policy.aging_per_hour * waited_h
+    bonus = fairshare.get(job.owner, 0.0) if fairshare else 0.0
+    return job.spec.priority + policy.aging_per_hour * waited_h + bonus
 
 
-def order_queue(queue: Sequence[Job], policy: Policy, now: float) -> list[Job]:
-    return sorted(queue, key=lambda j: (-effective_priority(j, policy, now), j.submitted_at, j.id))
+def order_queue(queue: Sequence[Job], policy: Policy, now: float,
+                fairshare: Mapping[str, float] | None = None) -> list[Job]:
+    return sorted(queue, key=lambda j: (-effective_priority(j, policy, now, fairshare),
+                                        j.submitted_at, j.id))
 
 
 # --------------------------------------------------------------------------- round state
@@ -282,10 +288,13 @@ class _Round:
 # --------------------------------------------------------------------------- the policy
 def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
-         user_limits: Mapping[str, UserLimit], now: float) -> Plan:
+         user_limits: Mapping[str, UserLimit], now: float,
+         fairshare: Mapping[str, float] | None = None) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
+    ``fairshare``: priority points per user (``scheduler.fairshare``), worked out by the caller
+    from what ran, so plan() stays a function of its arguments; None: fair share off.
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -296,7 +305,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     placements: list[Placement] = []
     waits: dict[int, str] = {}
     holder: int | None = None     # the job this round's reservation is for (at most one)
-    ordered = order_queue(queue, policy, now)
+    ordered = order_queue(queue, policy, now, fairshare)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     for i, job in enumerate(ordered):
         limit = _array_limit_reason(job, tasks_active) or \

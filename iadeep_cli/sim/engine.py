@@ -20,6 +20,8 @@ from ..errors import InputError, NotFoundError
 from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
 from ..profiles import Profile
+from ..scheduler import fairshare as fs
+from ..scheduler.fairshare import UsageLedger
 from ..scheduler.placement import (
     CachedModel,
     GpuSlot,
@@ -43,6 +45,7 @@ class SimJob:
     workload: str
     duration_s: float      # solo run time
     gpus: int = 1
+    user: str = "sim"      # its owner: fair share ranks users by what they ran
 
 
 @dataclass(frozen=True)
@@ -55,12 +58,17 @@ class PolicyResult:
     avg_wait_s: float
     shared_frac: float     # fraction of jobs that shared a GPU at some point
     jcts: tuple[float, ...] = field(repr=False, default=())
+    user_waits: dict[str, float] = field(default_factory=dict)   # mean queue wait per user
 
     def to_dict(self) -> dict:
-        return {"avg_jct_s": self.avg_jct_s, "p95_jct_s": self.p95_jct_s,
-                "makespan_s": self.makespan_s, "gpu_busy": self.gpu_busy,
-                "avg_wait_s": self.avg_wait_s, "shared_frac": self.shared_frac,
-                "jobs": len(self.jcts)}
+        out: dict[str, object] = {
+            "avg_jct_s": self.avg_jct_s, "p95_jct_s": self.p95_jct_s,
+            "makespan_s": self.makespan_s, "gpu_busy": self.gpu_busy,
+            "avg_wait_s": self.avg_wait_s, "shared_frac": self.shared_frac,
+            "jobs": len(self.jcts)}
+        if len(self.user_waits) > 1:   # a multi-user trace
+            out["avg_wait_s_by_user"] = self.user_waits
+        return out
 
 
 # --------------------------------------------------------------------------- workloads
@@ -100,7 +108,8 @@ def generate_jobs(workloads: Sequence[str], n: int, gpus: int, load: float, seed
 
 
 def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob]:
-    """CSV ``submit_s,workload,duration_s,gpus`` (gpus optional, default 1)."""
+    """CSV ``submit_s,workload,duration_s,gpus,user`` (gpus optional, default 1; user
+    optional, default "sim": a trace with several users shows what fair share does)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -114,7 +123,7 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
     reader = csv.DictReader(text.splitlines())
     need = {"submit_s", "workload", "duration_s"}
     if reader.fieldnames is None or not need <= set(reader.fieldnames):
-        raise InputError(f"{p}: header must have submit_s,workload,duration_s[,gpus]",
+        raise InputError(f"{p}: header must have submit_s,workload,duration_s[,gpus][,user]",
                          hint="first line e.g.: submit_s,workload,duration_s,gpus")
     jobs: list[SimJob] = []
     for lineno, row in enumerate(reader, start=2):
@@ -126,7 +135,11 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
         submit = _num(p, lineno, row, "submit_s", 0.0)
         dur = _num(p, lineno, row, "duration_s", 1e-9)
         g = int(_num(p, lineno, row, "gpus", 1.0, default=1.0))
-        jobs.append(SimJob(len(jobs) + 1, submit, w, dur, g))
+        user = (row.get("user") or "").strip() or "sim"
+        if any(c.isspace() or not c.isprintable() for c in user):
+            raise InputError(f"{p}:{lineno}: user: expected a user name without spaces, "
+                             f"got {user!r}", hint="fix that row of the trace")
+        jobs.append(SimJob(len(jobs) + 1, submit, w, dur, g, user))
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     return jobs
 
@@ -150,13 +163,15 @@ def _num(p: Path, lineno: int, row: dict, col: str, minimum: float,
 def write_trace(jobs: Sequence[SimJob], path: str | Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["submit_s", "workload", "duration_s", "gpus"])
+        w.writerow(["submit_s", "workload", "duration_s", "gpus", "user"])
         for j in jobs:
-            w.writerow([j.submit_s, j.workload, j.duration_s, j.gpus])
+            w.writerow([j.submit_s, j.workload, j.duration_s, j.gpus, j.user])
 
 
 # --------------------------------------------------------------------------- baselines
-Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float], Plan]
+# (queue, slots, active, now, fair-share points per user or None) -> Plan
+Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float,
+                    Mapping[str, float] | None], Plan]
 
 
 def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int, float],
@@ -169,13 +184,13 @@ def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int,
     (fewest-empty node first) and nothing joins them, and a blocked one reserves GPUs after
     policy.reserve_after_s exactly as in plan(): the same queue discipline, only placement differs.
     """
-    def planner(queue, slots, active, now):
+    def planner(queue, slots, active, now, fairshare=None):
         solo = {j.id for j in active if j.spec.gpus > 1}
         state = {(s.node, s.index): [len(s.job_ids), s.memory_free_mib or 0.0,
                                      any(i in solo for i in s.job_ids), s.max_jobs]
                  for s in slots}
         out, waits, reserved = [], {}, False
-        for job in order_queue(queue, policy, now):
+        for job in order_queue(queue, policy, now, fairshare):
             need = mem[job.id]
             if job.spec.gpus > 1:
                 by_node: dict[str, list[tuple[str, int]]] = {}
@@ -235,10 +250,10 @@ def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, t
         m = CachedModel(truth if name == "oracle" else model)
         pol = replace(policy, max_jobs_per_gpu=1) if name == "exclusive" else policy
 
-        def planner(queue, slots, active, now):
+        def planner(queue, slots, active, now, fairshare=None):
             if name == "exclusive":
                 slots = tuple(replace(s, max_jobs=1) for s in slots)
-            return plan(queue, slots, active, profiles, m, pol, {}, now)
+            return plan(queue, slots, active, profiles, m, pol, {}, now, fairshare)
         return planner
     if name == "packing":
         return _baseline(profiles, policy, mem, None)
@@ -252,7 +267,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
              gpus_per_node: int = 8, memory_mib: float = H200_MIB, policy: Policy = Policy(),
              profiles: Mapping[str, Profile], name: str = "",
              progress: Callable[[int, int], None] | None = None) -> PolicyResult:
-    """Run one policy over the trace; returns its metrics."""
+    """Run one policy over the trace; returns its metrics. With ``policy.fairshare`` the
+    queue is ranked with each user's fair share, from the GPU time the simulation gave them
+    (the same ``UsageLedger`` the controller feeds from its database)."""
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
     gpu_keys = [(n, i) for n, count in nodes for i in range(count)]
@@ -269,6 +286,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     arrivals = sorted(jobs, key=lambda j: (j.submit_s, j.id))
     nxt, t, busy_gpu_s, done = 0, 0.0, 0.0, 0
     t0 = arrivals[0].submit_s if arrivals else 0.0
+    fair = policy.fairshare
+    ledger = UsageLedger(fair.half_life_s) if fair is not None else None
     max_node = max((c for _, c in nodes), default=0)
     for j in jobs:
         if j.gpus > max_node:
@@ -296,9 +315,12 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 on_gpu[(job.node, idx)].remove(i)
             jct[i] = t - specs[i].submit_s
             done += 1
+            if ledger is not None:
+                ledger.stop(i, t)
         while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
             sj = arrivals[nxt]
-            queued[sj.id] = Job(sj.id, "sim", JobSpec("sim", workload=sj.workload, gpus=sj.gpus),
+            queued[sj.id] = Job(sj.id, sj.user,
+                                JobSpec("sim", workload=sj.workload, gpus=sj.gpus),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
         if queued:
@@ -306,9 +328,15 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                   memory_mib - sum(mem[j] for j in on_gpu[(n, i)]),
                                   tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu)
                           for n, i in gpu_keys)
-            result = planner(list(queued.values()), slots, list(running.values()), t)
+            points = None
+            if ledger is not None and fair is not None:
+                users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
+                points = fs.points(fs.shares(ledger.usage(t), users, fair))
+            result = planner(list(queued.values()), slots, list(running.values()), t, points)
             for p in result.placements:
                 job = queued.pop(p.job_id)
+                if ledger is not None:
+                    ledger.start(p.job_id, job.owner, len(p.gpu_indices), t)
                 running[p.job_id] = replace(job, state=JobState.RUNNING, node=p.node,
                                             gpu_indices=p.gpu_indices, started_at=t)
                 remaining[p.job_id] = specs[p.job_id].duration_s
@@ -345,8 +373,13 @@ def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> 
         return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ())
     p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
     waits = [started[j.id] - j.submit_s for j in jobs if j.id in started]
+    by_user: dict[str, list[float]] = {}
+    for j in jobs:
+        if j.id in started:
+            by_user.setdefault(j.user, []).append(started[j.id] - j.submit_s)
     return PolicyResult(
         name, sum(values) / len(values), p95, makespan,
         busy_gpu_s / (n_gpus * makespan) if makespan > 0 else 0.0,
         sum(waits) / len(waits), len(shared) / len(jobs),
-        tuple(jct[j.id] for j in jobs if j.id in jct))
+        tuple(jct[j.id] for j in jobs if j.id in jct),
+        {u: sum(w) / len(w) for u, w in sorted(by_user.items())})

@@ -7,10 +7,10 @@ trained on other workloads with ``--model`` and truth/profiles that include new 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import InputError, NotFoundError
-from ..inventory import Policy
+from ..inventory import FairShare, Policy
 from ..paths import file_problem
 from .engine import (
     POLICIES,
@@ -40,6 +40,9 @@ class SimSettings:
     model: str | None = None         # None: fit on profiles + truth
     policies: tuple[str, ...] = POLICIES
     policy: Policy = field(default_factory=Policy)
+    # Set: every policy runs twice, without fair share and with it ("<policy>+fs"), and the
+    # table shows each user's mean queue wait under both (a trace with a user column).
+    fairshare: FairShare | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class SimReport:
     results: tuple[PolicyResult, ...]
     model_note: str
     n_jobs: int
+    users: dict[str, tuple[int, float]] = field(default_factory=dict)   # jobs, solo GPU-hours
 
     def baseline(self) -> PolicyResult | None:
         return next((r for r in self.results if r.name == "exclusive"), None)
@@ -122,24 +126,35 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
     jobs = build_trace(s, profiles, truth)
     mem = {j.id: _mem_mib(j, profiles, s.policy) for j in jobs}
     results = []
-    for name in s.policies:
-        planner = make_planner(name, profiles, model, truth, s.policy, mem, s.seed)
-        cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
+    variants = [(name, replace(s.policy, fairshare=None)) for name in s.policies]
+    if s.fairshare is not None:
+        variants = [v for name, pol in variants
+                    for v in ((name, pol), (f"{name}+fs", replace(pol, fairshare=s.fairshare)))]
+    for label, pol in variants:
+        name = label.removesuffix("+fs")
+        planner = make_planner(name, profiles, model, truth, pol, mem, s.seed)
+        cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
         results.append(simulate(jobs, planner, truth, gpus=s.gpus,
-                                gpus_per_node=s.gpus_per_node, policy=s.policy,
-                                profiles=profiles, name=name, progress=cb))
-    return SimReport(s, tuple(results), getattr(model, "note", ""), len(jobs))
+                                gpus_per_node=s.gpus_per_node, policy=pol,
+                                profiles=profiles, name=label, progress=cb))
+    users: dict[str, tuple[int, float]] = {}
+    for j in jobs:
+        n, gpu_h = users.get(j.user, (0, 0.0))
+        users[j.user] = (n + 1, gpu_h + j.gpus * j.duration_s / 3600.0)
+    return SimReport(s, tuple(results), getattr(model, "note", ""), len(jobs),
+                     dict(sorted(users.items())))
 
 
 def format_table(report: SimReport) -> str:
     """The comparison table the README shows (hours; ratios against 'exclusive')."""
     base = report.baseline()
-    head = (f"{'policy':<10} {'avg JCT':>9} {'p95 JCT':>9} {'makespan':>9} {'GPU busy':>9} "
+    pw = max([10, *(len(r.name) for r in report.results)])   # "exclusive+fs" with --fairshare
+    head = (f"{'policy':<{pw}} {'avg JCT':>9} {'p95 JCT':>9} {'makespan':>9} {'GPU busy':>9} "
             f"{'shared':>7} {'avg vs excl':>11}")
     lines = [head, "-" * len(head)]
     for r in report.results:
         ratio = f"{r.avg_jct_s / base.avg_jct_s:.2f}x" if base and base.avg_jct_s else "-"
-        lines.append(f"{r.name:<10} {r.avg_jct_s / 3600:8.2f}h {r.p95_jct_s / 3600:8.2f}h "
+        lines.append(f"{r.name:<{pw}} {r.avg_jct_s / 3600:8.2f}h {r.p95_jct_s / 3600:8.2f}h "
                      f"{r.makespan_s / 3600:8.1f}h {r.gpu_busy:8.0%} {r.shared_frac:7.0%} "
                      f"{ratio:>11}")
     s = report.settings
@@ -147,7 +162,25 @@ def format_table(report: SimReport) -> str:
                                             f"seed {s.seed}")
     lines.append(f"{src}; {s.gpus} GPUs; model: {report.model_note}")
     lines.append(_verdict(report))
+    lines.extend(_user_waits(report))
     return "\n".join(line for line in lines if line)
+
+
+def _user_waits(report: SimReport) -> list[str]:
+    """Mean queue wait per user and policy (hours), for a trace with more than one user:
+    with --fairshare, each policy without and with fair share side by side."""
+    if len(report.users) < 2:
+        return []
+    names = [r.name for r in report.results]
+    width = max([9, *(len(n) for n in names)])
+    head = f"{'user':<10} {'jobs':>5} {'GPU-h':>7} " + " ".join(f"{n:>{width}}" for n in names)
+    lines = ["", "mean queue wait per user (hours; GPU-h: the user's jobs run alone)", head,
+             "-" * len(head)]
+    for user, (n, gpu_h) in report.users.items():
+        waits = [r.user_waits.get(user) for r in report.results]
+        lines.append(f"{user:<10} {n:>5} {gpu_h:>7.1f} " + " ".join(
+            f"{'-' if w is None else f'{w / 3600:.2f}':>{width}}" for w in waits))
+    return lines
 
 
 def _verdict(report: SimReport) -> str:
