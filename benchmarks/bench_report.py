@@ -41,8 +41,9 @@ def fill(path: Path, n_jobs: int, end: float, seed: int = 14) -> int:
     nodes = [f"node{i}" for i in range(6)]
     finals = ["succeeded"] * 80 + ["failed"] * 12 + ["cancelled"] * 6 + ["timeout"] * 2
     jobs, events = [], []
-    for job_id in range(1, n_jobs + 1):
-        submitted = end - YEAR + rng.random() * (YEAR - 3 * 86400)
+    # ids in submission order, as the controller's AUTOINCREMENT gives them
+    submits = sorted(end - YEAR + rng.random() * (YEAR - 3 * 86400) for _ in range(n_jobs))
+    for job_id, submitted in enumerate(submits, 1):
         t = submitted
         evs = [(job_id, t, None, "queued")]
         t += rng.expovariate(1 / 600)           # mean wait 10 min
@@ -60,14 +61,27 @@ def fill(path: Path, n_jobs: int, end: float, seed: int = 14) -> int:
         gpus = rng.choice((1, 1, 1, 2, 2, 4, 8))
         predicted = round(rng.uniform(0.5, 1.0), 3) if rng.random() < 0.6 else None
         observed = round(rng.uniform(0.5, 1.0), 3) if predicted and rng.random() < 0.7 else None
+        # the accounting the controller keeps on the row (store/impact.py): half the jobs
+        # shared their GPUs with one other job at their speed, the rest ran alone
+        first = evs[1][1]
+        held = (1805.0 if len(evs) > 5 else 0.0) + 5 + ran
+        speed = observed or predicted or 1.0
+        shared = rng.random() < 0.5
+        busy = gpus * ran / (2 if shared else 1)
+        work = gpus * ran * (speed if shared else 1.0)
+        energy = busy * rng.uniform(300, 700)
         jobs.append((job_id, rng.choice(users), "/train.sh", gpus, rng.choice(workloads), final,
                      submitted, started, ended, rng.choice(nodes),
-                     json.dumps(list(range(gpus))), predicted, observed))
+                     json.dumps(list(range(gpus))), predicted, observed, held, first, work,
+                     work if observed else 0.0, busy, gpus * ran if shared else 0.0,
+                     work if shared else 0.0, energy))
     with store.tx() as conn:
         conn.executemany(
             "INSERT INTO jobs (id, owner, script, gpus, workload, state, submitted_at, "
-            "started_at, ended_at, node, gpu_indices, predicted_speed, observed_speed) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", jobs)
+            "started_at, ended_at, node, gpu_indices, predicted_speed, observed_speed, "
+            "held_s, first_started_at, work_s, measured_s, busy_s, shared_s, shared_work_s, "
+            "energy_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            jobs)
         conn.executemany("INSERT INTO events (job_id, at, old_state, new_state) "
                          "VALUES (?, ?, ?, ?)", events)
     store.close()
