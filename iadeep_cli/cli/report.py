@@ -193,6 +193,7 @@ def report(
         store.close()
     if plot is not None:
         _draw(daily, plot)
+        sys.stdout.flush()   # the table first, then where the plot went
         print(f"plot written to {plot}", file=sys.stderr)
     if json_:
         render.as_json(_as_dict(rep))
@@ -245,10 +246,10 @@ def _draw(daily: accounting.Report, target: str) -> None:
     impact.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     impact.set_ylabel("impact factor (work / busy)")
     handles = hours.get_legend_handles_labels()[0] + impact.get_legend_handles_labels()[0]
-    hours.legend(handles, [str(h.get_label()) for h in handles], loc="upper left",
-                 fontsize=8)
-    hours.set_title(f"iadeep: GPU-hours and impact factor per day, {clock(daily.since)} to "
-                    f"{clock(daily.until)}")
-    fig.tight_layout()
+    fig.legend(handles, [str(h.get_label()) for h in handles], loc="lower center", ncol=4,
+               fontsize=8, frameon=False)
+    hours.set_title(f"GPU-hours and impact factor per day\n{clock(daily.since)} to "
+                    f"{clock(daily.until)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))   # room for the legend below
     fig.savefig(target, dpi=100)
     plt.close(fig)
