@@ -145,8 +145,9 @@ def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, floa
         for key in _gpus(row):
             sharing[key] += 1
     scope = None if only is None else set(only)
-    if power is None:
-        power = last_power(conn, {row["node"] for row in rows})
+    if power is None:   # a transition: the nodes concerned, as last polled
+        power = last_power(conn, {node for node, _ in scope} if scope is not None
+                           else {row["node"] for row in rows})
     observed = observed or {}
     for row in rows:
         gpus = _gpus(row)

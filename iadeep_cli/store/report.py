@@ -48,21 +48,24 @@ STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIME
 # the report never reads the events (on 100,000 jobs that alone took 1.6-2.6 s under load,
 # over the 1 s target: benchmarks/bench_report.py). The figures are one GROUP BY over the jobs
 # in the window (the index on ended_at picks them); the group total is summed from the groups.
-_HELD_S = ("(held_s + CASE WHEN state IN ('starting', 'running') AND held_since IS NOT NULL "
-           "THEN MAX(0, :now - held_since) ELSE 0 END)")
+# A job's seconds holding GPUs: its row's total, plus the current stretch for a job that
+# still holds them (only --running selects such jobs: the plain report adds plain columns).
+_HELD_NOW = ("(held_s + CASE WHEN state IN ('starting', 'running') AND held_since IS NOT NULL "
+             "THEN MAX(0, :now - held_since) ELSE 0 END)")
 _FINISHED_IN = "+state IN ({finished}) AND ended_at >= :since AND ended_at < :until"
 # --running: also the active jobs (OR-ing this in only when asked keeps the plain report on the
 # ended_at index alone)
 _RUNNING_TOO = "(" + _FINISHED_IN + ") OR (state IN ({active}) AND started_at < :until)"
+# One line per group and state (a count per state is then a row, not six SUMs over every
+# job); Python adds the few lines up per group.
 _FIGURES = """
-SELECT {key} AS key, COUNT(*) AS jobs, {states},
-       SUM(gpus * {held}) / 3600.0 AS gpu_hours,
-       AVG(predicted_speed) AS predicted_speed, COUNT(predicted_speed) AS with_predicted,
-       AVG(observed_speed) AS observed_speed, COUNT(observed_speed) AS with_observed,
+SELECT {key} AS key, state, COUNT(*) AS jobs, SUM(gpus * {held}) / 3600.0 AS gpu_hours,
+       SUM(predicted_speed) AS predicted_sum, COUNT(predicted_speed) AS with_predicted,
+       SUM(observed_speed) AS observed_sum, COUNT(observed_speed) AS with_observed,
        SUM(work_s) AS work_s, SUM(measured_s) AS measured_s, SUM(busy_s) AS busy_s,
        SUM(shared_s) AS shared_s, SUM(shared_work_s) AS shared_work_s,
        SUM(energy_j) AS energy_j
-FROM jobs WHERE ({window}) {owner} GROUP BY 1 ORDER BY 1
+FROM jobs WHERE ({window}) {owner} GROUP BY 1, 2
 """
 # The queue waits, sorted by group and wait into a temporary table (the connection may be
 # read-only; TEMP lives apart from the database) whose rowids are then the ranks: a group's
@@ -169,10 +172,10 @@ def report(conn: sqlite3.Connection, since: float, until: float, *, by: str | No
         finished=_quoted(FINISHED), active=_quoted(ACTIVE))
     owner = "AND owner = :user" if user is not None else ""
     key = _GROUP_KEY[by]
-    states = ", ".join(f"SUM(state = '{s.value}') AS \"{s.value}\"" for s in STATES)
-    groups = [_group(row) for row in conn.execute(
-        _FIGURES.format(key=key, states=states, held=_HELD_S, window=where, owner=owner),
-        params)]
+    lines = conn.execute(_FIGURES.format(key=key, held=_HELD_NOW if running else "held_s",
+                                         window=where, owner=owner), params).fetchall()
+    groups = [_group(k, [r for r in lines if r["key"] == k])
+              for k in sorted({r["key"] for r in lines})]
     total = _sum(groups)
     conn.execute(_WAITS.format(key=key, window=where, owner=owner), params)
     try:
@@ -197,19 +200,27 @@ def report(conn: sqlite3.Connection, since: float, until: float, *, by: str | No
                   groups=tuple(groups) if by is not None else (), total=total)
 
 
-def _group(row: sqlite3.Row) -> Group:
+def _group(key: str, lines: list[sqlite3.Row]) -> Group:
+    """A group's figures from its lines (one per state)."""
+    def total(column: str) -> float:
+        return sum(r[column] or 0.0 for r in lines)
+
+    def mean(column: str, n: str) -> float | None:
+        count = sum(r[n] for r in lines)
+        return total(column) / count if count else None
+
+    energy = [r["energy_j"] for r in lines if r["energy_j"] is not None]
+    shared_s = total("shared_s")
     return Group(
-        key=row["key"], jobs=row["jobs"],
-        states={s.value: row[s.value] for s in STATES if row[s.value]},
-        gpu_hours=row["gpu_hours"] or 0.0, predicted_speed=row["predicted_speed"],
-        observed_speed=row["observed_speed"], with_predicted=row["with_predicted"],
-        with_observed=row["with_observed"],
-        work_gpu_hours=(row["work_s"] or 0.0) / 3600,
-        measured_gpu_hours=(row["measured_s"] or 0.0) / 3600,
-        busy_gpu_hours=(row["busy_s"] or 0.0) / 3600,
-        sharing_gpu_hours=(row["shared_s"] or 0.0) / 3600,
-        sharing_speed=row["shared_work_s"] / row["shared_s"] if row["shared_s"] else None,
-        energy_kwh=None if row["energy_j"] is None else row["energy_j"] / 3.6e6)
+        key=key, jobs=int(total("jobs")), states={r["state"]: r["jobs"] for r in lines},
+        gpu_hours=total("gpu_hours"), predicted_speed=mean("predicted_sum", "with_predicted"),
+        observed_speed=mean("observed_sum", "with_observed"),
+        with_predicted=sum(r["with_predicted"] for r in lines),
+        with_observed=sum(r["with_observed"] for r in lines),
+        work_gpu_hours=total("work_s") / 3600, measured_gpu_hours=total("measured_s") / 3600,
+        busy_gpu_hours=total("busy_s") / 3600, sharing_gpu_hours=shared_s / 3600,
+        sharing_speed=total("shared_work_s") / shared_s if shared_s else None,
+        energy_kwh=sum(energy) / 3.6e6 if energy else None)
 
 
 def _sum(groups: list[Group]) -> Group:
