@@ -9,13 +9,16 @@ Definitions (the README repeats them):
   n running jobs is charged 1/n of each second, so the charges add up to the busy time.
 - A running job does **work** at (its speed relative to running alone) x (its GPUs) exclusive
   GPU-seconds per second. Its speed: the speed observed this poll where it reports progress or
-  the SM-utilisation proxy exists (**measured**); else 1.00 when it is alone on all its GPUs
-  (by definition); else its predicted speed; else 1/n (as if the GPU were time-sliced: neutral).
+  the SM-utilisation proxy exists (**measured**; a poll that could not read it keeps the last
+  measured speed while the job's GPUs are shared by as many jobs as then); else 1.00 when it is
+  alone on all its GPUs (by definition); else its predicted speed; else 1/n (as if the GPU were
+  time-sliced: neutral).
 - **Impact factor** over a window = work / busy. 1.00: as good as one job per GPU; 1.30: the busy
   GPUs did 30% more work than exclusive use would have; below 1.00: sharing hurt.
   **Saved GPU-hours** = work - busy. **Measured share** = measured work / work.
 - **Energy**: each GPU's board power (nvidia-smi ``power.draw``, NVML) shared out like busy time,
-  integrated over time where the poll saw it.
+  integrated over time where the poll saw it (a poll that did not reach the node keeps the last
+  reading while the GPU's jobs are the same).
 
 How it is recorded, cheaply and durably: each running job carries on its row the *rate* it
 accrues at (``acct_rate``: speed, measured?, busy share, sharing?, power) and the time it was
@@ -155,8 +158,13 @@ def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, floa
             continue
         counts = [sharing[key] for key in gpus] or [1]
         alone = max(counts) == 1
+        before = json.loads(row["acct_rate"]) if row["acct_rate"] else {}
         if row["id"] in observed:
             speed, measured = float(observed[row["id"]]), True
+        elif before.get("measured") and before.get("n") == counts:
+            # measured before, in the same company: a poll that could not read its progress
+            # this time (a slow node) leaves its measured speed as it was
+            speed, measured = before["speed"], True
         elif alone:
             speed, measured = 1.0, False
         else:
@@ -165,8 +173,10 @@ def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, floa
             measured = False
         busy = sum(1.0 / n for n in counts) if gpus else float(row["gpus"])
         watts = [power[key] / sharing[key] for key in gpus if power.get(key) is not None]
+        if not watts and before.get("power") is not None and before.get("n") == counts:
+            watts = [before["power"]]   # this poll did not reach its node: as it drew last
         rate = {"speed": round(speed, 6), "measured": measured, "busy": busy,
-                "shared": not alone, "power": sum(watts) if watts else None}
+                "shared": not alone, "power": sum(watts) if watts else None, "n": counts}
         conn.execute("UPDATE jobs SET acct_rate = ?, acct_at = COALESCE(acct_at, ?) "
                      "WHERE id = ?", (json.dumps(rate), now, row["id"]))
 

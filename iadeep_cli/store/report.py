@@ -120,14 +120,15 @@ class Group:
                 "observed_speed": _round(self.observed_speed),
                 "jobs_with_predicted_speed": self.with_predicted,
                 "jobs_with_observed_speed": self.with_observed,
-                "work_gpu_hours": round(self.work_gpu_hours, 4),
-                "busy_gpu_hours": round(self.busy_gpu_hours, 4),
-                "saved_gpu_hours": round(self.saved_gpu_hours, 4),
+                # hours and kWh to 6 decimals: 3.6 ms, 1 mWh (a short job's figures, checkable)
+                "work_gpu_hours": round(self.work_gpu_hours, 6),
+                "busy_gpu_hours": round(self.busy_gpu_hours, 6),
+                "saved_gpu_hours": round(self.saved_gpu_hours, 6),
                 "impact_factor": _round(self.impact_factor),
                 "measured_share": _round(self.measured_share),
-                "sharing_gpu_hours": round(self.sharing_gpu_hours, 4),
+                "sharing_gpu_hours": round(self.sharing_gpu_hours, 6),
                 "sharing_speed": _round(self.sharing_speed),
-                "energy_kwh": _round(self.energy_kwh)}
+                "energy_kwh": None if self.energy_kwh is None else round(self.energy_kwh, 6)}
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ recorded events (`queue show --json`) and the speeds recorded on the jobs, withi
 
 The jobs write progress as iterations proportional to the time elapsed (1000 it/s whatever
 happens), so the speed the controller measures is 1.00, alone and sharing: A's work is then its
-running time. B starts while A runs and so never ran alone before sharing: its speed while
-sharing is not measured but predicted (the model's, recorded on its row); once A has ended it
-runs alone, at 1.00 by definition.
+running time (but for the poll round after B arrives, when A's rate is its prediction until the
+next poll measures it: a second or two of twenty). B starts while A runs and so never ran alone
+before sharing: its speed while sharing is not measured but predicted (the model's, recorded
+on its row); once A has ended it runs alone, at 1.00 by definition.
 """
 from __future__ import annotations
 
@@ -79,7 +80,9 @@ def test_impact_factor_matches_the_events_in_report_and_status(lab, tmp_path):
     time.sleep(2)   # A alone for a while: its solo rate is measured
     b = add("stop-b")   # shares A's GPU (mlp with mlp: 0.90 each), then runs alone
     wait_until(lambda: state(b) == "running", 60)
-    time.sleep(4)
+    # Sharing for long enough that the one poll round after B starts, in which A runs at its
+    # prediction (0.90) until the next poll measures it, stays well within the 1%.
+    time.sleep(20)
     (tmp_path / "stop-a").touch()
     wait_until(lambda: state(a) == "succeeded", 60)
     time.sleep(2)
@@ -88,7 +91,7 @@ def test_impact_factor_matches_the_events_in_report_and_status(lab, tmp_path):
     jobs = jobs_by_id(home)
     ra, rb = _running_intervals(home, a), _running_intervals(home, b)
     together = _overlap(ra, rb)
-    assert together > 3.0, (ra, rb)             # they did share the GPU
+    assert together > 15.0, (ra, rb)            # they did share the GPU
     assert _length(rb) - together > 1.0         # and B ran alone after A ended
     assert jobs[a]["observed_speed"] == pytest.approx(1.0, abs=0.01)   # measured, alone too
     predicted_b = jobs[b]["predicted_speed"]

@@ -126,14 +126,16 @@ def test_a_running_job_accrues_each_poll_and_lost_time_is_not_work(tmp_path):
         impact.tick(c, T0 + 100, {}, {})            # lost: the controller cannot know
         jobs.transition(c, a, S.RUNNING, "node answers again", "ctl", T0 + 200)
         impact.tick(c, T0 + 260, {a: 0.5}, {})
-        impact.tick(c, T0 + 270, {}, {})
+        impact.tick(c, T0 + 270, {}, {})            # a poll that could not read its progress
+        impact.tick(c, T0 + 280, {}, {})
         row = c.execute("SELECT * FROM jobs WHERE id=?", (a,)).fetchone()
-        # 0-40 and 200-260 alone (1.00 predicted), 260-270 at 0.5 measured
-        assert row["work_s"] == pytest.approx(100.0 + 5.0)
-        assert row["busy_s"] == pytest.approx(110.0)
-        assert row["measured_s"] == pytest.approx(5.0)
+        # 0-40 and 200-260 alone (1.00 predicted), 260-280 at 0.5 measured (kept while the
+        # polls at 270 and 280 read no progress: its company did not change)
+        assert row["work_s"] == pytest.approx(100.0 + 10.0)
+        assert row["busy_s"] == pytest.approx(120.0)
+        assert row["measured_s"] == pytest.approx(10.0)
         assert row["energy_j"] is None              # no poll saw its GPU's power
-        assert row["acct_at"] == T0 + 270           # still running: accounted up to now
+        assert row["acct_at"] == T0 + 280           # still running: accounted up to now
         # its held time: 5 s starting + 40 s running, then running again since 200
         assert row["held_s"] == pytest.approx(45.0) and row["held_since"] == T0 + 200
     store.close()
