@@ -63,5 +63,8 @@ def impact(factor: float | None, work_h: float, busy_h: float,
     if factor is None:
         return "- (no GPU busy)"
     measured = "" if measured_share is None else f"; {measured_share:.0%} measured"
-    return (f"{factor:.2f} (work {work_h:.1f} on {busy_h:.1f} busy GPU-h: "
-            f"{work_h - busy_h:+.1f} saved{measured})")
+
+    def h(x: float, sign: str = "") -> str:   # two decimals under one GPU-hour
+        return f"{x:{sign}.{1 if abs(x) >= 1 else 2}f}"
+    return (f"{factor:.2f} (work {h(work_h)} on {h(busy_h)} busy GPU-h: "
+            f"{h(work_h - busy_h, '+')} saved{measured})")
