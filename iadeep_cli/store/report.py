@@ -1,13 +1,14 @@
 """Accounting over the recorded jobs (``iadeep report``): who used the GPUs, how long jobs
 waited, how fast they ran while sharing.
 
-Everything is computed from the database the controller writes: the jobs table for what a
-job is (owner, workload, node, GPUs, final state, last speeds) and the events table for when it
-held GPUs. The events are needed because a requeued job's ``started_at`` is only its *last*
-attempt's start: its earlier attempts used GPUs too, and its queue wait ends at its *first*
-start. SQLite does all the work (one row per job into a temporary table, then an aggregate per
-group and two ranks per percentile): Python never sees one row per job, which on 100,000 jobs
-costs more than the queries themselves (benchmarks/bench_report.py).
+Everything is read off the jobs table the controller writes: what a job is (owner, workload,
+node, GPUs, final state, last speeds) and what the transitions and polls keep on its row: the
+time it held GPUs over *all* its attempts and its *first* start (a requeued job's
+``started_at`` is only its last attempt's; its earlier attempts used GPUs too, and its queue
+wait ends at its first start), and its work, busy share, sharing and energy (store/impact.py).
+So the report is one GROUP BY over the jobs in the window and one sort of their waits, never a
+pass over the events; Python sees one line per group and state, never one per job
+(benchmarks/bench_report.py).
 
 Definitions (the README repeats them):
 
@@ -18,6 +19,9 @@ Definitions (the README repeats them):
   over all its attempts (from each move into ``starting`` to the next move). Time ``lost`` (its
   node silent: the controller cannot know whether it ran) is not counted. A running job
   counts up to ``now``.
+- **work, busy, saved, impact factor, measured share, energy**: the impact accounting's totals
+  (store/impact.py) summed over the group's jobs; **sharing speed**: their work while sharing a
+  GPU over their GPU-time sharing (time-weighted: the slowdown sharing cost them).
 - **queue wait**: from submission to its first move into ``starting`` (held time and waiting
   for dependencies included); jobs that never started have none.
 - **speeds**: the job's last recorded predicted and observed speed (1.00 = as fast as alone),
