@@ -411,6 +411,22 @@ class ControllerView(Message):
 
 
 @dataclass(frozen=True)
+class ImpactView(Message):
+    """The impact of sharing over a window (``store/impact.py`` defines it): the work the jobs
+    did in exclusive-GPU-hours over the GPU-hours the busy GPUs were busy. ``impact_factor``
+    None: no GPU was busy; ``measured_share`` None: no work."""
+
+    since: float
+    until: float
+    busy_gpu_hours: float
+    work_gpu_hours: float
+    saved_gpu_hours: float
+    impact_factor: float | None
+    measured_share: float | None
+    energy_kwh: float
+
+
+@dataclass(frozen=True)
 class StatusView(Message):
     """``iadeep status``: nodes and their GPUs, the queue's count per state, the controller,
     and how old a node's data may be and still say it is up (None: no controller ran)."""
@@ -420,6 +436,8 @@ class StatusView(Message):
     queue: dict[JobState, int]
     controller: ControllerView
     stale_after_s: float | None = optional()
+    impact_last_hour: ImpactView | None = optional()       # None: no database to read it from
+    impact_since_start: ImpactView | None = optional()     # since the controller last started
 
     def unfinished(self) -> dict[JobState, int]:
         """How many jobs wait or run, per state (states without any left out)."""

@@ -54,3 +54,17 @@ def gib(mib: float | None, *, compact: bool = False, unit: str = "") -> str:
         return "?"
     value = mib / MIB_PER_GIB
     return (f"{value:.0f}" if compact and value >= 9.95 else f"{value:.1f}") + unit
+
+
+def impact(factor: float | None, work_h: float, busy_h: float,
+           measured_share: float | None) -> str:
+    """An impact factor with what it is made of, for people (``store/impact.py`` defines it):
+    '1.24 (work 3.7 on 3.0 busy GPU-h: 0.7 saved; 60% measured)'; '-' when no GPU was busy."""
+    if factor is None:
+        return "- (no GPU busy)"
+    measured = "" if measured_share is None else f"; {measured_share:.0%} measured"
+
+    def h(x: float, sign: str = "") -> str:   # two decimals under one GPU-hour
+        return f"{x:{sign}.{1 if abs(x) >= 1 else 2}f}"
+    return (f"{factor:.2f} (work {h(work_h)} on {h(busy_h)} busy GPU-h: "
+            f"{h(work_h - busy_h, '+')} saved{measured})")

@@ -82,12 +82,20 @@ def open_database() -> Store:
     return Store(db, readonly=True)
 
 
-def _speed(x: float | None, n: int) -> str:
-    return "-" if x is None else f"{x:.2f} ({n})"
-
-
 def _hours(x: float) -> str:
     return f"{x:.1f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _kwh(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def _print_table(rep: accounting.Report) -> None:
@@ -98,13 +106,16 @@ def _print_table(rep: accounting.Report) -> None:
     what = "ended" + (" (and running now)" if rep.running else "")
     print(f"jobs that {what} from {clock(rep.since)} to {clock(rep.until)}")
     headers = [rep.by or "", "jobs", *states, "GPU-h", "wait p50", "wait p95",
-               "predicted (n)", "observed (n)"]
+               "work", "busy", "saved", "impact", "measured", "sharing", "kWh"]
     groups = [*rep.groups, rep.total]
     rows = [[g.key, g.jobs, *(g.states.get(s, 0) for s in states), _hours(g.gpu_hours),
-             duration(g.wait_p50_s), duration(g.wait_p95_s),
-             _speed(g.predicted_speed, g.with_predicted),
-             _speed(g.observed_speed, g.with_observed)] for g in groups]
+             duration(g.wait_p50_s), duration(g.wait_p95_s), _hours(g.work_gpu_hours),
+             _hours(g.busy_gpu_hours), f"{g.saved_gpu_hours:+.1f}", _ratio(g.impact_factor),
+             _share(g.measured_share), _ratio(g.sharing_speed), _kwh(g.energy_kwh)]
+            for g in groups]
     render.table(headers, rows)
+    print("work: exclusive-GPU-hours done (speed x GPUs x time); busy: their share of the busy "
+          "GPUs' hours; impact = work / busy; sharing: mean speed while sharing a GPU")
 
 
 def _print_csv(rep: accounting.Report) -> None:
@@ -114,15 +125,18 @@ def _print_csv(rep: accounting.Report) -> None:
 
     writer = csv.writer(sys.stdout, lineterminator="\n")
     states = [s.value for s in accounting.STATES]
+    extra = ["work_gpu_hours", "busy_gpu_hours", "saved_gpu_hours", "impact_factor",
+             "measured_share", "sharing_gpu_hours", "sharing_speed", "energy_kwh"]
     writer.writerow([rep.by or "group", "jobs", *states, "gpu_hours", "wait_p50_s",
                      "wait_p95_s", "predicted_speed", "observed_speed",
-                     "jobs_with_predicted_speed", "jobs_with_observed_speed"])
+                     "jobs_with_predicted_speed", "jobs_with_observed_speed", *extra])
     for g in [*rep.groups, rep.total]:
         d = g.to_dict()
         writer.writerow([render.clean(g.key), g.jobs, *(g.states.get(s, 0) for s in states),
                          d["gpu_hours"], _blank(d["wait_p50_s"]), _blank(d["wait_p95_s"]),
                          _blank(d["predicted_speed"]), _blank(d["observed_speed"]),
-                         g.with_predicted, g.with_observed])
+                         g.with_predicted, g.with_observed,
+                         *(_blank(d[k]) for k in extra)])
 
 
 def _blank(x: float | None) -> object:
@@ -145,8 +159,11 @@ def report(
                                  help="Also jobs running now (their GPU time up to now)."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_: bool = typer.Option(False, "--csv", help="Print CSV."),
+    plot: str = typer.Option(None, "--plot", metavar="FILE.png",
+                             help="Also draw GPU-hours and impact factor per day into FILE.png."),
 ) -> None:
-    """Accounting for finished jobs: jobs by final state, GPU-hours, queue wait, speeds.
+    """Accounting for finished jobs: jobs by final state, GPU-hours, queue wait, work done in
+    exclusive-GPU-hours, GPU-hours saved, impact factor, speed while sharing, energy.
 
     Reads the controller's database read-only (works while it is down); only its account and
     root may run it.
@@ -161,6 +178,8 @@ def report(
                          hint="e.g. --by user")
     if json_ and csv_:
         raise InputError("--json and --csv are two outputs; give one", hint="e.g. --csv")
+    if plot is not None:
+        plot = _plot_target(plot)
     from ..store import report as accounting
 
     store = open_database()
@@ -168,11 +187,69 @@ def report(
         with store.tx() as conn:
             rep = accounting.report(conn, start, end, by=by, user=user, running=running,
                                     now=now)
+            daily = rep if by == "day" or plot is None else accounting.report(
+                conn, start, end, by="day", user=user, running=running, now=now)
     finally:
         store.close()
+    if plot is not None:
+        _draw(daily, plot)
+        sys.stdout.flush()   # the table first, then where the plot went
+        print(f"plot written to {plot}", file=sys.stderr)
     if json_:
         render.as_json(_as_dict(rep))
     elif csv_:
         _print_csv(rep)
     else:
         _print_table(rep)
+
+
+def _plot_target(path: str) -> str:
+    """``--plot``'s file, checked before any work: a .png in a directory that exists."""
+    target = os.path.abspath(os.path.expanduser(path))
+    if not target.lower().endswith(".png"):
+        raise InputError(f"--plot {path[:60]!r} is not a .png file name", hint="e.g. --plot "
+                         "usage.png")
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise InputError(f"--plot {path[:60]!r}: cannot write into {folder}",
+                         hint="give a file in a directory you may write to")
+    return target
+
+
+def _draw(daily: accounting.Report, target: str) -> None:
+    """GPU-hours (used, busy, work) and the impact factor per day, into ``target``.
+    matplotlib is imported only here (the ``plot`` extra): every other report stays light."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("--plot needs matplotlib", hint="pip install 'iadeep[plot]'") from None
+    matplotlib.use("Agg")   # no display: a file
+    import matplotlib.pyplot as plt
+
+    days = [g.key for g in daily.groups]
+    x = range(len(days))
+    fig, hours = plt.subplots(figsize=(max(6.0, 0.35 * len(days) + 3), 4.5))
+    width = 0.28
+    hours.bar([i - width for i in x], [g.gpu_hours for g in daily.groups], width,
+              label="GPU-hours held")
+    hours.bar(list(x), [g.busy_gpu_hours for g in daily.groups], width,
+              label="busy GPU-hours")
+    hours.bar([i + width for i in x], [g.work_gpu_hours for g in daily.groups], width,
+              label="work (exclusive-GPU-hours)")
+    hours.set_ylabel("GPU-hours")
+    hours.set_xticks(list(x), days, rotation=60, ha="right", fontsize=8)
+    impact = hours.twinx()
+    factors = [g.impact_factor for g in daily.groups]
+    impact.plot([i for i, f in zip(x, factors) if f is not None],
+                [f for f in factors if f is not None], "o-", color="black",
+                label="impact factor")
+    impact.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    impact.set_ylabel("impact factor (work / busy)")
+    handles = hours.get_legend_handles_labels()[0] + impact.get_legend_handles_labels()[0]
+    fig.legend(handles, [str(h.get_label()) for h in handles], loc="lower center", ncol=4,
+               fontsize=8, frameon=False)
+    hours.set_title(f"GPU-hours and impact factor per day\n{clock(daily.since)} to "
+                    f"{clock(daily.until)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))   # room for the legend below
+    fig.savefig(target, dpi=100)
+    plt.close(fig)

@@ -5,7 +5,7 @@ import typer
 
 from .. import messages as m
 from ..controller import client
-from ..text import duration, gib, when
+from ..text import duration, gib, impact, when
 from . import render
 from .root import app
 
@@ -57,6 +57,16 @@ def _print(data: m.StatusView, live: bool) -> None:
             print(_gpu_line(gpu))
     summary = ", ".join(f"{n} {s}" for s, n in data.unfinished().items()) or "empty"
     print(f"queue: {summary}")
+    hour, start = data.impact_last_hour, data.impact_since_start
+    if hour is not None:
+        line = f"impact factor: {_impact(hour)} in the last hour"
+        if start is not None:
+            line += f"; {_impact(start)} since the controller started"
+        print(line)
+
+
+def _impact(v: m.ImpactView) -> str:
+    return impact(v.impact_factor, v.work_gpu_hours, v.busy_gpu_hours, v.measured_share)
 
 
 @app.command("status")

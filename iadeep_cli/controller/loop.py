@@ -36,7 +36,7 @@ from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
 from ..profiles import Profile
 from ..snapshot import ClusterSnapshot, GpuSample
-from ..store import Store, cluster, jobs as jobrows, profiles as profrows
+from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import hms
 from .fairshare import FairShareRound
 
@@ -541,6 +541,8 @@ class SchedulingLoop:
                 jobrows.update(conn, job_id, observed_speed=round(speed, 4))
             for pair in pairs:
                 profrows.add_colocation(conn, pair, now)
+            # the impact factor's accounting: work at these speeds, busy time, power
+            impact.tick(conn, self.clock(), speeds, impact.power_of(snapshot))
         self._new_pairs += len(pairs)
         if self._new_pairs and now - self._last_fit >= REFIT_INTERVAL_S:
             log.info("refitting the model with %d new co-location measurements", self._new_pairs)

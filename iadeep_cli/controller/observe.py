@@ -29,6 +29,7 @@ class _Track:
     points: list = field(default_factory=list)
     solo_rate: float | None = None
     solo_sm: float | None = None
+    node: str | None = None
 
 
 class SpeedObserver:
@@ -65,7 +66,7 @@ class SpeedObserver:
                     speed = self._from_sm(job, snapshot, len(jobs) == 1, known_util or {})
                 if speed is not None:
                     speeds[job.id] = speed
-        self._forget([j.id for j in running])
+        self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})
         return speeds, self._pairs(groups, {i: speeds[i] for i in measured}, snapshot, now)
 
     def _from_progress(self, job: Job, alone: bool, known_solo: dict[str, float]
@@ -85,7 +86,7 @@ class SpeedObserver:
         sm = _job_sm(job, snapshot)
         if sm is None:
             return None
-        track = self._tracks.setdefault(job.id, _Track())
+        track = self._tracks.setdefault(job.id, _Track(node=job.node))
         if alone:
             track.solo_sm = sm
             return 1.0
@@ -97,7 +98,7 @@ class SpeedObserver:
 
         if job.node is None:
             return None
-        track = self._tracks.setdefault(job.id, _Track())
+        track = self._tracks.setdefault(job.id, _Track(node=job.node))
         try:
             data, _ = read_job_file(self.pool, job.node, job.id, "progress", track.offset,
                                     1 << 20, owner=job.owner) or (b"", 0)
@@ -127,8 +128,11 @@ class SpeedObserver:
             self._recorded.add(key)
         return rows
 
-    def _forget(self, alive: list[int]) -> None:
-        keep = set(alive)
+    def _forget(self, alive: list[int], answered: set[str]) -> None:
+        """Drop what is known of jobs no longer running. A job on a node that did not answer
+        this round is not among ``alive`` but still runs: its solo rate is kept (else one slow
+        poll would leave a job that shares from then on unmeasured for good)."""
+        keep = set(alive) | {k for k, v in self._tracks.items() if v.node not in answered}
         self._tracks = {k: v for k, v in self._tracks.items() if k in keep}
         self._together = {k: v for k, v in self._together.items() if set(k) <= keep}
 

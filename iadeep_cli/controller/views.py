@@ -21,6 +21,7 @@ from ..messages import (
     EventView,
     GpuJob,
     GpuView,
+    ImpactView,
     JobDetail,
     JobView,
     ListRequest,
@@ -33,7 +34,7 @@ from ..messages import (
     StatusView,
 )
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, jobs as jobrows
+from ..store import Store, cluster, impact, jobs as jobrows
 from .fairshare import priority_view
 
 # A node's data older than this many poll intervals no longer says it is up: the controller
@@ -191,4 +192,20 @@ def status_view(conn: sqlite3.Connection, now: float,
     counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
     return StatusView(now=now, nodes=tuple(nodes),
                       queue={s: counts.get(s.value, 0) for s in JobState},
-                      controller=controller, stale_after_s=stale_s)
+                      controller=controller, stale_after_s=stale_s,
+                      impact_last_hour=impact_view(conn, now - 3600, now),
+                      impact_since_start=impact_view(conn, controller.started_at, now)
+                      if controller.started_at is not None else None)
+
+
+def impact_view(conn: sqlite3.Connection, since: float, until: float) -> ImpactView:
+    """The impact factor and its parts over [since, until), as recorded (store/impact.py)."""
+    w = impact.window(conn, since, until)
+    return ImpactView(since=since, until=until, busy_gpu_hours=round(w.busy_s / 3600, 6),
+                      work_gpu_hours=round(w.work_s / 3600, 6),
+                      saved_gpu_hours=round(w.saved_s / 3600, 6),
+                      impact_factor=None if w.impact_factor is None
+                      else round(w.impact_factor, 6),
+                      measured_share=None if w.measured_share is None
+                      else round(w.measured_share, 6),
+                      energy_kwh=round(w.energy_j / 3.6e6, 6))

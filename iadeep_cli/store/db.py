@@ -132,6 +132,54 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX notifications_due ON notifications(channel, sent_at, gave_up_at, next_at);
     INSERT INTO meta (key, value) SELECT 'notify_cursor', COALESCE(MAX(id), 0) FROM events;
     """,
+    # v7: accounting kept on the job row as it happens (store/impact.py), so `iadeep report`
+    # is one aggregate over the jobs, not a pass over every event: seconds holding GPUs over
+    # all attempts and since when it holds them now, its first start, the work it did
+    # (exclusive-GPU-seconds, and how much of it measured), its share of the busy GPUs' time,
+    # its time and work while sharing, its energy; the rate it accrues at from ``acct_at``.
+    # ``usage``: the same totals per minute (last two days) or hour, for any time window.
+    # Existing jobs get their held time and first start from their events (as the report
+    # computed them before); work is recorded from now on.
+    """
+    ALTER TABLE jobs ADD COLUMN held_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN held_since REAL;
+    ALTER TABLE jobs ADD COLUMN first_started_at REAL;
+    ALTER TABLE jobs ADD COLUMN work_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN measured_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN busy_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN shared_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN shared_work_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN energy_j REAL;
+    ALTER TABLE jobs ADD COLUMN acct_at REAL;
+    ALTER TABLE jobs ADD COLUMN acct_rate TEXT;
+    CREATE INDEX jobs_ended ON jobs(ended_at);
+    CREATE TABLE usage (
+        span INTEGER NOT NULL,
+        start REAL NOT NULL,
+        busy_s REAL NOT NULL DEFAULT 0,
+        work_s REAL NOT NULL DEFAULT 0,
+        measured_s REAL NOT NULL DEFAULT 0,
+        energy_j REAL NOT NULL DEFAULT 0,
+        PRIMARY KEY (span, start)
+    );
+    UPDATE jobs SET
+        held_since = CASE WHEN state IN ('starting', 'running') THEN
+            (SELECT MAX(e.at) FROM events e WHERE e.job_id = jobs.id
+             AND e.new_state IN ('starting', 'running')
+             AND (e.old_state IS NULL OR e.old_state NOT IN ('starting', 'running')))
+            END,
+        first_started_at = (SELECT MIN(e.at) FROM events e WHERE e.job_id = jobs.id
+                            AND e.new_state = 'starting');
+    UPDATE jobs SET held_s = COALESCE(
+        (SELECT SUM(CASE WHEN e.old_state IN ('starting', 'running') THEN e.at ELSE 0 END)
+              - SUM(CASE WHEN e.new_state IN ('starting', 'running') THEN e.at ELSE 0 END)
+         FROM events e WHERE e.job_id = jobs.id) + COALESCE(held_since, 0),
+        CASE WHEN state IN ('starting', 'running') THEN 0 ELSE ended_at - started_at END, 0);
+    UPDATE jobs SET first_started_at = started_at WHERE first_started_at IS NULL
+        AND started_at IS NOT NULL;
+    UPDATE jobs SET held_since = started_at WHERE held_since IS NULL
+        AND state IN ('starting', 'running')
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

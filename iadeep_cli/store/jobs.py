@@ -16,7 +16,8 @@ from typing import Any
 
 from .. import checks
 from ..errors import NotFoundError
-from ..jobs import Job, JobSpec, JobState, check_transition
+from ..jobs import ACTIVE, Job, JobSpec, JobState, check_transition
+from . import impact
 
 log = logging.getLogger("iadeep.jobs")
 # JobSpec fields with a column of their own (the first schema's). Every later field is kept in
@@ -183,10 +184,34 @@ def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str
     """Move a job to ``new`` (checked against the state machine) and record the event."""
     job = get(conn, job_id)
     check_transition(job_id, job.state, new)
+    running = JobState.RUNNING in (job.state, new)
+    if running:   # the jobs on its GPUs accrue up to now at their old rates (store/impact.py)
+        impact.accrue(conn, now, only=[(job.node or "", g) for g in job.gpu_indices])
     update(conn, job_id, state=new.value, reason=reason, **fields)
+    _hold_time(conn, job_id, job.state, new, now)
     add_event(conn, job_id, now, job.state, new, reason, actor)
+    if running:
+        if new is not JobState.RUNNING:
+            conn.execute("UPDATE jobs SET acct_at = NULL, acct_rate = NULL WHERE id=?",
+                         (job_id,))
+        row = conn.execute("SELECT node, gpu_indices FROM jobs WHERE id=?", (job_id,)).fetchone()
+        gpus = {(job.node or "", g) for g in job.gpu_indices}
+        gpus |= {(row["node"] or "", g) for g in json.loads(row["gpu_indices"])}
+        impact.reprice(conn, now, only=gpus)   # their sharing changed; this job starts at now
     log.info("job %d (%s/%s): %s -> %s: %s", job_id, job.owner, job.name, job.state, new, reason)
     return get(conn, job_id)
+
+
+def _hold_time(conn: sqlite3.Connection, job_id: int, old: JobState, new: JobState,
+               now: float) -> None:
+    """Keep the job's time holding GPUs (``starting``/``running``, over all attempts) and its
+    first start on its row, so the report sums columns instead of reading every event."""
+    if old not in ACTIVE and new in ACTIVE:
+        conn.execute("UPDATE jobs SET held_since=?, first_started_at=COALESCE("
+                     "first_started_at, ?) WHERE id=?", (now, now, job_id))
+    elif old in ACTIVE and new not in ACTIVE:
+        conn.execute("UPDATE jobs SET held_s = held_s + MAX(0, ? - COALESCE(held_since, ?)), "
+                     "held_since = NULL WHERE id=?", (now, now, job_id))
 
 
 def update(conn: sqlite3.Connection, job_id: int, **fields: Any) -> None:

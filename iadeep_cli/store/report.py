@@ -1,13 +1,14 @@
 """Accounting over the recorded jobs (``iadeep report``): who used the GPUs, how long jobs
 waited, how fast they ran while sharing.
 
-Everything is computed from the database the controller writes: the jobs table for what a
-job is (owner, workload, node, GPUs, final state, last speeds) and the events table for when it
-held GPUs. The events are needed because a requeued job's ``started_at`` is only its *last*
-attempt's start: its earlier attempts used GPUs too, and its queue wait ends at its *first*
-start. SQLite does all the work (one row per job into a temporary table, then an aggregate per
-group and two ranks per percentile): Python never sees one row per job, which on 100,000 jobs
-costs more than the queries themselves (benchmarks/bench_report.py).
+Everything is read off the jobs table the controller writes: what a job is (owner, workload,
+node, GPUs, final state, last speeds) and what the transitions and polls keep on its row: the
+time it held GPUs over *all* its attempts and its *first* start (a requeued job's
+``started_at`` is only its last attempt's; its earlier attempts used GPUs too, and its queue
+wait ends at its first start), and its work, busy share, sharing and energy (store/impact.py).
+So the report is one GROUP BY over the jobs in the window and one sort of their waits, never a
+pass over the events; Python sees one line per group and state, never one per job
+(benchmarks/bench_report.py).
 
 Definitions (the README repeats them):
 
@@ -18,6 +19,9 @@ Definitions (the README repeats them):
   over all its attempts (from each move into ``starting`` to the next move). Time ``lost`` (its
   node silent: the controller cannot know whether it ran) is not counted. A running job
   counts up to ``now``.
+- **work, busy, saved, impact factor, measured share, energy**: the impact accounting's totals
+  (store/impact.py) summed over the group's jobs; **sharing speed**: their work while sharing a
+  GPU over their GPU-time sharing (time-weighted: the slowdown sharing cost them).
 - **queue wait**: from submission to its first move into ``starting`` (held time and waiting
   for dependencies included); jobs that never started have none.
 - **speeds**: the job's last recorded predicted and observed speed (1.00 = as fast as alone),
@@ -32,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..jobs import ACTIVE, FINISHED, JobState
+from . import impact
 
 GROUPINGS = ("user", "workload", "node", "day")
 # The SQL expression each grouping reads; "day" is the local day the job ended (now if running).
@@ -41,49 +46,38 @@ _GROUP_KEY = {None: "'total'", "user": "owner", "workload": "COALESCE(workload, 
 # Final states first, in the order the table shows them, then the unfinished ones --running adds.
 STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
           JobState.STARTING, JobState.RUNNING)
-_HELD = "('starting', 'running')"
 
-# One row per job in the window, in a temporary table (the connection may be read-only; TEMP
-# lives apart from the database): the group key, GPUs, seconds holding GPUs and queue wait.
-# Held time without a window function: each move INTO starting/running subtracts its time and
-# each move OUT OF them adds its time, so a job's sum is the time it spent there (plus now if it
-# is there still). This is one aggregate per job over the events_job index; LEAD() over the
-# same events took five times as long on 100,000 jobs. A job without events (a database edited
-# by hand) falls back to its last attempt.
-_PER_JOB = """
-CREATE TEMP TABLE report_jobs AS
-WITH sel AS (
-    SELECT id, {key} AS key, gpus, state, submitted_at, started_at, ended_at,
-           predicted_speed, observed_speed
-    FROM jobs
-    WHERE ((+state IN ({finished}) AND ended_at >= :since AND ended_at < :until)
-           OR (:running AND +state IN ({active}) AND started_at < :until)) {owner}
-), per AS (
-    SELECT sel.*,
-        (SELECT SUM(CASE WHEN e.old_state IN {held} THEN e.at ELSE 0 END)
-              - SUM(CASE WHEN e.new_state IN {held} THEN e.at ELSE 0 END)
-         FROM events e WHERE e.job_id = sel.id) AS span,
-        (SELECT MIN(e.at) FROM events e WHERE e.job_id = sel.id AND e.new_state = 'starting')
-            AS first_start
-    FROM sel
-)
-SELECT key, gpus, state, predicted_speed, observed_speed,
-       COALESCE(span + CASE WHEN state IN {held} THEN :now ELSE 0 END,
-                COALESCE(ended_at, :now) - started_at, 0) AS held_s,
-       COALESCE(first_start, started_at) - submitted_at AS wait_s
-FROM per
-"""
+# Everything is read off the job rows: held time, first start and the impact accounting are
+# columns the controller keeps at each transition (store/jobs._hold_time, store/impact.py), so
+# the report never reads the events (on 100,000 jobs that alone took 1.6-2.6 s under load,
+# over the 1 s target: benchmarks/bench_report.py). The figures are one GROUP BY over the jobs
+# in the window (the index on ended_at picks them); the group total is summed from the groups.
+# A job's seconds holding GPUs: its row's total, plus the current stretch for a job that
+# still holds them (only --running selects such jobs: the plain report adds plain columns).
+_HELD_NOW = ("(held_s + CASE WHEN state IN ('starting', 'running') AND held_since IS NOT NULL "
+             "THEN MAX(0, :now - held_since) ELSE 0 END)")
+_FINISHED_IN = "+state IN ({finished}) AND ended_at >= :since AND ended_at < :until"
+# --running: also the active jobs (OR-ing this in only when asked keeps the plain report on the
+# ended_at index alone)
+_RUNNING_TOO = "(" + _FINISHED_IN + ") OR (state IN ({active}) AND started_at < :until)"
+# One line per group and state (a count per state is then a row, not six SUMs over every
+# job); Python adds the few lines up per group.
 _FIGURES = """
-SELECT {key} AS key, COUNT(*) AS jobs, {states}, SUM(gpus * held_s) / 3600.0 AS gpu_hours,
-       AVG(predicted_speed) AS predicted_speed, COUNT(predicted_speed) AS with_predicted,
-       AVG(observed_speed) AS observed_speed, COUNT(observed_speed) AS with_observed
-FROM temp.report_jobs GROUP BY 1 ORDER BY 1
+SELECT {key} AS key, state, COUNT(*) AS jobs, SUM(gpus * {held}) / 3600.0 AS gpu_hours,
+       SUM(predicted_speed) AS predicted_sum, COUNT(predicted_speed) AS with_predicted,
+       SUM(observed_speed) AS observed_sum, COUNT(observed_speed) AS with_observed,
+       SUM(work_s) AS work_s, SUM(measured_s) AS measured_s, SUM(busy_s) AS busy_s,
+       SUM(shared_s) AS shared_s, SUM(shared_work_s) AS shared_work_s,
+       SUM(energy_j) AS energy_j
+FROM jobs WHERE ({window}) {owner} GROUP BY 1, 2
 """
-# The waits a group's p50 and p95 interpolate between, by rank, read off an index on the
-# temporary table (a window function over all the waits sorted them twice: slower).
-_WAIT_AT = """
-SELECT wait_s FROM temp.report_jobs WHERE key = :key AND wait_s IS NOT NULL
-ORDER BY wait_s LIMIT 2 OFFSET :rank
+# The queue waits, sorted by group and wait into a temporary table (the connection may be
+# read-only; TEMP lives apart from the database) whose rowids are then the ranks: a group's
+# p50 and p95 are two rowid lookups from its first rowid. One sort, no window function.
+_WAITS = """
+CREATE TEMP TABLE report_waits AS
+SELECT {key} AS key, first_started_at - submitted_at AS wait_s FROM jobs
+WHERE ({window}) {owner} AND first_started_at IS NOT NULL ORDER BY 1, 2
 """
 
 
@@ -101,6 +95,24 @@ class Group:
     observed_speed: float | None = None
     with_predicted: int = 0                # how many jobs those means are over
     with_observed: int = 0
+    work_gpu_hours: float = 0.0            # exclusive-GPU-hours of work (store/impact.py)
+    measured_gpu_hours: float = 0.0        # the part of it done at measured speeds
+    busy_gpu_hours: float = 0.0            # these jobs' share of the busy GPUs' time
+    sharing_gpu_hours: float = 0.0         # GPU-hours they ran sharing a GPU
+    sharing_speed: float | None = None     # their mean speed while sharing (time-weighted)
+    energy_kwh: float | None = None        # None: no poll saw their GPUs' power
+
+    @property
+    def saved_gpu_hours(self) -> float:
+        return self.work_gpu_hours - self.busy_gpu_hours
+
+    @property
+    def impact_factor(self) -> float | None:
+        return impact.impact_factor(self.work_gpu_hours, self.busy_gpu_hours)
+
+    @property
+    def measured_share(self) -> float | None:
+        return self.measured_gpu_hours / self.work_gpu_hours if self.work_gpu_hours else None
 
     def to_dict(self) -> dict:
         return {"key": self.key, "jobs": self.jobs,
@@ -111,7 +123,16 @@ class Group:
                 "predicted_speed": _round(self.predicted_speed),
                 "observed_speed": _round(self.observed_speed),
                 "jobs_with_predicted_speed": self.with_predicted,
-                "jobs_with_observed_speed": self.with_observed}
+                "jobs_with_observed_speed": self.with_observed,
+                # hours and kWh to 6 decimals: 3.6 ms, 1 mWh (a short job's figures, checkable)
+                "work_gpu_hours": round(self.work_gpu_hours, 6),
+                "busy_gpu_hours": round(self.busy_gpu_hours, 6),
+                "saved_gpu_hours": round(self.saved_gpu_hours, 6),
+                "impact_factor": _round(self.impact_factor),
+                "measured_share": _round(self.measured_share),
+                "sharing_gpu_hours": round(self.sharing_gpu_hours, 6),
+                "sharing_speed": _round(self.sharing_speed),
+                "energy_kwh": None if self.energy_kwh is None else round(self.energy_kwh, 6)}
 
 
 @dataclass(frozen=True)
@@ -136,10 +157,6 @@ def percentile(ordered: Sequence[float], pct: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 def _round(x: float | None) -> float | None:
     """To 4 decimals in JSON and CSV (a tenth of a millisecond, a speed's 0.01%)."""
     return None if x is None else round(x, 4)
@@ -155,49 +172,109 @@ def report(conn: sqlite3.Connection, since: float, until: float, *, by: str | No
     params = {"since": since, "until": until, "running": int(running), "now": now,
               "user": user}
     conn.execute("PRAGMA temp_store = MEMORY")   # no temporary file in the reader's TMPDIR
-    conn.execute("DROP TABLE IF EXISTS temp.report_jobs")
-    conn.execute(_PER_JOB.format(key=_GROUP_KEY[by], finished=_quoted(FINISHED),
-                                 active=_quoted(ACTIVE), held=_HELD,
-                                 owner="AND owner = :user" if user is not None else ""),
-                 params)
-    conn.execute("CREATE INDEX temp.report_jobs_key ON report_jobs(key, wait_s)")
+    conn.execute("DROP TABLE IF EXISTS temp.report_waits")
+    where = (_RUNNING_TOO if running else _FINISHED_IN).format(
+        finished=_quoted(FINISHED), active=_quoted(ACTIVE))
+    owner = "AND owner = :user" if user is not None else ""
+    key = _GROUP_KEY[by]
+    lines = conn.execute(_FIGURES.format(key=key, held=_HELD_NOW if running else "held_s",
+                                         window=where, owner=owner), params).fetchall()
+    groups = [_group(k, [r for r in lines if r["key"] == k])
+              for k in sorted({r["key"] for r in lines})]
+    total = _sum(groups)
+    conn.execute(_WAITS.format(key=key, window=where, owner=owner), params)
     try:
-        groups = _groups(conn, "key") if by is not None else []
-        total = _groups(conn, "'total'") or [Group("total")]
+        first = {}
+        for row in conn.execute("SELECT key, MIN(rowid) AS first, COUNT(*) AS n "
+                                "FROM temp.report_waits GROUP BY 1"):
+            first[row["key"]] = (row["first"], row["n"])
+        for group in groups:
+            if group.key in first:
+                group.wait_p50_s = _wait_at(conn, *first[group.key], 50)
+                group.wait_p95_s = _wait_at(conn, *first[group.key], 95)
+        n = sum(count for _, count in first.values())
+        if by is None and groups:
+            total.wait_p50_s, total.wait_p95_s = groups[0].wait_p50_s, groups[0].wait_p95_s
+        elif n:   # across the groups: ranks over all the waits, by an index on the wait
+            conn.execute("CREATE INDEX temp.report_waits_s ON report_waits(wait_s)")
+            total.wait_p50_s = _wait_rank(conn, n, 50)
+            total.wait_p95_s = _wait_rank(conn, n, 95)
     finally:
-        conn.execute("DROP TABLE IF EXISTS temp.report_jobs")
+        conn.execute("DROP TABLE IF EXISTS temp.report_waits")
     return Report(since=since, until=until, now=now, by=by, running=running,
-                  groups=tuple(groups), total=total[0])
+                  groups=tuple(groups) if by is not None else (), total=total)
 
 
-def _groups(conn: sqlite3.Connection, key: str) -> list[Group]:
-    """The figures per value of ``key`` (an SQL expression over temp.report_jobs)."""
-    states = ", ".join(f"SUM(state = '{s.value}') AS \"{s.value}\"" for s in STATES)
-    groups = {}
-    for row in conn.execute(_FIGURES.format(key=key, states=states)):
-        groups[row["key"]] = Group(
-            key=row["key"], jobs=row["jobs"],
-            states={s.value: row[s.value] for s in STATES if row[s.value]},
-            gpu_hours=row["gpu_hours"] or 0.0, predicted_speed=row["predicted_speed"],
-            observed_speed=row["observed_speed"], with_predicted=row["with_predicted"],
-            with_observed=row["with_observed"])
-    counts = conn.execute(f"SELECT {key} AS key, COUNT(wait_s) AS n FROM temp.report_jobs "
-                          "GROUP BY 1")
-    for row in counts.fetchall():
-        if row["n"]:
-            group = groups[row["key"]]
-            group.wait_p50_s = _wait_percentile(conn, key, row["key"], row["n"], 50)
-            group.wait_p95_s = _wait_percentile(conn, key, row["key"], row["n"], 95)
-    return list(groups.values())
+def _group(key: str, lines: list[sqlite3.Row]) -> Group:
+    """A group's figures from its lines (one per state)."""
+    def total(column: str) -> float:
+        return sum(r[column] or 0.0 for r in lines)
+
+    def mean(column: str, n: str) -> float | None:
+        count = sum(r[n] for r in lines)
+        return total(column) / count if count else None
+
+    energy = [r["energy_j"] for r in lines if r["energy_j"] is not None]
+    shared_s = total("shared_s")
+    return Group(
+        key=key, jobs=int(total("jobs")), states={r["state"]: r["jobs"] for r in lines},
+        gpu_hours=total("gpu_hours"), predicted_speed=mean("predicted_sum", "with_predicted"),
+        observed_speed=mean("observed_sum", "with_observed"),
+        with_predicted=sum(r["with_predicted"] for r in lines),
+        with_observed=sum(r["with_observed"] for r in lines),
+        work_gpu_hours=total("work_s") / 3600, measured_gpu_hours=total("measured_s") / 3600,
+        busy_gpu_hours=total("busy_s") / 3600, sharing_gpu_hours=shared_s / 3600,
+        sharing_speed=total("shared_work_s") / shared_s if shared_s else None,
+        energy_kwh=sum(energy) / 3.6e6 if energy else None)
 
 
-def _wait_percentile(conn: sqlite3.Connection, key: str, value: str, n: int, pct: int
-                     ) -> float:
-    """``percentile`` of a group's ``n`` waits, reading only the two ranks it needs."""
-    low = (n - 1) * pct // 100
-    sql = _WAIT_AT if key == "key" else _WAIT_AT.replace("key = :key AND ", "")
-    at = [r[0] for r in conn.execute(sql, {"key": value, "rank": low})]
-    return at[0] + (at[-1] - at[0]) * ((n - 1) * pct / 100 - low)
+def _sum(groups: list[Group]) -> Group:
+    """All the groups together (sums add up; means are weighted by how many jobs have one)."""
+    total = Group("total")
+    sharing_work = 0.0
+    for g in groups:
+        total.jobs += g.jobs
+        for state, n in g.states.items():
+            total.states[state] = total.states.get(state, 0) + n
+        total.gpu_hours += g.gpu_hours
+        total.work_gpu_hours += g.work_gpu_hours
+        total.measured_gpu_hours += g.measured_gpu_hours
+        total.busy_gpu_hours += g.busy_gpu_hours
+        total.sharing_gpu_hours += g.sharing_gpu_hours
+        sharing_work += (g.sharing_speed or 0.0) * g.sharing_gpu_hours
+        if g.energy_kwh is not None:
+            total.energy_kwh = (total.energy_kwh or 0.0) + g.energy_kwh
+    total.predicted_speed = _weighted([(g.predicted_speed, g.with_predicted) for g in groups])
+    total.observed_speed = _weighted([(g.observed_speed, g.with_observed) for g in groups])
+    total.with_predicted = sum(g.with_predicted for g in groups)
+    total.with_observed = sum(g.with_observed for g in groups)
+    if total.sharing_gpu_hours:
+        total.sharing_speed = sharing_work / total.sharing_gpu_hours
+    return total
+
+
+def _weighted(means: list[tuple[float | None, int]]) -> float | None:
+    n = sum(count for mean, count in means if mean is not None)
+    return sum(mean * count for mean, count in means if mean is not None) / n if n else None
+
+
+def _wait_at(conn: sqlite3.Connection, first: int, n: int, pct: int) -> float:
+    """``percentile`` of a group's ``n`` sorted waits stored from rowid ``first`` on."""
+    rank = (n - 1) * pct / 100
+    low = math.floor(rank)
+    at = [r[0] for r in conn.execute(
+        "SELECT wait_s FROM temp.report_waits WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
+        (first + low, first + min(low + 1, n - 1)))]
+    return at[0] + (at[-1] - at[0]) * (rank - low)
+
+
+def _wait_rank(conn: sqlite3.Connection, n: int, pct: int) -> float:
+    """``percentile`` of all ``n`` waits, reading only the two ranks it needs (by index)."""
+    rank = (n - 1) * pct / 100
+    low = math.floor(rank)
+    at = [r[0] for r in conn.execute("SELECT wait_s FROM temp.report_waits ORDER BY wait_s "
+                                     "LIMIT 2 OFFSET ?", (low,))]
+    return at[0] + (at[-1] - at[0]) * (rank - low)
 
 
 def _quoted(states: Iterable[JobState]) -> str:

@@ -139,10 +139,23 @@ def poll_interval(status: StatusView) -> float:
 
 
 # --------------------------------------------------------------------------- banner
+def impact_text(status: StatusView) -> str:
+    """' · impact 1.24 last hour, 1.18 since start' (store/impact.py); '' with nothing to say."""
+    hour, start = status.impact_last_hour, status.impact_since_start
+    if hour is None:
+        return ""
+    parts = [f"{'-' if v.impact_factor is None else f'{v.impact_factor:.2f}'} {label}"
+             for v, label in ((hour, "last hour"), (start, "since start")) if v is not None]
+    saved = hour.saved_gpu_hours
+    return (f" · impact {', '.join(parts)}" + (f" ({saved:+.1f} GPU-h saved in the hour)"
+                                                  if hour.impact_factor is not None else ""))
+
+
 def banner(data: MonitorData, now: float) -> Banner:
     if data.stale_since is None:
         return Banner("live", "controller running; refreshing every "
-                              f"{duration(poll_interval(data.status))}")
+                              f"{duration(poll_interval(data.status))}"
+                              + impact_text(data.status))
     if not data.stale_since:
         return Banner("never", "controller NOT running (it has never run with this state "
                                "directory): start it with `iadeep controller run`")

@@ -13,7 +13,7 @@ import random
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles
 from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
-from iadeep_cli.store import Store, cluster, jobs as jobrows
+from iadeep_cli.store import Store, cluster, impact, jobs as jobrows
 
 NOW = 1_750_000_000.0          # a fixed clock for deterministic screens
 H200_MIB = 143771.0
@@ -187,6 +187,10 @@ def seed(store: Store, scenario: str, now: float = NOW) -> None:
     """Write ``scenario`` (see SCENARIOS) into an empty store, all in one transaction."""
     with store.tx() as conn:
         SCENARIOS[scenario](_Seeder(conn, now))
+        # the controller's accounting at its last poll (store/impact.py): the running jobs'
+        # work and busy time up to now, as `status` and the monitor's header show them
+        nodes = {r["node"] for r in conn.execute("SELECT node FROM node_snapshots")}
+        impact.tick(conn, now, {}, impact.last_power(conn, nodes))
 
 
 def seed_state_dir(scenario: str, now: float = NOW) -> None:

@@ -25,7 +25,10 @@ JOB_KEYS = ["id", "name", "user", "state", "gpus", "node", "gpu_indices", "submi
             "signal", "notify", "attempts",
             "remote_pid", "reason", "predicted_speed", "observed_speed",
             "submit_dir", "output", "error", "constraint", "nodelist", "exclude", "exported"]
-STATUS_KEYS = ["now", "nodes", "queue", "controller", "stale_after_s"]
+STATUS_KEYS = ["now", "nodes", "queue", "controller", "stale_after_s",
+               "impact_last_hour", "impact_since_start"]   # issue 14's two, at the end
+IMPACT_KEYS = ["since", "until", "busy_gpu_hours", "work_gpu_hours", "saved_gpu_hours",
+               "impact_factor", "measured_share", "energy_kwh"]
 NODE_KEYS = ["name", "taken_at", "gpus", "error", "driver_version", "rtt_s", "jobs", "age_s",
              "down_since", "state"]
 GPU_JOB_KEYS = ["id", "name", "user", "state", "predicted_speed", "observed_speed"]
@@ -70,6 +73,7 @@ def test_views_keep_the_json_keys_they_always_had(seeded):
     assert list(m.encode(reader.job(jobs[0].id))) == [*JOB_KEYS, "events"]
     status = m.encode(reader.status())
     assert list(status) == STATUS_KEYS
+    assert list(status["impact_last_hour"]) == list(status["impact_since_start"]) == IMPACT_KEYS
     assert list(status["controller"])[:5] == CONTROLLER_KEYS[:5]
     node = next(n for n in status["nodes"] if n["name"] == "gpu-a")
     assert list(node) == NODE_KEYS

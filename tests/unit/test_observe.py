@@ -123,3 +123,26 @@ def test_no_progress_and_no_sm_figure_means_no_speed(tmp_path):
     speeds, _ = observer.observe([_job(1, "x"), _job(2, "y")], _gpu_with((1, None), (2, None)),
                                  0.0, known_util={"x": 50.0, "y": 50.0})
     assert speeds == {}
+
+
+def test_a_round_its_node_missed_keeps_the_solo_rate(tmp_path):
+    """A slow poll (the node did not answer this round, so its jobs are not observed) must not
+    forget a job's solo rate, or the job, sharing from then on, could never be measured; a job
+    gone from an answering node is forgotten."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    gpus = (GpuSample(0, "u", "NVIDIA H200"),)
+    answered = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, gpus, jobs=()),))
+    silent = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, error="no answer"),))
+    a, b = _job(1, "resnet50"), _job(2, "mlp")
+    last_a = _progress(tmp_path, 1, 0, 60, 10)
+    assert observer.observe([a], answered, now=100.0)[0] == {1: 1.0}
+    assert observer.observe([], silent, now=110.0) == ({}, [])   # the loop skips its jobs
+    assert observer.solo_rate(1) == 10.0
+    _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
+    _progress(tmp_path, 2, 100, 200, 6)
+    speeds, _ = observer.observe([a, b], answered, now=1000.0)
+    assert round(speeds[1], 3) == 0.6 and 2 not in speeds   # b never ran alone
+    observer.observe([b], answered, now=1100.0)             # a ended, its node answered
+    assert observer.solo_rate(1) is None
