@@ -5,6 +5,8 @@
     lost -> running | succeeded | failed | cancelled (the node answers again and says which)
     lost -> queued (retries remain and the old attempt is known dead: the node answered and it
                     is gone, or an admin fenced the node)
+    running <-> suspended (SIGSTOP/SIGCONT by run-time adaptation: its GPU ran worse than
+                           serial); suspended -> an end, or lost, as running
 
 Every change goes through ``check_transition`` so an illegal move (cancelling a finished job,
 starting a held one) is refused with a clear message instead of corrupting the queue.
@@ -32,6 +34,7 @@ class JobState(str, enum.Enum):
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"               # stopped at its time limit (--time), as Slurm's TIMEOUT
     LOST = "lost"
+    SUSPENDED = "suspended"           # stopped (SIGSTOP) on its GPU by run-time adaptation
 
     def __str__(self) -> str:  # so f-strings print 'queued', not 'JobState.QUEUED'
         return self.value
@@ -43,7 +46,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED}),
+    # Suspended (controller/adapt.py): resumed, or it ends or is lost just as a running job.
+    S.SUSPENDED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
     S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
     S.SUCCEEDED: frozenset(),
@@ -51,7 +56,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.CANCELLED: frozenset(),
     S.TIMEOUT: frozenset(),
 }
-ACTIVE = frozenset({S.STARTING, S.RUNNING})          # occupying GPUs on a node
+ACTIVE = frozenset({S.STARTING, S.RUNNING, S.SUSPENDED})   # occupying GPUs on a node
 PENDING = frozenset({S.QUEUED, S.HELD})              # waiting in the queue
 FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT})
 UNFINISHED = tuple(s for s in S if s not in FINISHED)   # in the order summaries list them
@@ -101,6 +106,7 @@ class JobSpec:
     after_fail: tuple[int, ...] = ()  # ... once they ended other than succeeded (--after-fail)
     array: str | None = None          # --array as written ("0-99%8"); every task keeps it
     retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
+    no_adapt: bool = False            # --no-adapt: never suspended by run-time adaptation
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,13 @@ class Job:
     array_id: int | None = None       # the array it is a task of (its first task's id)
     array_index: int | None = None    # its index in that array (IADEEP_ARRAY_INDEX)
     rerun_of: int | None = None       # the finished job it was submitted again from (rerun)
+    # Run-time adaptation (controller/adapt.py): when this attempt was last suspended (set
+    # before the SIGSTOP is sent and cleared only after the SIGCONT is, so a crash in between
+    # never leaves it stopped), for which partner job, and its seconds suspended so far (not
+    # counted against --time).
+    suspended_at: float | None = None
+    suspended_for: int | None = None
+    suspended_s: float = 0.0
 
     @property
     def name(self) -> str:

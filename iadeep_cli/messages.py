@@ -230,6 +230,8 @@ class JobView(Message):
     array_index: int | None = optional()
     retry_on_fail: bool | None = optional()
     rerun_of: int | None = optional()                 # `queue rerun` made it from this job
+    no_adapt: bool | None = optional()                # --no-adapt: never suspended
+    suspended_s: float | None = optional()            # seconds suspended (ended suspensions)
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -249,7 +251,9 @@ class JobView(Message):
             exclude=spec.exclude, exported=dict(spec.exported), after=spec.after or None,
             after_any=spec.after_any or None, after_fail=spec.after_fail or None,
             array=spec.array, array_id=job.array_id, array_index=job.array_index,
-            retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of)
+            retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of,
+            no_adapt=spec.no_adapt or None,
+            suspended_s=round(job.suspended_s, 1) or None)
 
 
 @dataclass(frozen=True)

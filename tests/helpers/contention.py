@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""A stand-in training job whose speed really drops while another one shares its "GPU".
+
+No GPU here, so contention is emulated: every running copy touches its own heartbeat file in a
+directory the copies sharing one GPU are given (``DIR``) before each iteration, and counts the
+other copies whose heartbeat is fresh (under ``FRESH_S`` old).  Alone an iteration takes
+``SOLO_S``; with company ``SHARED_S``, so two together reach 0.25 + 0.25 = 0.5 of their solo
+speeds: worse than running one after the other.  A copy that is stopped (SIGSTOP) stops
+touching its heartbeat, so its partner soon runs alone again at full speed: the behaviour of
+time-sliced GPU sharing that run-time adaptation must detect and undo.
+
+It reports ``<time> <iterations>`` to $IADEEP_PROGRESS_FILE (``iadeep_cli.progress``'s format,
+written here without importing iadeep: the node need not have it) and exits 0 after ``ITERS``
+iterations, printing ``done``.  Usage: contention.py DIR ITERS
+"""
+import os
+import sys
+import time
+
+SOLO_S = 0.01        # seconds per iteration alone: 100 it/s
+SHARED_S = 0.04      # with a partner: 25 it/s, speed 0.25
+FRESH_S = 0.5        # a heartbeat older than this is a stopped or finished partner
+REPORT_EVERY = 5     # iterations between progress lines
+
+
+def main() -> int:
+    where, total = sys.argv[1], int(sys.argv[2])
+    os.makedirs(where, exist_ok=True)
+    me = os.environ.get("IADEEP_JOB_ID", str(os.getpid()))
+    beat = os.path.join(where, me)
+    progress = os.environ.get("IADEEP_PROGRESS_FILE")
+    done = 0
+    while done < total:
+        now = time.time()
+        with open(beat, "w"):
+            pass
+        others = 0
+        for name in os.listdir(where):
+            if name == me:
+                continue
+            try:
+                others += now - os.path.getmtime(os.path.join(where, name)) < FRESH_S
+            except FileNotFoundError:   # a partner just finished
+                pass
+        time.sleep(SHARED_S if others else SOLO_S)
+        done += 1
+        if progress and done % REPORT_EVERY == 0:
+            with open(progress, "a") as f:
+                f.write(f"{time.time():.3f} {done}\n")
+    os.unlink(beat)
+    print("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
