@@ -207,3 +207,18 @@ def test_a_running_job_left_stopped_is_continued(make):
         jobrows.update(conn, a, suspended_at=time.time() - 5)
     lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
     assert lab.job(a).suspended_at is None and lab.job(a).suspended_s >= 5
+
+
+def test_suspended_time_is_not_counted_against_the_time_limit(make):
+    lab = make(policy=AdaptPolicy(suspend=False, observe_s=10**6))
+    a = lab.submit(100_000, time_limit_s=60)
+    lab.until(lambda: lab.job(a).state == JobState.RUNNING)
+    # 100 s since it started, 50 of them suspended: 50 s count, under its 60 s
+    with lab.store.tx() as conn:
+        jobrows.update(conn, a, started_at=time.time() - 100, suspended_s=50.0)
+    for _ in range(3):
+        lab.round()
+    assert lab.job(a).state == JobState.RUNNING and lab.job(a).cancel_requested_by is None
+    with lab.store.tx() as conn:   # 30 of them suspended: 70 s count, past 60
+        jobrows.update(conn, a, suspended_s=30.0)
+    lab.until(lambda: lab.job(a).state == JobState.TIMEOUT)
