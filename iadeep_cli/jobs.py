@@ -46,7 +46,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED}),
+    # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
+    # where it fits, in the same working directory (controller/adapt.py).
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,
+                          S.QUEUED}),
     # Suspended (controller/adapt.py): resumed, or it ends or is lost just as a running job.
     S.SUSPENDED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
@@ -107,6 +110,9 @@ class JobSpec:
     array: str | None = None          # --array as written ("0-99%8"); every task keeps it
     retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
     no_adapt: bool = False            # --no-adapt: never suspended by run-time adaptation
+    # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
+    # then sends it SIG instead of suspending it, and requeues it (controller/adapt.py).
+    checkpoint_signal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,8 @@ class Job:
     suspended_at: float | None = None
     suspended_for: int | None = None
     suspended_s: float = 0.0
+    checkpoint_at: float | None = None   # when its --checkpoint-signal was sent (this attempt)
+    checkpoints: int = 0              # attempts that ended in a checkpoint (not --retries')
 
     @property
     def name(self) -> str:
@@ -279,6 +287,16 @@ def parse_signal(text: str) -> tuple[str, int]:
     return name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
 
 
+def parse_checkpoint_signal(text: str) -> str:
+    """``--checkpoint-signal SIG``: the signal's name (one of SIGNALS), as ``--signal`` takes it
+    but without ``@``: it is sent when run-time adaptation needs the GPU, not before a limit."""
+    name = text.strip().upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise InputError(f"--checkpoint-signal {text[:40]!r} is not a signal it may get",
+                         hint=f"e.g. --checkpoint-signal USR1; signals: {', '.join(SIGNALS)}")
+    return name
+
+
 def validate_spec(spec: JobSpec) -> None:
     """Refuse a spec that could never run, with a message naming the field (trust boundary:
     the controller calls this again on everything a client sends). Text must be printable: a
@@ -305,6 +323,8 @@ def validate_spec(spec: JobSpec) -> None:
                   f"{spec.time_limit_s:g} s", "e.g. --time 2:00:00 (two hours) or --time 3-0")
     if spec.signal is not None:
         parse_signal(spec.signal)
+    if spec.checkpoint_signal is not None:
+        parse_checkpoint_signal(spec.checkpoint_signal)
     if spec.notify not in NOTIFY_WHEN:
         raise bad(f"--notify must be one of {', '.join(NOTIFY_WHEN)}, got {spec.notify[:40]!r}",
                   "e.g. --notify fail (a message if it does not succeed)")

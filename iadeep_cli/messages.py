@@ -232,6 +232,8 @@ class JobView(Message):
     rerun_of: int | None = optional()                 # `queue rerun` made it from this job
     no_adapt: bool | None = optional()                # --no-adapt: never suspended
     suspended_s: float | None = optional()            # seconds suspended (ended suspensions)
+    checkpoint_signal: str | None = optional()        # --checkpoint-signal
+    checkpoints: int | None = optional()              # attempts ended by a checkpoint
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -253,7 +255,8 @@ class JobView(Message):
             array=spec.array, array_id=job.array_id, array_index=job.array_index,
             retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of,
             no_adapt=spec.no_adapt or None,
-            suspended_s=round(job.suspended_s, 1) or None)
+            suspended_s=round(job.suspended_s, 1) or None,
+            checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,10 @@ class Adapter:
         self.findings: dict[str, Finding] = {}
         self._announced: set[tuple] = set()   # (gpu, jobs, kinds) already given an event
         self._stop_sent: set[int] = set()     # SIGSTOP delivered by this controller process
+        self._ck_stopping: set[int] = set()   # checkpointing jobs past their grace, stopped
+        # GPU -> (the job still there, why): a pair undone by a checkpoint keeps its GPU closed
+        # to partners while the job that stayed is there (else the requeued job would rejoin)
+        self._held: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -81,6 +85,8 @@ class Adapter:
                 for name, group in _shared(jobs).items()}
         self.findings = self.detector.observe(now, gpus, policy)
         by_id = {j.id: j for j in jobs}
+        self._held = {g: (i, why) for g, (i, why) in self._held.items()
+                      if i in by_id and _gpu_of(by_id[i]) == g}
         for gpu, finding in self.findings.items():
             key = (gpu, finding.job_ids, finding.kinds)
             if key not in self._announced:
@@ -88,14 +94,21 @@ class Adapter:
                 self._announce(finding, now)
             if finding.worse_than_serial and policy.suspend:
                 victim = last_joined(gpus[gpu])
-                if victim is not None and by_id[victim.job_id].state == JobState.RUNNING:
-                    partner = next(s.job_id for s in gpus[gpu] if s.job_id != victim.job_id)
-                    self._suspend(by_id[victim.job_id], partner, finding, now)
+                job = by_id[victim.job_id] if victim is not None else None
+                if job is not None and job.state == JobState.RUNNING:
+                    partner = next(s.job_id for s in gpus[gpu] if s.job_id != job.id)
+                    if job.spec.checkpoint_signal:
+                        if job.checkpoint_at is None:
+                            self._checkpoint(job, partner, finding, now)
+                    else:
+                        self._suspend(job, partner, finding, now)
         live = {(g, f.job_ids, f.kinds) for g, f in self.findings.items()}
         self._announced &= live
 
     def closed(self, now: float) -> dict[str, str]:
-        return closed_gpus(self.findings, now, self.policy)
+        out = {g: why for g, (_, why) in self._held.items()} if self.policy.enabled else {}
+        out.update(closed_gpus(self.findings, now, self.policy))
+        return out
 
     # ------------------------------------------------------------------ act 1
     def _announce(self, finding: Finding, now: float) -> None:
@@ -127,6 +140,69 @@ class Adapter:
         except InvalidTransition:
             return
         self._send(moved, stop=True)
+
+    def _checkpoint(self, job: Job, partner: int, finding: Finding, now: float) -> None:
+        """Instead of suspending a ``--checkpoint-signal`` job: mark it (committed first, so
+        the signal goes at most once an attempt, as --signal's), then send its signal; it saves
+        and exits, and ``checkpointed`` queues it again.  Past ``lab.kill_grace`` it is
+        stopped as a cancel would (``_recover``)."""
+        name = job.spec.checkpoint_signal or "USR1"
+        why = (f"checkpoint: {finding.describe(now)}; it joined last: SIG{name} sent, requeued "
+               f"when it exits (stopped after {self.loop.inventory.kill_grace_s:g} s)")
+        with self.loop.store.tx() as conn:
+            if jobrows.get(conn, job.id).checkpoint_at is not None:
+                return
+            jobrows.update(conn, job.id, checkpoint_at=now, reason=why)
+            jobrows.add_event(conn, job.id, now, job.state, job.state, why, ACTOR)
+        self._held[finding.gpu] = (partner, f"{finding.describe(now)}; job {job.id} was "
+                                            "checkpointed off it")
+        if job.node is not None:
+            self.loop.actions.submit(job.node, ("checkpoint", job.id),
+                                     partial(self._signal, job.node, job.id, name, job.owner))
+
+    def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
+        from ..nodes import launcher
+
+        try:
+            launcher.signal(self.loop.pool, node, job_id, name, owner=owner)
+        except IadeepError as exc:   # not repeated: past the grace it is stopped anyway
+            log.warning("checkpoint signal to job %s on %s failed: %s", job_id, node,
+                        exc.message)
+
+    def _stop_checkpointing(self, node: str, job_id: int, owner: str) -> None:
+        from ..nodes import launcher
+
+        try:
+            launcher.cancel(self.loop.pool, node, job_id,
+                            grace_s=self.loop.inventory.kill_grace_s, owner=owner)
+        except IadeepError as exc:
+            log.warning("stopping checkpointing job %s on %s failed: %s", job_id, node,
+                        exc.message)
+            with self._lock:
+                self._ck_stopping.discard(job_id)
+
+    def checkpointed(self, job: Job, code: int | None) -> bool:
+        """The loop saw a job end after its --checkpoint-signal was sent: queue it again (no
+        retry spent; the attempt's directory is set aside like a requeued one's, so the
+        checkpoint must be in its working directory: --chdir, or a shared submission
+        directory). False if it cannot move (it was not running): the loop ends it as usual."""
+        if job.state != JobState.RUNNING or job.cancel_requested_by:
+            return False
+        where = job.spec.workdir or job.spec.submit_dir or "its job directory"
+        try:
+            self.loop._move(
+                job, JobState.QUEUED, f"checkpointed on SIG{job.spec.checkpoint_signal} (exit "
+                f"code {code}); requeued, to resume in {where} where it fits "
+                f"(attempt {job.attempts + 1}, checkpoint {job.checkpoints + 1})",
+                node=None, gpu_indices=(), remote_pid=None, remote_start=None, started_at=None,
+                signalled=False, orphans=job.orphans_with(job.node), checkpoint_at=None,
+                checkpoints=job.checkpoints + 1, suspended_at=None, suspended_for=None,
+                suspended_s=None)
+        except InvalidTransition:
+            return False
+        with self._lock:
+            self._ck_stopping.discard(job.id)
+        return True
 
     def _send(self, job: Job, stop: bool) -> None:
         if job.node is None:
@@ -176,6 +252,13 @@ class Adapter:
         for job in jobs:
             if self.loop.actions.busy(job.id):
                 continue
+            if (job.state == JobState.RUNNING and job.checkpoint_at is not None
+                    and now - job.checkpoint_at > self.loop.inventory.kill_grace_s
+                    and job.node is not None and job.id not in self._ck_stopping):
+                with self._lock:
+                    self._ck_stopping.add(job.id)
+                self.loop.actions.submit(job.node, ("ckstop", job.id), partial(
+                    self._stop_checkpointing, job.node, job.id, job.owner))
             if job.state == JobState.RUNNING and job.suspended_at is not None:
                 self._send(job, stop=False)   # lost while suspended, seen running again
             elif job.state == JobState.SUSPENDED:
@@ -200,6 +283,12 @@ def _shared(jobs: list[Job]) -> dict[str, list[Job]]:
         else:
             busy.add(name)
     return {g: js for g, js in groups.items() if len(js) > 1 and g not in busy}
+
+
+def _gpu_of(job: Job) -> str | None:
+    if job.node is None or len(job.gpu_indices) != 1:
+        return None
+    return f"{job.node}:{job.gpu_indices[0]}"
 
 
 def _sharer(job: Job, speeds: dict[int, float]) -> Sharer:

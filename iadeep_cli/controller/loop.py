@@ -290,6 +290,8 @@ class SchedulingLoop:
 
     def _finish(self, job: Job, code: int | None) -> None:
         now = self.clock()
+        if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
+            return   # it checkpointed on its --checkpoint-signal: queued again
         if job.cancel_requested_by:
             new, why = _stopped(job)
         elif code == 0:
@@ -311,7 +313,7 @@ class SchedulingLoop:
         known dead or fenced.  The old attempt's node is remembered (an orphan): its directory
         is set aside, and anything of it still running stopped, before a new attempt may start
         there (else the new launch would find the old pid file)."""
-        if job.attempts > job.spec.retries:
+        if job.attempts - job.checkpoints > job.spec.retries:   # checkpoints spend no retry
             return False
         if job.state != JobState.LOST:
             job = self._move(job, JobState.LOST, why)

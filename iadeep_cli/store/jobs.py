@@ -32,7 +32,8 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
 # read and written like the columns. An empty value (None, False, "", ()) removes its key; 0 is
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
-             "rerun_of", "suspended_at", "suspended_for", "suspended_s")
+             "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
+             "checkpoints")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -63,7 +64,9 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             "array_id": extra.get("array_id"), "array_index": extra.get("array_index"),
             "rerun_of": extra.get("rerun_of"), "suspended_at": extra.get("suspended_at"),
             "suspended_for": extra.get("suspended_for"),
-            "suspended_s": float(extra.get("suspended_s", 0.0))}
+            "suspended_s": float(extra.get("suspended_s", 0.0)),
+            "checkpoint_at": extra.get("checkpoint_at"),
+            "checkpoints": int(extra.get("checkpoints", 0))}
 
 
 @functools.cache

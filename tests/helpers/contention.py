@@ -11,11 +11,23 @@ time-sliced GPU sharing that run-time adaptation must detect and undo.
 
 It reports ``<time> <iterations>`` to $IADEEP_PROGRESS_FILE (``iadeep_cli.progress``'s format,
 written here without importing iadeep: the node need not have it) and exits 0 after ``ITERS``
-iterations, printing ``done``.  Usage: contention.py DIR ITERS
+iterations, printing ``done``.  Usage: contention.py DIR ITERS [CHECKPOINT]
+
+With CHECKPOINT (a file name, relative to the working directory) it also behaves as a job
+submitted with ``--checkpoint-signal USR1``: on SIGUSR1 it writes its iteration count there and
+exits 0 (``checkpointed at N``); started again, it resumes from that count (``resumed from N``).
 """
 import os
+import signal
 import sys
 import time
+
+asked = False
+
+
+def _ask(signum, frame):
+    global asked
+    asked = True
 
 SOLO_S = 0.01        # seconds per iteration alone: 100 it/s
 SHARED_S = 0.04      # with a partner: 25 it/s, speed 0.25
@@ -30,7 +42,21 @@ def main() -> int:
     beat = os.path.join(where, me)
     progress = os.environ.get("IADEEP_PROGRESS_FILE")
     done = 0
+    checkpoint = sys.argv[3] if len(sys.argv) > 3 else None
+    if checkpoint:
+        signal.signal(signal.SIGUSR1, _ask)
+        if os.path.exists(checkpoint):
+            with open(checkpoint) as f:
+                done = int(f.read())
+            print(f"resumed from {done}", flush=True)
     while done < total:
+        if asked:
+            with open(checkpoint + ".tmp", "w") as f:
+                f.write(str(done))
+            os.replace(checkpoint + ".tmp", checkpoint)
+            os.unlink(beat)
+            print(f"checkpointed at {done}", flush=True)
+            return 0
         now = time.time()
         with open(beat, "w"):
             pass

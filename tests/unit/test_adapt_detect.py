@@ -152,3 +152,16 @@ def test_policy_adapt_in_the_inventory():
     shown = yaml.safe_load((ROOT / "nodes.yaml.example").read_text())["lab"]["policy"]["adapt"]
     assert set(shown) == set(inventory._ADAPT_FIELDS)
     assert load_inventory(ROOT / "nodes.yaml.example").policy.adapt == AdaptPolicy()
+
+
+def test_checkpoint_signal_is_checked_like_signal():
+    from iadeep_cli.errors import InputError
+    from iadeep_cli.jobs import JobSpec, parse_checkpoint_signal, validate_spec
+
+    assert parse_checkpoint_signal("sigusr1") == "USR1"
+    validate_spec(JobSpec("/s/a.sh", checkpoint_signal="USR2"))
+    for bad in ("KILL", "STOP", "USR1@60", ""):
+        with pytest.raises(InputError) as info:
+            validate_spec(JobSpec("/s/a.sh", checkpoint_signal=bad))
+        assert info.value.message.startswith("--checkpoint-signal ")
+        assert "USR1" in (info.value.hint or "")

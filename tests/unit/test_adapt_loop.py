@@ -46,9 +46,10 @@ class Lab:
                                    fit_in_background=False)
 
     def submit(self, iters: int, **spec) -> int:
+        checkpoint = "ckpt" if spec.get("checkpoint_signal") else ""
         script = self.root / "emu.sh"
         script.write_text(f"#!/bin/sh\nexec {sys.executable} {EMULATOR} "
-                          f"{self.root / 'gpu-n1-0'} {iters}\n")
+                          f"{self.root / 'gpu-n1-0'} {iters} {checkpoint}\n")
         with self.store.tx() as conn:
             job_id, _ = jobrows.insert(conn, "alice", JobSpec(str(script), workload="emu",
                                                               **spec), time.time())
@@ -222,3 +223,36 @@ def test_suspended_time_is_not_counted_against_the_time_limit(make):
     with lab.store.tx() as conn:   # 30 of them suspended: 70 s count, past 60
         jobrows.update(conn, a, suspended_s=30.0)
     lab.until(lambda: lab.job(a).state == JobState.TIMEOUT)
+
+
+def test_a_checkpointing_job_is_signalled_requeued_and_resumes(make, tmp_path):
+    """--checkpoint-signal USR1: the last joiner of a pair worse than serial gets USR1 instead
+    of SIGSTOP, saves and exits; it is queued again (no retry spent), waits while its old
+    partner keeps the GPU (closed to it), starts again in the same working directory and
+    resumes from its checkpoint."""
+    lab = make()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    a, b = pair(lab, first_iters=600, second_iters=400, checkpoint_signal="USR1",
+                workdir=str(workdir))
+    lab.until(lambda: lab.job(b).checkpoints == 1)
+    requeued = lab.job(b)
+    assert requeued.state == JobState.QUEUED and lab.job(a).state == JobState.RUNNING
+    assert "n1:0 takes no new partners: " in requeued.reason
+    assert f"job {b} was checkpointed off it" in requeued.reason
+    saved = int((workdir / "ckpt").read_text())
+    assert saved > 0
+    events = lab.events(b)
+    assert any(e.startswith("running->running: checkpoint: n1:0 ") and "SIGUSR1 sent" in e
+               for e in events)
+    assert any(e.startswith("running->queued: checkpointed on SIGUSR1 (exit code 0)")
+               for e in events)
+    lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
+    done = lab.job(b)
+    assert (done.attempts, done.checkpoints) == (2, 1)
+    # its second attempt started after a had left (the GPU was closed to it meanwhile)
+    starts = [e for e in lab.events(b) if e.startswith("queued->starting")]
+    assert len(starts) == 2
+    log = (Path(lab.pool.node("n1").workdir) / "jobs" / str(b) / "log").read_text()
+    assert f"resumed from {saved}" in log and "done" in log
