@@ -7,6 +7,7 @@
                     is gone, or an admin fenced the node)
     running <-> suspended (SIGSTOP/SIGCONT by run-time adaptation: its GPU ran worse than
                            serial); suspended -> an end, or lost, as running
+    running -> queued (it checkpointed on its --checkpoint-signal and exited: requeued)
 
 Every change goes through ``check_transition`` so an illegal move (cancelling a finished job,
 starting a held one) is refused with a clear message instead of corrupting the queue.
@@ -150,6 +151,9 @@ class Job:
     suspended_s: float = 0.0
     checkpoint_at: float | None = None   # when its --checkpoint-signal was sent (this attempt)
     checkpoints: int = 0              # attempts that ended in a checkpoint (not --retries')
+    # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
+    # is still there, so a restarted controller too keeps it from rejoining a bad pair
+    yielded: tuple[str, int] | None = None
 
     @property
     def name(self) -> str:

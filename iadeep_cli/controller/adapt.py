@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from ..errors import IadeepError, InvalidTransition
 from ..inventory import Inventory
-from ..jobs import ACTIVE, Job, JobState
+from ..jobs import ACTIVE, PENDING, Job, JobState
 from ..scheduler.adapt import Detector, Finding, Sharer, closed_gpus, last_joined
 from ..store import Store, jobs as jobrows
 
@@ -85,8 +85,13 @@ class Adapter:
                 for name, group in _shared(jobs).items()}
         self.findings = self.detector.observe(now, gpus, policy)
         by_id = {j.id: j for j in jobs}
-        self._held = {g: (i, why) for g, (i, why) in self._held.items()
-                      if i in by_id and _gpu_of(by_id[i]) == g}
+        self._held = {}
+        for left in self.loop._jobs(PENDING | ACTIVE):
+            if left.yielded is not None:
+                gpu, stays = left.yielded
+                if stays in by_id and _gpu_of(by_id[stays]) == gpu:
+                    self._held[gpu] = (stays, f"job {left.id} was checkpointed off it: with "
+                                              f"job {stays} it ran worse than serial")
         for gpu, finding in self.findings.items():
             key = (gpu, finding.job_ids, finding.kinds)
             if key not in self._announced:
@@ -152,10 +157,8 @@ class Adapter:
         with self.loop.store.tx() as conn:
             if jobrows.get(conn, job.id).checkpoint_at is not None:
                 return
-            jobrows.update(conn, job.id, checkpoint_at=now, reason=why)
+            jobrows.update(conn, job.id, checkpoint_at=now, reason=why, suspended_for=partner)
             jobrows.add_event(conn, job.id, now, job.state, job.state, why, ACTOR)
-        self._held[finding.gpu] = (partner, f"{finding.describe(now)}; job {job.id} was "
-                                            "checkpointed off it")
         if job.node is not None:
             self.loop.actions.submit(job.node, ("checkpoint", job.id),
                                      partial(self._signal, job.node, job.id, name, job.owner))
@@ -197,7 +200,8 @@ class Adapter:
                 node=None, gpu_indices=(), remote_pid=None, remote_start=None, started_at=None,
                 signalled=False, orphans=job.orphans_with(job.node), checkpoint_at=None,
                 checkpoints=job.checkpoints + 1, suspended_at=None, suspended_for=None,
-                suspended_s=None)
+                suspended_s=None, yielded=(_gpu_of(job), job.suspended_for)
+                if _gpu_of(job) and job.suspended_for else None)
         except InvalidTransition:
             return False
         with self._lock:

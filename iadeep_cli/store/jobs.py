@@ -33,7 +33,7 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
              "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
-             "checkpoints")
+             "checkpoints", "yielded")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -66,7 +66,9 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             "suspended_for": extra.get("suspended_for"),
             "suspended_s": float(extra.get("suspended_s", 0.0)),
             "checkpoint_at": extra.get("checkpoint_at"),
-            "checkpoints": int(extra.get("checkpoints", 0))}
+            "checkpoints": int(extra.get("checkpoints", 0)),
+            "yielded": (str(extra["yielded"][0]), int(extra["yielded"][1]))
+            if extra.get("yielded") else None}
 
 
 @functools.cache

@@ -14,8 +14,9 @@ written here without importing iadeep: the node need not have it) and exits 0 af
 iterations, printing ``done``.  Usage: contention.py DIR ITERS [CHECKPOINT]
 
 With CHECKPOINT (a file name, relative to the working directory) it also behaves as a job
-submitted with ``--checkpoint-signal USR1``: on SIGUSR1 it writes its iteration count there and
-exits 0 (``checkpointed at N``); started again, it resumes from that count (``resumed from N``).
+submitted with ``--checkpoint-signal USR1``: on SIGUSR1 (or SIGTERM) it writes its iteration
+count there (``CHECKPOINT.saving`` exists while it saves, ``SAVE_S``) and exits 0
+(``checkpointed at N``); started again, it resumes from that count (``resumed from N``).
 """
 import os
 import signal
@@ -33,6 +34,7 @@ SOLO_S = 0.01        # seconds per iteration alone: 100 it/s
 SHARED_S = 0.04      # with a partner: 25 it/s, speed 0.25
 FRESH_S = 0.5        # a heartbeat older than this is a stopped or finished partner
 REPORT_EVERY = 5     # iterations between progress lines
+SAVE_S = 1.5         # writing a checkpoint takes this long (as saving a model does)
 
 
 def main() -> int:
@@ -45,16 +47,20 @@ def main() -> int:
     checkpoint = sys.argv[3] if len(sys.argv) > 3 else None
     if checkpoint:
         signal.signal(signal.SIGUSR1, _ask)
+        signal.signal(signal.SIGTERM, _ask)   # as preemptible trainers do: TERM saves too
         if os.path.exists(checkpoint):
             with open(checkpoint) as f:
                 done = int(f.read())
             print(f"resumed from {done}", flush=True)
     while done < total:
         if asked:
+            os.unlink(beat)
+            with open(checkpoint + ".saving", "w"):   # tests watch for this
+                pass
+            time.sleep(SAVE_S)
             with open(checkpoint + ".tmp", "w") as f:
                 f.write(str(done))
             os.replace(checkpoint + ".tmp", checkpoint)
-            os.unlink(beat)
             print(f"checkpointed at {done}", flush=True)
             return 0
         now = time.time()

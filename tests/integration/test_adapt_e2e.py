@@ -56,7 +56,8 @@ def lab(sshd_cluster, tmp_path):
     node = next(iter(cluster.nodes))
     cluster.nodes[node].set_fake(gpus=1)
     inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n  policy:\n"
+    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n  kill_grace: 3\n"
+                         "  policy:\n"
                          "    adapt: {observe_s: 0, polls: 3, window_s: 1.0}\n"
                          + cluster.inventory_yaml())
     home = tmp_path / "state"
@@ -72,10 +73,10 @@ def lab(sshd_cluster, tmp_path):
     cluster.kill_jobs()
 
 
-def _emulator_job(tmp_path: Path, iters: int) -> str:
+def _emulator_job(tmp_path: Path, iters: int, checkpoint: str = "") -> str:
     script = tmp_path / f"emu-{iters}.sh"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} {EMULATOR} {tmp_path / 'gpu0'} "
-                      f"{iters}\n")
+                      f"{iters} {checkpoint}\n")
     script.chmod(0o755)
     return str(script)
 
@@ -117,3 +118,45 @@ def test_a_harmful_pair_is_suspended_and_resumed_through_controller_kills(lab, t
     assert ("running", "suspended") in moves and ("suspended", "running") in moves
     assert cli(home, "logs", str(second), check=True).stdout.count("done") == 1
     assert attempt_processes(second, node, home) == []          # nothing left stopped
+
+
+def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab, tmp_path):
+    """--checkpoint-signal USR1 with --chdir: SIGKILL the controller while the job saves its
+    checkpoint (it got its USR1, it has not exited): the next controller finds it exited, with
+    the checkpoint marked in the database, and requeues it once; it waits for its old partner
+    to leave (known from the database, not from the dead controller's memory), starts again
+    once and resumes from its checkpoint."""
+    home = lab.home
+    work = tmp_path / "work"
+    work.mkdir()
+    first = int(cli(home, "queue", "add", _emulator_job(tmp_path, 2000), "--workload", "emu",
+                    check=True).stdout)
+    _wait(home, lambda js: js[first]["observed_speed"] is not None)
+    second = int(cli(home, "queue", "add", _emulator_job(tmp_path, 400, "ckpt"), "--workload",
+                     "emu", "--checkpoint-signal", "USR1", "--chdir", str(work),
+                     check=True).stdout)
+    # the job got its USR1 and is saving (1.5 s): the controller dies mid-action
+    deadline = time.monotonic() + 120
+    while not (work / "ckpt.saving").exists():
+        assert time.monotonic() < deadline, jobs_by_id(home)[second]
+        time.sleep(0.02)
+    lab.kill()
+    assert jobs_by_id(home)[second]["reason"].startswith("checkpoint: ")   # read offline
+    lab.start()
+    jobs = _wait(home, lambda js: js[second].get("checkpoints") == 1)
+    assert jobs[second]["state"] in ("queued", "starting", "running")
+    saved = int((work / "ckpt").read_text())
+    assert saved > 0
+    jobs = _wait(home, lambda js: js[second]["state"] in ("succeeded", "failed"), timeout=180)
+    assert jobs[second]["state"] == "succeeded" and jobs[first]["state"] == "succeeded"
+    assert (jobs[second]["attempts"], jobs[second]["checkpoints"]) == (2, 1)
+    assert jobs[first]["attempts"] == 1
+    detail = json.loads(cli(home, "queue", "show", str(second), "--json", check=True).stdout)
+    moves = [(e["old_state"], e["new_state"]) for e in detail["events"]]
+    assert moves.count(("queued", "starting")) == 2 and ("running", "queued") in moves
+    starts = [e["at"] for e in detail["events"] if e["new_state"] == "starting"]
+    first_end = json.loads(cli(home, "queue", "show", str(first), "--json",
+                               check=True).stdout)["ended_at"]
+    assert starts[1] >= first_end   # not back next to its old partner
+    log = cli(home, "logs", str(second), check=True).stdout
+    assert f"resumed from {saved}" in log and log.count("done") == 1

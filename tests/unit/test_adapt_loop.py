@@ -240,6 +240,7 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes(make, tmp_path):
     assert requeued.state == JobState.QUEUED and lab.job(a).state == JobState.RUNNING
     assert "n1:0 takes no new partners: " in requeued.reason
     assert f"job {b} was checkpointed off it" in requeued.reason
+    assert requeued.yielded == ("n1:0", a)
     saved = int((workdir / "ckpt").read_text())
     assert saved > 0
     events = lab.events(b)
