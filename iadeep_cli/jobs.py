@@ -114,6 +114,9 @@ class JobSpec:
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
     # then sends it SIG instead of suspending it, and requeues it (controller/adapt.py).
     checkpoint_signal: str | None = None
+    # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
+    # job waits for its GPU (AntMan's idea; controller/adapt.py)
+    opportunistic: bool = False
 
 
 @dataclass(frozen=True)

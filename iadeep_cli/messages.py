@@ -234,6 +234,7 @@ class JobView(Message):
     suspended_s: float | None = optional()            # seconds suspended (ended suspensions)
     checkpoint_signal: str | None = optional()        # --checkpoint-signal
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
+    opportunistic: bool | None = optional()           # --opportunistic
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -256,7 +257,8 @@ class JobView(Message):
             retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of,
             no_adapt=spec.no_adapt or None,
             suspended_s=round(job.suspended_s, 1) or None,
-            checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None)
+            checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
+            opportunistic=spec.opportunistic or None)
 
 
 @dataclass(frozen=True)

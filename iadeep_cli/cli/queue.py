@@ -149,6 +149,10 @@ def add(
         help="The job saves a checkpoint and exits on SIG: when its shared GPU runs worse than "
              "serial it gets SIG instead of being suspended, and is requeued to resume from "
              "its checkpoint in the same working directory (README 'Adapting at run time')."),
+    opportunistic: bool = typer.Option(
+        False, "--opportunistic",
+        help="Use spare GPUs; suspended (or checkpointed) first when a regular job waits for "
+             "its GPU, resumed when that job leaves (README 'Adapting at run time')."),
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
                                        "than serial (README 'Adapting at run time')."),
@@ -182,7 +186,7 @@ def add(
                    after_any=_ids(o["after_any"], "--after-any"),
                    after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
-                   checkpoint_signal=o["checkpoint_signal"])
+                   checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"])
     validate_spec(spec)
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
@@ -437,7 +441,7 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
                "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
-               "checkpoints")
+               "checkpoints", "opportunistic")
 
 
 def _field(name: str, value) -> str:

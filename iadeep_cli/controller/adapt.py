@@ -46,6 +46,7 @@ class Host(Protocol):
     pool: Any
     actions: Any
     clock: Callable[[], float]
+    model: Any
 
     def _jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]: ...
 
@@ -104,11 +105,66 @@ class Adapter:
                     partner = next(s.job_id for s in gpus[gpu] if s.job_id != job.id)
                     if job.spec.checkpoint_signal:
                         if job.checkpoint_at is None:
-                            self._checkpoint(job, partner, finding, now)
+                            self._checkpoint(job, partner, f"{finding.describe(now)}; it "
+                                             "joined last", now)
                     else:
                         self._suspend(job, partner, finding, now)
         live = {(g, f.job_ids, f.kinds) for g, f in self.findings.items()}
         self._announced &= live
+
+    # ------------------------------------------------------------------ --opportunistic
+    def make_room(self, queue: list[Job], active: list[Job], snapshot: Any,
+                  profiles: dict) -> None:
+        """Suspend (or checkpoint) the ``--opportunistic`` jobs on GPUs that a waiting regular
+        job would get if they were not there: ``plan()`` is asked twice, pure both times,
+        once as things are (who waits) and once without the opportunistic jobs (where those
+        would go).  Each yields for the job that takes its GPU, and is resumed when it leaves."""
+        from ..scheduler.placement import plan, slots_from_snapshot
+
+        policy = self.policy
+        if not (policy.enabled and policy.suspend):
+            return
+        opp = [j for j in active if j.spec.opportunistic and j.state == JobState.RUNNING
+               and not j.spec.no_adapt and j.checkpoint_at is None and j.node is not None]
+        regular = [j for j in queue if not j.spec.opportunistic]
+        if not (opp and regular):
+            return
+        inv, now = self.loop.inventory, self.loop.clock()
+        model = self.loop.model
+        slots = slots_from_snapshot(snapshot, active, inv, profiles)
+        placed = {p.job_id for p in plan(regular, slots, self.residents(active), profiles,
+                                         model, inv.policy, inv.user_limits, now).placements}
+        waiting = [j for j in regular if j.id not in placed]
+        if not waiting:
+            return
+        others = [j for j in active if not j.spec.opportunistic]
+        trial = plan(waiting, slots_from_snapshot(snapshot, others, inv, profiles), others,
+                     profiles, model, inv.policy, inv.user_limits, now)
+        for p in trial.placements:
+            for job in opp:
+                if job.node == p.node and set(job.gpu_indices) & set(p.gpu_indices):
+                    self._yield(job, p.job_id, f"{p.node}:{','.join(map(str, p.gpu_indices))}",
+                                now)
+
+    def _yield(self, job: Job, regular: int, where: str, now: float) -> None:
+        why = (f"opportunistic: regular job {regular} waits for {where}; resumed when it "
+               "leaves")
+        if job.spec.checkpoint_signal:
+            self._checkpoint(job, regular, f"opportunistic: regular job {regular} waits for "
+                                           f"{where}", now)
+            return
+        try:
+            moved = self.loop._move(job, JobState.SUSPENDED, f"suspended: {why}",
+                                    suspended_at=now, suspended_for=regular)
+        except InvalidTransition:
+            return
+        self._send(moved, stop=True)
+
+    def residents(self, active: list[Job]) -> list[Job]:
+        """The active jobs ``plan()`` sees on GPUs: a suspended ``--opportunistic`` job holds
+        its memory (counted in the slots) but neither computes nor takes a place."""
+        return [j for j in active if not (j.spec.opportunistic
+                                          and j.state == JobState.SUSPENDED)]
 
     def closed(self, now: float) -> dict[str, str]:
         out = {g: why for g, (_, why) in self._held.items()} if self.policy.enabled else {}
@@ -146,14 +202,14 @@ class Adapter:
             return
         self._send(moved, stop=True)
 
-    def _checkpoint(self, job: Job, partner: int, finding: Finding, now: float) -> None:
+    def _checkpoint(self, job: Job, partner: int, what: str, now: float) -> None:
         """Instead of suspending a ``--checkpoint-signal`` job: mark it (committed first, so
         the signal goes at most once an attempt, as --signal's), then send its signal; it saves
         and exits, and ``checkpointed`` queues it again.  Past ``lab.kill_grace`` it is
         stopped as a cancel would (``_recover``)."""
         name = job.spec.checkpoint_signal or "USR1"
-        why = (f"checkpoint: {finding.describe(now)}; it joined last: SIG{name} sent, requeued "
-               f"when it exits (stopped after {self.loop.inventory.kill_grace_s:g} s)")
+        why = (f"checkpoint: {what}: SIG{name} sent, requeued when it exits (stopped after "
+               f"{self.loop.inventory.kill_grace_s:g} s)")
         with self.loop.store.tx() as conn:
             if jobrows.get(conn, job.id).checkpoint_at is not None:
                 return
@@ -266,7 +322,9 @@ class Adapter:
             if job.state == JobState.RUNNING and job.suspended_at is not None:
                 self._send(job, stop=False)   # lost while suspended, seen running again
             elif job.state == JobState.SUSPENDED:
-                gone = where.get(job.suspended_for or -1) != (job.node, job.gpu_indices)
+                other = where.get(job.suspended_for or -1)
+                gone = other is None or other[0] != job.node or not (
+                    set(other[1]) & set(job.gpu_indices))
                 if gone or not (policy.enabled and policy.suspend) or job.spec.no_adapt:
                     self._send(job, stop=False)
                 elif job.id not in self._stop_sent:
@@ -297,4 +355,5 @@ def _gpu_of(job: Job) -> str | None:
 
 def _sharer(job: Job, speeds: dict[int, float]) -> Sharer:
     return Sharer(job.id, speeds.get(job.id), job.predicted_speed, job.spec.min_speed,
-                  job.started_at or job.submitted_at, not job.spec.no_adapt)
+                  job.started_at or job.submitted_at, not job.spec.no_adapt,
+                  job.spec.opportunistic)

@@ -556,9 +556,12 @@ class SchedulingLoop:
                 jobrows.set_reasons(conn, list(waits.items()))
             return
         active = self._jobs(ACTIVE)
-        slots = slots_from_snapshot(self._without_failing_nodes(snapshot), active,
-                                    self.inventory, profiles)
-        decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
+        snapshot = self._without_failing_nodes(snapshot)
+        self.adapt.make_room(queue, active, snapshot, profiles)   # --opportunistic jobs yield
+        active = self._jobs(ACTIVE)
+        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        decided = plan(queue, slots, self.adapt.residents(active), profiles, self.model,
+                       self.inventory.policy,
                        self.inventory.user_limits, self.clock(),
                        closed=self.adapt.closed(self.clock()))
         waits.update(decided.waits)

@@ -39,6 +39,7 @@ class Sharer:
     floor: float | None = None      # its own --min-speed, if it gave one
     joined_at: float = 0.0          # when it started on this GPU (the last to join is suspended)
     adapt: bool = True              # False: --no-adapt, never suspended
+    opportunistic: bool = False     # --opportunistic: suspended first, whenever it joined
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,12 @@ def judgeable(sharers: Sequence[Sharer]) -> bool:
 
 
 def last_joined(sharers: Sequence[Sharer]) -> Sharer | None:
-    """The job to suspend when the GPU runs worse than serial: the one that joined last (its
-    partner was there first and was fine alone), skipping ``--no-adapt`` jobs; None if every
-    job opted out."""
+    """The job to suspend when the GPU runs worse than serial: an ``--opportunistic`` one
+    first, else the one that joined last (its partner was there first and was fine alone),
+    skipping ``--no-adapt`` jobs; None if every job opted out."""
     allowed = [s for s in sharers if s.adapt]
-    return max(allowed, key=lambda s: (s.joined_at, s.job_id)) if allowed else None
+    return max(allowed, key=lambda s: (s.opportunistic, s.joined_at, s.job_id)) \
+        if allowed else None
 
 
 @dataclass

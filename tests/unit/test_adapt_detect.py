@@ -95,6 +95,9 @@ def test_last_joined_skips_opted_out_jobs():
     sharers[1] = Sharer(2, 0.4, 0.8, joined_at=20, adapt=False)
     assert last_joined(sharers).job_id == 1
     assert last_joined([Sharer(1, 0.4, 0.8, adapt=False)]) is None
+    # an opportunistic job goes first, even when it was there first
+    assert last_joined([Sharer(1, 0.4, 0.8, joined_at=10, opportunistic=True),
+                        Sharer(2, 0.4, 0.8, joined_at=20)]).job_id == 1
 
 
 def test_closed_gpus_follow_the_policy():

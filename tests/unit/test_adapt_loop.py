@@ -257,3 +257,40 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes(make, tmp_path):
     assert len(starts) == 2
     log = (Path(lab.pool.node("n1").workdir) / "jobs" / str(b) / "log").read_text()
     assert f"resumed from {saved}" in log and "done" in log
+
+
+def test_an_opportunistic_job_yields_to_a_regular_one(make):
+    """--opportunistic (AntMan's idea): a regular job that waits for the GPU an opportunistic
+    job holds gets it: the opportunistic job is suspended in place (memory kept, processes
+    stopped), the regular job starts there, and the opportunistic job resumes when it left."""
+    lab = make()
+    o = lab.submit(500, opportunistic=True, exclusive=True)
+    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
+    r = lab.submit(100)
+    lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
+    assert lab.job(o).reason == (f"suspended: opportunistic: regular job {r} waits for n1:0; "
+                                 "resumed when it leaves")
+    lab.until(lambda: lab.job(r).state in (JobState.RUNNING, JobState.SUCCEEDED))
+    assert (lab.job(r).node, lab.job(r).gpu_indices) == ("n1", (0,))
+    assert lab.job(o).state == JobState.SUSPENDED or lab.job(r).state == JobState.SUCCEEDED
+    lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
+    moves = [e.split(":")[0] for e in lab.events(o)]
+    assert moves == ["None->queued", "queued->starting", "starting->running",
+                     "running->suspended", "suspended->running", "running->succeeded"]
+    assert lab.job(o).attempts == 1 and lab.job(r).attempts == 1
+
+
+def test_in_a_bad_pair_the_opportunistic_job_is_suspended_though_it_came_first(make):
+    lab = make()
+    o = lab.submit(400, opportunistic=True)
+    lab.until(lambda: lab.job(o).observed_speed is not None)
+    r = lab.submit(200)   # predicted to share well, so it joins: nothing had to yield
+    lab.until(lambda: lab.job(r).state == JobState.RUNNING)
+    assert lab.job(r).gpu_indices == (0,) and lab.job(o).state == JobState.RUNNING
+    lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)   # the pair ran worse than serial
+    assert lab.job(o).suspended_for == r and lab.job(r).state == JobState.RUNNING
+    lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
+    assert JobState.SUSPENDED.value not in "".join(
+        e.split(":")[0] for e in lab.events(r))
