@@ -160,3 +160,41 @@ def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab,
     assert starts[1] >= first_end   # not back next to its old partner
     log = cli(home, "logs", str(second), check=True).stdout
     assert f"resumed from {saved}" in log and log.count("done") == 1
+
+
+def test_an_opportunistic_job_yields_to_a_regular_one_through_a_controller_kill(lab, tmp_path):
+    """An exclusive --opportunistic job holds the only GPU; a regular job arrives: the
+    opportunistic job is suspended in place (SIGKILL of the controller as soon as that is
+    committed), the regular job runs there, and the opportunistic job resumes after it (and is
+    then cancelled, still cancellable); each started once."""
+    home, node = lab.home, lab.node
+    opp = int(cli(home, "queue", "add", _emulator_job(tmp_path, 10**6), "--workload", "emu",
+                  "--opportunistic", "--exclusive", check=True).stdout)
+    _wait(home, lambda js: js[opp]["state"] == "running")
+    regular = int(cli(home, "queue", "add", _emulator_job(tmp_path, 600), "--workload", "emu",
+                      check=True).stdout)
+    jobs = _wait(home, lambda js: js[opp]["state"] == "suspended")
+    lab.kill()
+    assert jobs[opp]["reason"] == (f"suspended: opportunistic: regular job {regular} waits "
+                                   f"for {node}:0; resumed when it leaves")
+    lab.start()
+    deadline = time.monotonic() + 60
+    while not _all_stopped(opp, node, home) and jobs_by_id(home)[regular]["state"] != "succeeded":
+        assert time.monotonic() < deadline, _states(attempt_processes(opp, node, home))
+        time.sleep(0.1)
+    jobs = _wait(home, lambda js: js[regular]["state"] in ("succeeded", "failed"))
+    assert jobs[regular]["state"] == "succeeded" and jobs[regular]["node"] == node
+    _wait(home, lambda js: js[opp]["state"] == "running")
+    deadline = time.monotonic() + 30   # resumed: running, and really continued
+    while "T" in _states(attempt_processes(opp, node, home)):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    cli(home, "queue", "cancel", str(opp), check=True)
+    jobs = _wait(home, lambda js: js[opp]["state"] == "cancelled")
+    assert jobs[opp]["attempts"] == jobs[regular]["attempts"] == 1
+    detail = json.loads(cli(home, "queue", "show", str(opp), "--json", check=True).stdout)
+    moves = [(e["old_state"], e["new_state"]) for e in detail["events"]]
+    assert moves == [(None, "queued"), ("queued", "starting"), ("starting", "running"),
+                     ("running", "suspended"), ("suspended", "running"),
+                     ("running", "cancelled")]
+    assert attempt_processes(opp, node, home) == []
