@@ -78,6 +78,20 @@ class FairShare:
 
     def share(self, user: str) -> float:
         return dict(self.shares).get(user, self.DEFAULT_SHARE)
+class AdaptPolicy:
+    """``lab.policy.adapt``: when a running shared GPU counts as gone wrong, and what is done
+    about it (README 'Adapting at run time').  The defaults are conservative: a surprise must
+    last ``observe_s`` *and* ``polls`` consecutive polls, and the margins are several times the
+    +-2% spread of the shipped measurements, so ordinary jitter never acts on a job."""
+
+    enabled: bool = True
+    observe_s: float = 300.0        # how long a surprise must last before anything is done
+    polls: int = 5                  # ... and over at least this many consecutive polls
+    margin: float = 0.15            # observed below predicted by more than this: underperforms
+    serial_margin: float = 0.05     # observed speeds summing below 1.0 - this: worse than serial
+    stop_partners: bool = True      # no new partners join a GPU whose jobs underperform
+    suspend: bool = True            # worse than serial: the job that joined last is suspended
+    window_s: float = 60.0          # progress rate measured over this much recent progress
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,7 @@ class Policy:
     aging_per_hour: float = 1.0      # priority points a waiting job gains per hour
     reserve_after_s: float = 3600.0  # a blocked whole-GPU job then reserves GPUs (no starvation)
     fairshare: FairShare | None = None   # None: off, priority is base + aging alone
+    adapt: AdaptPolicy = field(default_factory=AdaptPolicy)   # acting on running jobs
 
 
 @dataclass(frozen=True)
@@ -335,6 +350,14 @@ _NODE_FIELDS = {
                        "a directory path (absolute, ~/..., or relative to the node's home)"),
     **RUN_AS_FIELDS, "shared_paths": _shared_paths,
 }
+_ADAPT_FIELDS = {
+    "enabled": _bool, "stop_partners": _bool, "suspend": _bool,
+    "observe_s": _at_least_0, "polls": _per_gpu,
+    # Below the measurements' own spread (+-2%) a margin would act on noise.
+    "margin": _within(_num, lambda v: 0.02 <= v < 1, "a speed margin in [0.02, 1)"),
+    "serial_margin": _within(_num, lambda v: 0 <= v < 1, "a speed margin in [0, 1)"),
+    "window_s": _within(_num, lambda v: v > 0, "seconds > 0"),
+}
 _POLICY_FIELDS = {
     # Sharing must pay: below 1.0 two jobs would together do less than one alone.
     "share_threshold": _within(_num, lambda v: v >= 1, "a number >= 1.0 (the combined "
@@ -343,6 +366,7 @@ _POLICY_FIELDS = {
     "max_jobs_per_gpu": _per_gpu, "memory_margin_gib": _at_least_0,
     "aging_per_hour": _at_least_0, "reserve_after_s": _at_least_0,
     "fairshare": _fairshare,
+    "adapt": lambda ctx, n, w: AdaptPolicy(**_mapping(ctx, n, w, _ADAPT_FIELDS)),
 }
 
 # 0 is allowed: it stops a user from starting jobs without removing their account.

@@ -5,6 +5,9 @@
     lost -> running | succeeded | failed | cancelled (the node answers again and says which)
     lost -> queued (retries remain and the old attempt is known dead: the node answered and it
                     is gone, or an admin fenced the node)
+    running <-> suspended (SIGSTOP/SIGCONT by run-time adaptation: its GPU ran worse than
+                           serial); suspended -> an end, or lost, as running
+    running -> queued (it checkpointed on its --checkpoint-signal and exited: requeued)
 
 Every change goes through ``check_transition`` so an illegal move (cancelling a finished job,
 starting a held one) is refused with a clear message instead of corrupting the queue.
@@ -32,6 +35,7 @@ class JobState(str, enum.Enum):
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"               # stopped at its time limit (--time), as Slurm's TIMEOUT
     LOST = "lost"
+    SUSPENDED = "suspended"           # stopped (SIGSTOP) on its GPU by run-time adaptation
 
     def __str__(self) -> str:  # so f-strings print 'queued', not 'JobState.QUEUED'
         return self.value
@@ -43,7 +47,12 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
+    # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
+    # where it fits, in the same working directory (controller/adapt.py).
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,
+                          S.QUEUED}),
+    # Suspended (controller/adapt.py): resumed, or it ends or is lost just as a running job.
+    S.SUSPENDED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
     S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
     S.SUCCEEDED: frozenset(),
@@ -51,7 +60,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.CANCELLED: frozenset(),
     S.TIMEOUT: frozenset(),
 }
-ACTIVE = frozenset({S.STARTING, S.RUNNING})          # occupying GPUs on a node
+ACTIVE = frozenset({S.STARTING, S.RUNNING, S.SUSPENDED})   # occupying GPUs on a node
 PENDING = frozenset({S.QUEUED, S.HELD})              # waiting in the queue
 FINISHED = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT})
 UNFINISHED = tuple(s for s in S if s not in FINISHED)   # in the order summaries list them
@@ -101,6 +110,13 @@ class JobSpec:
     after_fail: tuple[int, ...] = ()  # ... once they ended other than succeeded (--after-fail)
     array: str | None = None          # --array as written ("0-99%8"); every task keeps it
     retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
+    no_adapt: bool = False            # --no-adapt: never suspended by run-time adaptation
+    # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
+    # then sends it SIG instead of suspending it, and requeues it (controller/adapt.py).
+    checkpoint_signal: str | None = None
+    # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
+    # job waits for its GPU (AntMan's idea; controller/adapt.py)
+    opportunistic: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,18 @@ class Job:
     array_id: int | None = None       # the array it is a task of (its first task's id)
     array_index: int | None = None    # its index in that array (IADEEP_ARRAY_INDEX)
     rerun_of: int | None = None       # the finished job it was submitted again from (rerun)
+    # Run-time adaptation (controller/adapt.py): when this attempt was last suspended (set
+    # before the SIGSTOP is sent and cleared only after the SIGCONT is, so a crash in between
+    # never leaves it stopped), for which partner job, and its seconds suspended so far (not
+    # counted against --time).
+    suspended_at: float | None = None
+    suspended_for: int | None = None
+    suspended_s: float = 0.0
+    checkpoint_at: float | None = None   # when its --checkpoint-signal was sent (this attempt)
+    checkpoints: int = 0              # attempts that ended in a checkpoint (not --retries')
+    # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
+    # is still there, so a restarted controller too keeps it from rejoining a bad pair
+    yielded: tuple[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -266,6 +294,16 @@ def parse_signal(text: str) -> tuple[str, int]:
     return name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
 
 
+def parse_checkpoint_signal(text: str) -> str:
+    """``--checkpoint-signal SIG``: the signal's name (one of SIGNALS), as ``--signal`` takes it
+    but without ``@``: it is sent when run-time adaptation needs the GPU, not before a limit."""
+    name = text.strip().upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise InputError(f"--checkpoint-signal {text[:40]!r} is not a signal it may get",
+                         hint=f"e.g. --checkpoint-signal USR1; signals: {', '.join(SIGNALS)}")
+    return name
+
+
 def validate_spec(spec: JobSpec) -> None:
     """Refuse a spec that could never run, with a message naming the field (trust boundary:
     the controller calls this again on everything a client sends). Text must be printable: a
@@ -292,6 +330,8 @@ def validate_spec(spec: JobSpec) -> None:
                   f"{spec.time_limit_s:g} s", "e.g. --time 2:00:00 (two hours) or --time 3-0")
     if spec.signal is not None:
         parse_signal(spec.signal)
+    if spec.checkpoint_signal is not None:
+        parse_checkpoint_signal(spec.checkpoint_signal)
     if spec.notify not in NOTIFY_WHEN:
         raise bad(f"--notify must be one of {', '.join(NOTIFY_WHEN)}, got {spec.notify[:40]!r}",
                   "e.g. --notify fail (a message if it does not succeed)")

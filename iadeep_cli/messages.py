@@ -230,6 +230,11 @@ class JobView(Message):
     array_index: int | None = optional()
     retry_on_fail: bool | None = optional()
     rerun_of: int | None = optional()                 # `queue rerun` made it from this job
+    no_adapt: bool | None = optional()                # --no-adapt: never suspended
+    suspended_s: float | None = optional()            # seconds suspended (ended suspensions)
+    checkpoint_signal: str | None = optional()        # --checkpoint-signal
+    checkpoints: int | None = optional()              # attempts ended by a checkpoint
+    opportunistic: bool | None = optional()           # --opportunistic
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -249,7 +254,11 @@ class JobView(Message):
             exclude=spec.exclude, exported=dict(spec.exported), after=spec.after or None,
             after_any=spec.after_any or None, after_fail=spec.after_fail or None,
             array=spec.array, array_id=job.array_id, array_index=job.array_index,
-            retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of)
+            retry_on_fail=spec.retry_on_fail or None, rerun_of=job.rerun_of,
+            no_adapt=spec.no_adapt or None,
+            suspended_s=round(job.suspended_s, 1) or None,
+            checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
+            opportunistic=spec.opportunistic or None)
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,18 @@ def add(
                                           "at most 8 at once. Each gets IADEEP_ARRAY_INDEX."),
     retry_on_fail: bool = typer.Option(False, "--retry-on-fail",
                                        help="--retries also after a non-zero exit code."),
+    checkpoint_signal: str | None = typer.Option(
+        None, "--checkpoint-signal", metavar="SIG",
+        help="The job saves a checkpoint and exits on SIG: when its shared GPU runs worse than "
+             "serial it gets SIG instead of being suspended, and is requeued to resume from "
+             "its checkpoint in the same working directory (README 'Adapting at run time')."),
+    opportunistic: bool = typer.Option(
+        False, "--opportunistic",
+        help="Use spare GPUs; suspended (or checkpointed) first when a regular job waits for "
+             "its GPU, resumed when that job leaves (README 'Adapting at run time')."),
+    no_adapt: bool = typer.Option(False, "--no-adapt",
+                                  help="Never suspend this job when its shared GPU runs worse "
+                                       "than serial (README 'Adapting at run time')."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -173,7 +185,8 @@ def add(
                    after=_ids(o["after"], "--after"),
                    after_any=_ids(o["after_any"], "--after-any"),
                    after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
-                   retry_on_fail=o["retry_on_fail"])
+                   retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
+                   checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"])
     validate_spec(spec)
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
@@ -427,7 +440,8 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
                "submit_dir", "exported", "output", "error", "constraint", "nodelist", "exclude")
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
-               "retry_on_fail", "rerun_of")
+               "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
+               "checkpoints", "opportunistic")
 
 
 def _field(name: str, value) -> str:

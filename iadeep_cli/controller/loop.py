@@ -131,6 +131,7 @@ class SchedulingLoop:
     def __init__(self, store: Store, inventory: Inventory, pool: Pool, scripts_dir: Path,
                  clock: Callable[[], float] = time.time, fit_in_background: bool = True):
         from ..model.predictor import analytic_model
+        from .adapt import Adapter
         from .observe import SpeedObserver
 
         self.store, self.inventory, self.pool = store, inventory, pool
@@ -146,6 +147,7 @@ class SchedulingLoop:
         self._launch_health: dict[str, _LaunchHealth] = {}
         self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
         self.fairshare = FairShareRound()   # lab.policy.fairshare: usage -> priority points
+        self.adapt = Adapter(self)   # run-time adaptation (controller/adapt.py)
         self._refit()
 
     @property
@@ -198,7 +200,8 @@ class SchedulingLoop:
         shipped, lab = shipped_profiles(), self.lab_profiles()
         lab.update(self._profile_new_workloads(snapshot, {**shipped, **lab}))
         profiles = {**shipped, **lab}
-        self._observe_speeds(snapshot, now, profiles, lab)
+        speeds = self._observe_speeds(snapshot, now, profiles, lab)
+        self.adapt.step(now, speeds)
         self._schedule(snapshot, profiles)
         self._clean_old_dirs(snapshot, now)
 
@@ -274,6 +277,8 @@ class SchedulingLoop:
                 self._move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
                            "whether it started is unknown (check the node, then cancel it)")
         elif remote.state == "running":
+            if job.state == JobState.SUSPENDED:
+                return   # stopped on purpose; controller/adapt.py resumes it
             if job.state != JobState.RUNNING or job.remote_pid is None:
                 why = "node answers again" if job.state == JobState.LOST else "running"
                 self._move(job, JobState.RUNNING, why, remote_pid=remote.pid,
@@ -298,6 +303,8 @@ class SchedulingLoop:
 
     def _finish(self, job: Job, code: int | None) -> None:
         now = self.clock()
+        if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
+            return   # it checkpointed on its --checkpoint-signal: queued again
         if job.cancel_requested_by:
             new, why = _stopped(job)
         elif code == 0:
@@ -319,14 +326,15 @@ class SchedulingLoop:
         known dead or fenced.  The old attempt's node is remembered (an orphan): its directory
         is set aside, and anything of it still running stopped, before a new attempt may start
         there (else the new launch would find the old pid file)."""
-        if job.attempts > job.spec.retries:
+        if job.attempts - job.checkpoints > job.spec.retries:   # checkpoints spend no retry
             return False
         if job.state != JobState.LOST:
             job = self._move(job, JobState.LOST, why)
         self._move(job, JobState.QUEUED, f"{why}; requeued (attempt {job.attempts + 1} of "
                    f"{job.spec.retries + 1} next)", node=None, gpu_indices=(), remote_pid=None,
                    remote_start=None, started_at=None, signalled=False,
-                   orphans=job.orphans_with(job.node))
+                   orphans=job.orphans_with(job.node), suspended_at=None, suspended_for=None,
+                   suspended_s=None)
         self._samples.pop(job.id, None)
         return True
 
@@ -441,6 +449,7 @@ class SchedulingLoop:
             limit, began = job.spec.time_limit_s, job.started_at
             if limit is None or began is None or job.cancel_requested_by or job.node is None:
                 continue
+            began += job.suspended_s   # time suspended (controller/adapt.py) is not counted
             if job.spec.signal and not job.signalled:
                 name, lead = parse_signal(job.spec.signal)
                 if now - began >= limit - lead:
@@ -528,13 +537,15 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ online learning
     def _observe_speeds(self, snapshot: ClusterSnapshot, now: float,
-                        profiles: dict[str, Profile], lab: dict[str, Profile]) -> None:
+                        profiles: dict[str, Profile], lab: dict[str, Profile]
+                        ) -> dict[int, float]:
         # Solo rates only of workloads this lab profiled itself (the shipped ones are other
         # programs with other batch sizes).
         known_solo = {name: p.solo_it_per_s for name, p in lab.items() if p.solo_it_per_s}
         known_util = {name: p.gpu_util for name, p in profiles.items() if p.gpu_util}
         answered = {n.name for n in snapshot.nodes if n.reached}
         running = [j for j in self._jobs({JobState.RUNNING}) if j.node in answered]
+        self.observer.window_s = self.inventory.policy.adapt.window_s
         speeds, pairs = self.observer.observe(running, snapshot, now, known_solo, known_util)
         with self.store.tx() as conn:
             for job_id, speed in speeds.items():
@@ -548,6 +559,7 @@ class SchedulingLoop:
             log.info("refitting the model with %d new co-location measurements", self._new_pairs)
             self._new_pairs, self._last_fit = 0, now
             self._refit()
+        return speeds
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
@@ -559,12 +571,15 @@ class SchedulingLoop:
                 jobrows.set_reasons(conn, list(waits.items()))
             return
         active = self._jobs(ACTIVE)
-        slots = slots_from_snapshot(self._without_failing_nodes(snapshot), active,
-                                    self.inventory, profiles)
+        snapshot = self._without_failing_nodes(snapshot)
+        self.adapt.make_room(queue, active, snapshot, profiles)   # --opportunistic jobs yield
+        active = self._jobs(ACTIVE)
+        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
-        decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
-                       self.inventory.user_limits, now, fairshare=fair)
+        decided = plan(queue, slots, self.adapt.residents(active), profiles, self.model,
+                       self.inventory.policy, self.inventory.user_limits, now,
+                       fairshare=fair, closed=self.adapt.closed(now))
         waits.update(decided.waits)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:

@@ -35,6 +35,7 @@ class _Track:
 class SpeedObserver:
     def __init__(self, pool: NodeAccess):
         self.pool = pool
+        self.window_s = WINDOW_S   # lab.policy.adapt.window_s, set by the loop each round
         self._tracks: dict[int, _Track] = {}
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
         self._recorded: set[tuple[int, int]] = set()
@@ -109,7 +110,7 @@ class SpeedObserver:
             track.offset += len(complete)
             track.points = (track.points + parse_progress(complete.decode("utf-8", "replace"))
                             )[-2000:]
-        return rate(track.points, WINDOW_S)
+        return rate(track.points, self.window_s)
 
     def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
         rows = []

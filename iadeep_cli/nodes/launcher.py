@@ -273,6 +273,7 @@ def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0,
         "2>/dev/null; }\n"
         'alive || { [ -f "$d/pid" ] && echo not-running || echo missing; exit 0; }\n'
         "hit TERM\n"
+        "hit CONT\n"   # a suspended job (SIGSTOP) acts on its TERM only once continued
         f"n=0; while [ $n -lt {steps} ]; do alive || {{ echo terminated; exit 0; }}; sleep 0.2; "
         "n=$((n+1)); done\n"
         # KILL until nothing is left (a process forking as fast as it can is caught next time)
@@ -302,6 +303,25 @@ def signal(pool: NodeAccess, node: str, job_id: int, name: str,
         # a signal twice in a row may reach a handler twice
         "for x in $t; do pg=$(sed 's/.*) //' \"/proc/$x/stat\" 2>/dev/null | cut -d' ' -f3)\n"
         f'  [ "$pg" = "$g" ] || {{ kill -{name} "$x" 2>/dev/null && sent=1; }}; done\n'
+        'echo $sent\n'
+    )
+    return _sh(pool, node, script, owner=owner).strip() == "1"
+
+
+def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
+          owner: str | None = None) -> bool:
+    """Suspend (``stop``: SIGSTOP) or resume (SIGCONT) every process of the job, as ``signal``
+    reaches them: its process group and every process tagged with it outside the group.  Run
+    as the job's owner on a ``run_as: submitter`` node, like every job-touching script.  Both
+    are idempotent, so the controller may repeat either after a crash.  STOP and CONT are not
+    in ``jobs.SIGNALS``: users cannot ask for them, only run-time adaptation sends them.
+    True if anything of the job was there to get it."""
+    name = "STOP" if stop else "CONT"
+    script = (
+        _find_job(pool, node, job_id) +
+        't=$(tagged); sent=0\n'
+        f'[ -n "$g" ] && kill -{name} "-$g" 2>/dev/null && sent=1\n'
+        f'for x in $t; do kill -{name} "$x" 2>/dev/null && sent=1; done\n'
         'echo $sent\n'
     )
     return _sh(pool, node, script, owner=owner).strip() == "1"

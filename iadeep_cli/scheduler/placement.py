@@ -25,6 +25,8 @@ How a round decides (README 'How placement decides'):
    empty GPUs stay for jobs that cannot share well (two heavy jobs together lose: ~0.92).
    Empty GPUs are taken from the node with the fewest empty GPUs, keeping whole nodes free for
    multi-GPU jobs.
+5. Run-time adaptation (``scheduler/adapt.py``): a GPU in ``closed`` (its jobs underperform
+   what was predicted) takes no new partner, and a job that would have gone there says why.
 """
 from __future__ import annotations
 
@@ -235,8 +237,10 @@ def _sig(residents: Sequence[_Res]) -> tuple:
 class _Round:
     """Book-keeping for one plan() call: which GPUs are empty, which can take a sharer."""
 
-    def __init__(self, slots: Sequence[GpuSlot], residents: Mapping[int, _Res]):
+    def __init__(self, slots: Sequence[GpuSlot], residents: Mapping[int, _Res],
+                 closed: Mapping[str, str] | None = None):
         self.gpus = [_Gpu(s) for s in slots]
+        self.closed = dict(closed or {})   # GPU name -> why it takes no partners
         self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
         self.shareable: dict[tuple, dict[int, _Gpu]] = {}  # resident signature -> id(gpu) -> gpu
         self.empty_count = 0
@@ -251,7 +255,7 @@ class _Round:
         if not g.residents:
             self.empty.setdefault(g.node, {})[g.index] = g
             self.empty_count += 1
-        elif len(g.residents) < g.max_jobs and all(
+        elif len(g.residents) < g.max_jobs and g.name not in self.closed and all(
                 r.profile is not None and not r.solo_only for r in g.residents):
             self.shareable.setdefault(_sig(g.residents), {})[id(g)] = g
 
@@ -289,17 +293,21 @@ class _Round:
 def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
          user_limits: Mapping[str, UserLimit], now: float,
-         fairshare: Mapping[str, float] | None = None) -> Plan:
+         fairshare: Mapping[str, float] | None = None,
+         closed: Mapping[str, str] | None = None) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
     ``fairshare``: priority points per user (``scheduler.fairshare``), worked out by the caller
     from what ran, so plan() stays a function of its arguments; None: fair share off.
+    ``closed``: GPU name ("node:index") -> why it takes no new partners (run-time adaptation
+    found its jobs running worse than predicted); a job that waits while one of these would
+    otherwise have room for it says so.
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
     residents = {j.id: _resident(j, profiles, policy) for j in active}
-    rnd = _Round(slots, residents)
+    rnd = _Round(slots, residents, closed)
     usage = _usage(active)
     total_gpus = len(slots)
     placements: list[Placement] = []
@@ -338,6 +346,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
                                             - (now - job.submitted_at), holder, ok)
                 why += note
+            if not whole and rnd.closed:
+                why += _closed_note(rnd, ok)
             if ok is not _anywhere:
                 allowed = sorted({g.node for g in rnd.gpus if ok(g)})
                 why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
@@ -352,6 +362,16 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
 
 
 NodeRule = Callable[["_Gpu"], bool]
+
+
+def _closed_note(rnd: _Round, ok: NodeRule) -> str:
+    """'; GPU n1:0 takes no partners: ...' for the first closed GPU this job could otherwise
+    join (room for one more job), '' if none."""
+    for g in rnd.gpus:
+        if (g.name in rnd.closed and ok(g) and not g.reserved and g.residents
+                and len(g.residents) < g.max_jobs):
+            return f"; {g.name} takes no new partners: {rnd.closed[g.name]}"
+    return ""
 
 
 def _anywhere(g: _Gpu) -> bool:

@@ -33,7 +33,8 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
 # read and written like the columns. An empty value (None, False, "", ()) removes its key; 0 is
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
-             "rerun_of")
+             "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
+             "checkpoints", "yielded")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -62,7 +63,13 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             "orphans": tuple(extra.get("orphans", ())),
             "signalled": bool(extra.get("signalled", False)),
             "array_id": extra.get("array_id"), "array_index": extra.get("array_index"),
-            "rerun_of": extra.get("rerun_of")}
+            "rerun_of": extra.get("rerun_of"), "suspended_at": extra.get("suspended_at"),
+            "suspended_for": extra.get("suspended_for"),
+            "suspended_s": float(extra.get("suspended_s", 0.0)),
+            "checkpoint_at": extra.get("checkpoint_at"),
+            "checkpoints": int(extra.get("checkpoints", 0)),
+            "yielded": (str(extra["yielded"][0]), int(extra["yielded"][1]))
+            if extra.get("yielded") else None}
 
 
 @functools.cache

@@ -215,3 +215,39 @@ def test_sudo_never_runs_as_root_with_the_readme_line(lab):
                           f"sudo -n -u {ALICE} -- /bin/sh -c 'id -un'"],
                          capture_output=True, text=True)
     assert out.stdout.strip() == ALICE, out.stderr
+
+
+def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
+    """Run-time adaptation's SIGSTOP/SIGCONT (``launcher.pause``) reach a job on a ``run_as:
+    submitter`` node through the owner's sudo, as cancel does: every process of it stopped,
+    then continued, and the job still ends normally. Another user's identity reaches nothing."""
+    from helpers.controllers import attempt_processes
+    from iadeep_cli.controller.runtime import _scoped_workdirs
+    from iadeep_cli.inventory import load_inventory
+    from iadeep_cli.nodes import launcher
+    from iadeep_cli.nodes.poller import NodePool
+
+    def states() -> set[str]:
+        found = set()
+        for pid in attempt_processes(job_id, "ra1", lab.home):
+            try:   # the job's `sleep 0.1`s come and go
+                with open(f"/proc/{pid}/stat") as f:
+                    found.add(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        return found
+
+    home = pwd.getpwnam(ALICE).pw_dir
+    job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", _script(lab, "p.sh", JOB)))
+    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=60)
+    install = StateDir(lab.home).install_id.read_text().strip()
+    inventory = _scoped_workdirs(load_inventory(lab.inventory), install)
+    with NodePool(inventory, known_hosts=[lab.home / "known_hosts"], connect_timeout=3,
+                  command_timeout=10, backoff_base=0) as pool:
+        assert launcher.pause(pool, "ra1", job_id, False, owner=BOB) is False
+        assert launcher.pause(pool, "ra1", job_id, True, owner=ALICE) is True
+        wait_until(lambda: states() == {"T"}, limit=10)
+        assert launcher.pause(pool, "ra1", job_id, False, owner=ALICE) is True
+        wait_until(lambda: states() and "T" not in states(), limit=10)
+    Path(f"{home}/ra-go-{job_id}").touch()
+    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)

@@ -1,0 +1,359 @@
+"""Run-time adaptation, the acting half: what the controller does about a shared GPU gone wrong.
+
+``scheduler/adapt.py`` decides (pure); this module feeds it each round's observed speeds and
+acts, every action an event with the numbers that caused it (``queue show``, ``queue why``):
+
+1. **No new partners**: a GPU with a finding goes to ``plan(closed=...)``, so no job joins it;
+   its jobs get an event (running -> running) and their ``queue why`` says so.
+2. **Suspend and resume**: a GPU running worse than serial gets the job that joined last
+   suspended (``suspended``, SIGSTOP to its process group; its GPU memory stays), and resumed
+   (SIGCONT, ``running``) once the partner it was suspended for is no longer on that GPU.
+
+Crash safety, as for launches (intent before action): a suspension is committed (state
+``suspended``, ``suspended_at``, ``suspended_for``) before the SIGSTOP is sent on the node's
+worker; a resumption sends SIGCONT *before* it commits ``running``. ``suspended_at`` is cleared
+only once a SIGCONT went through. So after any crash the database says suspended (or has
+``suspended_at`` set) for every job that may be stopped, and every round re-derives what must
+be: a suspended job whose partner is gone (or whose lab turned suspension off) is resumed; one
+whose partner is still there gets its SIGSTOP again (idempotent) once per controller process;
+a running job that still has ``suspended_at`` (lost while suspended, then seen running) gets a
+SIGCONT. No job is stopped forever, and nothing is started or ended twice: only signals repeat.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, Protocol
+
+from ..errors import IadeepError, InvalidTransition
+from ..inventory import Inventory
+from ..jobs import ACTIVE, PENDING, Job, JobState
+from ..scheduler.adapt import Detector, Finding, Sharer, closed_gpus, last_joined
+from ..store import Store, jobs as jobrows
+
+log = logging.getLogger("iadeep.controller")
+ACTOR = "controller"
+
+
+class Host(Protocol):
+    """What the adapter needs of the scheduling loop (``controller/loop.SchedulingLoop``; a
+    protocol so this module need not import the loop, which imports it)."""
+
+    store: Store
+    inventory: Inventory
+    pool: Any
+    actions: Any
+    clock: Callable[[], float]
+    model: Any
+
+    def _jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]: ...
+
+    def _move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job: ...
+
+
+class Adapter:
+    """Owned by the loop; ``step`` once a round after the speeds are observed, ``closed`` for
+    ``plan()``."""
+
+    def __init__(self, loop: Host):
+        self.loop = loop
+        self.detector = Detector()
+        self.findings: dict[str, Finding] = {}
+        self._announced: set[tuple] = set()   # (gpu, jobs, kinds) already given an event
+        self._stop_sent: set[int] = set()     # SIGSTOP delivered by this controller process
+        self._ck_stopping: set[int] = set()   # checkpointing jobs past their grace, stopped
+        # GPU -> (the job still there, why): a pair undone by a checkpoint keeps its GPU closed
+        # to partners while the job that stayed is there (else the requeued job would rejoin)
+        self._held: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def policy(self):
+        return self.loop.inventory.policy.adapt
+
+    # ------------------------------------------------------------------ the round
+    def step(self, now: float, speeds: dict[int, float]) -> None:
+        """Detect on this round's ``speeds`` (job id -> observed speed) and act."""
+        jobs = self.loop._jobs(ACTIVE)
+        self._recover(jobs, now)
+        policy = self.policy
+        if not policy.enabled:
+            self.findings = {}
+            return
+        gpus = {name: [_sharer(j, speeds) for j in group]
+                for name, group in _shared(jobs).items()}
+        self.findings = self.detector.observe(now, gpus, policy)
+        by_id = {j.id: j for j in jobs}
+        self._held = {}
+        for left in self.loop._jobs(PENDING | ACTIVE):
+            if left.yielded is not None:
+                gpu, stays = left.yielded
+                if stays in by_id and _gpu_of(by_id[stays]) == gpu:
+                    self._held[gpu] = (stays, f"job {left.id} was checkpointed off it: with "
+                                              f"job {stays} it ran worse than serial")
+        for gpu, finding in self.findings.items():
+            key = (gpu, finding.job_ids, finding.kinds)
+            if key not in self._announced:
+                self._announced.add(key)
+                self._announce(finding, now)
+            if finding.worse_than_serial and policy.suspend:
+                victim = last_joined(gpus[gpu])
+                job = by_id[victim.job_id] if victim is not None else None
+                if job is not None and job.state == JobState.RUNNING:
+                    partner = next(s.job_id for s in gpus[gpu] if s.job_id != job.id)
+                    if job.spec.checkpoint_signal:
+                        if job.checkpoint_at is None:
+                            self._checkpoint(job, partner, f"{finding.describe(now)}; it "
+                                             "joined last", now)
+                    else:
+                        self._suspend(job, partner, finding, now)
+        live = {(g, f.job_ids, f.kinds) for g, f in self.findings.items()}
+        self._announced &= live
+
+    # ------------------------------------------------------------------ --opportunistic
+    def make_room(self, queue: list[Job], active: list[Job], snapshot: Any,
+                  profiles: dict) -> None:
+        """Suspend (or checkpoint) the ``--opportunistic`` jobs on GPUs that a waiting regular
+        job would get if they were not there: ``plan()`` is asked twice, pure both times,
+        once as things are (who waits) and once without the opportunistic jobs (where those
+        would go).  Each yields for the job that takes its GPU, and is resumed when it leaves."""
+        from ..scheduler.placement import plan, slots_from_snapshot
+
+        policy = self.policy
+        if not (policy.enabled and policy.suspend):
+            return
+        opp = [j for j in active if j.spec.opportunistic and j.state == JobState.RUNNING
+               and not j.spec.no_adapt and j.checkpoint_at is None and j.node is not None]
+        regular = [j for j in queue if not j.spec.opportunistic]
+        if not (opp and regular):
+            return
+        inv, now = self.loop.inventory, self.loop.clock()
+        model = self.loop.model
+        slots = slots_from_snapshot(snapshot, active, inv, profiles)
+        placed = {p.job_id for p in plan(regular, slots, self.residents(active), profiles,
+                                         model, inv.policy, inv.user_limits, now).placements}
+        waiting = [j for j in regular if j.id not in placed]
+        if not waiting:
+            return
+        others = [j for j in active if not j.spec.opportunistic]
+        trial = plan(waiting, slots_from_snapshot(snapshot, others, inv, profiles), others,
+                     profiles, model, inv.policy, inv.user_limits, now)
+        for p in trial.placements:
+            for job in opp:
+                if job.node == p.node and set(job.gpu_indices) & set(p.gpu_indices):
+                    self._yield(job, p.job_id, f"{p.node}:{','.join(map(str, p.gpu_indices))}",
+                                now)
+
+    def _yield(self, job: Job, regular: int, where: str, now: float) -> None:
+        why = (f"opportunistic: regular job {regular} waits for {where}; resumed when it "
+               "leaves")
+        if job.spec.checkpoint_signal:
+            self._checkpoint(job, regular, f"opportunistic: regular job {regular} waits for "
+                                           f"{where}", now)
+            return
+        try:
+            moved = self.loop._move(job, JobState.SUSPENDED, f"suspended: {why}",
+                                    suspended_at=now, suspended_for=regular)
+        except InvalidTransition:
+            return
+        self._send(moved, stop=True)
+
+    def residents(self, active: list[Job]) -> list[Job]:
+        """The active jobs ``plan()`` sees on GPUs: a suspended ``--opportunistic`` job holds
+        its memory (counted in the slots) but neither computes nor takes a place."""
+        return [j for j in active if not (j.spec.opportunistic
+                                          and j.state == JobState.SUSPENDED)]
+
+    def closed(self, now: float) -> dict[str, str]:
+        out = {g: why for g, (_, why) in self._held.items()} if self.policy.enabled else {}
+        out.update(closed_gpus(self.findings, now, self.policy))
+        return out
+
+    # ------------------------------------------------------------------ act 1
+    def _announce(self, finding: Finding, now: float) -> None:
+        """One event per job of the GPU, with the numbers (``queue show``), and the reason
+        ``queue why`` prints."""
+        what = finding.describe(now)
+        acts = []
+        if self.policy.stop_partners:
+            acts.append("no new partners join it")
+        if finding.worse_than_serial and self.policy.suspend:
+            acts.append("the job that joined last is suspended")
+        why = f"adapt: {what}" + (f"; {', '.join(acts)}" if acts else "")
+        log.warning("%s", why)
+        with self.loop.store.tx() as conn:
+            for job_id in finding.job_ids:
+                job = jobrows.get(conn, job_id)
+                if job.state != JobState.RUNNING:
+                    continue
+                jobrows.add_event(conn, job_id, now, job.state, job.state, why, ACTOR)
+                jobrows.update(conn, job_id, reason=why)
+
+    # ------------------------------------------------------------------ act 2
+    def _suspend(self, job: Job, partner: int, finding: Finding, now: float) -> None:
+        why = (f"suspended: {finding.describe(now)}; it joined last, resumed when job "
+               f"{partner} leaves {finding.gpu}")
+        try:
+            moved = self.loop._move(job, JobState.SUSPENDED, why, suspended_at=now,
+                                    suspended_for=partner)
+        except InvalidTransition:
+            return
+        self._send(moved, stop=True)
+
+    def _checkpoint(self, job: Job, partner: int, what: str, now: float) -> None:
+        """Instead of suspending a ``--checkpoint-signal`` job: mark it (committed first, so
+        the signal goes at most once an attempt, as --signal's), then send its signal; it saves
+        and exits, and ``checkpointed`` queues it again.  Past ``lab.kill_grace`` it is
+        stopped as a cancel would (``_recover``)."""
+        name = job.spec.checkpoint_signal or "USR1"
+        why = (f"checkpoint: {what}: SIG{name} sent, requeued when it exits (stopped after "
+               f"{self.loop.inventory.kill_grace_s:g} s)")
+        with self.loop.store.tx() as conn:
+            if jobrows.get(conn, job.id).checkpoint_at is not None:
+                return
+            jobrows.update(conn, job.id, checkpoint_at=now, reason=why, suspended_for=partner)
+            jobrows.add_event(conn, job.id, now, job.state, job.state, why, ACTOR)
+        if job.node is not None:
+            self.loop.actions.submit(job.node, ("checkpoint", job.id),
+                                     partial(self._signal, job.node, job.id, name, job.owner))
+
+    def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
+        from ..nodes import launcher
+
+        try:
+            launcher.signal(self.loop.pool, node, job_id, name, owner=owner)
+        except IadeepError as exc:   # not repeated: past the grace it is stopped anyway
+            log.warning("checkpoint signal to job %s on %s failed: %s", job_id, node,
+                        exc.message)
+
+    def _stop_checkpointing(self, node: str, job_id: int, owner: str) -> None:
+        from ..nodes import launcher
+
+        try:
+            launcher.cancel(self.loop.pool, node, job_id,
+                            grace_s=self.loop.inventory.kill_grace_s, owner=owner)
+        except IadeepError as exc:
+            log.warning("stopping checkpointing job %s on %s failed: %s", job_id, node,
+                        exc.message)
+            with self._lock:
+                self._ck_stopping.discard(job_id)
+
+    def checkpointed(self, job: Job, code: int | None) -> bool:
+        """The loop saw a job end after its --checkpoint-signal was sent: queue it again (no
+        retry spent; the attempt's directory is set aside like a requeued one's, so the
+        checkpoint must be in its working directory: --chdir, or a shared submission
+        directory). False if it cannot move (it was not running): the loop ends it as usual."""
+        if job.state != JobState.RUNNING or job.cancel_requested_by:
+            return False
+        where = job.spec.workdir or job.spec.submit_dir or "its job directory"
+        try:
+            self.loop._move(
+                job, JobState.QUEUED, f"checkpointed on SIG{job.spec.checkpoint_signal} (exit "
+                f"code {code}); requeued, to resume in {where} where it fits "
+                f"(attempt {job.attempts + 1}, checkpoint {job.checkpoints + 1})",
+                node=None, gpu_indices=(), remote_pid=None, remote_start=None, started_at=None,
+                signalled=False, orphans=job.orphans_with(job.node), checkpoint_at=None,
+                checkpoints=job.checkpoints + 1, suspended_at=None, suspended_for=None,
+                suspended_s=None, yielded=(_gpu_of(job), job.suspended_for)
+                if _gpu_of(job) and job.suspended_for else None)
+        except InvalidTransition:
+            return False
+        with self._lock:
+            self._ck_stopping.discard(job.id)
+        return True
+
+    def _send(self, job: Job, stop: bool) -> None:
+        if job.node is None:
+            return
+        self.loop.actions.submit(job.node, ("suspend" if stop else "resume", job.id),
+                                 partial(self._pause, job.node, job.id, job.owner, stop))
+
+    def _pause(self, node: str, job_id: int, owner: str, stop: bool) -> None:
+        """On the node's worker: the signal, then (resume) the commit."""
+        from ..nodes import launcher
+
+        try:
+            launcher.pause(self.loop.pool, node, job_id, stop, owner=owner)
+        except IadeepError as exc:
+            log.warning("%s job %s on %s failed: %s (tried again next round)",
+                        "suspending" if stop else "resuming", job_id, node, exc.message)
+            return
+        if stop:
+            with self._lock:
+                self._stop_sent.add(job_id)
+            return
+        with self.loop.store.tx() as conn:
+            job = jobrows.get(conn, job_id)
+        now = self.loop.clock()
+        took = now - job.suspended_at if job.suspended_at is not None else 0.0
+        fields = {"suspended_at": None, "suspended_for": None,
+                  "suspended_s": job.suspended_s + took}
+        try:
+            if job.state == JobState.SUSPENDED:
+                self.loop._move(job, JobState.RUNNING, f"resumed after {took:.0f} s suspended "
+                                f"({job.suspended_s + took:.0f} s in all, not counted against "
+                                "--time)", **fields)
+            else:
+                with self.loop.store.tx() as conn:
+                    jobrows.update(conn, job_id, **fields)
+        except InvalidTransition:
+            pass
+        with self._lock:
+            self._stop_sent.discard(job_id)
+
+    def _recover(self, jobs: list[Job], now: float) -> None:
+        """Make every stopped-or-maybe-stopped job what it should be (see the module's
+        docstring): resume those whose reason is gone, re-stop those whose reason holds."""
+        policy = self.policy
+        where = {j.id: (j.node, j.gpu_indices) for j in jobs
+                 if j.state in (JobState.STARTING, JobState.RUNNING)}
+        for job in jobs:
+            if self.loop.actions.busy(job.id):
+                continue
+            if (job.state == JobState.RUNNING and job.checkpoint_at is not None
+                    and now - job.checkpoint_at > self.loop.inventory.kill_grace_s
+                    and job.node is not None and job.id not in self._ck_stopping):
+                with self._lock:
+                    self._ck_stopping.add(job.id)
+                self.loop.actions.submit(job.node, ("ckstop", job.id), partial(
+                    self._stop_checkpointing, job.node, job.id, job.owner))
+            if job.state == JobState.RUNNING and job.suspended_at is not None:
+                self._send(job, stop=False)   # lost while suspended, seen running again
+            elif job.state == JobState.SUSPENDED:
+                other = where.get(job.suspended_for or -1)
+                gone = other is None or other[0] != job.node or not (
+                    set(other[1]) & set(job.gpu_indices))
+                if gone or not (policy.enabled and policy.suspend) or job.spec.no_adapt:
+                    self._send(job, stop=False)
+                elif job.id not in self._stop_sent:
+                    self._send(job, stop=True)   # e.g. a restart since the state was committed
+
+
+def _shared(jobs: list[Job]) -> dict[str, list[Job]]:
+    """GPU name -> its running single-GPU jobs, for GPUs with more than one such job and no
+    suspended one (a GPU with a suspended job is already acted on)."""
+    groups: dict[str, list[Job]] = {}
+    busy: set[str] = set()
+    for job in jobs:
+        if job.node is None or len(job.gpu_indices) != 1:
+            continue
+        name = f"{job.node}:{job.gpu_indices[0]}"
+        if job.state == JobState.RUNNING:
+            groups.setdefault(name, []).append(job)
+        else:
+            busy.add(name)
+    return {g: js for g, js in groups.items() if len(js) > 1 and g not in busy}
+
+
+def _gpu_of(job: Job) -> str | None:
+    if job.node is None or len(job.gpu_indices) != 1:
+        return None
+    return f"{job.node}:{job.gpu_indices[0]}"
+
+
+def _sharer(job: Job, speeds: dict[int, float]) -> Sharer:
+    return Sharer(job.id, speeds.get(job.id), job.predicted_speed, job.spec.min_speed,
+                  job.started_at or job.submitted_at, not job.spec.no_adapt,
+                  job.spec.opportunistic)

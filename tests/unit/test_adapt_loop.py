@@ -1,0 +1,296 @@
+"""Run-time adaptation in the real ``SchedulingLoop``, round by round (as test_loop_unit.py):
+real store, planner, launcher and job processes on this machine (``helpers.replay_pool``), and
+stand-in jobs whose speed really halves while they share (``helpers/contention.py``).
+
+Checks: a pair running worse than serial gets an event with its numbers and no new partners,
+the job that joined last is suspended (its processes really stopped) and resumed (really
+continued) when its partner ends, both finish once; and a controller that died in the middle
+(a new loop over the same database) neither loses a job nor leaves one stopped.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.replay_pool import ReplayPool
+from iadeep_cli.controller.loop import SchedulingLoop
+from iadeep_cli.inventory import AdaptPolicy, Inventory, Node, Policy
+from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.profiles import Profile
+from iadeep_cli.store import Store, jobs as jobrows, profiles as profrows
+
+pytestmark = pytest.mark.unit
+EMULATOR = Path(__file__).resolve().parents[1] / "helpers" / "contention.py"
+# A light workload the model lets share (predicted ~0.9 each), with the emulator's solo rate.
+EMU = Profile("emu", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="NVIDIA H200",
+              solo_it_per_s=100.0)
+FAST = AdaptPolicy(observe_s=0, polls=3, window_s=1.0)
+
+
+class Lab:
+    def __init__(self, root: Path, policy: AdaptPolicy = FAST, store: Store | None = None):
+        self.root = root
+        node = Node("n1", host="localhost", local=True, workdir=str(root / "nodes" / "n1"))
+        self.inventory = Inventory(nodes=(node,), poll_interval_s=0.2,
+                                   policy=Policy(adapt=policy))
+        self.store = store or Store(root / "iadeep.db")
+        with self.store.tx() as conn:
+            profrows.upsert_profile(conn, EMU, time.time())
+        self.pool = ReplayPool(self.inventory, {"n1": 1})
+        self.loop = SchedulingLoop(self.store, self.inventory, self.pool, root / "scripts",
+                                   fit_in_background=False)
+
+    def submit(self, iters: int, **spec) -> int:
+        checkpoint = "ckpt" if spec.get("checkpoint_signal") else ""
+        script = self.root / "emu.sh"
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} {EMULATOR} "
+                          f"{self.root / 'gpu-n1-0'} {iters} {checkpoint}\n")
+        with self.store.tx() as conn:
+            job_id, _ = jobrows.insert(conn, "alice", JobSpec(str(script), workload="emu",
+                                                              **spec), time.time())
+        copy = self.loop.script_copy(self.job(job_id))
+        copy.parent.mkdir(parents=True)
+        copy.write_text(script.read_text())
+        return job_id
+
+    def round(self) -> None:
+        self.loop.tick()
+        self.loop.actions.drain()
+        time.sleep(0.2)
+
+    def until(self, done, rounds: int = 300) -> None:
+        for _ in range(rounds):
+            if done():
+                return
+            self.round()
+        raise AssertionError("condition not reached")
+
+    def job(self, job_id: int) -> Job:
+        with self.store.tx() as conn:
+            return jobrows.get(conn, job_id)
+
+    def events(self, job_id: int) -> list[str]:
+        with self.store.tx() as conn:
+            return [f"{e['old_state']}->{e['new_state']}: {e['reason']}"
+                    for e in jobrows.events(conn, job_id)]
+
+    def close(self) -> None:
+        self.loop.actions.drain()
+        for pid_file in self.root.glob("nodes/*/jobs/*/pid"):
+            try:
+                os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.loop.close()
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): its state letter in /proc is T."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def job_pids(lab: Lab, job_id: int) -> list[int]:
+    """The job's processes here (its session: the wrapper and the emulator)."""
+    sid = lab.job(job_id).remote_pid
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+@pytest.fixture
+def make(tmp_path):
+    labs: list[Lab] = []
+
+    def factory(**kw) -> Lab:
+        labs.append(Lab(tmp_path, **kw))
+        return labs[-1]
+
+    yield factory
+    for lab in labs:
+        lab.close()
+
+
+def pair(lab: Lab, first_iters: int = 600, second_iters: int = 150, **second) -> tuple[int, int]:
+    """The first job running alone with a measured speed, then the second joining its GPU."""
+    a = lab.submit(first_iters)
+    lab.until(lambda: lab.job(a).observed_speed is not None)
+    b = lab.submit(second_iters, **second)
+    lab.until(lambda: lab.job(b).state == JobState.RUNNING)
+    return a, b
+
+
+def test_a_pair_worse_than_serial_is_split_and_rejoined(make):
+    lab = make()
+    a, b = pair(lab)
+    assert lab.job(b).node == lab.job(a).node and lab.job(b).gpu_indices == (0,)
+    lab.until(lambda: lab.job(b).state == JobState.SUSPENDED)
+    # the numbers that caused it, on both jobs; queue why says it
+    shared = [e for e in lab.events(a) if e.startswith("running->running: adapt: n1:0")]
+    assert shared and "worse than serial" in shared[0] and "speeds sum to" in shared[0]
+    assert "no new partners join it" in shared[0]
+    suspended = lab.job(b)
+    assert suspended.reason.startswith("suspended: n1:0 ") and f"job {a} leaves n1:0" in \
+        suspended.reason and suspended.suspended_for == a
+    lab.until(lambda: job_pids(lab, b) and all(stopped(p) for p in job_pids(lab, b)))
+    # the partner runs on alone until it ends; then b is resumed (really) and ends too
+    lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(b).state != JobState.SUSPENDED)
+    assert not any(stopped(p) for p in job_pids(lab, b))
+    lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
+    done = lab.job(b)
+    assert done.attempts == 1 and done.suspended_s > 0 and done.suspended_at is None
+    moves = [e.split(":")[0] for e in lab.events(b)]
+    assert moves == ["None->queued", "queued->starting", "starting->running",
+                     "running->running", "running->suspended", "suspended->running",
+                     "running->succeeded"]
+    assert "not counted against --time" in lab.events(b)[5]
+
+
+def test_no_adapt_and_a_disabled_policy_suspend_nobody(make):
+    lab = make(policy=AdaptPolicy(observe_s=0, polls=3, window_s=1.0, suspend=False))
+    a, b = pair(lab, first_iters=300)
+    lab.until(lambda: any("adapt:" in e for e in lab.events(b)))
+    assert "the job that joined last is suspended" not in lab.job(b).reason
+    lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+    assert JobState.SUSPENDED.value not in "".join(lab.events(b))
+
+
+def test_no_adapt_job_is_passed_over_for_its_partner(make):
+    lab = make()
+    a, b = pair(lab, first_iters=400, second_iters=400, no_adapt=True)
+    lab.until(lambda: lab.job(a).state == JobState.SUSPENDED)   # a joined first, but b opted out
+    assert lab.job(b).state == JobState.RUNNING
+    lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+
+
+def test_a_crash_between_commit_and_signal_is_finished_by_the_next_controller(make, tmp_path):
+    """The suspension committed, the controller dead before its SIGSTOP: the next one sends it
+    (the partner is still there); once the partner ends it resumes the job. And a job that was
+    lost while stopped and is seen running again gets its SIGCONT."""
+    lab = make(policy=AdaptPolicy(enabled=True, suspend=False, observe_s=10**6))
+    a, b = pair(lab)
+    with lab.store.tx() as conn:   # what the dead controller committed, and nothing more
+        jobrows.transition(conn, b, JobState.SUSPENDED, "suspended: test", "controller",
+                           time.time(), suspended_at=time.time(), suspended_for=a)
+    assert not any(stopped(p) for p in job_pids(lab, b))
+    lab.loop.close()
+    again = make(policy=FAST, store=lab.store)   # the restarted controller
+    again.until(lambda: job_pids(again, b) and all(stopped(p) for p in job_pids(again, b)))
+    assert again.job(b).state == JobState.SUSPENDED
+    again.until(lambda: again.job(a).state == JobState.SUCCEEDED)
+    again.until(lambda: again.job(b).state == JobState.SUCCEEDED)
+    assert again.job(b).attempts == 1 and again.job(a).attempts == 1
+
+
+def test_a_running_job_left_stopped_is_continued(make):
+    lab = make(policy=AdaptPolicy(suspend=False, observe_s=10**6))
+    a = lab.submit(100)
+    lab.until(lambda: lab.job(a).state == JobState.RUNNING and job_pids(lab, a))
+    for pid in job_pids(lab, a):
+        os.kill(pid, signal.SIGSTOP)
+    # as after: suspended, node silent (lost), node back (running): suspended_at still set
+    with lab.store.tx() as conn:
+        jobrows.update(conn, a, suspended_at=time.time() - 5)
+    lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+    assert lab.job(a).suspended_at is None and lab.job(a).suspended_s >= 5
+
+
+def test_suspended_time_is_not_counted_against_the_time_limit(make):
+    lab = make(policy=AdaptPolicy(suspend=False, observe_s=10**6))
+    a = lab.submit(100_000, time_limit_s=60)
+    lab.until(lambda: lab.job(a).state == JobState.RUNNING)
+    # 100 s since it started, 50 of them suspended: 50 s count, under its 60 s
+    with lab.store.tx() as conn:
+        jobrows.update(conn, a, started_at=time.time() - 100, suspended_s=50.0)
+    for _ in range(3):
+        lab.round()
+    assert lab.job(a).state == JobState.RUNNING and lab.job(a).cancel_requested_by is None
+    with lab.store.tx() as conn:   # 30 of them suspended: 70 s count, past 60
+        jobrows.update(conn, a, suspended_s=30.0)
+    lab.until(lambda: lab.job(a).state == JobState.TIMEOUT)
+
+
+def test_a_checkpointing_job_is_signalled_requeued_and_resumes(make, tmp_path):
+    """--checkpoint-signal USR1: the last joiner of a pair worse than serial gets USR1 instead
+    of SIGSTOP, saves and exits; it is queued again (no retry spent), waits while its old
+    partner keeps the GPU (closed to it), starts again in the same working directory and
+    resumes from its checkpoint."""
+    lab = make()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    a, b = pair(lab, first_iters=600, second_iters=400, checkpoint_signal="USR1",
+                workdir=str(workdir))
+    lab.until(lambda: lab.job(b).checkpoints == 1)
+    requeued = lab.job(b)
+    assert requeued.state == JobState.QUEUED and lab.job(a).state == JobState.RUNNING
+    assert "n1:0 takes no new partners: " in requeued.reason
+    assert f"job {b} was checkpointed off it" in requeued.reason
+    assert requeued.yielded == ("n1:0", a)
+    saved = int((workdir / "ckpt").read_text())
+    assert saved > 0
+    events = lab.events(b)
+    assert any(e.startswith("running->running: checkpoint: n1:0 ") and "SIGUSR1 sent" in e
+               for e in events)
+    assert any(e.startswith("running->queued: checkpointed on SIGUSR1 (exit code 0)")
+               for e in events)
+    lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
+    done = lab.job(b)
+    assert (done.attempts, done.checkpoints) == (2, 1)
+    # its second attempt started after a had left (the GPU was closed to it meanwhile)
+    starts = [e for e in lab.events(b) if e.startswith("queued->starting")]
+    assert len(starts) == 2
+    log = (Path(lab.pool.node("n1").workdir) / "jobs" / str(b) / "log").read_text()
+    assert f"resumed from {saved}" in log and "done" in log
+
+
+def test_an_opportunistic_job_yields_to_a_regular_one(make):
+    """--opportunistic (AntMan's idea): a regular job that waits for the GPU an opportunistic
+    job holds gets it: the opportunistic job is suspended in place (memory kept, processes
+    stopped), the regular job starts there, and the opportunistic job resumes when it left."""
+    lab = make()
+    o = lab.submit(500, opportunistic=True, exclusive=True)
+    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
+    r = lab.submit(100)
+    lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
+    assert lab.job(o).reason == (f"suspended: opportunistic: regular job {r} waits for n1:0; "
+                                 "resumed when it leaves")
+    lab.until(lambda: lab.job(r).state in (JobState.RUNNING, JobState.SUCCEEDED))
+    assert (lab.job(r).node, lab.job(r).gpu_indices) == ("n1", (0,))
+    assert lab.job(o).state == JobState.SUSPENDED or lab.job(r).state == JobState.SUCCEEDED
+    lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
+    moves = [e.split(":")[0] for e in lab.events(o)]
+    assert moves == ["None->queued", "queued->starting", "starting->running",
+                     "running->suspended", "suspended->running", "running->succeeded"]
+    assert lab.job(o).attempts == 1 and lab.job(r).attempts == 1
+
+
+def test_in_a_bad_pair_the_opportunistic_job_is_suspended_though_it_came_first(make):
+    lab = make()
+    o = lab.submit(400, opportunistic=True)
+    lab.until(lambda: lab.job(o).observed_speed is not None)
+    r = lab.submit(200)   # predicted to share well, so it joins: nothing had to yield
+    lab.until(lambda: lab.job(r).state == JobState.RUNNING)
+    assert lab.job(r).gpu_indices == (0,) and lab.job(o).state == JobState.RUNNING
+    lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)   # the pair ran worse than serial
+    assert lab.job(o).suspended_for == r and lab.job(r).state == JobState.RUNNING
+    lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
+    assert JobState.SUSPENDED.value not in "".join(
+        e.split(":")[0] for e in lab.events(r))
