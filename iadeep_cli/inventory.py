@@ -6,6 +6,7 @@ the field, e.g. ``nodes.yaml:12: nodes[1].port: expected an integer, got 'twenty
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import string
@@ -156,6 +157,56 @@ class SlurmSettings:
     gpu_memory_gib: float = 80.0
     conf: str | None = None          # SLURM_CONF for the Slurm commands; None: the default
     account: str | None = None       # sbatch --account; None: each user's default
+class MetricsSettings:
+    """``lab.metrics``: where the controller serves Prometheus metrics (``listen``: host and
+    port; None: off, the default). The series name users, jobs and nodes, so an address other
+    than loopback needs ``allow_remote: true`` written in the lab's own file."""
+
+    listen: tuple[str, int] | None = None
+    allow_remote: bool = False
+
+
+def parse_listen(value: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6, ``:PORT`` for every interface, a bare ``PORT``
+    for 127.0.0.1) as (host, port); port 0 picks a free one. None if it is not one."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (any(c.isspace() or c in "[]/@" for c in host) or not port.isdigit()
+            or not 0 <= int(port) <= 65535):
+        return None
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` serves this machine only (no name is looked up: a name other
+    than localhost may resolve to anything)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def metrics_address(settings: MetricsSettings, flag: str | None = None
+                    ) -> tuple[str, int] | None:
+    """Where to serve metrics: ``--metrics`` (``flag``) if given, else ``lab.metrics.listen``;
+    None: off. An address other than loopback is refused unless the lab allows it."""
+    listen = settings.listen
+    if flag is not None:
+        listen = parse_listen(flag)
+        if listen is None:
+            raise ConfigError(f"--metrics {flag!r}: expected HOST:PORT, e.g. 127.0.0.1:9464",
+                              hint="give a host and a port from 0 (any free one) to 65535")
+    if listen is not None and not settings.allow_remote and not is_loopback(listen[0]):
+        shown = f"{listen[0] or '*'}:{listen[1]}"
+        raise ConfigError(f"metrics address {shown} is not loopback: whoever reaches it would "
+                          "see the lab's users, jobs and nodes",
+                          hint="serve on 127.0.0.1:PORT, or set lab.metrics.allow_remote: true "
+                               "in the inventory if the lab wants that")
+    return listen
 
 
 @dataclass(frozen=True)
@@ -173,6 +224,7 @@ class Inventory:
                                                 # when default_time_limit is not set)
     kill_grace_s: float = 10.0       # a stopped job's TERM -> KILL wait (cancel, time limit)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     path: Path | None = None
     slurm: SlurmSettings | None = None
 
@@ -487,6 +539,30 @@ def _notify(ctx: _Ctx, node: yaml.Node, where: str) -> NotifySettings:
                           addresses=values.get("addresses", {}), webhook=values.get("webhook"))
 
 
+def _listen(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[str, int]:
+    value = _str(ctx, node, where)
+    listen = parse_listen(value)
+    if listen is None:
+        raise ctx.fail(node, where, f"expected HOST:PORT, e.g. 127.0.0.1:9464, got {value!r}")
+    return listen
+
+
+_METRICS_FIELDS = {"listen": _listen, "allow_remote": _bool}
+
+
+def _metrics(ctx: _Ctx, node: yaml.Node, where: str) -> MetricsSettings:
+    """Refused where it is written: an address other than loopback without allow_remote."""
+    values = _mapping(ctx, node, where, _METRICS_FIELDS)
+    settings = MetricsSettings(**values)
+    if (settings.listen is not None and not settings.allow_remote
+            and not is_loopback(settings.listen[0])):
+        at = next(v for k, v in node.value if k.value == "listen")
+        raise ctx.fail(at, f"{where}.listen", "not a loopback address: whoever reaches it "
+                       "would see the lab's users, jobs and nodes; add allow_remote: true "
+                       "if the lab wants that")
+    return settings
+
+
 _LAB_FIELDS = {
     "admins": _str_list,
     "poll_interval": _within(_num, lambda v: v >= MIN_POLL_INTERVAL_S,
@@ -497,7 +573,7 @@ _LAB_FIELDS = {
     "user_limits": _user_limits, "job_dir_retention": _duration, "notify": _notify,
     "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
-    "kill_grace": _duration,
+    "kill_grace": _duration, "metrics": _metrics,
     **RUN_AS_FIELDS,   # defaults for every node that does not say
     "shared_paths": _shared_paths,   # likewise
 }
@@ -616,6 +692,7 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         max_time_limit_s=lab.get("max_time_limit"),
         kill_grace_s=lab.get("kill_grace", 10.0),
         notify=lab.get("notify", NotifySettings()),
+        metrics=lab.get("metrics", MetricsSettings()),
         path=path,
         slurm=top.get("slurm"),
     )

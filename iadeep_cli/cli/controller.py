@@ -24,14 +24,20 @@ def run(inventory: str | None = typer.Option(
                                          "state directory's nodes.yaml)."),
         new_database: bool = typer.Option(
             False, "--new-database", help="Start with an empty database although this state "
-                                          "directory had one (its jobs are forgotten).")) -> None:
+                                          "directory had one (its jobs are forgotten)."),
+        metrics: str | None = typer.Option(
+            None, "--metrics", metavar="HOST:PORT",
+            help="Serve Prometheus metrics there, e.g. 127.0.0.1:9464 (default: "
+                 "lab.metrics.listen, else off; an address other than loopback needs "
+                 "lab.metrics.allow_remote: true).")) -> None:
     """Run the controller in the foreground until SIGINT/SIGTERM (SIGHUP: reload)."""
     from ..controller.runtime import run_forever
-    from ..inventory import load_inventory
+    from ..inventory import load_inventory, metrics_address
 
     inv = load_inventory(inventory)
+    listen = metrics_address(inv.metrics, metrics)
     _log_lab_events()
-    run_forever(inv, new_database=new_database)
+    run_forever(inv, new_database=new_database, metrics=listen)
 
 
 @app.command("reload")

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import messages as m
 from ..errors import ConfigError, IadeepError, NodeError, StoreError
@@ -27,6 +28,9 @@ from ..paths import StateDir
 from ..store import cluster, statedir
 from . import offline
 from .notify import Notifier
+
+if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
+    from .metrics import MetricsServer
 from .server import ControllerSocket
 from .service import Service
 
@@ -39,9 +43,12 @@ class Controller:
     """Owns the store, the socket and the scheduling loop for one state directory."""
 
     def __init__(self, inventory: Inventory, state_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time, new_database: bool = False):
+                 clock: Callable[[], float] = time.time, new_database: bool = False,
+                 metrics: tuple[str, int] | None = None):
         inventory = _with_slurm(inventory)
         self.inventory = inventory
+        self._metrics_at = metrics   # (host, port) to serve Prometheus metrics on; None: off
+        self.metrics: MetricsServer | None = None
         self.state = StateDir(state_dir) if state_dir else StateDir.default()
         self.clock = clock
         self._stop = threading.Event()
@@ -189,6 +196,9 @@ class Controller:
             self.loop = self._make_loop(new)
         self.inventory = self.service.inventory = new
         self.notifier.use(new.notify)
+        if new.metrics != old.metrics:
+            log.warning("lab.metrics changed in %s: it applies at the controller's next start",
+                        new.path)
         names = [n.name for n in new.nodes]
         change = {"added": tuple(n for n in names if old.node(n) is None),
                   "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None),
@@ -254,8 +264,26 @@ class Controller:
                 self._rescued = True
                 log.error("saved what the controller held to %s", target)
 
+    def _serve_metrics(self) -> None:
+        """Start the Prometheus endpoint if asked; a bad address (in use, not this machine's)
+        stops the start with its one-line error, before anything runs."""
+        if self._metrics_at is None:
+            return
+        from .metrics import serve
+
+        try:
+            self.metrics = serve(self._metrics_at, self.store.path, lambda: self.inventory,
+                                 lambda: self.service.degraded is not None, self.started_at,
+                                 self.clock)
+        except BaseException:
+            self.socket.close()
+            self.store.close()
+            raise
+        log.info("serving Prometheus metrics on %s", self.metrics.url)
+
     def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Serve until stop(); each tick runs one scheduling round (if a loop is attached)."""
+        self._serve_metrics()
         self.socket.start()
         self.notifier.start()
         self.heartbeat()
@@ -269,7 +297,10 @@ class Controller:
                 began = time.monotonic()
                 self._apply_reloads()
                 if self.loop is not None and self.store.identity_problem() is None:
+                    round_began = time.monotonic()
                     self._tick()
+                    if self.metrics is not None:
+                        self.metrics.round_done(time.monotonic() - round_began, self.clock())
                 self.notifier.wake()   # jobs that ended in this round, or by a request
                 self.heartbeat()
                 # a fixed rate: a round that took long does not also delay the next one
@@ -280,6 +311,8 @@ class Controller:
             log.info("controller stopping (%s); running jobs keep running on their nodes",
                      self._stopped_by)
             self.socket.close()
+            if self.metrics is not None:
+                self.metrics.close()
             self.notifier.close()
             self.heartbeat(stopped_at=self.clock())
             if self.loop is not None:
@@ -341,8 +374,8 @@ def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
 
 
 def run_forever(inventory: Inventory, on_ready: Callable[[], None] = lambda: None,
-                new_database: bool = False) -> None:
-    controller = Controller(inventory, new_database=new_database)
+                new_database: bool = False, metrics: tuple[str, int] | None = None) -> None:
+    controller = Controller(inventory, new_database=new_database, metrics=metrics)
     signal.signal(signal.SIGTERM, controller.stop)
     signal.signal(signal.SIGINT, controller.stop)
     signal.signal(signal.SIGHUP, controller.hangup)

@@ -16,7 +16,8 @@ try:
 except SystemExit:
     pass
 heavy = sorted({m.split(".")[0] for m in sys.modules} & {"sklearn", "textual", "paramiko",
-                                                         "rich", "numpy", "scipy"})
+                                                         "rich", "numpy", "scipy",
+                                                         "prometheus_client"})
 print("HEAVY=" + json.dumps(heavy))
 """
 

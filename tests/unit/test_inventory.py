@@ -36,10 +36,12 @@ def test_example_inventory_shows_every_field():
         "nodes[*]": set().union(*map(set, data["nodes"])),
         "lab.notify": set(data["lab"]["notify"]),
         "lab.policy.fairshare": set(data["lab"]["policy"]["fairshare"]),
+        "lab.metrics": set(data["lab"]["metrics"]),
     }
     assert shown == {"lab": set(inventory._LAB_FIELDS), "lab.policy": set(inventory._POLICY_FIELDS),
                      "lab.notify": set(inventory._NOTIFY_FIELDS),
                      "lab.policy.fairshare": set(inventory._FAIRSHARE_FIELDS),
+                     "lab.metrics": set(inventory._METRICS_FIELDS),
                      "lab.user_limits.*": set(inventory._LIMIT_FIELDS),
                      "nodes[*]": set(inventory._NODE_FIELDS)}
     text = (ROOT / "nodes.yaml.example").read_text()
