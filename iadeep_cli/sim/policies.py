@@ -47,6 +47,7 @@ from ..jobs import Job
 from ..profiles import Profile
 from ..scheduler.placement import (
     CachedModel,
+    CautiousModel,
     GpuSlot,
     Placement,
     Plan,
@@ -61,8 +62,6 @@ Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float], Plan]
 TIRESIAS_Q1_GPU_S = 3600.0     # queue-1 limit: 1 GPU-hour of attained service
 LUCID_UTIL_CUTS = (25.0, 75.0)     # % GPU utilisation: tiny below the first, jumbo from the second
 LUCID_MEM_CUTS = (0.25, 0.50)      # fraction of GPU memory: same roles
-CAUTION_LEVEL = 0.8            # iadeep: predicted speeds lowered to this interval's lower end ...
-CAUTION_WEIGHT = 0.5           # ... by this fraction of the distance (0: the point prediction)
 
 
 @dataclass(frozen=True)
@@ -108,14 +107,17 @@ class PolicySpec:
     build: Callable[[PolicyContext], Planner]
     source: str
     reference: bool = False   # uses the true speeds: a yardstick, not a competitor
+    # a search: run_sim simulates every Policy this returns and keeps the best avg JCT
+    variants: Callable[[Policy], list[Policy]] | None = None
 
 
 REGISTRY: dict[str, PolicySpec] = {}
 
 
-def register(name: str, source: str, reference: bool = False):
+def register(name: str, source: str, reference: bool = False,
+             variants: Callable[[Policy], list[Policy]] | None = None):
     def deco(build: Callable[[PolicyContext], Planner]):
-        REGISTRY[name] = PolicySpec(name, build, source, reference)
+        REGISTRY[name] = PolicySpec(name, build, source, reference, variants)
         return build
     return deco
 
@@ -167,37 +169,23 @@ def _oracle(ctx: PolicyContext) -> Planner:
     return _plan_with(ctx.truth, ctx)
 
 
-class CautiousModel:
-    """Share less where the predictor is unsure: each predicted speed is moved toward the lower
-    end of its ``CAUTION_LEVEL`` interval by ``CAUTION_WEIGHT`` of the distance (the largest
-    such gap over the job's partners). A measured pair has a narrow interval and is left almost
-    unchanged; a pair of workloads the model has not seen together is taken as slower, so plan()
-    shares it only when even the cautious estimate pays. A model without ``predict_interval``
-    (the truth) passes through. Wraps the model; plan() is unchanged."""
+SEARCH_THRESHOLDS = (0.8, 0.9, 1.0, 1.1, 1.25)
+SEARCH_MAX_JOBS = (2, 3)
+SEARCH_FLOORS = (0.3, 0.5)
 
-    def __init__(self, model: Predictor, level: float = CAUTION_LEVEL,
-                 weight: float = CAUTION_WEIGHT):
-        self.model = model
-        self.level = level
-        self.weight = weight
-        self.note = getattr(model, "note", "")
 
-    def predict_group(self, profiles: Sequence[Profile]) -> tuple[float, ...]:
-        speeds = tuple(float(s) for s in self.model.predict_group(list(profiles)))
-        interval = getattr(self.model, "predict_interval", None)
-        if interval is None or self.weight <= 0 or len(profiles) < 2:
-            return speeds
-        out = []
-        for i, s in enumerate(speeds):
-            gap = 0.0
-            for j, other in enumerate(profiles):
-                if j == i:
-                    continue
-                (lo, _), _ = interval(profiles[i], other, self.level)
-                mid = self.model.predict_group([profiles[i], other])[0]
-                gap = max(gap, float(mid) - lo)
-            out.append(max(0.0, s - self.weight * gap))
-        return tuple(out)
+def search_variants(policy: Policy) -> list[Policy]:
+    """The schedules 'search' tries: plan()'s rule with the true speeds under every share
+    threshold x jobs per GPU x speed floor here (20 full simulations per trace)."""
+    return [replace(policy, share_threshold=t, max_jobs_per_gpu=k, min_speed=f)
+            for t in SEARCH_THRESHOLDS for k in SEARCH_MAX_JOBS for f in SEARCH_FLOORS]
+
+
+@register("search", "hindsight best of 20 schedules: plan() with the true speeds under every "
+                    "share threshold x jobs per GPU x floor, the best avg JCT per trace",
+          reference=True, variants=search_variants)
+def _search(ctx: PolicyContext) -> Planner:
+    return _plan_with(ctx.truth, ctx)
 
 
 # --------------------------------------------------------------------------- blind baselines
