@@ -536,7 +536,7 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
-        from ..scheduler.placement import plan, slots_from_snapshot
+        from ..scheduler.placement import CautiousModel, plan, slots_from_snapshot
 
         queue, waits = self._dependencies_met(self._jobs({JobState.QUEUED}))
         if not queue:
@@ -546,8 +546,9 @@ class SchedulingLoop:
         active = self._jobs(ACTIVE)
         slots = slots_from_snapshot(self._without_failing_nodes(snapshot), active,
                                     self.inventory, profiles)
-        decided = plan(queue, slots, active, profiles, self.model, self.inventory.policy,
-                       self.inventory.user_limits, self.clock())
+        # the same cautious reading of the predictor as `iadeep sim`'s iadeep policy
+        decided = plan(queue, slots, active, profiles, CautiousModel(self.model),
+                       self.inventory.policy, self.inventory.user_limits, self.clock())
         waits.update(decided.waits)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:

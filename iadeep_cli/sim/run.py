@@ -210,8 +210,9 @@ def _verdict(report: SimReport) -> str:
     by = {r.name: r.avg_jct_s for r in report.results}
     if "iadeep" not in by:
         return ""
-    parts = [f"{by['iadeep'] / by[name]:.2f}x {name}" for name in ("exclusive", "packing", "random")
-             if by.get(name)]
+    from .policies import is_reference
+    parts = [f"{by['iadeep'] / r.avg_jct_s:.2f}x {r.name}" for r in report.results
+             if r.name != "iadeep" and not is_reference(r.name) and r.avg_jct_s]
     if by.get("oracle"):
         parts.append(f"{by['iadeep'] / by['oracle'] - 1:+.1%} vs oracle (iadeep's rule with the "
                      f"measured speeds instead of predictions)")
