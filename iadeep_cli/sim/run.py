@@ -190,13 +190,13 @@ def format_table(report: SimReport) -> str:
     """The comparison table the README shows (hours; ratios against 'exclusive')."""
     base = report.baseline()
     head = (f"{'policy':<10} {'avg JCT':>9} {'p95 JCT':>9} {'makespan':>9} {'GPU busy':>9} "
-            f"{'shared':>7} {'avg vs excl':>11}")
+            f"{'shared':>7} {'impact':>7} {'avg vs excl':>11}")
     lines = [head, "-" * len(head)]
     for r in report.results:
         ratio = f"{r.avg_jct_s / base.avg_jct_s:.2f}x" if base and base.avg_jct_s else "-"
         lines.append(f"{r.name:<10} {r.avg_jct_s / 3600:8.2f}h {r.p95_jct_s / 3600:8.2f}h "
                      f"{r.makespan_s / 3600:8.1f}h {r.gpu_busy:8.0%} {r.shared_frac:7.0%} "
-                     f"{ratio:>11}")
+                     f"{r.impact:7.2f} {ratio:>11}")
     s = report.settings
     src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
                                             f"seed {s.seed}")
@@ -438,7 +438,7 @@ def plot_sweep(reports: Sequence[SeedReport], path: str, key: str | None) -> Non
         ys = [r.stat(name).ratio for r in reports]          # type: ignore[union-attr]
         es = [r.stat(name).ratio_ci for r in reports]       # type: ignore[union-attr]
         style = "--" if reports[0].stat(name).reference else "-"  # type: ignore[union-attr]
-        offs = [x * (1 + 0.006 * (i - len(names) / 2)) for x in xs]  # keep error bars apart
+        offs = [x * (1 + 0.003 * (i - len(names) / 2)) for x in xs]  # keep error bars apart
         ax.errorbar(offs, ys, yerr=es, fmt="o" + style, capsize=3, markersize=4, label=name)
     ax.set_xlabel({"gpus": "GPUs", "load": "offered load (1.0 = saturates exclusive)"}.get(
         key or "load", "load"))
