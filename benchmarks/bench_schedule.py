@@ -1,7 +1,9 @@
-"""One plan() round for 1,000 queued jobs over 64 nodes x 8 GPUs (target: under 100 ms).
+"""One plan() round for 1,000 queued jobs over 64 nodes x 8 GPUs (target: under 50 ms).
 
-Prints the median round time and, as a same-run baseline, a naive interference-blind
-first-fit round over the same queue and GPUs (sort by priority, first GPU with room).
+Times the round as the controller calls it (the predictor read cautiously: ``CautiousModel``,
+a fresh cache each round) and with the plain predictor, and, as a same-run baseline, a naive
+interference-blind first-fit round over the same queue and GPUs (sort by priority, first GPU
+with room).
 Run: .venv/bin/python benchmarks/bench_schedule.py
 """
 from __future__ import annotations
@@ -14,7 +16,13 @@ from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.model.predictor import default_model
-from iadeep_cli.scheduler.placement import CachedModel, GpuSlot, order_queue, plan
+from iadeep_cli.scheduler.placement import (
+    CachedModel,
+    CautiousModel,
+    GpuSlot,
+    order_queue,
+    plan,
+)
 
 NODES, GPUS_PER_NODE, QUEUE, REPEAT = 64, 8, 1000, 15
 
@@ -55,12 +63,12 @@ def naive_first_fit(queue, slots, policy):
     return out
 
 
-def median_ms(fn) -> float:
+def median_ms(fn, clock=time.perf_counter) -> float:
     times = []
     for _ in range(REPEAT):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append((time.perf_counter() - t) * 1000)
+        times.append((clock() - t) * 1000)
     return statistics.median(times)
 
 
@@ -71,12 +79,23 @@ def main() -> None:
     result = plan(queue, slots, active, profiles, CachedModel(model), policy, {}, 86400.0)
     ours = median_ms(lambda: plan(queue, slots, active, profiles, CachedModel(model), policy,
                                   {}, 86400.0))
+    cautious = median_ms(lambda: plan(queue, slots, active, profiles, CautiousModel(model),
+                                      policy, {}, 86400.0))
     base = median_ms(lambda: naive_first_fit(queue, slots, policy))
     print(f"plan(): {QUEUE} queued jobs, {NODES}x{GPUS_PER_NODE} GPUs, {len(active)} running")
     print(f"  placed {len(result.placements)}, waiting {len(result.waits)}")
-    print(f"  median plan() round      {ours:8.2f} ms   (target < 100 ms)")
+    print(f"  median plan() round      {cautious:8.2f} ms   (as the controller calls it; "
+          "target < 50 ms)")
+    print(f"  ... plain predictor      {ours:8.2f} ms")
     print(f"  median naive first-fit   {base:8.2f} ms   (same run, same input)")
-    print(f"  ratio plan()/first-fit   {ours / base:8.2f}x")
+    print(f"  ratio plan()/first-fit   {cautious / base:8.2f}x")
+    # CPU time of this process: on a shared, overloaded machine wall time mostly measures the
+    # other processes; CPU time is what the round costs.
+    cpu = median_ms(lambda: plan(queue, slots, active, profiles, CautiousModel(model), policy,
+                                 {}, 86400.0), time.process_time)
+    cpu_base = median_ms(lambda: naive_first_fit(queue, slots, policy), time.process_time)
+    print(f"  CPU time: plan() {cpu:.2f} ms, first-fit {cpu_base:.2f} ms "
+          f"({cpu / cpu_base:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`iadeep sim --jobs 2000` end to end (target: under 60 s).
 
-Times the full comparison (5 policies) and, as a same-run baseline, the 'exclusive' policy
-alone on the same settings; prints both and the ratio.
+Times the default comparison (8 policies: the baselines, the peers, iadeep, oracle) and, as a
+same-run baseline, the 'exclusive' policy alone on the same settings; prints both and the ratio.
 Run: .venv/bin/python benchmarks/bench_sim.py
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ def timed(*args: str) -> float:
 def main() -> None:
     full = timed("--jobs", "2000")
     base = timed("--jobs", "2000", "--policies", "exclusive")
-    print("iadeep sim --jobs 2000 (5 policies, 8 GPUs, load 1.2)")
+    print("iadeep sim --jobs 2000 (8 default policies, 8 GPUs, load 1.2)")
     print(f"  all policies          {full:7.2f} s   (target < 60 s)")
     print(f"  exclusive only        {base:7.2f} s   (same run baseline)")
     print(f"  ratio                 {full / base:7.2f}x")

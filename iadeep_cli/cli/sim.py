@@ -49,11 +49,20 @@ def sim(
                                        "(default: shipped, when --truth is the default)."),
     model: str | None = typer.Option(None, "--model", help="Interference model file "
                                      "(default: fit on --profiles + --truth)."),
-    policies: str = typer.Option("exclusive,packing,random,iadeep,oracle", "--policies",
-                                 help="Comma-separated policies to compare."),
+    policies: str | None = typer.Option(None, "--policies", help="Comma-separated policies "
+                                        "to compare (default: exclusive, packing, random, "
+                                        "tiresias, gandiva, lucid, iadeep, oracle; also: "
+                                        "search)."),
+    seeds: int = typer.Option(1, "--seeds", help="Run this many seeds (from --seed) and print "
+                              "mean ratios to exclusive with 95% confidence intervals."),
+    sweep: str | None = typer.Option(None, "--sweep", help="One table per setting, e.g. "
+                                     "load=0.6,0.9,1.2,1.5 or gpus=8,16 (with --seeds)."),
+    lowo: bool = typer.Option(False, "--lowo", help="Leave-one-workload-out: each job's "
+                              "speeds predicted by a model fitted without its workload."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    plot: str | None = typer.Option(None, "--plot", help="Write the JCT distribution per "
-                                    "policy to this PNG (needs matplotlib)."),
+    plot: str | None = typer.Option(None, "--plot", help="Write a PNG (needs matplotlib): the "
+                                    "JCT distribution of one run, or the ratios with their "
+                                    "confidence intervals for --seeds/--sweep."),
     fairshare: bool = typer.Option(False, "--fairshare", help="Also run each policy with "
                                    "fair share (half-life 7 days, weight 10, equal shares) "
                                    "as POLICY+fs; a trace with a user column shows each "
@@ -61,22 +70,39 @@ def sim(
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
     from ..inventory import FairShare
-    from ..sim.run import SimSettings, format_table, plot_jct, run_sim
+    from ..sim import run as simrun
 
     if not 0.0 <= multi_gpu <= 1.0:
         raise InputError(f"--multi-gpu must be between 0 and 1, got {multi_gpu}",
                          hint="e.g. --multi-gpu 0.1")
-    names = tuple(p.strip() for p in policies.split(",") if p.strip())
-    settings = SimSettings(jobs=jobs, gpus=gpus, load=load, seed=seed, multi_gpu_frac=multi_gpu,
-                           trace=trace, profiles=profiles, truth=truth, triples=triples,
-                           model=model, policies=names,
-                           fairshare=FairShare() if fairshare else None)
-    report = run_sim(settings, progress=_progress_printer())
+    names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
+             else simrun.DEFAULT_POLICIES)
+    settings = simrun.SimSettings(jobs=jobs, gpus=gpus, load=load, seed=seed,
+                                  multi_gpu_frac=multi_gpu, trace=trace, profiles=profiles,
+                                  truth=truth, triples=triples, model=model, policies=names,
+                                  lowo=lowo, fairshare=FairShare() if fairshare else None)
+    if seeds != 1 or sweep:
+        if sweep:
+            key, values = simrun.parse_sweep(sweep)
+            reports = simrun.run_sweep(settings, key, values, seeds, _progress_printer())
+        else:
+            key = None
+            reports = [simrun.run_seeds(settings, seeds, progress=_progress_printer())]
+        if plot:
+            simrun.plot_sweep(reports, plot, key)
+        if as_json:
+            render.as_json({"tables": [r.to_dict() for r in reports]})
+        else:
+            typer.echo("\n\n".join(simrun.format_seeds(r) for r in reports))
+            if plot:
+                typer.echo(f"plot written to {plot}")
+        return
+    report = simrun.run_sim(settings, progress=_progress_printer())
     if plot:
-        plot_jct(report, plot)
+        simrun.plot_jct(report, plot)
     if as_json:
         render.as_json(report.to_dict())
     else:
-        typer.echo(format_table(report))
+        typer.echo(simrun.format_table(report))
         if plot:
             typer.echo(f"plot written to {plot}")

@@ -563,7 +563,7 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
-        from ..scheduler.placement import plan, slots_from_snapshot
+        from ..scheduler.placement import CautiousModel, plan, slots_from_snapshot
 
         queue, waits = self._dependencies_met(self._jobs({JobState.QUEUED}))
         if not queue:
@@ -577,9 +577,11 @@ class SchedulingLoop:
         slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
-        decided = plan(queue, slots, self.adapt.residents(active), profiles, self.model,
-                       self.inventory.policy, self.inventory.user_limits, now,
-                       fairshare=fair, closed=self.adapt.closed(now))
+        # the same cautious reading of the predictor as `iadeep sim`'s iadeep policy
+        decided = plan(queue, slots, self.adapt.residents(active), profiles,
+                       CautiousModel(self.model), self.inventory.policy,
+                       self.inventory.user_limits, now, fairshare=fair,
+                       closed=self.adapt.closed(now))
         waits.update(decided.waits)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:

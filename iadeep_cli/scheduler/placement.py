@@ -116,6 +116,45 @@ class CachedModel:
         return hit
 
 
+# Share less where the predictor is unsure (CautiousModel): predicted speeds are lowered toward
+# the lower end of their CAUTION_LEVEL interval by CAUTION_WEIGHT of the distance.
+CAUTION_LEVEL = 0.8
+CAUTION_WEIGHT = 0.5
+
+
+class CautiousModel:
+    """Share less where the predictor is unsure: each predicted speed is moved toward the lower
+    end of its ``CAUTION_LEVEL`` interval by ``CAUTION_WEIGHT`` of the distance (the largest
+    such gap over the job's partners). A measured pair has a narrow interval and is left almost
+    unchanged; a pair of workloads the model has not seen together is taken as slower, so plan()
+    shares it only when even the cautious estimate pays. A model without ``predict_interval``
+    (the truth) passes through. Wraps the model; plan() is unchanged."""
+
+    def __init__(self, model: Predictor, level: float = CAUTION_LEVEL,
+                 weight: float = CAUTION_WEIGHT):
+        self.model = model
+        self.level = level
+        self.weight = weight
+        self.note = getattr(model, "note", "")
+
+    def predict_group(self, profiles: Sequence[Profile]) -> tuple[float, ...]:
+        speeds = tuple(float(s) for s in self.model.predict_group(list(profiles)))
+        interval = getattr(self.model, "predict_interval", None)
+        if interval is None or self.weight <= 0 or len(profiles) < 2:
+            return speeds
+        out = []
+        for i, s in enumerate(speeds):
+            gap = 0.0
+            for j, other in enumerate(profiles):
+                if j == i:
+                    continue
+                (lo, _), _ = interval(profiles[i], other, self.level)
+                mid = self.model.predict_group([profiles[i], other])[0]
+                gap = max(gap, float(mid) - lo)
+            out.append(max(0.0, s - self.weight * gap))
+        return tuple(out)
+
+
 # --------------------------------------------------------------------------- snapshot -> slots
 def job_memory_mib(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> float | None:
     """Expected GPU memory per GPU: ``--mem``, else profile peak + margin, else unknown (None)."""

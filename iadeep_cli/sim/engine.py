@@ -2,10 +2,16 @@
 
 Virtual time: a job's remaining work (solo seconds) shrinks at its current speed (1.0 alone, the
 *measured* speed of its group when sharing, see ``truth.py``); the scheduler re-plans on every
-arrival and completion. The iadeep and oracle policies call the same ``plan()`` as the
-controller; 'exclusive' is ``plan()`` with one job per GPU (priority/FIFO order with backfill,
-like Slurm's default); 'packing' and 'random' are interference-blind baselines written here.
-Deterministic for a seed: one ``random.Random`` per purpose, no clock.
+arrival and completion. The policies live in ``policies.py`` (a registry): iadeep, exclusive
+and the oracle call the same ``plan()`` as the controller; the baselines and the published
+peers are written there. A preemptive policy (Tiresias) may stop running jobs: they go back to
+the queue with their remaining work. Deterministic for a seed: one ``random.Random`` per
+purpose, no clock.
+
+Impact factor: work done in exclusive-GPU-hours (each job's speed relative to running alone
+x its GPUs, integrated over time: every finished job contributes duration x GPUs) over busy
+GPU-hours (GPUs running at least one job). 1.00 is one job per GPU; the controller's live
+figure uses the same definition.
 """
 from __future__ import annotations
 
@@ -22,18 +28,16 @@ from ..jobs import Job, JobSpec, JobState
 from ..profiles import Profile
 from ..scheduler import fairshare as fs
 from ..scheduler.fairshare import UsageLedger
-from ..scheduler.placement import (
-    CachedModel,
-    GpuSlot,
-    Placement,
-    Plan,
-    Predictor,
-    order_queue,
-    plan,
-)
+from ..scheduler.placement import GpuSlot
+from .policies import Planner, SimPlanner, make_planner, policy_names
 from .truth import TruthModel
 
-POLICIES = ("exclusive", "packing", "random", "iadeep", "oracle")
+__all__ = ["DEFAULT_POLICIES", "POLICIES", "Planner", "make_planner"]
+POLICIES = policy_names()
+# What `iadeep sim` compares with no --policies (the stronger 'search' only when asked: it runs
+# many schedules per seed).
+DEFAULT_POLICIES = ("exclusive", "packing", "random", "tiresias", "gandiva", "lucid", "iadeep",
+                    "oracle")
 H200_MIB = 143771.0
 DAY_S = 86400.0
 
@@ -57,6 +61,8 @@ class PolicyResult:
     gpu_busy: float        # time-averaged fraction of GPUs running at least one job
     avg_wait_s: float
     shared_frac: float     # fraction of jobs that shared a GPU at some point
+    impact: float = 1.0    # exclusive-GPU-hours of work per busy GPU-hour (1.00: one job/GPU)
+    preemptions: int = 0
     jcts: tuple[float, ...] = field(repr=False, default=())
     user_waits: dict[str, float] = field(default_factory=dict)   # mean queue wait per user
 
@@ -65,6 +71,7 @@ class PolicyResult:
             "avg_jct_s": self.avg_jct_s, "p95_jct_s": self.p95_jct_s,
             "makespan_s": self.makespan_s, "gpu_busy": self.gpu_busy,
             "avg_wait_s": self.avg_wait_s, "shared_frac": self.shared_frac,
+            "impact": self.impact, "preemptions": self.preemptions,
             "jobs": len(self.jcts)}
         if len(self.user_waits) > 1:   # a multi-user trace
             out["avg_wait_s_by_user"] = self.user_waits
@@ -168,100 +175,6 @@ def write_trace(jobs: Sequence[SimJob], path: str | Path) -> None:
             w.writerow([j.submit_s, j.workload, j.duration_s, j.gpus, j.user])
 
 
-# --------------------------------------------------------------------------- baselines
-# (queue, slots, active, now, fair-share points per user or None) -> Plan
-Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float,
-                    Mapping[str, float] | None], Plan]
-
-
-def _baseline(profiles: Mapping[str, Profile], policy: Policy, mem: Mapping[int, float],
-              rng: random.Random | None) -> Planner:
-    """Interference-blind sharing: memory and the per-GPU job cap are the only rules.
-
-    'packing' puts a job on the least-loaded GPU that fits (empty GPUs first, so it only
-    shares when it must: an honest time-slicing setup, not first-fit onto GPU 0);
-    'random' picks uniformly among all GPUs that fit. Multi-GPU jobs get empty GPUs on one node
-    (fewest-empty node first) and nothing joins them, and a blocked one reserves GPUs after
-    policy.reserve_after_s exactly as in plan(): the same queue discipline, only placement differs.
-    """
-    def planner(queue, slots, active, now, fairshare=None):
-        solo = {j.id for j in active if j.spec.gpus > 1}
-        state = {(s.node, s.index): [len(s.job_ids), s.memory_free_mib or 0.0,
-                                     any(i in solo for i in s.job_ids), s.max_jobs]
-                 for s in slots}
-        out, waits, reserved = [], {}, False
-        for job in order_queue(queue, policy, now, fairshare):
-            need = mem[job.id]
-            if job.spec.gpus > 1:
-                by_node: dict[str, list[tuple[str, int]]] = {}
-                for key, st in state.items():
-                    if st[0] == 0 and st[3] > 0 and st[1] >= need:
-                        by_node.setdefault(key[0], []).append(key)
-                ok = [keys for keys in by_node.values() if len(keys) >= job.spec.gpus]
-                if not ok:
-                    waits[job.id] = "no whole node free"
-                    if not reserved and now - job.submitted_at >= policy.reserve_after_s:
-                        reserved = _reserve_baseline(state, job.spec.gpus)
-                    continue
-                fewest = min(ok, key=len)   # its own line: inside sorted(), mypy mis-infers it
-                keys = sorted(fewest)[: job.spec.gpus]
-                for k in keys:
-                    state[k][0] += 1
-                    state[k][1] -= need
-                    state[k][2] = True
-                out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
-                continue
-            fit = [k for k, st in state.items() if st[0] < st[3] and st[1] >= need and not st[2]]
-            if not fit:
-                waits[job.id] = "full"
-                continue
-            k = rng.choice(fit) if rng else min(fit, key=lambda k: (state[k][0], k))
-            state[k][0] += 1
-            state[k][1] -= need
-            out.append(Placement(job.id, k[0], (k[1],)))
-        return Plan(tuple(out), waits)
-    return planner
-
-
-def _reserve_baseline(state: dict, k: int) -> bool:
-    """plan()'s starvation guard for the baselines: drain the k least-busy GPUs of a node."""
-    by_node: dict[str, list] = {}
-    for key, st in state.items():
-        if st[3] > 0:
-            by_node.setdefault(key[0], []).append(key)
-    best = None
-    for node, keys in by_node.items():
-        if len(keys) < k:
-            continue
-        keys = sorted(keys, key=lambda key: (state[key][0], key))[:k]
-        score = (sum(state[key][0] for key in keys), node)
-        if best is None or score < best[0]:
-            best = (score, keys)
-    if best is None:
-        return False
-    for key in best[1]:
-        state[key][3] = 0       # cap 0: nothing new starts here this round
-    return True
-
-
-def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, truth: TruthModel,
-                 policy: Policy, mem: Mapping[int, float], seed: int) -> Planner:
-    if name in ("iadeep", "oracle", "exclusive"):
-        m = CachedModel(truth if name == "oracle" else model)
-        pol = replace(policy, max_jobs_per_gpu=1) if name == "exclusive" else policy
-
-        def planner(queue, slots, active, now, fairshare=None):
-            if name == "exclusive":
-                slots = tuple(replace(s, max_jobs=1) for s in slots)
-            return plan(queue, slots, active, profiles, m, pol, {}, now, fairshare)
-        return planner
-    if name == "packing":
-        return _baseline(profiles, policy, mem, None)
-    if name == "random":
-        return _baseline(profiles, policy, mem, random.Random(f"random-{seed}"))
-    raise InputError(f"unknown policy {name!r}", hint=f"choose from {', '.join(POLICIES)}")
-
-
 # --------------------------------------------------------------------------- the event loop
 def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpus: int,
              gpus_per_node: int = 8, memory_mib: float = H200_MIB, policy: Policy = Policy(),
@@ -270,6 +183,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     """Run one policy over the trace; returns its metrics. With ``policy.fairshare`` the
     queue is ranked with each user's fair share, from the GPU time the simulation gave them
     (the same ``UsageLedger`` the controller feeds from its database)."""
+    view = planner.view if isinstance(planner, SimPlanner) else None
+    preemptions = 0
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
     gpu_keys = [(n, i) for n, count in nodes for i in range(count)]
@@ -307,6 +222,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             busy_gpu_s += dt * sum(1 for k in gpu_keys if on_gpu[k])
             for i in running:
                 remaining[i] -= speed[i] * dt
+            if view is not None:
+                for i, job in running.items():
+                    view.attained[i] = view.attained.get(i, 0.0) + dt * job.spec.gpus
         t = t_next
         finished = [i for i, end in ends.items() if end <= t + 1e-9 * max(1.0, t)]
         for i in finished:
@@ -333,20 +251,31 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
                 points = fs.points(fs.shares(ledger.usage(t), users, fair))
             result = planner(list(queued.values()), slots, list(running.values()), t, points)
+            for i in getattr(result, "preempt", ()):
+                job = running.pop(i)
+                if ledger is not None:
+                    ledger.stop(i, t)
+                for idx in job.gpu_indices:
+                    on_gpu[(job.node, idx)].remove(i)
+                queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
+                preemptions += 1
             for p in result.placements:
                 job = queued.pop(p.job_id)
                 if ledger is not None:
                     ledger.start(p.job_id, job.owner, len(p.gpu_indices), t)
                 running[p.job_id] = replace(job, state=JobState.RUNNING, node=p.node,
                                             gpu_indices=p.gpu_indices, started_at=t)
-                remaining[p.job_id] = specs[p.job_id].duration_s
-                started[p.job_id] = t
+                remaining.setdefault(p.job_id, specs[p.job_id].duration_s)  # kept if preempted
+                started.setdefault(p.job_id, t)
                 for idx in p.gpu_indices:
                     on_gpu[(p.node, idx)].append(p.job_id)
         _update_speeds(running, on_gpu, specs, truth, speed, shared)
         if progress is not None and finished:
             progress(done, len(jobs))
-    return _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
+    res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
+    work = sum(j.duration_s * j.gpus for j in jobs if j.id in jct)
+    return replace(res, impact=work / busy_gpu_s if busy_gpu_s > 0 else 1.0,
+                   preemptions=preemptions)
 
 
 def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> float:
@@ -370,7 +299,7 @@ def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, share
 def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:
     values = sorted(jct.values())
     if not values:
-        return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ())
+        return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
     waits = [started[j.id] - j.submit_s for j in jobs if j.id in started]
     by_user: dict[str, list[float]] = {}
@@ -381,5 +310,5 @@ def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> 
         name, sum(values) / len(values), p95, makespan,
         busy_gpu_s / (n_gpus * makespan) if makespan > 0 else 0.0,
         sum(waits) / len(waits), len(shared) / len(jobs),
-        tuple(jct[j.id] for j in jobs if j.id in jct),
-        {u: sum(w) / len(w) for u, w in sorted(by_user.items())})
+        jcts=tuple(jct[j.id] for j in jobs if j.id in jct),
+        user_waits={u: sum(w) / len(w) for u, w in sorted(by_user.items())})

@@ -13,6 +13,7 @@ from ..errors import InputError, NotFoundError
 from ..inventory import FairShare, Policy
 from ..paths import file_problem
 from .engine import (
+    DEFAULT_POLICIES,
     POLICIES,
     PolicyResult,
     SimJob,
@@ -22,6 +23,7 @@ from .engine import (
     make_planner,
     simulate,
 )
+from .policies import REGISTRY
 from .truth import TruthModel
 
 
@@ -38,8 +40,9 @@ class SimSettings:
     truth: str | None = None         # None: shipped H200 pairs (+ shipped triples)
     triples: str | None = None       # None: shipped triples when truth is shipped, else none
     model: str | None = None         # None: fit on profiles + truth
-    policies: tuple[str, ...] = POLICIES
+    policies: tuple[str, ...] = DEFAULT_POLICIES
     policy: Policy = field(default_factory=Policy)
+    lowo: bool = False               # each job's speeds predicted by a model fitted without it
     # Set: every policy runs twice, without fair share and with it ("<policy>+fs"), and the
     # table shows each user's mean queue wait under both (a trace with a user column).
     fairshare: FairShare | None = None
@@ -84,6 +87,9 @@ def _check_path(path: str | None, what: str) -> None:
 def load_inputs(s: SimSettings):
     """Profiles, truth and the predictor the settings name (shipped H200 data by default)."""
     from ..model import data as mp
+    if s.lowo and s.model:
+        raise InputError("--lowo fits its own models; it cannot be combined with --model",
+                         hint="drop --model, or drop --lowo")
     for path, what in ((s.profiles, "profiles"), (s.truth, "truth"), (s.triples, "triples"),
                        (s.model, "model"), (s.trace, "trace")):
         _check_path(path, what)
@@ -95,8 +101,44 @@ def load_inputs(s: SimSettings):
         triples = mp.shipped_triples() if s.truth is None else []
     truth = TruthModel(pairs, triples)
     from ..model.predictor import InterferenceModel, fit_model
+    if s.lowo:
+        return profiles, truth, HeldOutModel(profiles, pairs)
     model = InterferenceModel.load(s.model) if s.model else fit_model(profiles, pairs)
     return profiles, truth, model
+
+
+class HeldOutModel:
+    """Leave-one-workload-out inside the simulator: each job's speed is predicted by a model
+    fitted without any pair measurement of its workload's family (``family_of``: the name
+    before the first '-'; each shipped H200 workload is its own family), so every job is new to
+    the model that judges it, as most of a lab's jobs are. Its partners' other measurements are
+    known. ``predict_interval`` comes from the same held-out model (its calibration is the
+    inner cross-validation's, so unseen pairs get wide intervals)."""
+
+    def __init__(self, profiles, pairs):
+        from ..model.data import family_of
+        from ..model.predictor import fit_model
+        self.family = {w: family_of(w) for w in profiles}
+        self.models = {}
+        for fam in sorted(set(self.family.values())):
+            members = {w for w, f in self.family.items() if f == fam}
+            train = [o for o in pairs if not members & set(o.jobs)]
+            self.models[fam] = fit_model(profiles, train)
+        n = len(self.models)
+        self.note = (f"leave-one-workload-out: {n} models, each fitted without one workload "
+                     "family's pairs")
+
+    def _for(self, p):
+        return self.models[self.family.get(p.workload, p.workload)]
+
+    def predict_group(self, profiles):
+        return tuple(float(self._for(p).predict_group(list(profiles))[i])
+                     for i, p in enumerate(profiles))
+
+    def predict_interval(self, a, b, level: float = 0.8):
+        (lo_a, _), (hi_a, _) = self._for(a).predict_interval(a, b, level)
+        (_, lo_b), (_, hi_b) = self._for(b).predict_interval(a, b, level)
+        return (lo_a, lo_b), (hi_a, hi_b)
 
 
 def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
@@ -114,15 +156,21 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
     return jobs
 
 
-def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = None
-            ) -> SimReport:
-    """Run every requested policy on the same trace."""
+def check_settings(s: SimSettings) -> None:
     for name in s.policies:
         if name not in POLICIES:
             raise InputError(f"unknown policy {name!r}", hint=f"choose from {', '.join(POLICIES)}")
+    if not s.policies:
+        raise InputError("--policies names no policy", hint=f"e.g. {','.join(DEFAULT_POLICIES)}")
     if s.gpus < 1:
         raise InputError(f"--gpus must be >= 1, got {s.gpus}", hint="e.g. --gpus 8")
-    profiles, truth, model = load_inputs(s)
+
+
+def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = None,
+            inputs=None) -> SimReport:
+    """Run every requested policy on the same trace (``inputs``: load_inputs(s), reused)."""
+    check_settings(s)
+    profiles, truth, model = inputs if inputs is not None else load_inputs(s)
     jobs = build_trace(s, profiles, truth)
     mem = {j.id: _mem_mib(j, profiles, s.policy) for j in jobs}
     results = []
@@ -130,13 +178,20 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
     if s.fairshare is not None:
         variants = [v for name, pol in variants
                     for v in ((name, pol), (f"{name}+fs", replace(pol, fairshare=s.fairshare)))]
-    for label, pol in variants:
+    for label, base_policy in variants:
         name = label.removesuffix("+fs")
-        planner = make_planner(name, profiles, model, truth, pol, mem, s.seed)
-        cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
-        results.append(simulate(jobs, planner, truth, gpus=s.gpus,
-                                gpus_per_node=s.gpus_per_node, policy=pol,
-                                profiles=profiles, name=label, progress=cb))
+        spec = REGISTRY[name]
+        tries = spec.variants(base_policy) if spec.variants else [base_policy]
+        best = None
+        for pol in tries:
+            planner = make_planner(name, profiles, model, truth, pol, mem, s.seed)
+            cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
+            r = simulate(jobs, planner, truth, gpus=s.gpus, gpus_per_node=s.gpus_per_node,
+                         policy=pol, profiles=profiles, name=label, progress=cb)
+            if best is None or r.avg_jct_s < best.avg_jct_s:
+                best = r
+        assert best is not None        # tries is never empty
+        results.append(best)
     users: dict[str, tuple[int, float]] = {}
     for j in jobs:
         n, gpu_h = users.get(j.user, (0, 0.0))
@@ -150,13 +205,13 @@ def format_table(report: SimReport) -> str:
     base = report.baseline()
     pw = max([10, *(len(r.name) for r in report.results)])   # "exclusive+fs" with --fairshare
     head = (f"{'policy':<{pw}} {'avg JCT':>9} {'p95 JCT':>9} {'makespan':>9} {'GPU busy':>9} "
-            f"{'shared':>7} {'avg vs excl':>11}")
+            f"{'shared':>7} {'impact':>7} {'avg vs excl':>11}")
     lines = [head, "-" * len(head)]
     for r in report.results:
         ratio = f"{r.avg_jct_s / base.avg_jct_s:.2f}x" if base and base.avg_jct_s else "-"
         lines.append(f"{r.name:<{pw}} {r.avg_jct_s / 3600:8.2f}h {r.p95_jct_s / 3600:8.2f}h "
                      f"{r.makespan_s / 3600:8.1f}h {r.gpu_busy:8.0%} {r.shared_frac:7.0%} "
-                     f"{ratio:>11}")
+                     f"{r.impact:7.2f} {ratio:>11}")
     s = report.settings
     src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
                                             f"seed {s.seed}")
@@ -188,8 +243,9 @@ def _verdict(report: SimReport) -> str:
     by = {r.name: r.avg_jct_s for r in report.results}
     if "iadeep" not in by:
         return ""
-    parts = [f"{by['iadeep'] / by[name]:.2f}x {name}" for name in ("exclusive", "packing", "random")
-             if by.get(name)]
+    from .policies import is_reference
+    parts = [f"{by['iadeep'] / r.avg_jct_s:.2f}x {r.name}" for r in report.results
+             if r.name != "iadeep" and not is_reference(r.name) and r.avg_jct_s]
     if by.get("oracle"):
         parts.append(f"{by['iadeep'] / by['oracle'] - 1:+.1%} vs oracle (iadeep's rule with the "
                      f"measured speeds instead of predictions)")
@@ -228,3 +284,209 @@ def plot_jct(report: SimReport, path: str) -> None:
 
 def summary_rows(reports: Sequence[SimReport]) -> list[dict]:
     return [r.to_dict() for r in reports]
+
+
+# --------------------------------------------------------------------------- many seeds
+@dataclass(frozen=True)
+class PolicyStats:
+    """One policy over N seeds; ratios are to 'exclusive' on the same seed's trace."""
+
+    name: str
+    ratio: float           # mean avg-JCT ratio to exclusive
+    ratio_ci: float        # half-width of its 95 % confidence interval (Student t)
+    p95_h: float           # mean p95 JCT (hours)
+    makespan_h: float      # mean makespan (hours)
+    impact: float          # mean impact factor
+    wins: int              # seeds on which it had the lowest avg JCT of the non-reference ones
+    reference: bool        # uses the true speeds (oracle, search): not counted in wins
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SeedReport:
+    settings: SimSettings
+    label: str                       # e.g. "load 1.2" in a sweep
+    seeds: tuple[int, ...]
+    stats: tuple[PolicyStats, ...]
+    runs: tuple[SimReport, ...]
+    model_note: str
+    bound_ratio: float               # no-wait lower bound (mean solo duration) / exclusive
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "seeds": list(self.seeds),
+                "policies": {p.name: p.to_dict() for p in self.stats},
+                "no_wait_bound_ratio": self.bound_ratio, "model": self.model_note}
+
+    def stat(self, name: str) -> PolicyStats | None:
+        return next((p for p in self.stats if p.name == name), None)
+
+
+def winners(report: SimReport) -> set[str]:
+    """The non-reference policies with the lowest avg JCT on one seed (ties all win)."""
+    from .policies import is_reference
+    cands = [r for r in report.results if not is_reference(r.name)]
+    if not cands:
+        return set()
+    best = min(r.avg_jct_s for r in cands)
+    return {r.name for r in cands if r.avg_jct_s <= best * (1 + 1e-9)}
+
+
+def summarize(runs: Sequence[SimReport]) -> tuple[PolicyStats, ...]:
+    """Per-policy mean ratio to exclusive with a 95 % CI, mean p95/makespan/impact, wins."""
+    from .policies import is_reference, mean_ci
+    if not runs:
+        return ()
+    won: dict[str, int] = {}
+    for rep in runs:
+        for name in winners(rep):
+            won[name] = won.get(name, 0) + 1
+    out = []
+    for r0 in runs[0].results:
+        name = r0.name
+        per = [next(r for r in rep.results if r.name == name) for rep in runs]
+        ratios = []
+        for rep, r in zip(runs, per):
+            base = rep.baseline()
+            if base is not None and base.avg_jct_s > 0:
+                ratios.append(r.avg_jct_s / base.avg_jct_s)
+        m, ci = mean_ci(ratios) if ratios else (float("nan"), float("nan"))
+        out.append(PolicyStats(name, m, ci,
+                               sum(r.p95_jct_s for r in per) / len(per) / 3600,
+                               sum(r.makespan_s for r in per) / len(per) / 3600,
+                               sum(r.impact for r in per) / len(per), won.get(name, 0),
+                               is_reference(name)))
+    return tuple(out)
+
+
+def run_seeds(s: SimSettings, seeds: int, label: str = "", inputs=None,
+              progress: Callable[[str, int, int], None] | None = None) -> SeedReport:
+    """Run every policy on seeds s.seed .. s.seed+seeds-1 (one trace per seed)."""
+    if seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {seeds}", hint="e.g. --seeds 10")
+    if s.trace:
+        raise InputError("--seeds and --sweep draw new jobs per seed; they do not apply to "
+                         "--trace", hint="drop --trace, or run one seed")
+    if "exclusive" not in s.policies:
+        raise InputError("--seeds reports ratios to 'exclusive'; include it in --policies",
+                         hint=f"e.g. --policies exclusive,{','.join(s.policies)}")
+    check_settings(s)
+    inputs = inputs if inputs is not None else load_inputs(s)
+    runs, bounds = [], []
+    for k in range(seeds):
+        rep = run_sim(replace(s, seed=s.seed + k), progress, inputs)
+        runs.append(rep)
+        base = rep.baseline()
+        trace = build_trace(replace(s, seed=s.seed + k), inputs[0], inputs[1])
+        if base is not None and base.avg_jct_s > 0 and trace:
+            bounds.append(sum(j.duration_s for j in trace) / len(trace) / base.avg_jct_s)
+    return SeedReport(s, label, tuple(s.seed + k for k in range(seeds)), summarize(runs),
+                      tuple(runs), getattr(inputs[2], "note", ""),
+                      sum(bounds) / len(bounds) if bounds else float("nan"))
+
+
+SWEEP_KEYS = ("load", "gpus")
+
+
+def parse_sweep(text: str) -> tuple[str, tuple[float, ...]]:
+    """``load=0.6,0.9,1.2`` or ``gpus=8,16`` -> (key, values)."""
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or key not in SWEEP_KEYS:
+        raise InputError(f"--sweep {text!r}: expected KEY=V1,V2,... with KEY one of "
+                         f"{', '.join(SWEEP_KEYS)}", hint="e.g. --sweep load=0.6,0.9,1.2,1.5")
+    try:
+        values = tuple(float(v) for v in rest.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"--sweep {text!r}: values must be numbers",
+                         hint="e.g. --sweep load=0.6,0.9,1.2,1.5") from None
+    if not values or any(not v > 0 for v in values) or (
+            key == "gpus" and any(v != int(v) for v in values)):
+        raise InputError(f"--sweep {text!r}: values must be positive"
+                         + (" whole numbers" if key == "gpus" else ""),
+                         hint="e.g. --sweep gpus=8,16,32")
+    return key, values
+
+
+def run_sweep(s: SimSettings, key: str, values: Sequence[float], seeds: int,
+              progress: Callable[[str, int, int], None] | None = None) -> list[SeedReport]:
+    check_settings(s)
+    inputs = load_inputs(s)
+    out = []
+    for v in values:
+        t = replace(s, load=v) if key == "load" else replace(s, gpus=int(v))
+        label = f"{key} {v:g}"
+        out.append(run_seeds(t, seeds, label, inputs, progress))
+    return out
+
+
+def format_seeds(rep: SeedReport) -> str:
+    """One table: each policy's mean avg-JCT ratio to exclusive (95 % CI) and the rest."""
+    s = rep.settings
+    head = (f"{'policy':<10} {'avg JCT vs excl (95% CI)':>25} {'p95 JCT':>8} {'makespan':>9} "
+            f"{'impact':>7} {'wins':>5}")
+    lines = []
+    title = rep.label or f"load {s.load:g}"
+    lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
+                 f"{s.jobs} jobs, {s.gpus} GPUs" + ("; leave-one-workload-out" if s.lowo else ""))
+    lines += [head, "-" * len(head)]
+    for p in rep.stats:
+        ratio = f"{p.ratio:.3f} +- {p.ratio_ci:.3f}"
+        wins = "ref" if p.reference else f"{p.wins}"
+        lines.append(f"{p.name:<10} {ratio:>25} {p.p95_h:7.1f}h {p.makespan_h:8.1f}h "
+                     f"{p.impact:7.2f} {wins:>5}")
+    lines.append(f"no-wait lower bound (every job starts at once, alone): {rep.bound_ratio:.3f}")
+    lines.append(_seeds_verdict(rep))
+    return "\n".join(line for line in lines if line)
+
+
+def _seeds_verdict(rep: SeedReport) -> str:
+    me = rep.stat("iadeep")
+    if me is None:
+        return ""
+    others = [p for p in rep.stats if not p.reference and p.name != "iadeep"]
+    if not others:
+        return ""
+    best = min(others, key=lambda p: p.ratio)
+    lead = "lowest" if me.ratio < best.ratio else "not the lowest"
+    return (f"iadeep's mean ratio is {lead} of the non-reference policies ({me.ratio:.3f}; "
+            f"next best {best.name} {best.ratio:.3f}); it won {me.wins} of {len(rep.seeds)} "
+            "seeds")
+
+
+def plot_sweep(reports: Sequence[SeedReport], path: str, key: str | None) -> None:
+    """Mean avg-JCT ratio to exclusive with 95 % CI per policy, across the sweep (or bars)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib, which is not installed",
+                         hint="pip install 'iadeep[plot]' (or matplotlib)") from None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    names = [p.name for p in reports[0].stats]
+    xs = [(r.settings.load if key != "gpus" else r.settings.gpus) for r in reports]
+    for i, name in enumerate(names):
+        ys = [r.stat(name).ratio for r in reports]          # type: ignore[union-attr]
+        es = [r.stat(name).ratio_ci for r in reports]       # type: ignore[union-attr]
+        style = "--" if reports[0].stat(name).reference else "-"  # type: ignore[union-attr]
+        offs = [x * (1 + 0.003 * (i - len(names) / 2)) for x in xs]  # keep error bars apart
+        ax.errorbar(offs, ys, yerr=es, fmt="o" + style, capsize=3, markersize=4, label=name)
+    ax.set_xlabel({"gpus": "GPUs", "load": "offered load (1.0 = saturates exclusive)"}.get(
+        key or "load", "load"))
+    ax.set_ylabel("mean avg JCT / exclusive (95% CI)")
+    s = reports[0].settings
+    ax.set_title(f"{len(reports[0].seeds)} seeds x {s.jobs} jobs"
+                 + ("" if key == "gpus" else f", {s.gpus} GPUs")
+                 + (", leave-one-workload-out" if s.lowo else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=90)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write plot ({exc.strerror or exc})",
+                         hint="choose a writable path for --plot") from None
+    finally:
+        plt.close(fig)

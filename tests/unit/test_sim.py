@@ -94,7 +94,8 @@ def test_cli_json_shape():
     out = cli("sim", "--json", "--jobs", "40", "--seed", "1")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert set(data["policies"]) == {"exclusive", "packing", "random", "iadeep", "oracle"}
+    assert set(data["policies"]) == {"exclusive", "packing", "random", "tiresias", "gandiva",
+                                     "lucid", "iadeep", "oracle"}
     for row in data["policies"].values():
         assert {"avg_jct_s", "p95_jct_s", "makespan_s", "gpu_busy"} <= set(row)
         assert 0.0 <= row["gpu_busy"] <= 1.0 and row["jobs"] == 40

@@ -1,0 +1,451 @@
+"""The simulator's placement policies: one registry, each entry a planner factory and its source.
+
+A planner is ``planner(queue, slots, active, now, fairshare=None) -> Plan``, the signature of
+``plan()`` (``fairshare``: priority points per user, see ``scheduler.fairshare``): the
+iadeep policies *are* ``plan()`` (pure, shared with the controller); the baselines and the
+published peers are written here, in the simulator, and never reach the controller. A planner
+may return a ``SimPlan`` whose ``preempt`` lists running jobs to stop and requeue (Tiresias is
+preemptive; the engine keeps their remaining work, as a checkpoint/restart would).
+
+Each peer is implemented from its paper's description. Where the description leaves a choice,
+the choice is written next to the code and in the README ('The simulator'):
+
+* ``tiresias`` (Tiresias, NSDI'19): discretised two-dimensional least-attained-service (2D-LAS)
+  without sharing: attained service = GPUs x seconds run; two queues split at
+  ``TIRESIAS_Q1_GPU_S`` (1 GPU-hour; the paper tunes its thresholds per cluster), FIFO by
+  submission inside a queue, preemptive (a queue-1 job waiting while a queue-2 job runs takes
+  its GPUs). Choices: restarts are free (no checkpoint cost: optimistic for Tiresias), the
+  starvation knob (PromoteKnob) is off, consolidated placement (a multi-GPU job's GPUs on one
+  node) always.
+* ``gandiva`` (Gandiva, OSDI'18): a job takes an empty GPU when there is one; when the cluster
+  is oversubscribed it is packed onto the GPU with the lowest summed utilisation of its jobs
+  (profiled GPU utilisation), interference-blind. Choices: Gandiva's introspective unpacking
+  and migration are not modelled (the simulator does not migrate), so its packing is final.
+* ``lucid`` (Lucid, ASPLOS'23): non-intrusive packing rules. Each workload gets a sharing score
+  from its profile: 0 tiny, 1 medium, 2 jumbo (``lucid_score``: utilisation and memory
+  thresholds); two jobs may share only when their scores sum to at most 2, memory fits, both
+  use one GPU, and the partner is running alone (at most two per GPU). Among compatible running
+  partners it takes the one that started first (the affinity picker of Lucid's simulator takes
+  the first compatible job in its run list). Sharing is enabled only under pressure (more
+  queued jobs than empty GPUs: Lucid's 'prescient adaptive sharing', here with the exact queue
+  rather than a forecast). Choices: the thresholds (the paper learns them with a decision tree
+  on its own cluster's profiles; ours are round numbers at the same cut points: 25 % and 75 %
+  utilisation, 25 % and 50 % of GPU memory); queue order is FIFO, because Lucid orders by a
+  duration estimate learned from job attributes and in this simulator a job's duration is
+  independent of its workload, so that estimate is the same for every job.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..errors import InputError
+from ..inventory import Policy
+from ..jobs import Job
+from ..profiles import Profile
+from ..scheduler.placement import (
+    CachedModel,
+    CautiousModel,
+    GpuSlot,
+    Placement,
+    Plan,
+    Predictor,
+    order_queue,
+    plan,
+)
+from .truth import TruthModel
+
+# (queue, slots, active, now, fair-share points per user or None) -> Plan
+Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float,
+                    Mapping[str, float] | None], Plan]
+
+TIRESIAS_Q1_GPU_S = 3600.0     # queue-1 limit: 1 GPU-hour of attained service
+LUCID_UTIL_CUTS = (25.0, 75.0)     # % GPU utilisation: tiny below the first, jumbo from the second
+LUCID_MEM_CUTS = (0.25, 0.50)      # fraction of GPU memory: same roles
+
+
+@dataclass(frozen=True)
+class SimPlan(Plan):
+    """A plan that may also stop running jobs (they go back to the queue, work kept)."""
+
+    preempt: tuple[int, ...] = ()
+
+
+@dataclass
+class SimView:
+    """What the engine tells a planner beyond ``plan()``'s arguments (a real scheduler knows it
+    too): each job's attained service in GPU-seconds, updated as virtual time passes."""
+
+    attained: dict[int, float] = field(default_factory=dict)
+
+
+class SimPlanner:
+    """A planner with the engine state it reads (``view``)."""
+
+    def __init__(self, fn: Planner, view: SimView):
+        self.fn = fn
+        self.view = view
+
+    def __call__(self, queue, slots, active, now, fairshare=None) -> Plan:
+        return self.fn(queue, slots, active, now, fairshare)
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    profiles: Mapping[str, Profile]
+    model: Predictor          # the predictor iadeep uses (never the truth)
+    truth: TruthModel         # what reference policies may use
+    policy: Policy
+    mem: Mapping[int, float]  # job id -> MiB per GPU
+    seed: int
+    view: SimView
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    build: Callable[[PolicyContext], Planner]
+    source: str
+    reference: bool = False   # uses the true speeds: a yardstick, not a competitor
+    # a search: run_sim simulates every Policy this returns and keeps the best avg JCT
+    variants: Callable[[Policy], list[Policy]] | None = None
+
+
+REGISTRY: dict[str, PolicySpec] = {}
+
+
+def register(name: str, source: str, reference: bool = False,
+             variants: Callable[[Policy], list[Policy]] | None = None):
+    def deco(build: Callable[[PolicyContext], Planner]):
+        REGISTRY[name] = PolicySpec(name, build, source, reference, variants)
+        return build
+    return deco
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def is_reference(name: str) -> bool:
+    spec = REGISTRY.get(name.removesuffix("+fs"))   # "oracle+fs": oracle with fair share
+    return bool(spec and spec.reference)
+
+
+def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, truth: TruthModel,
+                 policy: Policy, mem: Mapping[int, float], seed: int) -> SimPlanner:
+    spec = REGISTRY.get(name)
+    if spec is None:
+        raise InputError(f"unknown policy {name!r}",
+                         hint=f"choose from {', '.join(policy_names())}")
+    view = SimView()
+    ctx = PolicyContext(profiles, model, truth, policy, mem, seed, view)
+    return SimPlanner(spec.build(ctx), view)
+
+
+# --------------------------------------------------------------------------- plan() itself
+def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False) -> Planner:
+    m = CachedModel(model)
+    pol = replace(ctx.policy, max_jobs_per_gpu=1) if exclusive else ctx.policy
+
+    def planner(queue, slots, active, now, fairshare=None):
+        if exclusive:
+            slots = tuple(replace(s, max_jobs=1) for s in slots)
+        return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare)
+    return planner
+
+
+@register("exclusive", "one job per GPU, priority/FIFO order with backfill (Slurm's default)")
+def _exclusive(ctx: PolicyContext) -> Planner:
+    return _plan_with(ctx.model, ctx, exclusive=True)
+
+
+@register("iadeep", "plan() with the fitted predictor, its speeds lowered where it is unsure")
+def _iadeep(ctx: PolicyContext) -> Planner:
+    return _plan_with(CautiousModel(ctx.model), ctx)
+
+
+@register("oracle", "plan() with the measured speeds instead of predictions", reference=True)
+def _oracle(ctx: PolicyContext) -> Planner:
+    return _plan_with(ctx.truth, ctx)
+
+
+SEARCH_THRESHOLDS = (0.8, 0.9, 1.0, 1.1, 1.25)
+SEARCH_MAX_JOBS = (2, 3)
+SEARCH_FLOORS = (0.3, 0.5)
+
+
+def search_variants(policy: Policy) -> list[Policy]:
+    """The schedules 'search' tries: plan()'s rule with the true speeds under every share
+    threshold x jobs per GPU x speed floor here (20 full simulations per trace)."""
+    return [replace(policy, share_threshold=t, max_jobs_per_gpu=k, min_speed=f)
+            for t in SEARCH_THRESHOLDS for k in SEARCH_MAX_JOBS for f in SEARCH_FLOORS]
+
+
+@register("search", "hindsight best of 20 schedules: plan() with the true speeds under every "
+                    "share threshold x jobs per GPU x floor, the best avg JCT per trace",
+          reference=True, variants=search_variants)
+def _search(ctx: PolicyContext) -> Planner:
+    return _plan_with(ctx.truth, ctx)
+
+
+# --------------------------------------------------------------------------- blind baselines
+def _gpu_state(slots, active: Sequence[Job], ctx: PolicyContext) -> dict:
+    """Working copy per GPU: [jobs, free MiB, holds a solo job, cap, summed util, job ids]."""
+    solo = {j.id for j in active if j.spec.gpus > 1}
+    util = {j.id: _util(ctx.profiles, j) for j in active}
+    return {(s.node, s.index): [len(s.job_ids), s.memory_free_mib or 0.0,
+                                any(i in solo for i in s.job_ids), s.max_jobs,
+                                sum(util.get(i, 0.0) for i in s.job_ids), list(s.job_ids)]
+            for s in slots}
+
+
+def _util(profiles: Mapping[str, Profile], job: Job) -> float:
+    prof = profiles.get(job.spec.workload or "")
+    return prof.gpu_util if prof else 100.0
+
+
+Chooser = Callable[[Job, list, dict], "tuple[str, int] | None"]
+
+
+def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
+    """Interference-blind placement with plan()'s queue discipline: memory and the per-GPU cap
+    are the only rules; ``choose(job, fitting_gpu_keys, state)`` picks the GPU (None: wait).
+    Multi-GPU jobs get empty GPUs on one node (fewest-empty node first) and nothing joins them;
+    a blocked one reserves GPUs after policy.reserve_after_s exactly as in plan()."""
+    policy, mem = ctx.policy, ctx.mem
+
+    def planner(queue, slots, active, now, fairshare=None):
+        state = _gpu_state(slots, active, ctx)
+        out, waits, reserved = [], {}, False
+        for job in order_queue(queue, policy, now, fairshare):
+            need = mem[job.id]
+            if job.spec.gpus > 1:
+                keys = _whole_node(state, job.spec.gpus, need)
+                if keys is None:
+                    waits[job.id] = "no whole node free"
+                    if not reserved and now - job.submitted_at >= policy.reserve_after_s:
+                        reserved = _reserve_baseline(state, job.spec.gpus)
+                    continue
+                for k in keys:
+                    _take(state[k], job, need, 100.0)
+                    state[k][2] = True
+                out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+                continue
+            fit = [k for k, st in state.items() if st[0] < st[3] and st[1] >= need and not st[2]]
+            pick = choose(job, fit, state) if fit else None
+            if pick is None:
+                waits[job.id] = "full"
+                continue
+            _take(state[pick], job, need, _util(ctx.profiles, job))
+            out.append(Placement(job.id, pick[0], (pick[1],)))
+        return Plan(tuple(out), waits)
+    return planner
+
+
+def _take(st: list, job: Job, need: float, util: float) -> None:
+    st[0] += 1
+    st[1] -= need
+    st[4] += util
+    st[5].append(job.id)
+
+
+def _whole_node(state: dict, k: int, need: float) -> list[tuple[str, int]] | None:
+    by_node: dict[str, list[tuple[str, int]]] = {}
+    for key, st in state.items():
+        if st[0] == 0 and st[3] > 0 and st[1] >= need:
+            by_node.setdefault(key[0], []).append(key)
+    ok = [keys for keys in by_node.values() if len(keys) >= k]
+    if not ok:
+        return None
+    fewest = min(ok, key=len)
+    return sorted(fewest)[:k]
+
+
+def _reserve_baseline(state: dict, k: int) -> bool:
+    """plan()'s starvation guard for the baselines: drain the k least-busy GPUs of a node."""
+    by_node: dict[str, list] = {}
+    for key, st in state.items():
+        if st[3] > 0:
+            by_node.setdefault(key[0], []).append(key)
+    best = None
+    for node, keys in by_node.items():
+        if len(keys) < k:
+            continue
+        keys = sorted(keys, key=lambda key: (state[key][0], key))[:k]
+        score = (sum(state[key][0] for key in keys), node)
+        if best is None or score < best[0]:
+            best = (score, keys)
+    if best is None:
+        return False
+    for key in best[1]:
+        state[key][3] = 0       # cap 0: nothing new starts here this round
+    return True
+
+
+def _empty_first(fit: list, state: dict) -> tuple[str, int] | None:
+    """An empty GPU on the node with the fewest empty GPUs, or None."""
+    empty = [k for k in fit if state[k][0] == 0]
+    if not empty:
+        return None
+    per_node: dict[str, int] = {}
+    for k, st in state.items():
+        if st[0] == 0:
+            per_node[k[0]] = per_node.get(k[0], 0) + 1
+    return min(empty, key=lambda k: (per_node[k[0]], k))
+
+
+@register("packing", "least-loaded GPU that fits (empty first), interference-blind")
+def _packing(ctx: PolicyContext) -> Planner:
+    return _blind(ctx, lambda job, fit, state: min(fit, key=lambda k: (state[k][0], k)))
+
+
+@register("random", "a uniformly random GPU that fits, interference-blind")
+def _random(ctx: PolicyContext) -> Planner:
+    rng = random.Random(f"random-{ctx.seed}")
+    return _blind(ctx, lambda job, fit, state: rng.choice(fit))
+
+
+@register("gandiva", "Gandiva (OSDI'18): empty GPU, else pack where summed utilisation is "
+                     "lowest; interference-blind")
+def _gandiva(ctx: PolicyContext) -> Planner:
+    def choose(job, fit, state):
+        return _empty_first(fit, state) or min(fit, key=lambda k: (state[k][4], state[k][0], k))
+    return _blind(ctx, choose)
+
+
+# --------------------------------------------------------------------------- Lucid
+def lucid_score(p: Profile | None, memory_mib: float) -> int:
+    """Lucid's sharing score: 0 tiny, 1 medium, 2 jumbo, from utilisation and memory."""
+    if p is None:
+        return 2
+    mem = p.peak_mem_gib * 1024.0 / memory_mib if memory_mib else 1.0
+    if p.gpu_util >= LUCID_UTIL_CUTS[1] or mem >= LUCID_MEM_CUTS[1]:
+        return 2
+    if p.gpu_util < LUCID_UTIL_CUTS[0] and mem < LUCID_MEM_CUTS[0]:
+        return 0
+    return 1
+
+
+@register("lucid", "Lucid (ASPLOS'23): share only score-compatible pairs (utilisation and "
+                   "memory classes), first compatible partner, only under pressure")
+def _lucid(ctx: PolicyContext) -> Planner:
+    policy, mem = ctx.policy, ctx.mem
+
+    def planner(queue, slots, active, now, fairshare=None):
+        state = _gpu_state(slots, active, ctx)
+        total = {(s.node, s.index): s.memory_total_mib or 0.0 for s in slots}
+        by_id = {j.id: j for j in active}
+        for j in queue:
+            by_id[j.id] = j
+        started = {j.id: (j.started_at or 0.0, j.id) for j in active}
+
+        def score(job_id: int, key) -> int:
+            j = by_id[job_id]
+            return lucid_score(ctx.profiles.get(j.spec.workload or ""), total[key])
+        ordered = order_queue(queue, policy, now, fairshare)
+        out, waits, reserved = [], {}, False
+        for i, job in enumerate(ordered):
+            need = mem[job.id]
+            if job.spec.gpus > 1:
+                keys = _whole_node(state, job.spec.gpus, need)
+                if keys is None:
+                    waits[job.id] = "no whole node free"
+                    if not reserved and now - job.submitted_at >= policy.reserve_after_s:
+                        reserved = _reserve_baseline(state, job.spec.gpus)
+                    continue
+                for k in keys:
+                    _take(state[k], job, need, 100.0)
+                    state[k][2] = True
+                out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+                continue
+            empties = sum(1 for st in state.values() if st[0] == 0 and st[3] > 0)
+            pressure = len(ordered) - i > empties       # prescient adaptive sharing
+            choice = None
+            if pressure:
+                partners = [k for k, st in state.items()
+                            if st[0] == 1 and st[3] >= 2 and not st[2] and st[1] >= need
+                            and st[5][0] in by_id
+                            and score(st[5][0], k) + score(job.id, k) <= 2]
+                if partners:
+                    choice = min(partners, key=lambda k: (started.get(state[k][5][0],
+                                                                      (now, state[k][5][0])), k))
+            if choice is None:
+                fit = [k for k, st in state.items() if st[0] == 0 and st[3] > 0 and st[1] >= need]
+                choice = _empty_first(fit, state) if fit else None
+            if choice is None:
+                waits[job.id] = "no compatible partner and no empty GPU"
+                continue
+            _take(state[choice], job, need, _util(ctx.profiles, job))
+            started[job.id] = (now, job.id)
+            out.append(Placement(job.id, choice[0], (choice[1],)))
+        return Plan(tuple(out), waits)
+    return planner
+
+
+# --------------------------------------------------------------------------- Tiresias
+def tiresias_queue(attained_gpu_s: float) -> int:
+    """Tiresias's discretised queue: 0 below the limit, 1 from it."""
+    return 0 if attained_gpu_s < TIRESIAS_Q1_GPU_S else 1
+
+
+@register("tiresias", "Tiresias (NSDI'19): preemptive two-queue least-attained-service, "
+                      "one job per GPU")
+def _tiresias(ctx: PolicyContext) -> Planner:
+    view = ctx.view
+
+    def planner(queue, slots, active, now, fairshare=None):
+        # Tiresias ranks by attained service alone: its own notion of fairness, so fair
+        # share's points do not reorder it (POLICY+fs equals POLICY for tiresias)
+        def rank(j: Job) -> tuple:
+            return (tiresias_queue(view.attained.get(j.id, 0.0)), j.submitted_at, j.id)
+        capacity = sum(1 for s in slots if s.max_jobs > 0)
+        chosen: set[int] = set()
+        used = 0
+        for j in sorted([*active, *queue], key=rank):
+            if used + j.spec.gpus <= capacity:
+                chosen.add(j.id)
+                used += j.spec.gpus
+        preempt = tuple(sorted(j.id for j in active if j.id not in chosen))
+        gone = set(preempt)
+        free: dict[str, list[int]] = {}
+        for s in slots:
+            if s.max_jobs > 0 and not [i for i in s.job_ids if i not in gone]:
+                free.setdefault(s.node, []).append(s.index)
+        out, waits = [], {}
+        # chosen jobs first (in rank order), then backfill with the rest
+        for job in sorted(queue, key=lambda j: (j.id not in chosen, rank(j))):
+            k = job.spec.gpus
+            nodes = [n for n, idx in free.items() if len(idx) >= k]
+            if not nodes:
+                waits[job.id] = "no free GPUs (least-attained-service order)"
+                continue
+            node = min(nodes, key=lambda n: (len(free[n]), n))
+            take = sorted(free[node])[:k]
+            free[node] = [i for i in free[node] if i not in take]
+            out.append(Placement(job.id, node, tuple(take)))
+        return SimPlan(tuple(out), waits, preempt)
+    return planner
+
+
+# --------------------------------------------------------------------------- helpers for stats
+def t95(df: int) -> float:
+    """Two-sided 95 % Student-t quantile for ``df`` degrees of freedom (table; normal beyond)."""
+    table = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
+             2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
+             2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+    if df < 1:
+        return float("nan")
+    return table[df - 1] if df <= len(table) else 1.96
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % confidence interval (t; 0 for one value)."""
+    x = [float(v) for v in values]
+    if not x:
+        return math.nan, math.nan
+    if len(x) == 1:
+        return x[0], 0.0
+    return statistics.fmean(x), t95(len(x) - 1) * statistics.stdev(x) / math.sqrt(len(x))
