@@ -79,6 +79,9 @@ class FairShare:
 
     def share(self, user: str) -> float:
         return dict(self.shares).get(user, self.DEFAULT_SHARE)
+
+
+@dataclass(frozen=True)
 class AdaptPolicy:
     """``lab.policy.adapt``: when a running shared GPU counts as gone wrong, and what is done
     about it (README 'Adapting at run time').  The defaults are conservative: a surprise must
@@ -157,6 +160,9 @@ class SlurmSettings:
     gpu_memory_gib: float = 80.0
     conf: str | None = None          # SLURM_CONF for the Slurm commands; None: the default
     account: str | None = None       # sbatch --account; None: each user's default
+
+
+@dataclass(frozen=True)
 class MetricsSettings:
     """``lab.metrics``: where the controller serves Prometheus metrics (``listen``: host and
     port; None: off, the default). The series name users, jobs and nodes, so an address other
