@@ -68,6 +68,19 @@ class ControllerProcess:
         return self.proc.returncode if self.proc else None
 
 
+def controller_on(tmp_path: Path, nodes: str = "[]", lab: str = "") -> ControllerProcess:
+    """A started controller in ``tmp_path/state`` whose inventory, in the default place
+    (``state/nodes.yaml``: a second ``controller run`` finds it too), lists ``nodes`` (YAML flow
+    style; none by default: jobs are accepted and stay queued) with ``lab`` settings (YAML
+    lines, e.g. ``"default_retries: 2"``)."""
+    home = tmp_path / "state"
+    home.mkdir(parents=True, exist_ok=True)
+    settings = "".join(f"  {line}\n" for line in lab.splitlines())
+    (home / "nodes.yaml").write_text((f"lab:\n{settings}" if settings else "")
+                                     + f"nodes: {nodes}\n")
+    return ControllerProcess(home).start()
+
+
 def wait_until(fn, limit: float = 15.0, every: float = 0.05):
     """Poll ``fn`` until it returns something truthy (returned), or fail after ``limit`` s."""
     end = time.monotonic() + limit
