@@ -44,8 +44,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check iadeep_cli tests benchmarks
 	$(BIN)/mypy
 
+# The suite runs in parallel (pytest-xdist): its tests mostly wait on sshd nodes, controller
+# processes and polls, not on the CPU, so more workers than cores pays. Workers: twice the cores,
+# at least 4, at most 8 (README "Tests" has the times measured); `make test TEST_WORKERS=3`
+# chooses, `.venv/bin/pytest -q` (no -n) runs it serially. --dist loadgroup keeps the os_global tests
+# (accounts, sudoers, mounts, system daemons) in one worker, one after another.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
+                  [ $$n -lt 4 ] && n=4; [ $$n -gt 8 ] && n=8; echo $$n)
+
 test: $(STAMP) lint sshd slurm torch-cpu
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP) sshd
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,6 +25,15 @@ def time_process(argv: Sequence[str], repeats: int, **kwargs) -> list[float]:
     return time_call(once, repeats)
 
 
+PYTHON_PASS = "python -c pass"
+
+
+def python_pass(repeats: int) -> tuple[str, list[float]]:
+    """The baseline row of the command benchmarks: a bare interpreter's start, which every
+    ``iadeep`` process pays too, timed in the same run (so a loaded machine slows both)."""
+    return PYTHON_PASS, time_process([sys.executable, "-c", "pass"], repeats)
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
 
@@ -34,3 +44,11 @@ def report(rows: Sequence[tuple[str, Sequence[float]]], baseline: str) -> None:
     print(f"{'what':<40} {'median':>10} {'vs ' + baseline:>18}")
     for name, xs in rows:
         print(f"{name:<40} {median(xs) * 1000:>8.1f}ms {median(xs) / base:>17.2f}x")
+
+
+def slowest(rows: Sequence[tuple[str, Sequence[float]]], what: str, target_s: float,
+            detail: str = "") -> None:
+    """Print the slowest row's median against the issue's target: OK or MISSED."""
+    worst = max(median(xs) for _, xs in rows)
+    print(f"slowest {what} median {worst * 1000:.0f} ms{detail} "
+          f"(target < {target_s * 1000:.0f} ms): {'OK' if worst < target_s else 'MISSED'}")

@@ -7,6 +7,11 @@ package (``pythonpath = tests`` in pyproject.toml).
 
 ``sshd_cluster(n)`` gives real OpenSSH servers on 127.0.0.x (see tests/helpers/sshd.py).
 
+In parallel (``make test``: pytest-xdist, ``-n N --dist loadgroup``) each worker is its own
+process with its own session fixtures (its own sshd nodes, keys and ports, its own basetemp
+``popen-gwN``), so what a test must not share is what the machine shares: see
+``pytest_collection_modifyitems`` and the ``os_global`` marker.
+
 sshd start-up costs ~0.1 s per node, so clusters are cached for the whole session by
 (n, key); each test gets HOME and IADEEP_HOME pointed at the cluster's directories (monkeypatch)
 and the nodes reset to running + default stand-in behaviour.  A test that damages a cluster in a
@@ -25,12 +30,18 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PARTS = ("unit", "integration", "tui")
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the xdist_group markers
 def pytest_collection_modifyitems(items):
-    """Each test gets the marker of the folder it lives in."""
+    """Each test gets the marker of the folder it lives in; an ``os_global`` test (one that
+    changes what the whole machine shares: accounts, sudoers, mounts, system daemons) joins the
+    xdist group "os_global", so that under ``-n N --dist loadgroup`` they all run in one
+    worker, one after another, never beside each other."""
     for item in items:
         part = item.path.parent.name
         if part in PARTS:
             item.add_marker(getattr(pytest.mark, part))
+        if item.get_closest_marker("os_global") is not None:
+            item.add_marker(pytest.mark.xdist_group("os_global"))
 
 
 def _need_sshd() -> None:

@@ -7,6 +7,7 @@ another account by forking this (already loaded) process and dropping to the acc
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -17,14 +18,34 @@ import tempfile
 import traceback
 from pathlib import Path
 
+# One lock for every change to /etc/passwd and /etc/group made by the tests: parallel workers
+# (pytest-xdist) may create the same account at once (the second useradd fails: "already
+# exists"), and shadow's tools give up at once on a passwd file another of them holds ("cannot
+# lock /etc/passwd; try again later"). A fixed path on purpose: it is the one thing all workers
+# must share.
+LOCK = Path("/run/lock/iadeep-tests-accounts.lock")
+
+
+@contextlib.contextmanager
+def accounts_lock():
+    """Hold the tests' account lock (``useradd``, ``usermod``, ``groupadd``, ``userdel``)."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
 
 def ensure_user(name: str) -> int:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True)
-        return pwd.getpwnam(name).pw_uid
+    with accounts_lock():
+        try:
+            return pwd.getpwnam(name).pw_uid
+        except KeyError:
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                            name], check=True)
+            return pwd.getpwnam(name).pw_uid
 
 
 class AsUser:

@@ -39,7 +39,11 @@ class ControllerProcess:
         self.proc: subprocess.Popen | None = None
         self.log = home / "controller.log"
 
-    def start(self, timeout: float = 30.0) -> ControllerProcess:
+    def start(self, timeout: float = 180.0) -> ControllerProcess:
+        """Start it and wait until it answers. ``timeout`` only bounds a controller that hangs:
+        one that starts normally answers in a second or two, but its imports (scikit-learn)
+        take tens of seconds on a machine loaded by parallel tests; until its socket exists
+        this waits without starting a CLI process per check (each would load it further)."""
         args = [*IADEEP, "controller", "run", *self.extra_args]
         self.home.mkdir(parents=True, exist_ok=True)
         if self.inventory:
@@ -53,7 +57,8 @@ class ControllerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"controller exited: {self.log.read_text()}")
-            if cli(self.home, "status", "--json").stdout.find('"live": true') >= 0:
+            if (self.home / "controller.sock").exists() and cli(
+                    self.home, "status", "--json").stdout.find('"live": true') >= 0:
                 return self
             time.sleep(0.1)
         raise AssertionError(f"controller did not answer: {self.log.read_text()}")
@@ -68,8 +73,23 @@ class ControllerProcess:
         return self.proc.returncode if self.proc else None
 
 
-def wait_until(fn, limit: float = 15.0, every: float = 0.05):
-    """Poll ``fn`` until it returns something truthy (returned), or fail after ``limit`` s."""
+def controller_on(tmp_path: Path, nodes: str = "[]", lab: str = "") -> ControllerProcess:
+    """A started controller in ``tmp_path/state`` whose inventory, in the default place
+    (``state/nodes.yaml``: a second ``controller run`` finds it too), lists ``nodes`` (YAML flow
+    style; none by default: jobs are accepted and stay queued) with ``lab`` settings (YAML
+    lines, e.g. ``"default_retries: 2"``)."""
+    home = tmp_path / "state"
+    home.mkdir(parents=True, exist_ok=True)
+    settings = "".join(f"  {line}\n" for line in lab.splitlines())
+    (home / "nodes.yaml").write_text((f"lab:\n{settings}" if settings else "")
+                                     + f"nodes: {nodes}\n")
+    return ControllerProcess(home).start()
+
+
+def wait_until(fn, limit: float = 60.0, every: float = 0.05):
+    """Poll ``fn`` until it returns something truthy (returned), or fail after ``limit`` s.
+    ``limit`` only bounds a condition that is never reached: generous, since on a machine
+    loaded by parallel tests what takes a second alone can take tens."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
         value = fn()

@@ -9,36 +9,14 @@ import subprocess
 
 import pytest
 
-from helpers.controllers import IADEEP, ControllerProcess, cli, env_for, wait_until
-
-
-@pytest.fixture
-def script(tmp_path):
-    path = tmp_path / "job.sh"
-    path.write_text("#!/bin/sh\necho hello \"$@\"\n")
-    path.chmod(0o755)
-    return path
-
-
-def _controller(tmp_path, nodes: str = "[]"):
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text(f"nodes: {nodes}\n")
-    return ControllerProcess(tmp_path / "state", inventory).start()
-
-
-@pytest.fixture
-def controller(tmp_path):
-    """A controller with an (explicitly) empty cluster: jobs are accepted and wait."""
-    ctl = _controller(tmp_path)
-    yield ctl
-    ctl.stop()
+from helpers.controllers import IADEEP, cli, controller_on, env_for, wait_until
 
 
 @pytest.fixture
 def unreachable(tmp_path):
     """A controller whose one node never answers (nothing listens on 127.0.0.1:9): a queued
     job waits with a 66-character reason."""
-    ctl = _controller(tmp_path, "[{name: gone, host: 127.0.0.1, port: 9}]")
+    ctl = controller_on(tmp_path, "[{name: gone, host: 127.0.0.1, port: 9}]")
     yield ctl
     ctl.stop()
 

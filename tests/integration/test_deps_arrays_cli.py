@@ -4,22 +4,13 @@ import json
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli
+from helpers.controllers import cli
 
 
 @pytest.fixture
-def script(tmp_path):
-    path = tmp_path / "job.sh"
-    path.write_text("#!/bin/sh\necho task $IADEEP_ARRAY_INDEX\n")
-    path.chmod(0o755)
-    return path
-
-
-@pytest.fixture
-def home(tmp_path):
-    ctl = ControllerProcess(tmp_path / "state").start()
-    yield ctl.home
-    ctl.stop()
+def home(controller):
+    """The state directory of the shared ``controller`` fixture (tests/integration/conftest)."""
+    return controller.home
 
 
 def _ids(home):

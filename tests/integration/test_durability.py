@@ -51,6 +51,7 @@ def _fill(directory: Path, leave: int = 0) -> Path:
 
 
 # ------------------------------------------------------------------ full
+@pytest.mark.os_global   # mounts a tmpfs (the mount table is the machine's)
 def test_a_full_filesystem_is_one_clear_error_and_the_store_recovers(small_fs):
     store = Store(small_fs / "iadeep.db")
     filler = _fill(small_fs)
@@ -71,6 +72,7 @@ def test_a_full_filesystem_is_one_clear_error_and_the_store_recovers(small_fs):
     store.close()
 
 
+@pytest.mark.os_global   # mounts a tmpfs (the mount table is the machine's)
 def test_a_full_state_directory_degrades_the_controller_and_it_recovers(
         sshd_cluster, small_fs, tmp_path):
     node = next(iter(sshd_cluster(1).nodes.values()))

@@ -34,13 +34,18 @@ def running(pid: int) -> bool:
         return False
 
 
-def tagged(job_id: int) -> list[int]:
-    """Live processes whose environment carries IADEEP_JOB_ID=job_id."""
+def tagged(pool, job_id: int) -> list[int]:
+    """Live processes whose environment carries IADEEP_JOB_ID=job_id, launched under this
+    test's cluster's workdir (another test, or another pytest-xdist worker, may run a job with
+    the same id at the same time)."""
     want = f"IADEEP_JOB_ID={job_id}".encode()
+    under = f"IADEEP_PROGRESS_FILE={pool.cluster.workdir}/".encode()
     found = []
     for env in Path("/proc").glob("[0-9]*/environ"):
         try:
-            if want in env.read_bytes().split(b"\0") and running(int(env.parent.name)):
+            environ = env.read_bytes().split(b"\0")
+            if (want in environ and any(e.startswith(under) for e in environ)
+                    and running(int(env.parent.name))):
                 found.append(int(env.parent.name))
         except OSError:
             continue
@@ -87,10 +92,10 @@ exec sleep 300
 def test_cancel_stops_a_setsid_daemon_of_a_job_that_deleted_its_pid_file(pool, tmp_path):
     launch(pool, tmp_path, 401, ESCAPE)
     wait_until(lambda: L.read_log(pool, "node01", 401).data == b"ready\n")
-    escaped = tagged(401)
+    escaped = tagged(pool, 401)
     assert len(escaped) >= 3          # the wrapper, the job's sleep, the daemon (own session)
     assert L.cancel(pool, "node01", 401, grace_s=1) == "killed"   # TERM was ignored
-    assert tagged(401) == [] and not any(running(p) for p in escaped)
+    assert tagged(pool, 401) == [] and not any(running(p) for p in escaped)
     assert L.cancel(pool, "node01", 401, grace_s=1) == "missing"   # no pid file, nothing left
     assert pool.poll("node01").ok
 
@@ -100,7 +105,7 @@ def test_the_end_of_a_job_stops_what_it_left_running(pool, tmp_path):
                                 "sleep 300 &\necho bye\n")
     wait_until(lambda: L.reconcile(pool, "node01", [402])[402].state == "exited")
     assert L.reconcile(pool, "node01", [402])[402].exit_code == 0
-    assert tagged(402) == []          # both leftovers were gone before the exit code was written
+    assert tagged(pool, 402) == []    # both leftovers were gone before the exit code was written
 
 
 def test_cancel_never_touches_another_installs_job_with_the_same_id(pool, tmp_path):
@@ -113,11 +118,11 @@ def test_cancel_never_touches_another_installs_job_with_the_same_id(pool, tmp_pa
                   command_timeout=10, backoff_base=0) as other:
         launch(other, tmp_path, 403, "#!/bin/sh\nexec sleep 300\n")
         launch(pool, tmp_path, 403, "#!/bin/sh\nexec sleep 300\n")
-        wait_until(lambda: len(tagged(403)) == 4)   # a wrapper and a sleep each
-        theirs = [p for p in tagged(403)
+        wait_until(lambda: len(tagged(pool, 403)) == 4)   # a wrapper and a sleep each
+        theirs = [p for p in tagged(pool, 403)
                   if b"other-install" in Path(f"/proc/{p}/environ").read_bytes()]
         assert L.cancel(pool, "node01", 403, grace_s=20) == "terminated"
-        assert tagged(403) == theirs
+        assert tagged(pool, 403) == theirs
         assert L.cancel(other, "node01", 403, grace_s=20) == "terminated"
 
 

@@ -15,8 +15,10 @@ pytestmark = pytest.mark.sshd
 
 
 def pool_for(inv, **kw):
-    kw.setdefault("connect_timeout", 3)
-    kw.setdefault("command_timeout", 10)
+    # generous: a healthy node must never miss them, also on a machine loaded by parallel
+    # tests (a test of a timeout passes its own)
+    kw.setdefault("connect_timeout", 30)
+    kw.setdefault("command_timeout", 60)
     kw.setdefault("backoff_base", 0)
     return NodePool(inv, **kw)
 
@@ -75,11 +77,12 @@ def test_connection_is_reused(sshd_cluster):
 
 def test_slow_node_does_not_hold_back_the_others(sshd_cluster):
     c = sshd_cluster(5)
-    c.node("node03").set_fake(sleep=4)
+    c.node("node03").set_fake(hold=True)   # hung until let go below, however long a round is
     with pool_for(c.inventory) as pool:
         snap = pool.poll_all(wait_s=1)
         again = pool.poll_all(wait_s=1)   # still hung: not polled twice, not waited for
-        deadline = time.monotonic() + 30  # its answer, when it comes, is used by a later round
+        c.node("node03").set_fake()
+        deadline = time.monotonic() + 60  # its answer, when it comes, is used by a later round
         late = pool.poll_all(wait_s=1)
         while not late.node("node03").reached and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -93,10 +96,12 @@ def test_slow_node_does_not_hold_back_the_others(sshd_cluster):
 
 def test_command_timeout_is_a_node_error(sshd_cluster):
     c = sshd_cluster(5)
-    c.node("node02").set_fake(sleep=3)
-    with pool_for(c.inventory, command_timeout=1) as pool:
+    c.node("node02").set_fake(hold=True)
+    # node01 must answer within the timeout: 5 s, not 1, on a machine loaded by parallel tests
+    with pool_for(c.inventory, command_timeout=5) as pool:
         snap = pool.poll_all()
-    assert "did not finish within 1 s" in snap.node("node02").error
+    c.node("node02").set_fake()
+    assert "did not finish within 5 s" in snap.node("node02").error
     assert snap.node("node01").ok
 
 

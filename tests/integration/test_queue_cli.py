@@ -5,24 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-from helpers.controllers import ControllerProcess, cli
-
-
-@pytest.fixture
-def script(tmp_path):
-    path = tmp_path / "job.sh"
-    path.write_text("#!/bin/sh\necho hello \"$@\"\n")
-    path.chmod(0o755)
-    return path
-
-
-@pytest.fixture
-def controller(tmp_path):
-    ctl = ControllerProcess(tmp_path / "state").start()
-    yield ctl
-    ctl.stop()
+from helpers.controllers import ControllerProcess, cli, controller_on
 
 
 def test_add_list_show_hold_release_cancel(controller, script):
@@ -174,9 +157,7 @@ def test_controller_killed_during_submissions_loses_and_duplicates_nothing(contr
 
 
 def test_the_labs_default_retries_apply_unless_the_job_says(tmp_path, script):
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  default_retries: 2\nnodes: []\n")
-    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    ctl = controller_on(tmp_path, lab="default_retries: 2")
     try:
         default = cli(ctl.home, "queue", "add", str(script), check=True).stdout.strip()
         explicit = cli(ctl.home, "queue", "add", str(script), "--retries", "0",
@@ -189,9 +170,7 @@ def test_the_labs_default_retries_apply_unless_the_job_says(tmp_path, script):
 
 
 def test_the_labs_time_limits_apply_and_cap_the_jobs_own(tmp_path, script):
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  default_time_limit: 1h\n  max_time_limit: 2d\nnodes: []\n")
-    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    ctl = controller_on(tmp_path, lab="default_time_limit: 1h\nmax_time_limit: 2d")
     try:
         default = cli(ctl.home, "queue", "add", str(script), check=True).stdout.strip()
         own = cli(ctl.home, "queue", "add", str(script), "--time", "1-0", check=True

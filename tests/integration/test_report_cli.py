@@ -16,9 +16,8 @@ import pytest
 
 from helpers.accounts import cli_as
 from helpers.controllers import ControllerProcess, cli, jobs_by_id
+from helpers.local_node import local_lab
 
-ROOT = Path(__file__).resolve().parents[2]
-FAKES = ROOT / "tests" / "fakes" / "pynvml"
 FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 
 
@@ -56,15 +55,7 @@ def state(monkeypatch):
 
 
 def test_report_matches_the_events_live_and_after_stop(monkeypatch, state):
-    workdir = state / "wd"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    monkeypatch.setenv("FAKE_NVML_MODE", "idle")
-    monkeypatch.setenv("FAKE_NVML_GPUS", "2")
-    monkeypatch.setenv("FAKE_NVML_JOBS_UNDER", str(workdir))
-    inventory = state / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 10\n"
-                         f"nodes:\n  - name: here\n    local: true\n    workdir: {workdir}\n")
+    inventory = local_lab(monkeypatch, state / "nodes.yaml", state / "wd")
     ok_sh, fail_sh = state / "ok.sh", state / "fail.sh"
     ok_sh.write_text("#!/bin/sh\nsleep 1\n")
     fail_sh.write_text("#!/bin/sh\nsleep 0.5\nexit 3\n")

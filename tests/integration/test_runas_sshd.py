@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers.accounts import cli_as, ensure_user
+from helpers.accounts import accounts_lock, cli_as, ensure_user
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from helpers.sshd import SshdNode, _keygen, sshd_available
 from iadeep_cli.paths import StateDir
 
 pytestmark = [
     pytest.mark.sshd,
+    pytest.mark.os_global,   # accounts changed and removed, a sudoers file, /home/<account>
     pytest.mark.skipif(os.geteuid() != 0, reason="creating OS accounts and sudo rules needs root"),
 ]
 
@@ -43,7 +44,8 @@ def _account(name: str, shell: str = "/usr/sbin/nologin") -> Path:
     locked ('*', not '!': sshd without PAM refuses a locked account even a key login)."""
     ensure_user(name)
     home = Path(f"/home/{name}")
-    subprocess.run(["usermod", "-d", str(home), "-s", shell, "-p", "*", name], check=True)
+    with accounts_lock():
+        subprocess.run(["usermod", "-d", str(home), "-s", shell, "-p", "*", name], check=True)
     home.mkdir(parents=True, exist_ok=True)
     for left in home.iterdir():   # an earlier run's job directories and files
         shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink()
@@ -76,11 +78,14 @@ def _install_sudoers(line: str) -> None:
 def lab():
     _need_tools()
     ctl_home = _account(CTL, shell="/bin/sh")
-    subprocess.run(["groupadd", "-f", GROUP], check=True)
+    with accounts_lock():
+        subprocess.run(["groupadd", "-f", GROUP], check=True)
     for user in (ALICE, BOB):
         _account(user)
-        subprocess.run(["usermod", "-aG", GROUP, user], check=True)
-    subprocess.run(["userdel", GHOST], capture_output=True)   # a left-over from a killed run
+        with accounts_lock():
+            subprocess.run(["usermod", "-aG", GROUP, user], check=True)
+    with accounts_lock():   # a left-over from a killed run
+        subprocess.run(["userdel", GHOST], capture_output=True)
     line = readme_sudoers_line().replace("iadeep ", f"{CTL} ", 1).replace("%gpu-lab",
                                                                           f"%{GROUP}")
     _install_sudoers(line)
@@ -183,7 +188,8 @@ def test_a_job_for_a_user_missing_on_the_node_fails_with_the_reason(lab):
     ensure_user(GHOST)
     job_id = _submitted(cli_as(GHOST, lab.home, "queue", "add",
                                _script(lab, "g.sh", "#!/bin/sh\necho hi\n")))
-    subprocess.run(["userdel", GHOST], check=True)
+    with accounts_lock():
+        subprocess.run(["userdel", GHOST], check=True)
     lab.inventory.write_text(re.sub(r"  user_limits:.*\n", "", lab.inventory.read_text()))
     assert cli(lab.home, "controller", "reload").returncode == 0
     wait_until(lambda: _job(lab, job_id)["state"] == "failed", limit=60)

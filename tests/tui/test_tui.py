@@ -185,6 +185,14 @@ def _select(app, job_id: int) -> None:
     assert app.selected_job_id() == job_id
 
 
+async def _act(pilot, job_id: int, *keys: str) -> None:
+    """Select job ``job_id`` in the queue, press ``keys``, and let the action (a worker) and the
+    refresh it causes reach the UI."""
+    _select(pilot.app, job_id)
+    await pilot.press(*keys)
+    await _settle(pilot)
+
+
 def _find(name: str) -> int:
     return next(j.id for j in _jobs_in_store(None) if j.name == name)
 
@@ -270,8 +278,7 @@ async def test_cancel_asks_first_and_goes_through_the_controller(controller):
         await pilot.press("n")
         await _settle(pilot)
         assert _job_state(job) is JobState.QUEUED
-        await pilot.press("c", "y")
-        await _settle(pilot)
+        await _act(pilot, job, "c", "y")
         assert _job_state(job) is JobState.CANCELLED
         assert job not in [r.id for r in app._rows]       # the refresh dropped it
         store = Store(readonly=True)
@@ -287,13 +294,9 @@ async def test_hold_and_release_through_the_controller(controller):
     async with app.run_test(size=(120, 40)) as pilot:
         await _settle(pilot)
         job = _find("vgg16-aug")
-        _select(app, job)
-        await pilot.press("h")
-        await _settle(pilot)
+        await _act(pilot, job, "h")
         assert _job_state(job) is JobState.HELD
-        _select(app, job)
-        await pilot.press("r")
-        await _settle(pilot)
+        await _act(pilot, job, "r")
         assert _job_state(job) is JobState.QUEUED
         assert any(f"job {job}: queued" in m for m in app.messages)
 
@@ -305,9 +308,7 @@ async def test_controller_refusal_is_shown_not_raised(controller):
     async with app.run_test(size=(120, 40)) as pilot:
         await _settle(pilot)
         job = _find("mlp-base")
-        _select(app, job)
-        await pilot.press("h")
-        await _settle(pilot)
+        await _act(pilot, job, "h")
         assert _job_state(job) is JobState.RUNNING
         assert any("cannot become held" in m for m in app.messages), app.messages
 
@@ -318,9 +319,7 @@ async def test_actions_without_a_controller_say_so(home):
     app = _app(initial=source.fetch())
     async with app.run_test(size=(120, 40)) as pilot:
         job = _find("vgg16-aug")
-        _select(app, job)
-        await pilot.press("h")
-        await _settle(pilot)
+        await _act(pilot, job, "h")
         assert _job_state(job) is JobState.QUEUED
         assert any("controller is not running" in m for m in app.messages), app.messages
 
@@ -331,9 +330,7 @@ async def test_enter_opens_job_details_with_events_and_log_note(home):
     app = _app(initial=source.fetch())
     async with app.run_test(size=(120, 40)) as pilot:
         job = _find("ablation-7")
-        _select(app, job)
-        await pilot.press("enter")
-        await _settle(pilot)
+        await _act(pilot, job, "enter")
         assert type(app.screen).__name__ == "JobDetailScreen"
         fields = str(app.screen.query_one("#fields").content)
         assert "ablation-7" in fields and "held by dana" in fields and "submitted" in fields
