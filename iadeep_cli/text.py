@@ -2,7 +2,8 @@
 
 The CLI, the monitor and the scheduler's wait reasons all show these; one module keeps
 ``iadeep status``, ``queue show`` and the monitor saying the same thing the same way.
-Stdlib only (the fast commands import it).
+Stdlib only (the fast commands import it); ``pyplot`` loads matplotlib only when a chart is
+asked for.
 """
 from __future__ import annotations
 
@@ -68,3 +69,19 @@ def impact(factor: float | None, work_h: float, busy_h: float,
         return f"{x:{sign}.{1 if abs(x) >= 1 else 2}f}"
     return (f"{factor:.2f} (work {h(work_h)} on {h(busy_h)} busy GPU-h: "
             f"{h(work_h - busy_h, '+')} saved{measured})")
+
+
+def pyplot():
+    """matplotlib's pyplot drawing into files (no display), for ``--plot``: loaded only when a
+    chart is asked for (the ``plot`` extra), so every other command stays light; a clear error
+    when it is not installed."""
+    from .errors import InputError
+
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("--plot needs matplotlib, which is not installed",
+                         hint="pip install 'iadeep[plot]' (or matplotlib)") from None
+    matplotlib.use("Agg")   # no display: a file
+    import matplotlib.pyplot as plt
+    return plt

@@ -22,7 +22,7 @@ import typer
 
 from ..errors import InputError, NotFoundError, PermissionDenied
 from ..paths import StateDir
-from ..text import clock, duration
+from ..text import clock, duration, pyplot
 from . import render
 from .root import app
 
@@ -219,12 +219,7 @@ def _plot_target(path: str) -> str:
 def _draw(daily: accounting.Report, target: str) -> None:
     """GPU-hours (used, busy, work) and the impact factor per day, into ``target``.
     matplotlib is imported only here (the ``plot`` extra): every other report stays light."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError("--plot needs matplotlib", hint="pip install 'iadeep[plot]'") from None
-    matplotlib.use("Agg")   # no display: a file
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     days = [g.key for g in daily.groups]
     x = range(len(days))

@@ -219,20 +219,13 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
 
     def planner(queue, slots, active, now, fairshare=None):
         state = _gpu_state(slots, active, ctx)
-        out, waits, reserved = [], {}, False
+        out: list[Placement] = []
+        waits: dict[int, str] = {}
+        reserved = False
         for job in order_queue(queue, policy, now, fairshare):
             need = mem[job.id]
             if job.spec.gpus > 1:
-                keys = _whole_node(state, job.spec.gpus, need)
-                if keys is None:
-                    waits[job.id] = "no whole node free"
-                    if not reserved and now - job.submitted_at >= policy.reserve_after_s:
-                        reserved = _reserve_baseline(state, job.spec.gpus)
-                    continue
-                for k in keys:
-                    _take(state[k], job, need, 100.0)
-                    state[k][2] = True
-                out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
                 continue
             fit = [k for k, st in state.items() if st[0] < st[3] and st[1] >= need and not st[2]]
             pick = choose(job, fit, state) if fit else None
@@ -243,6 +236,24 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
             out.append(Placement(job.id, pick[0], (pick[1],)))
         return Plan(tuple(out), waits)
     return planner
+
+
+def _multi_gpu(state: dict, job: Job, need: float, now: float, policy: Policy,
+               out: list[Placement], waits: dict[int, str], reserved: bool) -> bool:
+    """A multi-GPU job in a baseline or peer: empty GPUs on one node (fewest-empty node first),
+    none to share, or it waits and, blocked past ``policy.reserve_after_s``, reserves GPUs as
+    plan() does. Returns whether a reservation is now held this round."""
+    keys = _whole_node(state, job.spec.gpus, need)
+    if keys is None:
+        waits[job.id] = "no whole node free"
+        if not reserved and now - job.submitted_at >= policy.reserve_after_s:
+            reserved = _reserve_baseline(state, job.spec.gpus)
+        return reserved
+    for k in keys:
+        _take(state[k], job, need, 100.0)
+        state[k][2] = True
+    out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+    return reserved
 
 
 def _take(st: list, job: Job, need: float, util: float) -> None:
@@ -346,20 +357,13 @@ def _lucid(ctx: PolicyContext) -> Planner:
             j = by_id[job_id]
             return lucid_score(ctx.profiles.get(j.spec.workload or ""), total[key])
         ordered = order_queue(queue, policy, now, fairshare)
-        out, waits, reserved = [], {}, False
+        out: list[Placement] = []
+        waits: dict[int, str] = {}
+        reserved = False
         for i, job in enumerate(ordered):
             need = mem[job.id]
             if job.spec.gpus > 1:
-                keys = _whole_node(state, job.spec.gpus, need)
-                if keys is None:
-                    waits[job.id] = "no whole node free"
-                    if not reserved and now - job.submitted_at >= policy.reserve_after_s:
-                        reserved = _reserve_baseline(state, job.spec.gpus)
-                    continue
-                for k in keys:
-                    _take(state[k], job, need, 100.0)
-                    state[k][2] = True
-                out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
                 continue
             empties = sum(1 for st in state.values() if st[0] == 0 and st[3] > 0)
             pressure = len(ordered) - i > empties       # prescient adaptive sharing

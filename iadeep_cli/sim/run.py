@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ..errors import InputError, NotFoundError
 from ..inventory import FairShare, Policy
 from ..paths import file_problem
+from ..text import pyplot
 from .engine import (
     DEFAULT_POLICIES,
     POLICIES,
@@ -254,13 +255,7 @@ def _verdict(report: SimReport) -> str:
 
 def plot_jct(report: SimReport, path: str) -> None:
     """JCT distribution per policy (CDF); matplotlib is optional and imported only here."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib, which is not installed",
-                         hint="pip install 'iadeep[plot]' (or matplotlib)") from None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in report.results:
         xs = sorted(v / 3600 for v in r.jcts)
@@ -457,13 +452,7 @@ def _seeds_verdict(rep: SeedReport) -> str:
 
 def plot_sweep(reports: Sequence[SeedReport], path: str, key: str | None) -> None:
     """Mean avg-JCT ratio to exclusive with 95 % CI per policy, across the sweep (or bars)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib, which is not installed",
-                         hint="pip install 'iadeep[plot]' (or matplotlib)") from None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     names = [p.name for p in reports[0].stats]
     xs = [(r.settings.load if key != "gpus" else r.settings.gpus) for r in reports]
