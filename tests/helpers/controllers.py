@@ -113,10 +113,12 @@ def attempt_processes(job_id: int, node: str, home: Path | None = None) -> list[
     leftover of an earlier test's job with the same id."""
     from iadeep_cli.paths import StateDir
 
+    from .sshd import proc_files
+
     install = StateDir(home).install_id.read_text().strip() if home is not None else ""
     tail = f"{'/' + install if install else ''}/{node}/jobs/{job_id}/progress".encode()
     found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
+    for environ in proc_files("environ"):
         try:
             env = environ.read_bytes().split(b"\0")
         except OSError:

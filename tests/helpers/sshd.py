@@ -42,10 +42,18 @@ def _keygen(path: Path) -> None:
                     str(path)], check=True)
 
 
+def proc_files(name: str) -> list[Path]:
+    """``/proc/PID/name`` of every process now. Not ``Path("/proc").glob(...)``: a process that
+    exits during the glob makes it raise (ESRCH from its stat), which parallel test workers,
+    starting and ending processes all the time, turn from rare into routine. A process may
+    still be gone by the time its file is read: callers catch OSError there."""
+    return [Path("/proc", pid, name) for pid in os.listdir("/proc") if pid.isdigit()]
+
+
 def _descendants(root: int) -> list[int]:
     """Pids below ``root`` in the process tree (read from /proc)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat in proc_files("stat"):
         try:
             fields = stat.read_text().rsplit(") ", 1)[1].split()
         except (OSError, IndexError):
@@ -241,7 +249,7 @@ class Cluster:
 
     def kill_jobs(self) -> None:
         """Kill the process groups of jobs launched under this cluster's workdir."""
-        for environ in Path("/proc").glob("[0-9]*/environ"):
+        for environ in proc_files("environ"):
             try:
                 env = environ.read_bytes().split(b"\0")
             except OSError:

@@ -17,7 +17,7 @@ import pytest
 from test_ssh_hostkeys import iadeep
 
 from helpers.controllers import wait_until
-from helpers.sshd import _descendants
+from helpers.sshd import _descendants, proc_files
 from iadeep_cli.errors import InputError, NodeError
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes import launcher as L
@@ -41,7 +41,7 @@ def tagged(pool, job_id: int) -> list[int]:
     want = f"IADEEP_JOB_ID={job_id}".encode()
     under = f"IADEEP_PROGRESS_FILE={pool.cluster.workdir}/".encode()
     found = []
-    for env in Path("/proc").glob("[0-9]*/environ"):
+    for env in proc_files("environ"):
         try:
             environ = env.read_bytes().split(b"\0")
             if (want in environ and any(e.startswith(under) for e in environ)
