@@ -50,6 +50,18 @@ def proc_files(name: str) -> list[Path]:
     return [Path("/proc", pid, name) for pid in os.listdir("/proc") if pid.isdigit()]
 
 
+def _wait_stopped(pid: int, limit: float = 10.0) -> None:
+    """Until ``pid`` is in state T (stopped), or ``limit`` s."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0] == "T":
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.01)
+
+
 def _descendants(root: int) -> list[int]:
     """Pids below ``root`` in the process tree (read from /proc)."""
     children: dict[int, list[int]] = {}
@@ -128,6 +140,11 @@ SetEnv PATH={FAKES}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOM
         """Kill this sshd AND the per-connection processes it forked (as a crash or reboot
         would), so open client connections die too; nothing else is touched."""
         if self.proc is not None and self.proc.poll() is None:
+            # Stop the listener first: stopped, it forks no new per-connection process, so the
+            # list below has them all. Listed while it ran, a connection accepted in between
+            # survived the kill and kept the "dead" node answering (seen under parallel load).
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            _wait_stopped(self.proc.pid)
             for pid in _descendants(self.proc.pid):
                 try:
                     os.kill(pid, 9)
