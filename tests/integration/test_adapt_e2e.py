@@ -147,7 +147,8 @@ def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab,
     assert jobs_by_id(home)[second]["reason"].startswith("checkpoint: ")   # read offline
     lab.start()
     jobs = _wait(home, lambda js: js[second].get("checkpoints") == 1)
-    assert jobs[second]["state"] in ("queued", "starting", "running")
+    # requeued, not failed (on a loaded machine its short second attempt may be over already)
+    assert jobs[second]["state"] in ("queued", "starting", "running", "succeeded")
     saved = int((work / "ckpt").read_text())
     assert saved > 0
     jobs = _wait(home, lambda js: js[second]["state"] in ("succeeded", "failed"), timeout=180)
