@@ -13,10 +13,9 @@ import time
 
 import typer
 
-from .. import messages as m
-from ..controller import client
 from ..errors import InputError
 from . import complete
+from .lazy import client, messages as m
 from .root import app
 
 CHUNK = 1 << 20                      # bytes per request

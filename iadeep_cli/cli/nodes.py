@@ -4,7 +4,6 @@ from __future__ import annotations
 import typer
 
 from ..errors import IadeepError
-from ..inventory import load_inventory
 from ..snapshot import to_dict
 from . import complete, render
 
@@ -32,6 +31,7 @@ def check(inventory: str | None = INVENTORY,
 
     Exit status: 0 if every node answered (and run_as works), 1 if not (so cron/CI can alert).
     """
+    from ..inventory import load_inventory  # YAML and the inventory: loaded when used
     from ..nodes.check import check_nodes, check_run_as
 
     inv = load_inventory(inventory)
@@ -79,6 +79,7 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory",
 
     A key that CHANGED is never replaced: remove the old line first (the error says how).
     """
+    from ..inventory import load_inventory
     from ..nodes.check import scan_node_key, trust_key
 
     scanned = scan_node_key(load_inventory(inventory), node)

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import typer
 
-from .. import messages as m
-from ..controller import client
 from ..errors import NotFoundError
 from ..text import clock, when
 from . import complete, render
+from .lazy import client, messages as m
 
 app = typer.Typer(help="Workload profiles (solo GPU behaviour) known to the scheduler.",
                   no_args_is_help=True)

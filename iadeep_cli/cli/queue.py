@@ -16,8 +16,6 @@ import typer
 from typer._click.core import ParameterSource
 from typer._click.exceptions import MissingParameter, UsageError
 
-from .. import messages as m
-from ..controller import client
 from ..errors import InputError
 from ..jobs import (
     EXPORT_DEFAULT,
@@ -38,6 +36,7 @@ from ..paths import file_problem
 from ..text import clock, duration, hms, when
 from . import complete, render
 from .errors import report
+from .lazy import client, messages as m
 
 app = typer.Typer(help="Submit, list and control jobs.", no_args_is_help=True)
 

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import typer
 
-from .. import messages as m
-from ..controller import client
 from ..text import duration, gib, impact, when
 from . import render
+from .lazy import client, messages as m
 from .root import app
 
 

@@ -50,8 +50,9 @@ STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIME
 # Everything is read off the job rows: held time, first start and the impact accounting are
 # columns the controller keeps at each transition (store/jobs._hold_time, store/impact.py), so
 # the report never reads the events (on 100,000 jobs that alone took 1.6-2.6 s under load,
-# over the 1 s target: benchmarks/bench_report.py). The figures are one GROUP BY over the jobs
-# in the window (the index on ended_at picks them); the group total is summed from the groups.
+# over the 1 s target: benchmarks/bench_report.py). The figures are one pass over the jobs in
+# the window (the index on ended_at picks them) with one aggregate line per group; the group
+# total is summed from the groups.
 # A job's seconds holding GPUs: its row's total, plus the current stretch for a job that
 # still holds them (only --running selects such jobs: the plain report adds plain columns).
 _HELD_NOW = ("(held_s + CASE WHEN state IN ('starting', 'running') AND held_since IS NOT NULL "
@@ -60,24 +61,25 @@ _FINISHED_IN = "+state IN ({finished}) AND ended_at >= :since AND ended_at < :un
 # --running: also the active jobs (OR-ing this in only when asked keeps the plain report on the
 # ended_at index alone)
 _RUNNING_TOO = "(" + _FINISHED_IN + ") OR (state IN ({active}) AND started_at < :until)"
-# One line per group and state (a count per state is then a row, not six SUMs over every
-# job); Python adds the few lines up per group.
+# One line per group. The count per state is a column each (a SUM of a comparison), not a
+# GROUP BY on the state: grouping sorts every row with all its figures first, which took as
+# long as the sums themselves; the total report has no GROUP BY at all, so no sort.
 _FIGURES = """
-SELECT {key} AS key, state, COUNT(*) AS jobs, SUM(gpus * {held}) / 3600.0 AS gpu_hours,
+SELECT {key} AS key, COUNT(*) AS jobs, {per_state},
+       SUM(gpus * {held}) / 3600.0 AS gpu_hours,
        SUM(predicted_speed) AS predicted_sum, COUNT(predicted_speed) AS with_predicted,
        SUM(observed_speed) AS observed_sum, COUNT(observed_speed) AS with_observed,
-       SUM(work_s) AS work_s, SUM(measured_s) AS measured_s, SUM(busy_s) AS busy_s,
-       SUM(shared_s) AS shared_s, SUM(shared_work_s) AS shared_work_s,
+       TOTAL(work_s) AS work_s, TOTAL(measured_s) AS measured_s, TOTAL(busy_s) AS busy_s,
+       TOTAL(shared_s) AS shared_s, TOTAL(shared_work_s) AS shared_work_s,
        SUM(energy_j) AS energy_j
-FROM jobs WHERE ({window}) {owner} GROUP BY 1, 2
+FROM jobs WHERE ({window}) {owner} {group_by}
 """
-# The queue waits, sorted by group and wait into a temporary table (the connection may be
-# read-only; TEMP lives apart from the database) whose rowids are then the ranks: a group's
-# p50 and p95 are two rowid lookups from its first rowid. One sort, no window function.
+_PER_STATE = ", ".join(f"SUM(state = '{s.value}') AS n_{s.value}" for s in STATES)
+# The queue waits: Python sorts them (one float a job; 100,000 sort in ~10 ms, where SQLite's
+# ORDER BY into a temporary table took ~290 ms on the same machine).
 _WAITS = """
-CREATE TEMP TABLE report_waits AS
 SELECT {key} AS key, first_started_at - submitted_at AS wait_s FROM jobs
-WHERE ({window}) {owner} AND first_started_at IS NOT NULL ORDER BY 1, 2
+WHERE ({window}) {owner} AND first_started_at IS NOT NULL
 """
 
 
@@ -169,63 +171,51 @@ def report(conn: sqlite3.Connection, since: float, until: float, *, by: str | No
     if by is not None and by not in GROUPINGS:
         raise ValueError(f"not a grouping: {by!r}")
     now = time.time() if now is None else now
-    params = {"since": since, "until": until, "running": int(running), "now": now,
-              "user": user}
-    conn.execute("PRAGMA temp_store = MEMORY")   # no temporary file in the reader's TMPDIR
-    conn.execute("DROP TABLE IF EXISTS temp.report_waits")
+    params = {"since": since, "until": until, "now": now, "user": user}
+    conn.execute("PRAGMA temp_store = MEMORY")   # a GROUP BY's sort: no file in the TMPDIR
     where = (_RUNNING_TOO if running else _FINISHED_IN).format(
         finished=_quoted(FINISHED), active=_quoted(ACTIVE))
     owner = "AND owner = :user" if user is not None else ""
     key = _GROUP_KEY[by]
-    lines = conn.execute(_FIGURES.format(key=key, held=_HELD_NOW if running else "held_s",
-                                         window=where, owner=owner), params).fetchall()
-    groups = [_group(k, [r for r in lines if r["key"] == k])
-              for k in sorted({r["key"] for r in lines})]
+    lines = conn.execute(_FIGURES.format(
+        key=key, per_state=_PER_STATE, held=_HELD_NOW if running else "held_s", window=where,
+        owner=owner, group_by="" if by is None else "GROUP BY 1"), params).fetchall()
+    groups = sorted((_group(row) for row in lines if row["jobs"]), key=lambda g: g.key)
+    waits: dict[str, list[float]] = {}
+    plain = conn.cursor()
+    plain.row_factory = None       # plain tuples: a Row object a job costs a third of the time
+    for k, wait in plain.execute(_WAITS.format(key=key, window=where, owner=owner), params):
+        waits.setdefault(k, []).append(wait)
+    for group in groups:
+        ordered = sorted(waits.get(group.key, ()))
+        group.wait_p50_s, group.wait_p95_s = percentile(ordered, 50), percentile(ordered, 95)
     total = _sum(groups)
-    conn.execute(_WAITS.format(key=key, window=where, owner=owner), params)
-    try:
-        first = {}
-        for row in conn.execute("SELECT key, MIN(rowid) AS first, COUNT(*) AS n "
-                                "FROM temp.report_waits GROUP BY 1"):
-            first[row["key"]] = (row["first"], row["n"])
-        for group in groups:
-            if group.key in first:
-                group.wait_p50_s = _wait_at(conn, *first[group.key], 50)
-                group.wait_p95_s = _wait_at(conn, *first[group.key], 95)
-        n = sum(count for _, count in first.values())
-        if by is None and groups:
-            total.wait_p50_s, total.wait_p95_s = groups[0].wait_p50_s, groups[0].wait_p95_s
-        elif n:   # across the groups: ranks over all the waits, by an index on the wait
-            conn.execute("CREATE INDEX temp.report_waits_s ON report_waits(wait_s)")
-            total.wait_p50_s = _wait_rank(conn, n, 50)
-            total.wait_p95_s = _wait_rank(conn, n, 95)
-    finally:
-        conn.execute("DROP TABLE IF EXISTS temp.report_waits")
+    if by is None and groups:
+        total.wait_p50_s, total.wait_p95_s = groups[0].wait_p50_s, groups[0].wait_p95_s
+    else:
+        every = sorted(w for ws in waits.values() for w in ws)
+        total.wait_p50_s, total.wait_p95_s = percentile(every, 50), percentile(every, 95)
     return Report(since=since, until=until, now=now, by=by, running=running,
                   groups=tuple(groups) if by is not None else (), total=total)
 
 
-def _group(key: str, lines: list[sqlite3.Row]) -> Group:
-    """A group's figures from its lines (one per state)."""
-    def total(column: str) -> float:
-        return sum(r[column] or 0.0 for r in lines)
-
+def _group(row: sqlite3.Row) -> Group:
+    """A group's figures from its aggregate line."""
     def mean(column: str, n: str) -> float | None:
-        count = sum(r[n] for r in lines)
-        return total(column) / count if count else None
+        return row[column] / row[n] if row[n] else None
 
-    energy = [r["energy_j"] for r in lines if r["energy_j"] is not None]
-    shared_s = total("shared_s")
+    shared_s = row["shared_s"]
     return Group(
-        key=key, jobs=int(total("jobs")), states={r["state"]: r["jobs"] for r in lines},
-        gpu_hours=total("gpu_hours"), predicted_speed=mean("predicted_sum", "with_predicted"),
+        key=row["key"], jobs=row["jobs"],
+        states={s.value: row[f"n_{s.value}"] for s in STATES if row[f"n_{s.value}"]},
+        gpu_hours=row["gpu_hours"] or 0.0,
+        predicted_speed=mean("predicted_sum", "with_predicted"),
         observed_speed=mean("observed_sum", "with_observed"),
-        with_predicted=sum(r["with_predicted"] for r in lines),
-        with_observed=sum(r["with_observed"] for r in lines),
-        work_gpu_hours=total("work_s") / 3600, measured_gpu_hours=total("measured_s") / 3600,
-        busy_gpu_hours=total("busy_s") / 3600, sharing_gpu_hours=shared_s / 3600,
-        sharing_speed=total("shared_work_s") / shared_s if shared_s else None,
-        energy_kwh=sum(energy) / 3.6e6 if energy else None)
+        with_predicted=row["with_predicted"], with_observed=row["with_observed"],
+        work_gpu_hours=row["work_s"] / 3600, measured_gpu_hours=row["measured_s"] / 3600,
+        busy_gpu_hours=row["busy_s"] / 3600, sharing_gpu_hours=shared_s / 3600,
+        sharing_speed=row["shared_work_s"] / shared_s if shared_s else None,
+        energy_kwh=None if row["energy_j"] is None else row["energy_j"] / 3.6e6)
 
 
 def _sum(groups: list[Group]) -> Group:
@@ -256,25 +246,6 @@ def _sum(groups: list[Group]) -> Group:
 def _weighted(means: list[tuple[float | None, int]]) -> float | None:
     n = sum(count for mean, count in means if mean is not None)
     return sum(mean * count for mean, count in means if mean is not None) / n if n else None
-
-
-def _wait_at(conn: sqlite3.Connection, first: int, n: int, pct: int) -> float:
-    """``percentile`` of a group's ``n`` sorted waits stored from rowid ``first`` on."""
-    rank = (n - 1) * pct / 100
-    low = math.floor(rank)
-    at = [r[0] for r in conn.execute(
-        "SELECT wait_s FROM temp.report_waits WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
-        (first + low, first + min(low + 1, n - 1)))]
-    return at[0] + (at[-1] - at[0]) * (rank - low)
-
-
-def _wait_rank(conn: sqlite3.Connection, n: int, pct: int) -> float:
-    """``percentile`` of all ``n`` waits, reading only the two ranks it needs (by index)."""
-    rank = (n - 1) * pct / 100
-    low = math.floor(rank)
-    at = [r[0] for r in conn.execute("SELECT wait_s FROM temp.report_waits ORDER BY wait_s "
-                                     "LIMIT 2 OFFSET ?", (low,))]
-    return at[0] + (at[-1] - at[0]) * (rank - low)
 
 
 def _quoted(states: Iterable[JobState]) -> str:

@@ -192,7 +192,10 @@ def missing_targets(modules: dict[str, Path], imports: list[Import]) -> list[str
     bound: dict[str, set[str]] = {}
     for module, path in modules.items():
         names = bound.setdefault(module, set())
-        for node in _parse(path).body:
+        body = list(_parse(path).body)
+        for node in body:
+            if isinstance(node, ast.If):      # `if TYPE_CHECKING: ... else: ...` binds names too
+                body += node.body + node.orelse
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -3,6 +3,9 @@
 The jobs are written with the store's own ``insert``/``transition`` (so the events are exactly
 what the controller writes), at chosen times from T0 (noon, so every moment is one local day).
 """
+import os
+import subprocess
+import sys
 from datetime import datetime
 
 import pytest
@@ -140,9 +143,9 @@ def test_cli_offers_the_store_groupings():
     assert cli_report.GROUPINGS == store_report.GROUPINGS
 
 
-def test_percentiles_from_sqlite_ranks_match_the_definition(tmp_path):
-    """The store reads only the ranks p50/p95 need; over many random waits per group they must
-    equal ``percentile`` over all of them."""
+def test_percentiles_per_group_and_over_all_match_the_definition(tmp_path):
+    """Over many random waits in two groups, each group's p50/p95 and the total's (over every
+    wait, not a mean of the groups') equal ``percentile`` over those waits."""
     import random
 
     rng = random.Random(3)
@@ -163,3 +166,33 @@ def test_percentiles_from_sqlite_ranks_match_the_definition(tmp_path):
         mine = sorted(waits[g.key]) if g.key in waits else everything
         assert g.wait_p50_s == pytest.approx(percentile(mine, 50), abs=1e-6)
         assert g.wait_p95_s == pytest.approx(percentile(mine, 95), abs=1e-6)
+
+
+def test_start_up_runs_none_of_what_the_report_does_not_need(tmp_path):
+    """Every command imports every command module, so what they import at their top is every
+    command's start-up (half of `iadeep report`'s second over a busy year, measured in
+    benchmarks/bench_report.py). The request/reply types and the client are loaded lazily
+    (cli/lazy.py), the inventory inside the commands that read it, and parsing the options may
+    not pull in pydantic (typer 0.29 did, for every option). The lazy modules still work when a
+    command uses them."""
+    Store(tmp_path / "iadeep.db").close()
+    code = """
+import sys
+from iadeep_cli.cli.main import main
+sys.argv = ["iadeep", "report", "--since", "7d", "--by", "user"]
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+def ran(name):   # a lazy module sits in sys.modules before it runs; its class says whether it ran
+    return name in sys.modules and type(sys.modules[name]).__name__ != "_LazyModule"
+print(sorted(n for n in ("iadeep_cli.messages", "iadeep_cli.controller.client",
+                         "iadeep_cli.inventory", "yaml", "pydantic") if ran(n)))
+from iadeep_cli.cli import lazy
+print(lazy.messages.JobView.__name__, ran("iadeep_cli.messages"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "IADEEP_HOME": str(tmp_path)}
+                         ).stdout.split("\n")
+    assert out[-3] == "[]", f"executed at start-up: {out[-3]}"
+    assert out[-2] == "JobView True"
