@@ -283,6 +283,10 @@ class _Round:
         self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
         self.shareable: dict[tuple, dict[int, _Gpu]] = {}  # resident signature -> id(gpu) -> gpu
         self.empty_count = 0
+        # the largest GPU memory anywhere: fixed for the round, so whether a job could ever
+        # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
+        # 1,000 jobs x 512 GPUs: benchmarks/bench_schedule.py)
+        self.largest = _largest(self.gpus)
         for g, slot in zip(self.gpus, slots):
             g.residents = sorted((residents[j] for j in slot.job_ids if j in residents),
                                  key=lambda r: r.key)
@@ -602,12 +606,20 @@ def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
 
 def _never_fits(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> str:
     """A reason if no GPU here could ever hold ``need`` (e.g. --mem typed in MiB), else ''."""
-    mine = [g for g in rnd.gpus if ok(g)]
-    totals = [g.total for g in mine if g.total is not None]
-    if need is None or not totals or len(totals) < len(mine) or need <= max(totals):
+    if need is None:
+        return ""
+    # every job without a node rule: the round's one figure
+    largest = rnd.largest if ok is _anywhere else _largest([g for g in rnd.gpus if ok(g)])
+    if largest is None or need <= largest:
         return ""
     return (f"needs {_gib(need)} of GPU memory per GPU; the largest GPU here has "
-            f"{_gib(max(totals))} (check --mem, given in GiB)")
+            f"{_gib(largest)} (check --mem, given in GiB)")
+
+
+def _largest(gpus: Sequence[_Gpu]) -> float | None:
+    """The largest GPU memory among ``gpus``; None if there are none or one's is unknown."""
+    known = [g.total for g in gpus if g.total is not None]
+    return max(known) if known and len(known) == len(gpus) else None
 
 
 def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,

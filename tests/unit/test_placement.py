@@ -397,3 +397,21 @@ def test_slots_from_snapshot_carry_node_labels():
     snap = ClusterSnapshot(taken_at=0.0, nodes=(NodeSnapshot(
         "n1", 0.0, (_gpu(0, 143771.0),)),))
     assert slots_from_snapshot(snap, [], inv)[0].labels == ("h200",)
+
+
+def test_a_job_too_big_for_every_gpu_it_may_use_says_the_largest_it_could_have():
+    """The largest GPU is worked out once a round for jobs without a node rule, and among the
+    allowed nodes for one with a rule; a GPU whose size is unknown means no such verdict."""
+    def sized(node, total_gib):
+        return dataclasses.replace(slot(node), memory_total_mib=total_gib * GIB,
+                                   memory_free_mib=total_gib * GIB)
+
+    slots = [sized("small", 40), sized("big", 141)]
+    p = run([job(1, mem=100), job(2, mem=200), ruled(3, mem_gib=100, nodelist=("small",))],
+            slots)
+    assert where(p, 1) == ("big", (0,))
+    assert "the largest GPU here has 141.0 GiB" in p.waits[2]
+    assert "the largest GPU here has 40.0 GiB" in p.waits[3]
+    unknown = [*slots, dataclasses.replace(slot("odd"), memory_total_mib=None)]
+    p = run([job(2, mem=200)], unknown)
+    assert "largest GPU" not in p.waits[2]
