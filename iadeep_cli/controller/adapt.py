@@ -114,12 +114,16 @@ class Adapter:
 
     # ------------------------------------------------------------------ --opportunistic
     def make_room(self, queue: list[Job], active: list[Job], snapshot: Any,
-                  profiles: dict) -> None:
+                  profiles: dict, decide: Callable[[list[Job], Any, list[Job]], Any]
+                  ) -> None:
         """Suspend (or checkpoint) the ``--opportunistic`` jobs on GPUs that a waiting regular
         job would get if they were not there: ``plan()`` is asked twice, pure both times,
         once as things are (who waits) and once without the opportunistic jobs (where those
-        would go).  Each yields for the job that takes its GPU, and is resumed when it leaves."""
-        from ..scheduler.placement import plan, slots_from_snapshot
+        would go).  Each yields for the job that takes its GPU, and is resumed when it leaves.
+        ``decide(queue, slots, active)``: plan() as the round asks it (the loop's, with its
+        fair-share points and closed GPUs), so the trial ranks the waiting jobs as the round
+        will."""
+        from ..scheduler.placement import slots_from_snapshot
 
         policy = self.policy
         if not (policy.enabled and policy.suspend):
@@ -130,16 +134,13 @@ class Adapter:
         if not (opp and regular):
             return
         inv, now = self.loop.inventory, self.loop.clock()
-        model = self.loop.model
         slots = slots_from_snapshot(snapshot, active, inv, profiles)
-        placed = {p.job_id for p in plan(regular, slots, self.residents(active), profiles,
-                                         model, inv.policy, inv.user_limits, now).placements}
+        placed = {p.job_id for p in decide(regular, slots, self.residents(active)).placements}
         waiting = [j for j in regular if j.id not in placed]
         if not waiting:
             return
         others = [j for j in active if not j.spec.opportunistic]
-        trial = plan(waiting, slots_from_snapshot(snapshot, others, inv, profiles), others,
-                     profiles, model, inv.policy, inv.user_limits, now)
+        trial = decide(waiting, slots_from_snapshot(snapshot, others, inv, profiles), others)
         for p in trial.placements:
             for job in opp:
                 if job.node == p.node and set(job.gpu_indices) & set(p.gpu_indices):

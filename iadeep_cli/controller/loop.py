@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -563,7 +563,7 @@ class SchedulingLoop:
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
-        from ..scheduler.placement import CautiousModel, plan, slots_from_snapshot
+        from ..scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
 
         queue, waits = self._dependencies_met(self._jobs({JobState.QUEUED}))
         if not queue:
@@ -572,16 +572,22 @@ class SchedulingLoop:
             return
         active = self._jobs(ACTIVE)
         snapshot = self._without_failing_nodes(snapshot)
-        self.adapt.make_room(queue, active, snapshot, profiles)   # --opportunistic jobs yield
-        active = self._jobs(ACTIVE)
-        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
-        # the same cautious reading of the predictor as `iadeep sim`'s iadeep policy
-        decided = plan(queue, slots, self.adapt.residents(active), profiles,
-                       CautiousModel(self.model), self.inventory.policy,
-                       self.inventory.user_limits, now, fairshare=fair,
-                       closed=self.adapt.closed(now))
+        closed = self.adapt.closed(now)
+
+        def decide(jobs: list[Job], slots: Sequence[GpuSlot], residents: list[Job]) -> Plan:
+            """plan() as this round asks it, also for the opportunistic jobs' trial: the same
+            cautious reading of the predictor as `iadeep sim`'s iadeep policy, the same
+            fair-share points and the same GPUs closed to partners."""
+            return plan(jobs, slots, residents, profiles, CautiousModel(self.model),
+                        self.inventory.policy, self.inventory.user_limits, now,
+                        fairshare=fair, closed=closed)
+
+        self.adapt.make_room(queue, active, snapshot, profiles, decide)   # opportunists yield
+        active = self._jobs(ACTIVE)
+        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(decided.waits)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:

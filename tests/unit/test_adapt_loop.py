@@ -19,7 +19,7 @@ import pytest
 
 from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.loop import SchedulingLoop
-from iadeep_cli.inventory import AdaptPolicy, Inventory, Node, Policy
+from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.profiles import Profile
 from iadeep_cli.store import Store, jobs as jobrows, profiles as profrows
@@ -33,11 +33,12 @@ FAST = AdaptPolicy(observe_s=0, polls=3, window_s=1.0)
 
 
 class Lab:
-    def __init__(self, root: Path, policy: AdaptPolicy = FAST, store: Store | None = None):
+    def __init__(self, root: Path, policy: AdaptPolicy = FAST, store: Store | None = None,
+                 fairshare: FairShare | None = None):
         self.root = root
         node = Node("n1", host="localhost", local=True, workdir=str(root / "nodes" / "n1"))
         self.inventory = Inventory(nodes=(node,), poll_interval_s=0.2,
-                                   policy=Policy(adapt=policy))
+                                   policy=Policy(adapt=policy, fairshare=fairshare))
         self.store = store or Store(root / "iadeep.db")
         with self.store.tx() as conn:
             profrows.upsert_profile(conn, EMU, time.time())
@@ -45,14 +46,14 @@ class Lab:
         self.loop = SchedulingLoop(self.store, self.inventory, self.pool, root / "scripts",
                                    fit_in_background=False)
 
-    def submit(self, iters: int, **spec) -> int:
+    def submit(self, iters: int, owner: str = "alice", **spec) -> int:
         checkpoint = "ckpt" if spec.get("checkpoint_signal") else ""
         script = self.root / "emu.sh"
         script.write_text(f"#!/bin/sh\nexec {sys.executable} {EMULATOR} "
                           f"{self.root / 'gpu-n1-0'} {iters} {checkpoint}\n")
         with self.store.tx() as conn:
-            job_id, _ = jobrows.insert(conn, "alice", JobSpec(str(script), workload="emu",
-                                                              **spec), time.time())
+            job_id, _ = jobrows.insert(conn, owner, JobSpec(str(script), workload="emu",
+                                                            **spec), time.time())
         copy = self.loop.script_copy(self.job(job_id))
         copy.parent.mkdir(parents=True)
         copy.write_text(script.read_text())
@@ -279,6 +280,33 @@ def test_an_opportunistic_job_yields_to_a_regular_one(make):
     assert moves == ["None->queued", "queued->starting", "starting->running",
                      "running->suspended", "suspended->running", "running->succeeded"]
     assert lab.job(o).attempts == 1 and lab.job(r).attempts == 1
+
+
+def test_an_opportunistic_job_yields_to_the_job_fair_share_would_start_first(tmp_path):
+    """The trial that decides whom an opportunistic job yields to asks plan() as the round does:
+    with fair share on, bob (100 GPU-hours this week) waits behind carol (none) though he
+    submitted first, so the GPU is made free for carol's job, the one the round then starts."""
+    lab = Lab(tmp_path, fairshare=FairShare())
+    now, hour = time.time(), 3600.0
+    with lab.store.tx() as c:      # bob's week, recorded as the controller records a job
+        old, _ = jobrows.insert(c, "bob", JobSpec("/old.sh"), now - 102 * hour)
+        jobrows.transition(c, old, JobState.STARTING, "placed", "controller", now - 101 * hour,
+                           node="gone", gpu_indices=(0,))
+        jobrows.transition(c, old, JobState.RUNNING, "started", "controller", now - 101 * hour)
+        jobrows.transition(c, old, JobState.SUCCEEDED, "exit 0", "controller", now - hour,
+                           exit_code=0)
+    try:
+        o = lab.submit(500, opportunistic=True, exclusive=True)
+        lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
+        bob = lab.submit(50, owner="bob", exclusive=True)
+        carol = lab.submit(50, owner="carol", exclusive=True)
+        lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
+        assert lab.job(o).reason == (f"suspended: opportunistic: regular job {carol} waits "
+                                     "for n1:0; resumed when it leaves")
+        lab.until(lambda: lab.job(carol).state != JobState.QUEUED)
+        assert lab.job(bob).state == JobState.QUEUED
+    finally:
+        lab.close()
 
 
 def test_in_a_bad_pair_the_opportunistic_job_is_suspended_though_it_came_first(make):
