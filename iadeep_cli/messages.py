@@ -447,6 +447,9 @@ class StatusView(Message):
     stale_after_s: float | None = optional()
     impact_last_hour: ImpactView | None = optional()       # None: no database to read it from
     impact_since_start: ImpactView | None = optional()     # since the controller last started
+    # each user's fair-share priority points from the last round (None: fair share is off),
+    # so the monitor orders the queue as the controller does
+    fairshare_points: dict[str, float] | None = optional()
 
     def unfinished(self) -> dict[JobState, int]:
         """How many jobs wait or run, per state (states without any left out)."""

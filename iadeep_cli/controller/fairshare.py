@@ -93,17 +93,34 @@ def priority_view(conn: sqlite3.Connection, job: m.JobView, now: float,
         return None
     if inventory is not None:
         aging_per_hour = inventory.policy.aging_per_hour
-        on = inventory.policy.fairshare is not None
     else:
         heartbeat = m.ControllerView.from_dict(cluster.get_meta(conn, "controller", {}))
         aging_per_hour = (Policy().aging_per_hour if heartbeat.aging_per_hour is None
                           else heartbeat.aging_per_hour)
-        on = None   # as the record says
-    recorded = cluster.get_meta(conn, META_KEY) if on is not False else None
-    on = bool(recorded) if on is None else on
-    mine = (recorded or {}).get("users", {}).get(job.owner)
-    share = m.FairShareView.from_dict(mine) if mine and on else None
+    users = last_round(conn, inventory)
+    mine = (users or {}).get(job.owner)
+    share = m.FairShareView.from_dict(mine) if mine else None
+    on = users is not None
     aging = aging_per_hour * max(0.0, now - job.submitted_at) / 3600.0
     return m.PriorityView(effective=job.priority + aging + (share.points if share else 0.0),
                           base=job.priority, aging=aging, aging_per_hour=aging_per_hour,
                           fairshare_on=on, fairshare=share)
+
+
+def last_round(conn: sqlite3.Connection, inventory: Inventory | None) -> dict[str, dict] | None:
+    """The last round's fair-share table (user -> its ``FairShareView`` as stored), None while
+    fair share is off. With the controller's ``inventory`` its policy says whether it is on;
+    without (read offline) whether a round recorded one."""
+    if inventory is not None and inventory.policy.fairshare is None:
+        return None
+    recorded = cluster.get_meta(conn, META_KEY)
+    if not recorded:
+        return None if inventory is None else {}
+    return dict(recorded.get("users", {}))
+
+
+def points(conn: sqlite3.Connection, inventory: Inventory | None) -> dict[str, float] | None:
+    """Each counted user's fair-share priority points from the last round (None: fair share
+    is off), for readers that order the queue as the controller does (the monitor)."""
+    users = last_round(conn, inventory)
+    return None if users is None else {u: float(v["points"]) for u, v in users.items()}

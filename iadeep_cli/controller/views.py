@@ -35,6 +35,7 @@ from ..messages import (
 )
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, impact, jobs as jobrows
+from . import fairshare
 from .fairshare import priority_view
 
 # A node's data older than this many poll intervals no longer says it is up: the controller
@@ -195,7 +196,8 @@ def status_view(conn: sqlite3.Connection, now: float,
                       controller=controller, stale_after_s=stale_s,
                       impact_last_hour=impact_view(conn, now - 3600, now),
                       impact_since_start=impact_view(conn, controller.started_at, now)
-                      if controller.started_at is not None else None)
+                      if controller.started_at is not None else None,
+                      fairshare_points=fairshare.points(conn, inventory))
 
 
 def impact_view(conn: sqlite3.Connection, since: float, until: float) -> ImpactView:

@@ -8,6 +8,7 @@ the clock, so the same data always renders the same screen.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..controller.views import STALE_POLLS
@@ -197,10 +198,13 @@ def node_card(node: NodeView, now: float, stale_s: float, query: str = "") -> No
 
 
 # --------------------------------------------------------------------------- queue rows
-def queue_key(job: JobView, now: float, aging_per_hour: float) -> tuple:
-    """Mirrors scheduler.placement.order_queue: priority plus ageing, then age, then id."""
+def queue_key(job: JobView, now: float, aging_per_hour: float,
+              fairshare: Mapping[str, float] | None = None) -> tuple:
+    """Mirrors scheduler.placement.order_queue: priority plus ageing plus the owner's
+    fair-share points (the last round's), then age, then id."""
     waited_h = max(0.0, now - job.submitted_at) / 3600.0
-    return (-(job.priority + aging_per_hour * waited_h), job.submitted_at, job.id)
+    bonus = fairshare.get(job.owner, 0.0) if fairshare else 0.0
+    return (-(job.priority + aging_per_hour * waited_h + bonus), job.submitted_at, job.id)
 
 
 def _where(job: JobView) -> str:
@@ -222,13 +226,14 @@ def _row(job: JobView, position: str, now: float) -> JobRow:
 
 
 def job_rows(jobs: list[JobView], now: float, query: str = "",
-             aging_per_hour: float = Policy().aging_per_hour) -> tuple[JobRow, ...]:
+             aging_per_hour: float = Policy().aging_per_hour,
+             fairshare: Mapping[str, float] | None = None) -> tuple[JobRow, ...]:
     """Queued jobs in scheduling order (numbered), then held ones, then those on GPUs.
 
     Positions count the whole queue, so a filtered view still says where a job really stands.
     """
     queued = sorted((j for j in jobs if j.state is JobState.QUEUED),
-                    key=lambda j: queue_key(j, now, aging_per_hour))
+                    key=lambda j: queue_key(j, now, aging_per_hour, fairshare))
     held = [j for j in jobs if j.state is JobState.HELD]
     active = [j for j in jobs if j.state in ON_GPUS]
     rows = [_row(j, str(i), now) for i, j in enumerate(queued, 1) if job_matches(j, query)]
@@ -251,5 +256,6 @@ def build_view(data: MonitorData, now: float, query: str = "") -> View:
     aging = status.controller.aging_per_hour   # the lab's, as the controller runs it
     return View(banner(data, now), nodes,
                 job_rows(data.jobs, now, query,
-                         Policy().aging_per_hour if aging is None else aging),
+                         Policy().aging_per_hour if aging is None else aging,
+                         status.fairshare_points),
                 summary(status), poll_s)

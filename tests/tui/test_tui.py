@@ -61,6 +61,22 @@ def test_queue_order_is_priority_plus_ageing_then_age():
     assert rows[4].cells[6] == "2m" and rows[4].cells[7] == "on n1:0"
 
 
+def test_queue_order_counts_the_fair_share_points_as_the_scheduler_does():
+    """With fair share on, the monitor numbers the queue as plan() orders it: the last round's
+    points per user (from `status`) count in the effective priority."""
+    from iadeep_cli.inventory import Policy
+    from iadeep_cli.scheduler.placement import order_queue
+
+    points = {"alice": 0.5, "bob": 9.0}
+    jobs = [Job(1, "alice", JobSpec("/j.sh", priority=2), JobState.QUEUED, NOW - 3600),
+            Job(2, "bob", JobSpec("/j.sh"), JobState.QUEUED, NOW - 60),
+            Job(3, "carol", JobSpec("/j.sh", priority=1), JobState.QUEUED, NOW - 7200)]
+    views = [m.JobView.from_job(j) for j in jobs]
+    scheduled = [j.id for j in order_queue(jobs, Policy(), NOW, points)]
+    assert [r.id for r in vm.job_rows(views, NOW, fairshare=points)] == scheduled == [2, 1, 3]
+    assert [r.id for r in vm.job_rows(views, NOW)] == [3, 1, 2]   # the points moved bob up
+
+
 def test_filter_by_user_keeps_real_queue_positions():
     jobs = [_job(1, user="bob", submitted_at=NOW - 30), _job(2, user="alice"),
             _job(3, user="bob", submitted_at=NOW - 10)]

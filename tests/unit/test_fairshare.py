@@ -307,6 +307,12 @@ def test_each_round_records_the_table_and_queue_why_reads_it(tmp_path):
         offline = priority_view(c, detail.job, now + H, None)
     assert offline is not None and offline.aging == pytest.approx(6.0)
     assert offline.fairshare == p.fairshare
+    # `status` carries every user's points (the monitor orders the queue by them), online
+    # and offline, and through the wire
+    for reader in (StoreReader(store, clock=lambda: now + H, inventory=inventory),
+                   StoreReader(store, clock=lambda: now + H)):
+        points = m.StatusView.from_dict(reader.status().to_dict()).fairshare_points
+        assert points == {"alice": pytest.approx(2.5), "bob": pytest.approx(10.0)}
     # switched off on a reload: the record goes, and readers show no fair-share part
     off = Policy(aging_per_hour=0.5)
     assert FairShareRound().points(store, off, now) is None
@@ -314,6 +320,9 @@ def test_each_round_records_the_table_and_queue_why_reads_it(tmp_path):
         assert cluster.get_meta(c, "fairshare") is None
         view = priority_view(c, detail.job, now + H, None)
     assert view is not None and not view.fairshare_on and view.fairshare is None
+    assert StoreReader(store, clock=lambda: now + H).status().fairshare_points is None
+    assert StoreReader(store, clock=lambda: now + H, inventory=Inventory(
+        nodes=(), policy=off)).status().fairshare_points is None
     store.close()
 
 
