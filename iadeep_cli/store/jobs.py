@@ -172,10 +172,14 @@ def states(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, JobState]:
     return {r["id"]: JobState(r["state"]) for r in rows}
 
 
+# The expression the jobs_array index is on (store/db.py, v8): a query must spell it the same
+# way for SQLite to use the index.
+ARRAY_ID = "json_extract(extra, '$.array_id')"
+
+
 def array_tasks(conn: sqlite3.Connection, array_id: int) -> list[Job]:
     """The tasks of array ``array_id`` in index order; [] if it names no array."""
-    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, '$.array_id')=? "
-                        "ORDER BY id", (array_id,))
+    rows = conn.execute(f"SELECT * FROM jobs WHERE {ARRAY_ID} = ? ORDER BY id", (array_id,))
     return [job_from_row(r) for r in rows]
 
 

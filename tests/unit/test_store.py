@@ -118,3 +118,21 @@ def test_a_spec_field_without_a_column_round_trips_through_extra(tmp_path):
         assert jobs.get(c, job_id).spec == spec
         assert jobs.get(c, plain_id).spec.time_limit_s is None
     store.close()
+
+
+def test_an_arrays_tasks_are_found_by_index_not_by_reading_every_job(tmp_path):
+    """`queue show 12_3` and `cancel 12` look an array's tasks up by its id: the query must use
+    the jobs_array index (v8), or each lookup reads every job's JSON."""
+    store = Store(tmp_path / "s.db")
+    with store.tx() as c:
+        first, _ = jobs.insert(c, "alice", JobSpec("/a.sh"), 1.0)
+        for index in range(3):
+            task, _ = jobs.insert(c, "alice", JobSpec("/t.sh"), 2.0 + index)
+            c.execute("UPDATE jobs SET extra = json_set(COALESCE(extra, '{}'), "
+                      "'$.array_id', ?, '$.array_index', ?) WHERE id = ?", (first, index, task))
+        assert [t.array_index for t in jobs.array_tasks(c, first)] == [0, 1, 2]
+        assert jobs.array_tasks(c, 999) == []
+        plan = " ".join(r[3] for r in c.execute(
+            f"EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE {jobs.ARRAY_ID} = ? ORDER BY id", (1,)))
+        assert "USING INDEX jobs_array" in plan, plan
+    store.close()
