@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, NotFoundError
 from .jobs import NOTIFY_WHEN
 from .paths import inventory_path
 
@@ -236,6 +236,16 @@ class Inventory:
 
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
+
+    def require_node(self, name: str) -> Node:
+        """The node of that name, or the one-line NotFoundError that lists the known ones
+        (what every pool's ``node()`` answers, SSH or Slurm, so both say the same)."""
+        node = self.node(name)
+        if node is None:
+            known = ", ".join(n.name for n in self.nodes) or "none"
+            raise NotFoundError(f"no node named {name!r} in the inventory (known: {known})",
+                                hint="check the name with `iadeep nodes check`")
+        return node
 
     def is_admin(self, user: str) -> bool:
         return user in self.admins or user == "root"

@@ -518,6 +518,29 @@ def expand_pattern(pattern: str, job_id: int, user: str, name: str) -> str:
     return _PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), pattern)
 
 
+def stream_path(job: Job, stream: str, default_output: str, base: str,
+                home: str | None = None) -> str:
+    """The path of the job's ``stream`` ("output" or "error"), for both backends: --output /
+    --error with %j/%u/%x filled in, a relative name anchored at ``base`` (the directory the
+    job runs in), ``default_output`` for the output without --output (an SSH node's job log,
+    Slurm's ``iadeep-<id>.out``). ``~`` is expanded with ``home`` when given (read on the
+    controller), else left for the node's shell. The error stream without --error goes with
+    the output (InputError: nothing separate to read)."""
+    pattern = job.spec.output if stream == "output" else job.spec.error
+    if pattern is None:
+        if stream == "output":
+            return default_output
+        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
+                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
+                              "to keep them apart")
+    name = expand_pattern(pattern, job.id, job.owner, job.name)
+    if home is not None and (name == "~" or name.startswith("~/")):
+        name = home.rstrip("/") + name[1:]
+    if name.startswith("/") or name == "~" or name.startswith("~/"):
+        return name
+    return f"{base.rstrip('/')}/{name}"
+
+
 # --export: what the default carries, and what ALL leaves out: the session's own variables
 # (the node's login sets them for the account the job runs as) and iadeep's.
 EXPORT_DEFAULT = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",

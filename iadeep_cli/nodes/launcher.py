@@ -149,21 +149,10 @@ def run_dir(pool: NodeAccess, node: str, job: Job) -> str | None:
 
 def stream_path(pool: NodeAccess, node: str, job: Job, stream: str) -> str:
     """The path of the job's ``stream`` ("output" or "error") on ``node``, as the controller
-    reads it: --output/--error with %j/%u/%x filled in, relative to the working directory;
-    the job directory's ``log`` for output without --output. The error stream without --error
-    goes with the output (InputError: nothing separate to read)."""
+    reads it (``jobs.stream_path``): relative to the working directory, the job directory's
+    ``log`` for output without --output."""
     jdir = job_dir(workdir(pool, node), job.id)
-    pattern = job.spec.output if stream == "output" else job.spec.error
-    if pattern is None:
-        if stream == "output":
-            return f"{jdir}/log"
-        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
-                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
-                              "to keep them apart")
-    name = jobs.expand_pattern(pattern, job.id, job.owner, job.name)
-    if name.startswith("/") or name == "~" or name.startswith("~/"):
-        return name
-    return f"{(run_dir(pool, node, job) or jdir).rstrip('/')}/{name}"
+    return jobs.stream_path(job, stream, f"{jdir}/log", run_dir(pool, node, job) or jdir)
 
 
 def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],

@@ -215,12 +215,7 @@ class SlurmPool:
         return node is not None and node.backend == "slurm"
 
     def node(self, name: str) -> Node:
-        node = self.inventory.node(name)
-        if node is None:
-            known = ", ".join(n.name for n in self.inventory.nodes) or "none"
-            raise NotFoundError(f"no node named {name!r} in the inventory (known: {known})",
-                                hint="check the name with `iadeep nodes check`")
-        return node
+        return self.inventory.require_node(name)
 
     def connection(self, name: str) -> NodeConnection:
         if not self.is_slurm(name):
@@ -346,19 +341,15 @@ def run_dir(job: Job) -> str:
 
 
 def stream_path(job: Job, stream: str) -> str:
-    """The job's --output/--error file (``%j`` is iadeep's id), else ``iadeep-<id>.out`` in
-    its working directory for the output; the error goes with the output unless --error."""
-    pattern = job.spec.output if stream == "output" else job.spec.error
-    if pattern is None:
-        if stream == "output":
-            return f"{run_dir(job).rstrip('/')}/iadeep-{job.id}.out"
-        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
-                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
-                              "to keep them apart")
-    name = jobs.expand_pattern(pattern, job.id, job.owner, job.name)
-    if name.startswith("~/"):
-        name = pwd.getpwnam(job.owner).pw_dir + name[1:]
-    return name if name.startswith("/") else f"{run_dir(job).rstrip('/')}/{name}"
+    """The job's --output/--error file (``jobs.stream_path``; ``%j`` is iadeep's id), else
+    ``iadeep-<id>.out`` in its working directory; ``~`` is the owner's home here."""
+    base = run_dir(job)
+    try:
+        home = pwd.getpwnam(job.owner).pw_dir
+    except KeyError:   # no such account here: a ``~`` name stays as written (never read)
+        home = None
+    return jobs.stream_path(job, stream, f"{base.rstrip('/')}/iadeep-{job.id}.out", base,
+                            home=home)
 
 
 def gres(pool: SlurmPool, job: Job, gpu_indices: Sequence[int]) -> str:
