@@ -52,6 +52,10 @@ class Node:
     # "ssh" (this file's nodes) or "slurm" (found in the ``slurm:`` partition at start and
     # reload; its jobs go through sbatch, see ``nodes.slurm``).
     backend: str = "ssh"
+    # A Slurm node also listed under ``nodes:`` (same name): its GPUs' telemetry (utilisation,
+    # memory, processes) is read with nvidia-smi over SSH, as for an SSH node; its jobs still
+    # go through Slurm. False: Slurm's GRES and the profiles alone.
+    ssh_telemetry: bool = False
 
     @property
     def submitter(self) -> bool:

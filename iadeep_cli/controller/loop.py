@@ -276,6 +276,16 @@ class SchedulingLoop:
             if job.state != JobState.LOST:
                 self._move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
                            "whether it started is unknown (check the node, then cancel it)")
+        elif remote.state == "pending":
+            # Slurm has it but has not started it: still `starting` (it holds its place on the
+            # GPU iadeep chose), with Slurm's reason for `queue show/why`; running only once
+            # squeue says RUNNING
+            if job.state == JobState.STARTING:
+                why = f"submitted to Slurm as job {remote.pid}; waiting for Slurm " \
+                      f"({remote.reason or 'pending'})"
+                if job.reason != why or job.remote_pid != remote.pid:
+                    with self.store.tx() as conn:
+                        jobrows.update(conn, job.id, reason=why, remote_pid=remote.pid)
         elif remote.state == "running":
             if job.state == JobState.SUSPENDED:
                 return   # stopped on purpose; controller/adapt.py resumes it
@@ -682,6 +692,12 @@ class SchedulingLoop:
         if node in self._launch_health:
             log.info("node %s launches jobs again", node)
             self._launch_health.pop(node, None)
+        if result.waiting:   # Slurm: the poll says when it runs (see _apply_remote)
+            with self.store.tx() as conn:
+                jobrows.update(conn, started.id, remote_pid=result.pid,
+                               reason=f"submitted to Slurm as job {result.pid}; waiting for "
+                                      "Slurm to start it")
+            return
         try:
             self._move(started, JobState.RUNNING, f"running on {node}:"
                        f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}",

@@ -85,6 +85,7 @@ class LaunchResult:
     job_dir: str
     already_started: bool = False   # True: a pid file was there; nothing was started now
     start: int | None = None        # the session leader's start time (ticks since boot)
+    waiting: bool = False           # Slurm: submitted (pid: its Slurm id), not started yet
 
 
 def _slurm(pool: NodeAccess, node: str):
@@ -167,7 +168,7 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     if (sp := _slurm(pool, node)) is not None:
         from . import slurm
         slurm_id, before = slurm.launch(sp, node, job, gpu_indices, script)
-        return LaunchResult(slurm_id, slurm_id, "", already_started=before)
+        return LaunchResult(slurm_id, slurm_id, "", already_started=before, waiting=True)
     if not script.is_file():
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
@@ -305,6 +306,9 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
     are idempotent, so the controller may repeat either after a crash.  STOP and CONT are not
     in ``jobs.SIGNALS``: users cannot ask for them, only run-time adaptation sends them.
     True if anything of the job was there to get it."""
+    if (sp := _slurm(pool, node)) is not None:   # Slurm's own suspend/resume (scontrol)
+        from . import slurm
+        return slurm.pause(sp, job_id, stop)
     name = "STOP" if stop else "CONT"
     script = (
         _find_job(pool, node, job_id) +
