@@ -69,13 +69,17 @@ def test_a_job_slurm_keeps_pending_is_starting_with_slurms_reason_until_it_runs(
     wait_until(lambda: show(ctl, job_id)["state"] == "succeeded", limit=120)
 
 
-def _proc_states(cluster, slurm_id: int) -> set[str]:
-    """The /proc states of the batch script's processes (R/S running or sleeping, T stopped)."""
+def _proc_states(slurm_id: int) -> set[str]:
+    """The /proc states of the Slurm job's processes (those whose environment has its
+    SLURM_JOB_ID): R/S running or sleeping, T stopped."""
+    tag = f"SLURM_JOB_ID={slurm_id}".encode()
     out = set()
-    for line in cluster.run("scontrol", "listpids", str(slurm_id)).splitlines()[1:]:
-        pid = line.split()[0]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
         try:
-            out.add(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+            if tag in (proc / "environ").read_bytes().split(b"\0"):
+                out.add((proc / "stat").read_text().rsplit(")", 1)[1].split()[0])
         except (OSError, IndexError):
             pass
     return out
@@ -92,17 +96,17 @@ def test_suspend_and_resume_are_slurms_own_and_repeatable(lab):
     sid, _ = slurm.launch(pool, cluster.node, job, (0,), work / "job.sh")
     try:
         wait_until(lambda: slurm_jobs(cluster)[sid]["job_state"] == "RUNNING", limit=60)
-        wait_until(lambda: _proc_states(cluster, sid), limit=30)
+        wait_until(lambda: _proc_states(sid), limit=30)
         assert launcher.pause(pool, cluster.node, 901, stop=True, owner=USER)
         assert slurm_jobs(cluster)[sid]["job_state"] == "SUSPENDED"
-        wait_until(lambda: _proc_states(cluster, sid) == {"T"}, limit=30)
+        wait_until(lambda: _proc_states(sid) == {"T"}, limit=30)
         assert launcher.pause(pool, cluster.node, 901, stop=True, owner=USER)   # again: no-op
         assert slurm_jobs(cluster)[sid]["job_state"] == "SUSPENDED"
         (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((901, sid, None),)})
         assert snap.job(901) is not None and snap.job(901).state == "running"
         assert launcher.pause(pool, cluster.node, 901, stop=False, owner=USER)
         assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
-        wait_until(lambda: "T" not in _proc_states(cluster, sid), limit=30)
+        wait_until(lambda: "T" not in _proc_states(sid), limit=30)
         assert launcher.pause(pool, cluster.node, 901, stop=False, owner=USER)  # again: no-op
         assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
     finally:
