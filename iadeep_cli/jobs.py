@@ -44,9 +44,13 @@ class JobState(str, enum.Enum):
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.HELD, S.STARTING, S.CANCELLED}),
-    S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
+    # held -> starting / running: a job Slurm kept pending, held there too (`scontrol hold`),
+    # is released back to Slurm, or Slurm had started it before the hold reached it.
+    S.HELD: frozenset({S.QUEUED, S.CANCELLED, S.STARTING, S.RUNNING}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
-    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
+    # starting -> held: a job Slurm keeps pending is held (in Slurm too).
+    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED,
+                           S.HELD}),
     # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
     # where it fits, in the same working directory (controller/adapt.py).
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,

@@ -320,6 +320,16 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
     return _sh(pool, node, script, owner=owner).strip() == "1"
 
 
+def hold(pool: NodeAccess, node: str, job_id: int, held: bool) -> bool:
+    """Hold or release the job where its node's scheduler keeps it waiting: on a Slurm node,
+    ``scontrol hold``/``release`` of its pending Slurm job (``slurm.hold``); an SSH node has
+    no such queue (a held iadeep job is never started there), so nothing. True if acted on."""
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        return slurm.hold(sp, job_id, held)
+    return False
+
+
 def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
               owner: str | None = None) -> dict[int, RemoteJob]:
     """What each job's session and directory on the node say now, in one round trip (the

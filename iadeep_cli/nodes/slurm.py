@@ -553,6 +553,26 @@ def pause(pool: SlurmPool, job_id: int, stop: bool) -> bool:
     return bool(ids)
 
 
+def hold(pool: SlurmPool, job_id: int, held: bool) -> bool:
+    """``scontrol hold`` (``held``) or ``scontrol release`` the job's pending Slurm job, so that
+    Slurm does what iadeep's state (``held`` or ``starting``) says; a job already as wanted, or
+    no longer pending, is left alone (idempotent: the loop repeats it until the poll agrees).
+    True if a pending Slurm job of it was there."""
+    prefix = f"iadeep-{pool.install_id[:12]}-{int(job_id)}-"
+    out = pool.slurm.run(["squeue", "-h", "-a", "-t", "PD", "-o", "%i %j %r"])
+    ids, todo = [], []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].startswith(prefix):
+            continue
+        ids.append(parts[0])
+        if parts[2].startswith("JobHeld") != held:
+            todo.append(parts[0])
+    if todo:
+        pool.slurm.run(["scontrol", "hold" if held else "release", ",".join(todo)])
+    return bool(ids)
+
+
 def read_file(pool: SlurmPool, node: str, job: Job, path: str, offset: int,
               max_bytes: int) -> tuple[bytes, int] | None:
     """(up to ``max_bytes`` of the job's output file from ``offset``, its size), None if there

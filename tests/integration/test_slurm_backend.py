@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import helpers.slurm as helpers_slurm
 from helpers.accounts import cli_as, ensure_user
 from helpers.controllers import cli, wait_until
 from helpers.slurm import USER, add as _add, show as _show, slurm_jobs as _slurm_jobs
 from iadeep_cli.nodes import slurm
 
 pytestmark = pytest.mark.os_global
-# the fixtures: a real Slurm for the session, a controller of its partition for each test
-lab, slurm_cluster = helpers_slurm.lab, helpers_slurm.slurm_cluster
+# fixtures (tests/integration/conftest.py): slurm_cluster, a real Slurm for the session;
+# lab, a controller of its partition for each test
 
 
 def test_queue_add_runs_on_slurm_as_its_user_on_the_gpu_iadeep_chose(lab):
@@ -129,8 +128,10 @@ def test_launch_finds_an_attempt_slurm_already_has(lab):
     # a restarted controller's poll finds the attempt by its name (no Slurm id recorded) ...
     pool.attempts = lambda ids: {999: 1}
     (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)})
-    assert snap.job(999) is not None and (snap.job(999).state, snap.job(999).pid) == (
-        "running", first)
+    assert snap.job(999) is not None and snap.job(999).pid == first
+    assert snap.job(999).state in ("pending", "running")   # Slurm starts it within a second
+    wait_until(lambda: pool.poll_slurm([pool.node(cluster.node)], {cluster.node: (
+        (999, None, None),)})[0].job(999).state == "running", limit=60)
     # ... and the next attempt's name is not the old one's
     # a Slurm job of that name that is not the owner's is not the attempt
     (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)},

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import helpers.slurm as helpers_slurm
 from helpers.controllers import cli, wait_until
 from helpers.slurm import USER, add, show, slurm_jobs
 from iadeep_cli.inventory import parse_inventory
@@ -23,8 +22,8 @@ from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes import launcher, slurm
 
 pytestmark = pytest.mark.os_global
-# the fixtures: a real Slurm for the session, a controller of its partition for each test
-lab, slurm_cluster = helpers_slurm.lab, helpers_slurm.slurm_cluster
+# fixtures (tests/integration/conftest.py): slurm_cluster, a real Slurm for the session;
+# lab, a controller of its partition for each test
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 
@@ -66,6 +65,43 @@ def test_a_job_slurm_keeps_pending_is_starting_with_slurms_reason_until_it_runs(
     assert slurm_jobs(cluster)[running["remote_pid"]]["job_state"] == "RUNNING"
     assert running["remote_pid"] == job["remote_pid"] and running["attempts"] == 1
     (work / "go-p").touch()
+    wait_until(lambda: show(ctl, job_id)["state"] == "succeeded", limit=120)
+
+
+def test_hold_and_release_of_a_job_slurm_keeps_pending_go_through_scontrol(lab):
+    """`queue hold` of a job Slurm keeps pending: iadeep says `held` and Slurm holds it (so it
+    does not start when Slurm could start it); `queue release` gives it back to Slurm, which
+    starts that same Slurm job where iadeep placed it. A running job cannot be held."""
+    from helpers.accounts import cli_as
+
+    ctl, work, cluster = lab
+    cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=DOWN")
+    try:
+        job_id = add(ctl, work, str(work / "job.sh"), str(work / "go-h"))
+        job = wait_until(lambda: (j := show(ctl, job_id))["remote_pid"] and
+                         "PartitionDown" in j["reason"] and j, limit=120)
+        sid = job["remote_pid"]
+        out = cli_as(USER, ctl.home, "queue", "hold", str(job_id))
+        assert out["rc"] == 0 and f"job {job_id}: held" in out["out"], out
+        wait_until(lambda: slurm_jobs(cluster)[sid]["state_reason"].startswith("JobHeld"),
+                   limit=120)
+    finally:
+        cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=UP")
+    # Slurm could start it now, but it is held there: several rounds later nothing ran
+    for _ in range(6):
+        assert show(ctl, job_id)["state"] == "held"
+        assert slurm_jobs(cluster)[sid]["job_state"] == "PENDING"
+        time.sleep(0.5)   # a few of the controller's 0.5 s rounds (not a timed assertion)
+    out = cli_as(USER, ctl.home, "queue", "release", str(job_id))
+    assert out["rc"] == 0 and f"job {job_id}: starting" in out["out"], out
+    running = wait_until(lambda: (j := show(ctl, job_id))["state"] == "running" and j, limit=120)
+    assert running["remote_pid"] == sid and running["attempts"] == 1
+    assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
+    assert len([j for j in slurm_jobs(cluster).values()
+                if j["name"] == slurm_jobs(cluster)[sid]["name"]]) == 1
+    refused = cli_as(USER, ctl.home, "queue", "hold", str(job_id))
+    assert refused["rc"] != 0 and "running; it cannot become held" in refused["err"], refused
+    (work / "go-h").touch()
     wait_until(lambda: show(ctl, job_id)["state"] == "succeeded", limit=120)
 
 
