@@ -737,9 +737,10 @@ class SchedulingLoop:
             self._launch_health.pop(node, None)
         if result.waiting:   # Slurm: the poll says when it runs (see _apply_remote)
             with self.store.tx() as conn:
-                jobrows.update(conn, started.id, remote_pid=result.pid,
-                               reason=f"submitted to Slurm as job {result.pid}; waiting for "
-                                      "Slurm to start it")
+                held = jobrows.get(conn, started.id).state == JobState.HELD   # meanwhile
+                jobrows.update(conn, started.id, remote_pid=result.pid, **({} if held else {
+                    "reason": f"submitted to Slurm as job {result.pid}; waiting for Slurm to "
+                              "start it"}))
             return
         try:
             self._move(started, JobState.RUNNING, f"running on {node}:"
