@@ -44,9 +44,9 @@ class JobState(str, enum.Enum):
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.HELD, S.STARTING, S.CANCELLED}),
-    # held -> starting / running: a job Slurm kept pending, held there too (`scontrol hold`),
-    # is released back to Slurm, or Slurm had started it before the hold reached it.
-    S.HELD: frozenset({S.QUEUED, S.CANCELLED, S.STARTING, S.RUNNING}),
+    # held -> starting: a job Slurm kept pending, held there too (`scontrol hold`), is released
+    # back to Slurm, or Slurm had started it before the hold reached it.
+    S.HELD: frozenset({S.QUEUED, S.CANCELLED, S.STARTING}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
     # starting -> held: a job Slurm keeps pending is held (in Slurm too).
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED,

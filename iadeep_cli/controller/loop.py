@@ -279,9 +279,10 @@ class SchedulingLoop:
         if remote.state == "pending":
             if not (remote.reason or "").endswith(("JobHeldAdmin", "JobHeldUser")):
                 self._slurm_hold(job, True)
-        elif remote.state == "running":
-            self._move(job, JobState.RUNNING, "Slurm had started it before the hold reached it",
-                       remote_pid=remote.pid, started_at=job.started_at or self.clock())
+        elif remote.state == "running":   # back to starting, then running as any start
+            job = self._move(job, JobState.STARTING, "not held: Slurm had started it before "
+                             "the hold reached it")
+            self._apply_remote(job, remote)
         elif job.cancel_requested_by and remote.state == "exited":
             self._finish(job, remote.exit_code)
         else:   # no Slurm job (any more): an ordinary held job

@@ -1,8 +1,9 @@
 """The Slurm backend's job states and node telemetry against a real Slurm 22.05 (started by the
 tests, see helpers/slurm.py): a job Slurm keeps pending is `starting` with Slurm's reason, not
-`running`, and `queue hold`/`release` of it are Slurm's hold and release; run-time adaptation's suspend/resume is Slurm's own (scontrol); `--signal` reaches a
-Slurm job; the monitor shows and cancels one; a Slurm node also listed under `nodes:` gets its
-GPUs' telemetry from nvidia-smi over a real sshd (the stand-in replays real H200 output).
+`running`, and `queue hold`/`release` of it are Slurm's hold and release; run-time
+adaptation's suspend/resume is Slurm's own (scontrol); `--signal` reaches a Slurm job; the
+monitor shows and cancels one; a Slurm node also listed under `nodes:` gets its GPUs'
+telemetry from nvidia-smi over a real sshd (the stand-in replays real H200 output).
 
 What Slurm did is read back from Slurm itself (squeue, the job's processes in /proc).
 """
