@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, NotFoundError
 from .jobs import NOTIFY_WHEN
 from .paths import inventory_path
 
@@ -52,6 +52,10 @@ class Node:
     # "ssh" (this file's nodes) or "slurm" (found in the ``slurm:`` partition at start and
     # reload; its jobs go through sbatch, see ``nodes.slurm``).
     backend: str = "ssh"
+    # A Slurm node also listed under ``nodes:`` (same name): its GPUs' telemetry (utilisation,
+    # memory, processes) is read with nvidia-smi over SSH, as for an SSH node; its jobs still
+    # go through Slurm. False: Slurm's GRES and the profiles alone.
+    ssh_telemetry: bool = False
 
     @property
     def submitter(self) -> bool:
@@ -236,6 +240,16 @@ class Inventory:
 
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
+
+    def require_node(self, name: str) -> Node:
+        """The node of that name, or the one-line NotFoundError that lists the known ones
+        (what every pool's ``node()`` answers, SSH or Slurm, so both say the same)."""
+        node = self.node(name)
+        if node is None:
+            known = ", ".join(n.name for n in self.nodes) or "none"
+            raise NotFoundError(f"no node named {name!r} in the inventory (known: {known})",
+                                hint="check the name with `iadeep nodes check`")
+        return node
 
     def is_admin(self, user: str) -> bool:
         return user in self.admins or user == "root"

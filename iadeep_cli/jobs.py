@@ -44,9 +44,13 @@ class JobState(str, enum.Enum):
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.HELD, S.STARTING, S.CANCELLED}),
-    S.HELD: frozenset({S.QUEUED, S.CANCELLED}),
+    # held -> starting: a job Slurm kept pending, held there too (`scontrol hold`), is released
+    # back to Slurm, or Slurm had started it before the hold reached it.
+    S.HELD: frozenset({S.QUEUED, S.CANCELLED, S.STARTING}),
     # starting -> queued: the launch provably never happened (e.g. node refused the upload).
-    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED}),
+    # starting -> held: a job Slurm keeps pending is held (in Slurm too).
+    S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED,
+                           S.HELD}),
     # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
     # where it fits, in the same working directory (controller/adapt.py).
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,
@@ -516,6 +520,29 @@ def expand_pattern(pattern: str, job_id: int, user: str, name: str) -> str:
     (job name) and ``%%`` filled in; other ``%`` letters stay as written."""
     values = {"j": str(job_id), "u": user, "x": name, "%": "%"}
     return _PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), pattern)
+
+
+def stream_path(job: Job, stream: str, default_output: str, base: str,
+                home: str | None = None) -> str:
+    """The path of the job's ``stream`` ("output" or "error"), for both backends: --output /
+    --error with %j/%u/%x filled in, a relative name anchored at ``base`` (the directory the
+    job runs in), ``default_output`` for the output without --output (an SSH node's job log,
+    Slurm's ``iadeep-<id>.out``). ``~`` is expanded with ``home`` when given (read on the
+    controller), else left for the node's shell. The error stream without --error goes with
+    the output (InputError: nothing separate to read)."""
+    pattern = job.spec.output if stream == "output" else job.spec.error
+    if pattern is None:
+        if stream == "output":
+            return default_output
+        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
+                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
+                              "to keep them apart")
+    name = expand_pattern(pattern, job.id, job.owner, job.name)
+    if home is not None and (name == "~" or name.startswith("~/")):
+        name = home.rstrip("/") + name[1:]
+    if name.startswith("/") or name == "~" or name.startswith("~/"):
+        return name
+    return f"{base.rstrip('/')}/{name}"
 
 
 # --export: what the default carries, and what ALL leaves out: the session's own variables

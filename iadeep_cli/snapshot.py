@@ -71,12 +71,16 @@ class RemoteJob:
     ``run_as: submitter`` node, sudo or the owner's account failed; the job is left as it is).
     ``start``: the leader's start time (clock ticks since boot), reported for running jobs so
     that a pid reused after a reboot is never mistaken for the job.
+    pending (Slurm only: submitted, ``pid`` its Slurm job id, but Slurm has not started it;
+    ``reason`` is Slurm's, e.g. ``Resources`` or ``JobHeldUser``): the job stays ``starting``,
+    so it is not counted as running before it runs.
     """
 
     state: str
     exit_code: int | None = None
     pid: int | None = None
     start: int | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,8 @@ class SchedulingLoop:
         their owners (a ``run_as: submitter`` node reads each job as its owner)."""
         out: dict[str, list[tuple[int, int | None, int | None]]] = {}
         owners: dict[int, str] = {}
-        for job in self._jobs(ACTIVE | {JobState.LOST}):
+        # a held job with a node is one Slurm keeps pending, held there too (see _apply_held)
+        for job in self._jobs(ACTIVE | {JobState.LOST, JobState.HELD}):
             if job.node is not None:
                 out.setdefault(job.node, []).append((job.id, job.remote_pid, job.remote_start))
                 owners[job.id] = job.owner
@@ -259,10 +260,47 @@ class SchedulingLoop:
 
         A job with an action in flight, or whose action ended after this poll began, is left
         for the next round: the poll may predate what the action did (a launch completing)."""
-        for job in self._jobs(ACTIVE | {JobState.LOST}, node.name):
+        for job in self._jobs(ACTIVE | {JobState.LOST, JobState.HELD}, node.name):
             if self.actions.busy(job.id) or self.actions.acted_at(job.id) >= node.taken_at:
                 continue
+            if job.state == JobState.HELD:
+                self._apply_held(job, node.job(job.id))
+                continue
             self._apply_remote(job, node.job(job.id))
+
+    def _apply_held(self, job: Job, remote) -> None:
+        """A held job that Slurm has (it was `starting`, pending there, when it was held):
+        iadeep's `held` is what must be, so Slurm is made to hold it (``scontrol hold``, again
+        each round until the poll says so: idempotent, and a crash in between is repaired).
+        Slurm started it before the hold reached it: it runs, and says so. Its Slurm job gone
+        (cancelled there, or never submitted): it stays held, placed anew once released."""
+        if remote is None or remote.state == "unknown":
+            return   # Slurm did not answer: nothing is known
+        if remote.state == "pending":
+            if not (remote.reason or "").endswith(("JobHeldAdmin", "JobHeldUser")):
+                self._slurm_hold(job, True)
+        elif remote.state == "running":   # back to starting, then running as any start
+            job = self._move(job, JobState.STARTING, "not held: Slurm had started it before "
+                             "the hold reached it")
+            self._apply_remote(job, remote)
+        elif job.cancel_requested_by and remote.state == "exited":
+            self._finish(job, remote.exit_code)
+        else:   # no Slurm job (any more): an ordinary held job
+            with self.store.tx() as conn:
+                jobrows.update(conn, job.id, node=None, gpu_indices=(), remote_pid=None,
+                               remote_start=None)
+
+    def _slurm_hold(self, job: Job, held: bool) -> None:
+        """``scontrol hold``/``release`` of the job's pending Slurm job, on its node's worker."""
+        from ..nodes import launcher
+
+        def act() -> None:
+            try:
+                launcher.hold(self.pool, job.node or "", job.id, held)
+            except IadeepError as exc:
+                log.warning("%s job %s in Slurm failed: %s", "holding" if held else "releasing",
+                            job.id, exc.message)
+        self.actions.submit(job.node or "", ("hold" if held else "release", job.id), act)
 
     def _apply_remote(self, job: Job, remote) -> None:
         now = self.clock()
@@ -276,11 +314,26 @@ class SchedulingLoop:
             if job.state != JobState.LOST:
                 self._move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
                            "whether it started is unknown (check the node, then cancel it)")
+        elif remote.state == "pending":
+            # Slurm has it but has not started it: still `starting` (it holds its place on the
+            # GPU iadeep chose), with Slurm's reason for `queue show/why`; running only once
+            # squeue says RUNNING
+            if job.state == JobState.STARTING and (remote.reason or "").endswith(
+                    ("JobHeldAdmin", "JobHeldUser")):
+                self._slurm_hold(job, False)   # iadeep says it should start (released)
+            if job.state == JobState.STARTING:
+                why = f"submitted to Slurm as job {remote.pid}; waiting for Slurm " \
+                      f"({remote.reason or 'pending'})"
+                if job.reason != why or job.remote_pid != remote.pid:
+                    with self.store.tx() as conn:
+                        jobrows.update(conn, job.id, reason=why, remote_pid=remote.pid)
         elif remote.state == "running":
             if job.state == JobState.SUSPENDED:
                 return   # stopped on purpose; controller/adapt.py resumes it
             if job.state != JobState.RUNNING or job.remote_pid is None:
-                why = "node answers again" if job.state == JobState.LOST else "running"
+                why = "node answers again" if job.state == JobState.LOST else \
+                    f"running on {job.node}:{','.join(map(str, job.gpu_indices))}" \
+                    f"{self._run_dir(job)}"
                 self._move(job, JobState.RUNNING, why, remote_pid=remote.pid,
                            remote_start=remote.start, started_at=job.started_at or now)
         else:  # exited
@@ -477,8 +530,9 @@ class SchedulingLoop:
             log.warning("signalling job %s on %s failed: %s", job_id, node, exc.message)
 
     def _cancel_requested(self) -> None:
-        """Stop cancelled jobs on their node's worker; the poll then sees them exit."""
-        for job in self._jobs(ACTIVE):
+        """Stop cancelled jobs on their node's worker; the poll then sees them exit (a held job
+        with a node is one Slurm keeps pending and held: its Slurm job is cancelled too)."""
+        for job in self._jobs(ACTIVE | {JobState.HELD}):
             if job.cancel_requested_by and job.node is not None:
                 self.actions.submit(job.node, ("cancel", job.id),
                                     partial(self._stop, job.node, job.id, job.owner))
@@ -688,6 +742,13 @@ class SchedulingLoop:
         if node in self._launch_health:
             log.info("node %s launches jobs again", node)
             self._launch_health.pop(node, None)
+        if result.waiting:   # Slurm: the poll says when it runs (see _apply_remote)
+            with self.store.tx() as conn:
+                held = jobrows.get(conn, started.id).state == JobState.HELD   # meanwhile
+                jobrows.update(conn, started.id, remote_pid=result.pid, **({} if held else {
+                    "reason": f"submitted to Slurm as job {result.pid}; waiting for Slurm to "
+                              "start it"}))
+            return
         try:
             self._move(started, JobState.RUNNING, f"running on {node}:"
                        f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}",

@@ -99,8 +99,9 @@ class Controller:
         grace = inventory.node_grace_s
         if inventory.slurm is not None:   # Slurm's nodes answer through it, the rest over SSH
             from ..nodes.slurm import SlurmPool
+            # the SSH nodes, and the Slurm nodes read over SSH for their GPUs' telemetry
             ssh = dataclasses.replace(inventory, nodes=tuple(
-                n for n in inventory.nodes if n.backend != "slurm"))
+                n for n in inventory.nodes if n.backend != "slurm" or n.ssh_telemetry))
             inner = NodePool(_scoped_workdirs(ssh, self.install_id),
                              backoff_max=min(60.0, max(5.0, grace)),
                              gpu_timeout=min(10.0, max(1.0, grace / 4)))

@@ -175,7 +175,8 @@ class Service(views.StoreReader):
 
     def _cancel_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
         job = self._owned(conn, user, job_id)
-        if job.state in ACTIVE:
+        if job.state in ACTIVE or (job.state == JobState.HELD and job.node is not None):
+            # (a held job with a node: Slurm has it pending and held, see op_hold)
             # The loop stops the process group on its node, then records 'cancelled'.
             jobrows.update(conn, job_id, cancel_requested_by=user)
             self.wake()
@@ -204,14 +205,38 @@ class Service(views.StoreReader):
         return spec
 
     def op_hold(self, user: str, req: m.HoldRequest) -> list[m.JobActionResult]:
-        return self._each(req, {JobState.QUEUED}, lambda conn, i: self._move(
-            conn, user, i, JobState.HELD, f"held by {user}"))
-
-    def op_release(self, user: str, req: m.ReleaseRequest) -> list[m.JobActionResult]:
-        out = self._each(req, {JobState.HELD}, lambda conn, i: self._move(
-            conn, user, i, JobState.QUEUED, f"released by {user}"))
+        out = self._each(req, {JobState.QUEUED, JobState.STARTING},
+                         lambda conn, i: self._hold_one(conn, user, i))
         self.wake()
         return out
+
+    def _hold_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
+        """A queued job is held here; a `starting` one only on a Slurm node, where Slurm may
+        keep it pending: it is committed `held` first, then the loop holds it in Slurm
+        (``scontrol hold``), or finds Slurm had started it (README "The Slurm backend")."""
+        job = self._owned(conn, user, job_id)
+        if job.state == JobState.STARTING:
+            node = self.inventory.node(job.node or "")
+            if node is None or node.backend != "slurm":
+                raise InvalidTransition(f"job {job_id} is starting; it cannot become held",
+                                        hint="see `iadeep queue show ID` for its current state")
+            return self._move(conn, user, job_id, JobState.HELD,
+                              f"held by {user} (in Slurm too: scontrol hold)")
+        return self._move(conn, user, job_id, JobState.HELD, f"held by {user}")
+
+    def op_release(self, user: str, req: m.ReleaseRequest) -> list[m.JobActionResult]:
+        out = self._each(req, {JobState.HELD}, lambda conn, i: self._release_one(conn, user, i))
+        self.wake()
+        return out
+
+    def _release_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
+        """Back to the queue; a job Slurm holds goes back to Slurm where it was placed
+        (`starting`; the loop's ``scontrol release``)."""
+        job = self._owned(conn, user, job_id)
+        if job.state == JobState.HELD and job.node is not None:
+            return self._move(conn, user, job_id, JobState.STARTING,
+                              f"released by {user}; back to Slurm (scontrol release)")
+        return self._move(conn, user, job_id, JobState.QUEUED, f"released by {user}")
 
     def _each(self, req: m.JobsRequest, applies: Iterable[JobState],
               act: Callable[[Any, int], m.JobActionResult]) -> list[m.JobActionResult]:

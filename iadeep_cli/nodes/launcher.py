@@ -85,6 +85,7 @@ class LaunchResult:
     job_dir: str
     already_started: bool = False   # True: a pid file was there; nothing was started now
     start: int | None = None        # the session leader's start time (ticks since boot)
+    waiting: bool = False           # Slurm: submitted (pid: its Slurm id), not started yet
 
 
 def _slurm(pool: NodeAccess, node: str):
@@ -149,21 +150,10 @@ def run_dir(pool: NodeAccess, node: str, job: Job) -> str | None:
 
 def stream_path(pool: NodeAccess, node: str, job: Job, stream: str) -> str:
     """The path of the job's ``stream`` ("output" or "error") on ``node``, as the controller
-    reads it: --output/--error with %j/%u/%x filled in, relative to the working directory;
-    the job directory's ``log`` for output without --output. The error stream without --error
-    goes with the output (InputError: nothing separate to read)."""
+    reads it (``jobs.stream_path``): relative to the working directory, the job directory's
+    ``log`` for output without --output."""
     jdir = job_dir(workdir(pool, node), job.id)
-    pattern = job.spec.output if stream == "output" else job.spec.error
-    if pattern is None:
-        if stream == "output":
-            return f"{jdir}/log"
-        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
-                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
-                              "to keep them apart")
-    name = jobs.expand_pattern(pattern, job.id, job.owner, job.name)
-    if name.startswith("/") or name == "~" or name.startswith("~/"):
-        return name
-    return f"{(run_dir(pool, node, job) or jdir).rstrip('/')}/{name}"
+    return jobs.stream_path(job, stream, f"{jdir}/log", run_dir(pool, node, job) or jdir)
 
 
 def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
@@ -178,7 +168,7 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     if (sp := _slurm(pool, node)) is not None:
         from . import slurm
         slurm_id, before = slurm.launch(sp, node, job, gpu_indices, script)
-        return LaunchResult(slurm_id, slurm_id, "", already_started=before)
+        return LaunchResult(slurm_id, slurm_id, "", already_started=before, waiting=True)
     if not script.is_file():
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
@@ -316,6 +306,9 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
     are idempotent, so the controller may repeat either after a crash.  STOP and CONT are not
     in ``jobs.SIGNALS``: users cannot ask for them, only run-time adaptation sends them.
     True if anything of the job was there to get it."""
+    if (sp := _slurm(pool, node)) is not None:   # Slurm's own suspend/resume (scontrol)
+        from . import slurm
+        return slurm.pause(sp, job_id, stop)
     name = "STOP" if stop else "CONT"
     script = (
         _find_job(pool, node, job_id) +
@@ -325,6 +318,16 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
         'echo $sent\n'
     )
     return _sh(pool, node, script, owner=owner).strip() == "1"
+
+
+def hold(pool: NodeAccess, node: str, job_id: int, held: bool) -> bool:
+    """Hold or release the job where its node's scheduler keeps it waiting: on a Slurm node,
+    ``scontrol hold``/``release`` of its pending Slurm job (``slurm.hold``); an SSH node has
+    no such queue (a held iadeep job is never started there), so nothing. True if acted on."""
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        return slurm.hold(sp, job_id, held)
+    return False
 
 
 def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,

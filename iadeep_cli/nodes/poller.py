@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..errors import IadeepError, NotFoundError
+from ..errors import IadeepError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
 from . import runas
@@ -68,12 +68,7 @@ class NodePool:
 
     # -- access
     def node(self, name: str) -> Node:
-        node = self.inventory.node(name)
-        if node is None:
-            known = ", ".join(n.name for n in self.inventory.nodes) or "none"
-            raise NotFoundError(f"no node named {name!r} in the inventory (known: {known})",
-                                hint="check the name with `iadeep nodes check`")
-        return node
+        return self.inventory.require_node(name)
 
     def connection(self, name: str) -> NodeConnection:
         self.node(name)

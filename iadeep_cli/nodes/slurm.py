@@ -50,6 +50,9 @@ log = logging.getLogger("iadeep.slurm")
 # squeue's states of a job that is over; every other state holds (or will hold) its GPU.
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                    "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+# squeue's states of a job Slurm has not started (yet, or again): iadeep's job stays `starting`.
+WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                     "RESV_DEL_HOLD"})
 _GRES = re.compile(r"^(gpu|shard):([A-Za-z0-9_]+):(\d+)")
 SLURM_TIMEOUT_S = 20.0
 
@@ -135,13 +138,21 @@ def discover(settings: SlurmSettings, slurm: Slurm | None = None) -> tuple[Node,
 
 
 def with_slurm_nodes(inventory: Inventory) -> Inventory:
-    """The inventory with its ``slurm:`` partition's nodes added (as they are in Slurm now); a
-    node listed under ``nodes:`` too keeps that entry (its telemetry comes over SSH)."""
+    """The inventory with its ``slurm:`` partition's nodes added (as they are in Slurm now). A
+    partition node listed under ``nodes:`` too (same name) is a Slurm node (its jobs go
+    through sbatch) that keeps its SSH entry for telemetry (``Node.ssh_telemetry``: nvidia-smi
+    over SSH, as for an SSH node); its ``gpus:`` there, if any, limit what iadeep uses."""
     if inventory.slurm is None:
         return inventory
+    found = {n.name: n for n in discover(inventory.slurm)}
+    nodes = tuple(replace(n, backend="slurm", ssh_telemetry=True,
+                          gpus=found[n.name].gpus if n.gpus is None else
+                          tuple(i for i in n.gpus if i in (found[n.name].gpus or ())),
+                          shared_paths=found[n.name].shared_paths)
+                  if n.name in found else n for n in inventory.nodes)
     listed = {n.name for n in inventory.nodes}
-    found = tuple(n for n in discover(inventory.slurm) if n.name not in listed)
-    return replace(inventory, nodes=inventory.nodes + found)
+    return replace(inventory, nodes=nodes + tuple(n for name, n in found.items()
+                                                  if name not in listed))
 
 
 def _gres_detail(job: dict, prefix: str) -> dict[int, tuple[str, int]]:
@@ -179,6 +190,7 @@ class SlurmJob:
     user: str
     gres: dict[int, tuple[str, int]]
     exit_code: int | None
+    reason: str = ""   # why Slurm keeps it pending (squeue's state_reason), "None" otherwise
 
 
 def queue(slurm: Slurm) -> list[SlurmJob]:
@@ -188,7 +200,8 @@ def queue(slurm: Slurm) -> list[SlurmJob]:
         out.append(SlurmJob(int(j["job_id"]), str(j.get("name") or ""),
                             str(j.get("job_state") or ""), str(j.get("nodes") or ""),
                             str(j.get("user_name") or ""),
-                            _gres_detail(j, slurm.settings.gpu_type_prefix), _exit_code(j)))
+                            _gres_detail(j, slurm.settings.gpu_type_prefix), _exit_code(j),
+                            str(j.get("state_reason") or "")))
     return out
 
 
@@ -215,12 +228,7 @@ class SlurmPool:
         return node is not None and node.backend == "slurm"
 
     def node(self, name: str) -> Node:
-        node = self.inventory.node(name)
-        if node is None:
-            known = ", ".join(n.name for n in self.inventory.nodes) or "none"
-            raise NotFoundError(f"no node named {name!r} in the inventory (known: {known})",
-                                hint="check the name with `iadeep nodes check`")
-        return node
+        return self.inventory.require_node(name)
 
     def connection(self, name: str) -> NodeConnection:
         if not self.is_slurm(name):
@@ -238,12 +246,18 @@ class SlurmPool:
                  owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
         expect = expect or {}
         ssh = [n.name for n in self.inventory.nodes if n.backend != "slurm"]
+        # the SSH nodes and the Slurm nodes read over SSH for telemetry (no jobs expected
+        # there: Slurm answers for their jobs), in the same parallel round
+        telemetry = {n.name for n in self.inventory.nodes if n.ssh_telemetry}
         inner = self.inner.poll_all({k: v for k, v in expect.items() if k in ssh}, wait_s,
-                                    owners) if ssh else None
+                                    owners) if ssh or telemetry else None
         mine = [n for n in self.inventory.nodes if n.backend == "slurm"]
         polled = self.poll_slurm(mine, {n.name: tuple(expect.get(n.name, ())) for n in mine},
                                  owners)
-        nodes = (*(inner.nodes if inner else ()), *polled)
+        seen = {s.name: s for s in (inner.nodes if inner else ()) if s.name in telemetry}
+        polled = tuple(with_telemetry(p, seen.get(p.name)) for p in polled)
+        nodes = (*(s for s in (inner.nodes if inner else ()) if s.name not in telemetry),
+                 *polled)
         return ClusterSnapshot(taken_at=inner.taken_at if inner else polled[0].taken_at
                                if polled else time.time(), nodes=nodes)
 
@@ -285,6 +299,10 @@ class SlurmPool:
                                    else RemoteJob("exited")))
                 elif sj.state in ENDED:
                     states.append((int(job_id), RemoteJob("exited", sj.exit_code, sj.id)))
+                elif sj.state in WAITING:
+                    why = sj.state.lower() + (f": {sj.reason}" if sj.reason not in
+                                              ("", "None") else "")
+                    states.append((int(job_id), RemoteJob("pending", pid=sj.id, reason=why)))
                 else:
                     states.append((int(job_id), RemoteJob("running", pid=sj.id)))
             error = self._node_error(n)
@@ -338,6 +356,41 @@ class SlurmPool:
             self.inner.close()
 
 
+def with_telemetry(slurm_snap: NodeSnapshot, ssh_snap: NodeSnapshot | None) -> NodeSnapshot:
+    """A Slurm node's snapshot with its GPUs' telemetry from an SSH poll of the same node
+    (nvidia-smi: real memory, utilisation, temperature, power and the processes on each GPU),
+    so placement sees foreign memory use as on an SSH node. What Slurm holds stays: iadeep's
+    Slurm jobs are processes with their job id (placement counts them), and a foreign Slurm
+    job's reservation counts as used even before its processes use the memory (Slurm would
+    keep a job placed there pending). GPU K of the GRES is nvidia-smi's index K (gres.conf's
+    ``File=/dev/nvidiaK``). Without a usable SSH answer (down, nvidia-smi failing) the
+    Slurm-only figures stay: the jobs' states never depend on SSH."""
+    if ssh_snap is None or not ssh_snap.ok or slurm_snap.error or not ssh_snap.gpus:
+        return slurm_snap
+    smi = {g.index: g for g in ssh_snap.gpus}
+    gpus = []
+    for g in slurm_snap.gpus:
+        real = smi.get(g.index)
+        if real is None:
+            gpus.append(g)
+            continue
+        # Slurm's reservation by foreign Slurm jobs (the Slurm-only "used" figure, scaled to
+        # the real GPU's size), never less than what nvidia-smi shows in use
+        reserved = ((g.memory_used_mib or 0.0) / g.memory_total_mib * real.memory_total_mib
+                    if g.memory_total_mib and real.memory_total_mib else 0.0)
+        used = max(real.memory_used_mib or 0.0, reserved)
+        total = real.memory_total_mib
+        procs = (*real.processes,
+                 *(p if p.job_id is not None or not p.used_memory_mib or not g.memory_total_mib
+                   or not total else replace(p, used_memory_mib=p.used_memory_mib /
+                                             g.memory_total_mib * total)
+                   for p in g.processes))
+        gpus.append(replace(real, memory_used_mib=used,
+                            memory_free_mib=max(0.0, total - used) if total is not None
+                            else real.memory_free_mib, processes=tuple(procs)))
+    return replace(slurm_snap, gpus=tuple(gpus))
+
+
 # --------------------------------------------------------------------------- jobs
 def run_dir(job: Job) -> str:
     """Where the job runs: --chdir, else where it was submitted (as sbatch: Slurm clusters
@@ -346,19 +399,15 @@ def run_dir(job: Job) -> str:
 
 
 def stream_path(job: Job, stream: str) -> str:
-    """The job's --output/--error file (``%j`` is iadeep's id), else ``iadeep-<id>.out`` in
-    its working directory for the output; the error goes with the output unless --error."""
-    pattern = job.spec.output if stream == "output" else job.spec.error
-    if pattern is None:
-        if stream == "output":
-            return f"{run_dir(job).rstrip('/')}/iadeep-{job.id}.out"
-        raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
-                         hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
-                              "to keep them apart")
-    name = jobs.expand_pattern(pattern, job.id, job.owner, job.name)
-    if name.startswith("~/"):
-        name = pwd.getpwnam(job.owner).pw_dir + name[1:]
-    return name if name.startswith("/") else f"{run_dir(job).rstrip('/')}/{name}"
+    """The job's --output/--error file (``jobs.stream_path``; ``%j`` is iadeep's id), else
+    ``iadeep-<id>.out`` in its working directory; ``~`` is the owner's home here."""
+    base = run_dir(job)
+    try:
+        home = pwd.getpwnam(job.owner).pw_dir
+    except KeyError:   # no such account here: a ``~`` name stays as written (never read)
+        home = None
+    return jobs.stream_path(job, stream, f"{base.rstrip('/')}/iadeep-{job.id}.out", base,
+                            home=home)
 
 
 def gres(pool: SlurmPool, job: Job, gpu_indices: Sequence[int]) -> str:
@@ -478,6 +527,49 @@ def signal(pool: SlurmPool, job_id: int, name: str) -> bool:
     ids = _attempt_ids(pool, job_id)
     if ids:
         pool.slurm.run(["scancel", "--full", f"--signal={name}", *map(str, ids)])
+    return bool(ids)
+
+
+def pause(pool: SlurmPool, job_id: int, stop: bool) -> bool:
+    """Run-time adaptation's suspend (``stop``) or resume on Slurm: ``scontrol suspend`` /
+    ``scontrol resume`` of the job's running (suspended) Slurm job, so Slurm itself stops
+    and continues every process of it and knows it is suspended (root only: the controller
+    submits as root). Idempotent like SIGSTOP/SIGCONT: a job already in the wanted state is
+    left alone, so the controller may repeat either after a crash. True if the job was there.
+    iadeep's state (``suspended``/``running``, controller/adapt.py) stays the one that says
+    what must be; this only carries it out."""
+    prefix = f"iadeep-{pool.install_id[:12]}-{int(job_id)}-"
+    out = pool.slurm.run(["squeue", "-h", "-a", "-o", "%i %j %T"])
+    ids, todo = [], []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].startswith(prefix) or parts[2] in ENDED:
+            continue
+        ids.append(parts[0])
+        if parts[2] == ("RUNNING" if stop else "SUSPENDED"):
+            todo.append(parts[0])
+    if todo:
+        pool.slurm.run(["scontrol", "suspend" if stop else "resume", ",".join(todo)])
+    return bool(ids)
+
+
+def hold(pool: SlurmPool, job_id: int, held: bool) -> bool:
+    """``scontrol hold`` (``held``) or ``scontrol release`` the job's pending Slurm job, so that
+    Slurm does what iadeep's state (``held`` or ``starting``) says; a job already as wanted, or
+    no longer pending, is left alone (idempotent: the loop repeats it until the poll agrees).
+    True if a pending Slurm job of it was there."""
+    prefix = f"iadeep-{pool.install_id[:12]}-{int(job_id)}-"
+    out = pool.slurm.run(["squeue", "-h", "-a", "-t", "PD", "-o", "%i %j %r"])
+    ids, todo = [], []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not parts[1].startswith(prefix):
+            continue
+        ids.append(parts[0])
+        if parts[2].startswith("JobHeld") != held:
+            todo.append(parts[0])
+    if todo:
+        pool.slurm.run(["scontrol", "hold" if held else "release", ",".join(todo)])
     return bool(ids)
 
 

@@ -9,6 +9,7 @@ installed (``make slurm``).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,8 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.accounts import cli_as, ensure_user
+from helpers.controllers import ControllerProcess, cli, wait_until
+
 HERE = Path(__file__).parent
 NGPU, SHARDS = 2, 4
+USER = "iadeep-slurm-u"   # the real second account whose jobs Slurm runs
 
 
 @dataclass(frozen=True)
@@ -72,3 +77,47 @@ def slurm_cluster():
     finally:
         subprocess.run(["bash", str(HERE / "slurm_down.sh")], env=env, capture_output=True,
                        timeout=120)
+
+
+@pytest.fixture()
+def lab(slurm_cluster):
+    """A controller whose inventory is the Slurm partition alone, and a user's directory with
+    a script that waits for a file (so the test decides when jobs end) and says where it ran."""
+    ensure_user(USER)
+    root = Path(tempfile.mkdtemp(prefix="iadeep-slurm-lab-", dir="/tmp"))
+    os.chmod(root, 0o755)   # the user reaches the socket and its directory inside
+    work = root / "work"
+    work.mkdir()
+    shutil.chown(work, USER)
+    script = work / "job.sh"
+    script.write_text('#!/bin/sh\n'
+                      'echo "cuda=$CUDA_VISIBLE_DEVICES user=$(id -un) job=$IADEEP_JOB_ID '
+                      'slurm=$SLURM_JOB_ID"\n'
+                      'while [ ! -e "$1" ]; do sleep 0.1; done\necho done\n')
+    script.chmod(0o755)
+    inventory = root / "nodes.yaml"
+    inventory.write_text(slurm_cluster.inventory())
+    ctl = ControllerProcess(root / "home", inventory).start()
+    yield ctl, work, slurm_cluster
+    ctl.stop()
+    slurm_cluster.run("scancel", "--full", "-u", USER)
+    wait_until(lambda: not slurm_cluster.run("squeue", "-h", "-u", USER, "-t", "R,CG,PD,S"),
+               limit=120)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def add(ctl, work: Path, *args: str) -> int:
+    out = cli_as(USER, ctl.home, "queue", "add", "--chdir", str(work), *args)
+    assert out["rc"] == 0, out
+    return int(out["out"].strip())
+
+
+def show(ctl, job_id: int) -> dict:
+    proc = cli(ctl.home, "queue", "show", str(job_id), "--json", check=True)
+    return json.loads(proc.stdout)
+
+
+def slurm_jobs(cluster) -> dict[int, dict]:
+    """Slurm's own view: job id -> its record in ``squeue --json``."""
+    data = json.loads(cluster.run("squeue", "--json"))
+    return {int(j["job_id"]): j for j in data["jobs"]}

@@ -7,6 +7,10 @@ import pytest
 
 from helpers.controllers import controller_on
 
+# the Slurm backend's fixtures (test_slurm_*.py): registered once here, so that every module
+# shares the one session Slurm (its daemons listen on fixed ports)
+from helpers.slurm import lab, slurm_cluster  # noqa: F401
+
 
 @pytest.fixture
 def script(tmp_path):

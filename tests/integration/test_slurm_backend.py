@@ -7,65 +7,19 @@ Slurm did is read back from Slurm itself (squeue, its job-completion log), not f
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from helpers.accounts import cli_as, ensure_user
-from helpers.controllers import ControllerProcess, cli, wait_until
-from helpers.slurm import slurm_cluster  # noqa: F401  (the session fixture)
+from helpers.controllers import cli, wait_until
+from helpers.slurm import USER, add as _add, show as _show, slurm_jobs as _slurm_jobs
 from iadeep_cli.nodes import slurm
 
 pytestmark = pytest.mark.os_global
-USER = "iadeep-slurm-u"
-
-
-@pytest.fixture()
-def lab(slurm_cluster):  # noqa: F811
-    """A controller whose inventory is the Slurm partition alone, and a user's directory with
-    a script that waits for a file (so the test decides when jobs end) and says where it ran."""
-    ensure_user(USER)
-    root = Path(tempfile.mkdtemp(prefix="iadeep-slurm-lab-", dir="/tmp"))
-    os.chmod(root, 0o755)   # the user reaches the socket and its directory inside
-    work = root / "work"
-    work.mkdir()
-    shutil.chown(work, USER)
-    script = work / "job.sh"
-    script.write_text('#!/bin/sh\n'
-                      'echo "cuda=$CUDA_VISIBLE_DEVICES user=$(id -un) job=$IADEEP_JOB_ID '
-                      'slurm=$SLURM_JOB_ID"\n'
-                      'while [ ! -e "$1" ]; do sleep 0.1; done\necho done\n')
-    script.chmod(0o755)
-    inventory = root / "nodes.yaml"
-    inventory.write_text(slurm_cluster.inventory())
-    ctl = ControllerProcess(root / "home", inventory).start()
-    yield ctl, work, slurm_cluster
-    ctl.stop()
-    slurm_cluster.run("scancel", "--full", "-u", USER)
-    wait_until(lambda: not slurm_cluster.run("squeue", "-h", "-u", USER, "-t", "R,CG,PD,S"),
-               limit=120)
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _add(ctl, work: Path, *args: str) -> int:
-    out = cli_as(USER, ctl.home, "queue", "add", "--chdir", str(work), *args)
-    assert out["rc"] == 0, out
-    return int(out["out"].strip())
-
-
-def _show(ctl, job_id: int) -> dict:
-    proc = cli(ctl.home, "queue", "show", str(job_id), "--json", check=True)
-    return json.loads(proc.stdout)
-
-
-def _slurm_jobs(cluster) -> dict[int, dict]:
-    """Slurm's own view: job id -> its record in ``squeue --json``."""
-    data = json.loads(cluster.run("squeue", "--json"))
-    return {int(j["job_id"]): j for j in data["jobs"]}
+# fixtures (tests/integration/conftest.py): slurm_cluster, a real Slurm for the session;
+# lab, a controller of its partition for each test
 
 
 def test_queue_add_runs_on_slurm_as_its_user_on_the_gpu_iadeep_chose(lab):
@@ -174,8 +128,10 @@ def test_launch_finds_an_attempt_slurm_already_has(lab):
     # a restarted controller's poll finds the attempt by its name (no Slurm id recorded) ...
     pool.attempts = lambda ids: {999: 1}
     (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)})
-    assert snap.job(999) is not None and (snap.job(999).state, snap.job(999).pid) == (
-        "running", first)
+    assert snap.job(999) is not None and snap.job(999).pid == first
+    assert snap.job(999).state in ("pending", "running")   # Slurm starts it within a second
+    wait_until(lambda: pool.poll_slurm([pool.node(cluster.node)], {cluster.node: (
+        (999, None, None),)})[0].job(999).state == "running", limit=60)
     # ... and the next attempt's name is not the old one's
     # a Slurm job of that name that is not the owner's is not the attempt
     (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((999, None, None),)},

@@ -64,3 +64,37 @@ def test_example_inventory_documents_every_slurm_field():
     assert inv.slurm is not None and inv.slurm.partition == "gpu"
     shown = {m.group(1) for m in re.finditer(r"^  (\w+):", block, re.M)}
     assert shown == set(inventory._SLURM_FIELDS)
+
+
+def test_telemetry_over_ssh_keeps_what_slurm_holds():
+    """A Slurm node's GPUs from nvidia-smi (memory, utilisation, processes), with iadeep's
+    Slurm jobs kept as its jobs and a foreign Slurm job's reservation counted as used even
+    while its processes use less; an SSH answer without GPU data changes nothing."""
+    from iadeep_cli.nodes.slurm import with_telemetry
+    from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
+
+    total = 80 * 1024.0
+    slurm_snap = NodeSnapshot("n1", 1.0, gpus=(
+        GpuSample(0, "s0", "slurm gres g0", total, 0.0, total,
+                  processes=(GpuProcess(11, None, "slurm job 11", job_id=5),)),
+        GpuSample(1, "s1", "slurm gres g1", total, total / 2, total / 2,
+                  processes=(GpuProcess(12, total / 2, "slurm job 12 (bob)"),))))
+    h200 = 143771.0
+    ssh_snap = NodeSnapshot("n1", 1.0, gpus=(
+        GpuSample(0, "GPU-0", "NVIDIA H200", h200, 30000.0, h200 - 30000.0, 97.0,
+                  processes=(GpuProcess(4242, 29000.0, "python"),)),
+        GpuSample(1, "GPU-1", "NVIDIA H200", h200, 1000.0, h200 - 1000.0, 3.0)))
+    g0, g1 = with_telemetry(slurm_snap, ssh_snap).gpus
+    assert (g0.name, g0.memory_total_mib, g0.memory_used_mib, g0.utilization_gpu) == (
+        "NVIDIA H200", h200, 30000.0, 97.0)
+    assert [p.pid for p in g0.foreign_processes] == [4242]
+    assert [p.job_id for p in g0.processes if not p.foreign] == [5]
+    # Slurm reserved half of GPU 1 for bob's job: half of the real GPU is used, whatever
+    # nvidia-smi shows yet, and that job is foreign load of that size
+    assert g1.memory_used_mib == h200 / 2 and g1.memory_free_mib == h200 / 2
+    assert [(p.pid, p.used_memory_mib) for p in g1.foreign_processes] == [(12, h200 / 2)]
+    failed = NodeSnapshot("n1", 1.0, gpus=(), error=None)
+    assert with_telemetry(slurm_snap, failed) == slurm_snap
+    assert with_telemetry(slurm_snap, None) == slurm_snap
+    down = NodeSnapshot("n1", 1.0, error="connection refused")
+    assert with_telemetry(slurm_snap, down) == slurm_snap
