@@ -7,7 +7,8 @@ model it was measured on and, when known, its solo throughput ``solo_it_per_s``)
 exactly as it always did.
 
 **A job's speed on a model** (``ModelSpeeds.factor``) is its solo throughput there relative to
-the *reference* model (the model with the most measured workloads; ties by name):
+the *reference* model (the model with the most measured workloads; ties: the first the
+caller names):
 
 1. measured on both models: the ratio of the two measured solo throughputs;
 2. measured on one model only: that measurement carried over with the *lab-wide ratio* of the
@@ -24,7 +25,8 @@ allocate by throughput normalised across the job's alternatives) reduced to one 
 - while nobody waits behind it (more empty GPUs than jobs behind), the model where *it* is
   fastest: nobody else is denied anything;
 - under pressure, the model where its *comparative advantage* is largest: its factor there
-  divided by the mean factor of the round's queue on that model. A job that loses little on
+  divided by the geometric mean factor of the round's queue on that model (geometric, so the
+  choice does not depend on which model is the reference). A job that loses little on
   the slower model (a launch-bound one) takes it and leaves the faster model to a job that
   gains most there, which is what maximises the lab's total normalised throughput.
 
@@ -80,14 +82,14 @@ def model_speeds(profiles: Iterable[Profile], models: Iterable[str]) -> ModelSpe
     """Build the round's table from every profile the caller holds (each with its
     ``gpu_model``; those without ``solo_it_per_s`` only say nothing) for the GPU model keys
     present in the round (``models``). See the module docstring for the rules."""
-    keys = sorted({m for m in models if m})
+    keys = list(dict.fromkeys(m for m in models if m))
     measured: dict[tuple[str, str], float] = {}
     for p in profiles:
         m = gpu_model_key(p.gpu_model)
         if m and p.solo_it_per_s and p.solo_it_per_s > 0 and math.isfinite(p.solo_it_per_s):
             measured[(p.workload, m)] = float(p.solo_it_per_s)
     count = {m: sum(1 for (_, mm) in measured if mm == m) for m in keys}
-    reference = max(keys, key=lambda m: (count[m], [-ord(c) for c in m])) if keys else ""
+    reference = max(keys, key=lambda m: (count[m], -keys.index(m))) if keys else ""
     ratios: dict[str, float] = {}
     basis: dict[str, int] = {}
     for m in keys:
@@ -102,12 +104,18 @@ def model_speeds(profiles: Iterable[Profile], models: Iterable[str]) -> ModelSpe
 
 
 def queue_means(speeds: ModelSpeeds, workloads: Sequence[str | None]) -> dict[str, float]:
-    """Mean factor of the round's queue on each model (the denominator of the comparative
-    advantage); computed once per round."""
+    """Geometric mean factor of the round's queue on each model (the denominator of the
+    comparative advantage); computed once per round, each distinct workload once per model."""
+    count: dict[str | None, int] = {}
+    for w in workloads:
+        count[w] = count.get(w, 0) + 1
+    n = sum(count.values())
     out: dict[str, float] = {}
     for m in speeds.models:
-        vals = [speeds.factor(w, m) for w in workloads] or [1.0]
-        out[m] = sum(vals) / len(vals)
+        if not n:
+            out[m] = 1.0
+            continue
+        out[m] = math.exp(sum(k * math.log(speeds.factor(w, m)) for w, k in count.items()) / n)
     return out
 
 
