@@ -11,7 +11,7 @@ truth (README 'The simulator', 'Mixed GPU models'; derived, not measured):
   ``factor = 1 / ((1 - u) + u * (beta / BANDWIDTH + (1 - beta) / COMPUTE))``. A100 (80 GB SXM)
   against H200: BANDWIDTH 0.42 (2.0 vs 4.8 TB/s, the data sheets), COMPUTE 0.5 (training
   throughput of an H100, whose compute the H200 shares, is about twice an A100's in MLPerf
-  Training). The shipped workloads come out between 0.46 (transformer) and 0.90 (mlp, which is
+  Training). The shipped workloads come out between 0.46 (resnet50) and 0.90 (mlp, which is
   launch-bound).
 * **Pairs**: the H200 pair's slowdown ``1/s - 1`` times the partner's busy-fraction growth
   ``u'/u`` (``u' = u x kernel time / total time`` on the slower model): a partner whose kernels
