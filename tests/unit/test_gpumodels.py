@@ -145,3 +145,15 @@ def test_slots_carry_the_polled_model():
     ))
     slots = {s.node: s.gpu_model for s in slots_from_snapshot(snap, [], inv, PROFILES)}
     assert slots == {"a": "h200", "b": "a100"}
+
+
+def test_under_pressure_a_job_is_not_sent_where_it_loses_more_than_keep():
+    """resnet18 runs at 0.69x on the a100: its comparative advantage there is larger than on
+    the h200 (the queue's transformers run at 0.46x), but it would lose over 20 % for its whole
+    run (placements are final), so it stays on the fastest model."""
+    from iadeep_cli.scheduler.gpumodels import KEEP
+    sp = sim_speeds(PROFILES, [("h200", 8), ("a100", 8)])
+    f = sp.factor("resnet18", "a100")
+    means = queue_means(sp, ["resnet18", "transformer", "transformer"])
+    assert f < KEEP and f / means["a100"] > 1.0 / means["h200"]
+    assert preference(sp, "resnet18", ["h200", "a100"], True, means) == ["h200", "a100"]
