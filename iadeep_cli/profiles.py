@@ -95,3 +95,32 @@ def merged(samples: Sequence[Profile]) -> Profile:
         values[f.name] = (max(known) if f.name == "peak_mem_gib" else median(known)) \
             if known else None
     return replace(window[-1], **values)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU models: one short key per model, so a poll's name and a profile's name meet.
+# ---------------------------------------------------------------------------------------------
+_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce", "quadro"})
+
+
+def gpu_model_key(name: str | None) -> str:
+    """A GPU's product name as nvidia-smi or NVML report it -> a short key: "NVIDIA H200" ->
+    "h200", "NVIDIA A100-SXM4-80GB" -> "a100", "NVIDIA H100 80GB HBM3" -> "h100",
+    "NVIDIA GeForce RTX 4090" -> "rtx4090", "Tesla V100-SXM2-32GB" -> "v100"; "" for none.
+
+    Why a key and not the name: the same model appears under several names (form factor and
+    memory suffixes, "Tesla"/"GeForce" brands), and profiles, pairs and placement must treat
+    them as one model. Rule: lower case, vendor and brand words dropped, words taken up to and
+    including the first one with a digit, each cut at its first '-', joined without spaces.
+    Keys are stable for names seen before; a name with no digit keeps all its words.
+    """
+    words = [w for w in (name or "").lower().replace("_", " ").split()
+             if w not in _VENDOR_WORDS]
+    out: list[str] = []
+    for w in words:
+        part = w.split("-", 1)[0]
+        if part:
+            out.append("".join(c for c in part if c.isalnum()))
+        if any(c.isdigit() for c in w):
+            break
+    return "".join(out)

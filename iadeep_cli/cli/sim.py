@@ -33,7 +33,9 @@ def _progress_printer():
 @main_app.command("sim")
 def sim(
     jobs: int = typer.Option(300, "--jobs", "-n", help="Number of jobs to generate."),
-    gpus: int = typer.Option(8, "--gpus", "-g", help="GPUs in the cluster (nodes of up to 8)."),
+    gpus: str = typer.Option("8", "--gpus", "-g", help="GPUs in the cluster (nodes of up to "
+                             "8): a number of H200s, or GPU models and counts, e.g. "
+                             "h200:8,a100:8 (a100: derived from the H200 data, see README)."),
     load: float = typer.Option(1.2, "--load", help="Arrival rate relative to what the cluster "
                                "serves with one job per GPU (1.0 = saturated)."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
@@ -71,13 +73,15 @@ def sim(
     """Simulate a queue of training jobs under each policy; compare job completion times."""
     from ..inventory import FairShare
     from ..sim import run as simrun
+    from ..sim.mixed import parse_gpus
 
     if not 0.0 <= multi_gpu <= 1.0:
         raise InputError(f"--multi-gpu must be between 0 and 1, got {multi_gpu}",
                          hint="e.g. --multi-gpu 0.1")
     names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
              else simrun.DEFAULT_POLICIES)
-    settings = simrun.SimSettings(jobs=jobs, gpus=gpus, load=load, seed=seed,
+    n_gpus, layout = parse_gpus(gpus)
+    settings = simrun.SimSettings(jobs=jobs, gpus=n_gpus, layout=layout, load=load, seed=seed,
                                   multi_gpu_frac=multi_gpu, trace=trace, profiles=profiles,
                                   truth=truth, triples=triples, model=model, policies=names,
                                   lowo=lowo, fairshare=FairShare() if fairshare else None)

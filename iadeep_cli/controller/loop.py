@@ -35,6 +35,7 @@ from ..jobs import ACTIVE, Job, JobState, dependencies, parse_signal, run_dir_no
 from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
 from ..profiles import Profile
+from ..scheduler.gpumodels import ModelSpeeds, model_speeds
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import hms
@@ -633,10 +634,11 @@ class SchedulingLoop:
         def decide(jobs: list[Job], slots: Sequence[GpuSlot], residents: list[Job]) -> Plan:
             """plan() as this round asks it, also for the opportunistic jobs' trial: the same
             cautious reading of the predictor as `iadeep sim`'s iadeep policy, the same
-            fair-share points and the same GPUs closed to partners."""
+            fair-share points, the same GPUs closed to partners and the same speeds per GPU
+            model."""
             return plan(jobs, slots, residents, profiles, CautiousModel(self.model),
                         self.inventory.policy, self.inventory.user_limits, now,
-                        fairshare=fair, closed=closed)
+                        fairshare=fair, closed=closed, speeds=self._model_speeds(slots))
 
         self.adapt.make_room(queue, active, snapshot, profiles, decide)   # opportunists yield
         active = self._jobs(ACTIVE)
@@ -655,6 +657,17 @@ class SchedulingLoop:
                 waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
+
+    def _model_speeds(self, slots) -> ModelSpeeds | None:
+        """Each workload's solo speed per GPU model (scheduler/gpumodels.py), from every
+        profile known, shipped and the lab's of every model, when the slots hold more than
+        one model; None otherwise (plan() then decides as on one model)."""
+        models = list(dict.fromkeys(s.gpu_model for s in slots))
+        if len(models) < 2:
+            return None
+        with self.store.tx() as conn:
+            lab = [p for p, _source, _at in profrows.load_profiles(conn)]
+        return model_speeds([*shipped_profiles().values(), *lab], models)
 
     def _dependencies_met(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
         """The queued jobs whose dependencies are met (only these go to ``plan()``), and why
@@ -699,8 +712,9 @@ class SchedulingLoop:
         """Record the placement (committed before anything happens on the node), then launch
         on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
+        why = f"; {placement.note}" if placement.note else ""   # the GPU model decided
         started = self._move(job, JobState.STARTING, f"placed on {placement.node}:"
-                             f"{','.join(map(str, placement.gpu_indices))}",
+                             f"{','.join(map(str, placement.gpu_indices))}{why}",
                              node=placement.node, gpu_indices=placement.gpu_indices,
                              attempts=job.attempts + 1, predicted_speed=speeds.get(job.id),
                              remote_pid=None, remote_start=None)
@@ -750,8 +764,10 @@ class SchedulingLoop:
                               "start it"}))
             return
         try:
+            model = f"; {placement.note}" if placement.note else ""   # why this GPU model
             self._move(started, JobState.RUNNING, f"running on {node}:"
-                       f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}",
+                       f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}"
+                       f"{model}",
                        remote_pid=result.pid, remote_start=result.start,
                        started_at=self.clock())
         except InvalidTransition:   # reconcile got there first (it ran, and maybe ended)

@@ -33,14 +33,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..inventory import Inventory, Policy, UserLimit
 from ..jobs import Job, node_allowed, node_rules, parse_array
-from ..profiles import Profile
+from ..profiles import Profile, gpu_model_key
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
+from .gpumodels import ModelSpeeds, preference, queue_means
 
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
 # this fraction of its memory free: a GPU mostly taken by someone else's process would OOM it.
@@ -63,6 +64,7 @@ class GpuSlot:
     max_jobs: int = 2
     foreign_mib: float = 0.0
     labels: tuple[str, ...] = ()      # its node's inventory labels (--constraint matches them)
+    gpu_model: str = ""               # short model key (profiles.gpu_model_key): "h200", "a100"
 
     @property
     def name(self) -> str:
@@ -77,6 +79,7 @@ class Placement:
     node: str
     gpu_indices: tuple[int, ...]
     predicted_speeds: dict[int, float] = field(default_factory=dict)
+    note: str = ""   # why this GPU model, on a cluster of several ('' otherwise)
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
             foreign = sum(p.used_memory_mib or 0.0 for p in gpu.foreign_processes)
             slots.append(GpuSlot(node.name, gpu.index, gpu.memory_total_mib, free,
                                  tuple(sorted(j.id for j in jobs_here)), max_jobs, foreign,
-                                 node.labels))
+                                 node.labels, gpu_model_key(gpu.name)))
     return tuple(slots)
 
 
@@ -225,7 +228,7 @@ class _Gpu:
     """Mutable working copy of a slot during one round."""
 
     __slots__ = ("node", "index", "free", "total", "residents", "max_jobs", "reserved",
-                 "foreign", "labels")
+                 "foreign", "labels", "model")
 
     def __init__(self, slot: GpuSlot):
         self.node = slot.node
@@ -237,6 +240,7 @@ class _Gpu:
         self.reserved = False
         self.foreign = slot.foreign_mib
         self.labels = frozenset(slot.labels)
+        self.model = slot.gpu_model
 
     @property
     def name(self) -> str:
@@ -337,7 +341,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
          user_limits: Mapping[str, UserLimit], now: float,
          fairshare: Mapping[str, float] | None = None,
-         closed: Mapping[str, str] | None = None) -> Plan:
+         closed: Mapping[str, str] | None = None,
+         speeds: ModelSpeeds | None = None) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -346,6 +351,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ``closed``: GPU name ("node:index") -> why it takes no new partners (run-time adaptation
     found its jobs running worse than predicted); a job that waits while one of these would
     otherwise have room for it says so.
+    ``speeds``: each workload's solo speed per GPU model (``scheduler.gpumodels``), built by the
+    caller once per round; used only when the slots hold more than one GPU model (None there:
+    every model counts as equally fast, the 'blind' reading). One model: ignored, so a
+    one-model lab's rounds are exactly what they were.
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -357,6 +366,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     waits: dict[int, str] = {}
     holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now, fairshare)
+    mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     for i, job in enumerate(ordered):
         limit = _array_limit_reason(job, tasks_active) or \
@@ -380,7 +390,9 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 waits[job.id] = never
                 continue
             behind = len(ordered) - i - 1
-            if whole:
+            if mixed is not None:
+                got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
+            elif whole:
                 got, why = _place_whole(rnd, job, res, need, ok)
             else:
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
@@ -405,6 +417,66 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
 
 
 NodeRule = Callable[["_Gpu"], bool]
+
+
+class _ModelRound:
+    """A round over more than one GPU model (``plan(..., speeds=...)``; scheduler/gpumodels.py
+    says how a job's speed per model is known and which model it prefers). The job tries its
+    models best first, each through the one-model rules (``_place_whole``/``_place_single``)
+    restricted to that model's GPUs, so sharing, memory and reservations are unchanged; the
+    first model where it can start wins. Its wait reason, or its placement's, names the model
+    and factor when the model decided. Built once per round (the queue's mean factor per
+    model); nothing here runs per pair."""
+
+    def __init__(self, models: tuple[str, ...], speeds: ModelSpeeds,
+                 means: Mapping[str, float]):
+        self.models = models
+        self.speeds = speeds
+        self.means = means
+
+    @classmethod
+    def of(cls, slots: Sequence[GpuSlot], ordered: Sequence[Job],
+           speeds: ModelSpeeds | None) -> _ModelRound | None:
+        models = tuple(sorted({s.gpu_model for s in slots}))
+        if len(models) < 2 or speeds is None or not all(m in speeds.models for m in models):
+            return None   # one model, or blind to models: the one-model rules, unchanged
+        return cls(models, speeds, queue_means(speeds, [j.spec.workload for j in ordered]))
+
+    def note(self, workload: str | None, chosen: str, others: Sequence[str]) -> str:
+        """'a100 runs resnet50 at 0.55x its h200 speed (measured on both a100 and h200)': the
+        chosen model against the fastest other one."""
+        if not others:
+            return ""
+        f = self.speeds.factor(workload, chosen)
+        best = max(others, key=lambda m: self.speeds.factor(workload, m))
+        g = self.speeds.factor(workload, best)
+        what = workload or "this workload"
+        side = chosen if chosen != self.speeds.reference else best
+        return (f"{chosen} runs {what} at {f / g:.2f}x its {best} speed "
+                f"({self.speeds.why(workload, side)})")
+
+    def place(self, rnd: _Round, job: Job, res: _Res, need: float | None, predict: Callable,
+              policy: Policy, behind: int, ok: NodeRule, whole: bool
+              ) -> tuple[Placement | None, str]:
+        workload = job.spec.workload
+        present = sorted({g.model for g in rnd.gpus if ok(g)})
+        pressure = behind >= rnd.n_empty()
+        order = preference(self.speeds, workload, present, pressure and not whole, self.means)
+        first_why = ""
+        for m in order:
+            def on_model(g: _Gpu, _m: str = m) -> bool:
+                return g.model == _m and ok(g)
+            if whole:
+                got, why = _place_whole(rnd, job, res, need, on_model)
+            else:
+                got, why = _place_single(rnd, job, res, need, predict, policy, behind, on_model)
+            if got is not None:
+                note = self.note(workload, m, [o for o in present if o != m])
+                return replace(got, note=note), ""
+            if not first_why:
+                extra = self.note(workload, m, [o for o in present if o != m])
+                first_why = f"{why} (on {m}{'; ' + extra if extra else ''})"
+        return None, first_why or "all GPUs are busy; waiting for a job to finish"
 
 
 def _closed_note(rnd: _Round, ok: NodeRule) -> str:

@@ -29,6 +29,7 @@ from ..profiles import Profile
 from ..scheduler import fairshare as fs
 from ..scheduler.fairshare import UsageLedger
 from ..scheduler.placement import GpuSlot
+from .mixed import MEMORY_MIB, MixedTruth
 from .policies import Planner, SimPlanner, make_planner, policy_names
 from .truth import TruthModel
 
@@ -179,14 +180,21 @@ def write_trace(jobs: Sequence[SimJob], path: str | Path) -> None:
 def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpus: int,
              gpus_per_node: int = 8, memory_mib: float = H200_MIB, policy: Policy = Policy(),
              profiles: Mapping[str, Profile], name: str = "",
-             progress: Callable[[int, int], None] | None = None) -> PolicyResult:
+             progress: Callable[[int, int], None] | None = None,
+             layout: Sequence[tuple[str, int]] = (), mixed: MixedTruth | None = None
+             ) -> PolicyResult:
     """Run one policy over the trace; returns its metrics. With ``policy.fairshare`` the
     queue is ranked with each user's fair share, from the GPU time the simulation gave them
-    (the same ``UsageLedger`` the controller feeds from its database)."""
+    (the same ``UsageLedger`` the controller feeds from its database). ``layout`` (with
+    ``mixed``, sim/mixed.py): GPU models and counts, each model on its own nodes, each GPU
+    reporting its model to the planner; empty: ``gpus`` H200s, as always."""
     view = planner.view if isinstance(planner, SimPlanner) else None
     preemptions = 0
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
+    node_model: dict[str, str] = {}
+    if layout:
+        nodes, node_model = _mixed_nodes(layout, gpus_per_node)
     gpu_keys = [(n, i) for n, count in nodes for i in range(count)]
     on_gpu: dict[tuple[str | None, int], list[int]] = {k: [] for k in gpu_keys}
     specs = {j.id: j for j in jobs}
@@ -245,7 +253,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             slots = tuple(GpuSlot(n, i, memory_mib,
                                   memory_mib - sum(mem[j] for j in on_gpu[(n, i)]),
                                   tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu)
-                          for n, i in gpu_keys)
+                          for n, i in gpu_keys) if not node_model else \
+                _mixed_slots(gpu_keys, node_model, on_gpu, mem, policy)
             points = None
             if ledger is not None and fair is not None:
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
@@ -269,7 +278,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 started.setdefault(p.job_id, t)
                 for idx in p.gpu_indices:
                     on_gpu[(p.node, idx)].append(p.job_id)
-        _update_speeds(running, on_gpu, specs, truth, speed, shared)
+        _update_speeds(running, on_gpu, specs, truth, speed, shared,
+                       (lambda key, names: mixed.speeds(node_model[key[0]], names))
+                       if mixed is not None and node_model else None)
         if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
@@ -278,18 +289,47 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                    preemptions=preemptions)
 
 
+def _mixed_nodes(layout: Sequence[tuple[str, int]], per_node: int
+                 ) -> tuple[list[tuple[str, int]], dict[str, str]]:
+    """Nodes of up to ``per_node`` GPUs, model by model in the order given: n0, n1, ..."""
+    nodes: list[tuple[str, int]] = []
+    model_of: dict[str, str] = {}
+    for model, count in layout:
+        for k in range(math.ceil(count / per_node)):
+            name = f"n{len(nodes)}"
+            nodes.append((name, min(per_node, count - k * per_node)))
+            model_of[name] = model
+    return nodes, model_of
+
+
+def _mixed_slots(gpu_keys, node_model: Mapping[str, str], on_gpu, mem, policy: Policy
+                 ) -> tuple[GpuSlot, ...]:
+    out = []
+    for n, i in gpu_keys:
+        total = MEMORY_MIB[node_model[n]]
+        out.append(GpuSlot(n, i, total, total - sum(mem[j] for j in on_gpu[(n, i)]),
+                           tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu,
+                           gpu_model=node_model[n]))
+    return tuple(out)
+
+
 def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> float:
     prof = profiles.get(j.workload)
     return ((prof.peak_mem_gib if prof else 0.0) + policy.memory_margin_gib) * 1024.0
 
 
-def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, shared: set) -> None:
-    """Every running job's current speed: the truth for its GPU's group (slowest GPU wins)."""
+def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, shared: set,
+                   on_model: Callable | None = None) -> None:
+    """Every running job's current speed: the truth for its GPU's group (slowest GPU wins);
+    ``on_model(gpu key, workloads)``: a mixed cluster's truth, solo factor included."""
     speed.clear()
-    for ids in on_gpu.values():
+    for key, ids in on_gpu.items():
         if not ids:
             continue
-        s = truth.speeds([specs[i].workload for i in ids]) if len(ids) > 1 else (1.0,)
+        if on_model is not None:
+            s = on_model(key, [specs[i].workload for i in ids])
+        else:
+            s = truth.speeds([specs[i].workload for i in ids]) if len(ids) > 1 else (1.0,)
         if len(ids) > 1:
             shared.update(ids)
         for i, v in zip(ids, s):

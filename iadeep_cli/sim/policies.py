@@ -46,6 +46,7 @@ from ..errors import InputError
 from ..inventory import Policy
 from ..jobs import Job
 from ..profiles import Profile
+from ..scheduler.gpumodels import ModelSpeeds
 from ..scheduler.placement import (
     CachedModel,
     CautiousModel,
@@ -102,6 +103,8 @@ class PolicyContext:
     mem: Mapping[int, float]  # job id -> MiB per GPU
     seed: int
     view: SimView
+    # each workload's solo speed per GPU model, on a mixed cluster (sim/mixed.py); None: one model
+    speeds: ModelSpeeds | None = None
 
 
 @dataclass(frozen=True)
@@ -135,25 +138,32 @@ def is_reference(name: str) -> bool:
 
 
 def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, truth: TruthModel,
-                 policy: Policy, mem: Mapping[int, float], seed: int) -> SimPlanner:
+                 policy: Policy, mem: Mapping[int, float], seed: int,
+                 speeds: ModelSpeeds | None = None) -> SimPlanner:
     spec = REGISTRY.get(name)
     if spec is None:
         raise InputError(f"unknown policy {name!r}",
                          hint=f"choose from {', '.join(policy_names())}")
     view = SimView()
-    ctx = PolicyContext(profiles, model, truth, policy, mem, seed, view)
+    ctx = PolicyContext(profiles, model, truth, policy, mem, seed, view, speeds)
     return SimPlanner(spec.build(ctx), view)
 
 
 # --------------------------------------------------------------------------- plan() itself
-def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False) -> Planner:
+def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
+               models: bool = True) -> Planner:
+    """plan() as the controller calls it; ``models``: it knows each workload's speed per GPU
+    model on a mixed cluster (False: blind to the model, as a scheduler without profiles per
+    model, e.g. Slurm's 'exclusive', would be)."""
     m = CachedModel(model)
     pol = replace(ctx.policy, max_jobs_per_gpu=1) if exclusive else ctx.policy
+    speeds = ctx.speeds if models and not exclusive else None
 
     def planner(queue, slots, active, now, fairshare=None):
         if exclusive:
             slots = tuple(replace(s, max_jobs=1) for s in slots)
-        return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare)
+        return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
+                    speeds=speeds)
     return planner
 
 
@@ -165,6 +175,12 @@ def _exclusive(ctx: PolicyContext) -> Planner:
 @register("iadeep", "plan() with the fitted predictor, its speeds lowered where it is unsure")
 def _iadeep(ctx: PolicyContext) -> Planner:
     return _plan_with(CautiousModel(ctx.model), ctx)
+
+
+@register("iadeep-blind-model", "iadeep ignoring the GPU model on a mixed cluster (every "
+                                "model taken as equally fast; the same as iadeep on one model)")
+def _iadeep_blind_model(ctx: PolicyContext) -> Planner:
+    return _plan_with(CautiousModel(ctx.model), ctx, models=False)
 
 
 @register("oracle", "plan() with the measured speeds instead of predictions", reference=True)

@@ -47,6 +47,12 @@ class SimSettings:
     # Set: every policy runs twice, without fair share and with it ("<policy>+fs"), and the
     # table shows each user's mean queue wait under both (a trace with a user column).
     fairshare: FairShare | None = None
+    # GPU models and counts of a mixed cluster (sim/mixed.parse_gpus: --gpus h200:8,a100:8);
+    # empty: ``gpus`` H200s. ``gpus`` is always the total.
+    layout: tuple[tuple[str, int], ...] = ()
+
+    def gpus_text(self) -> str:
+        return ",".join(f"{m}:{c}" for m, c in self.layout) if self.layout else str(self.gpus)
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,12 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
         jobs = load_trace(s.trace, profiles)
     else:
         usable = sorted(set(profiles) & truth.workloads())
-        jobs = generate_jobs(usable, s.jobs, s.gpus, s.load, s.seed, s.multi_gpu_frac)
+        size: float = s.gpus
+        if s.layout:   # load relative to the mixed cluster's H200-equivalent capacity
+            from .mixed import capacity
+            size = capacity(profiles, usable, s.layout)
+        jobs = generate_jobs(usable, s.jobs, size, s.load, s.seed,  # type: ignore[arg-type]
+                             s.multi_gpu_frac)
     missing = truth.missing_pairs({j.workload for j in jobs})
     if missing:
         a, b = missing[0]
@@ -174,6 +185,10 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
     profiles, truth, model = inputs if inputs is not None else load_inputs(s)
     jobs = build_trace(s, profiles, truth)
     mem = {j.id: _mem_mib(j, profiles, s.policy) for j in jobs}
+    mixed, speeds = None, None
+    if s.layout:
+        from .mixed import MixedTruth, sim_speeds
+        mixed, speeds = MixedTruth(truth, profiles), sim_speeds(profiles, s.layout)
     results = []
     variants = [(name, replace(s.policy, fairshare=None)) for name in s.policies]
     if s.fairshare is not None:
@@ -185,10 +200,11 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
         tries = spec.variants(base_policy) if spec.variants else [base_policy]
         best = None
         for pol in tries:
-            planner = make_planner(name, profiles, model, truth, pol, mem, s.seed)
+            planner = make_planner(name, profiles, model, truth, pol, mem, s.seed, speeds)
             cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
             r = simulate(jobs, planner, truth, gpus=s.gpus, gpus_per_node=s.gpus_per_node,
-                         policy=pol, profiles=profiles, name=label, progress=cb)
+                         policy=pol, profiles=profiles, name=label, progress=cb,
+                         layout=s.layout, mixed=mixed)
             if best is None or r.avg_jct_s < best.avg_jct_s:
                 best = r
         assert best is not None        # tries is never empty
@@ -216,7 +232,7 @@ def format_table(report: SimReport) -> str:
     s = report.settings
     src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
                                             f"seed {s.seed}")
-    lines.append(f"{src}; {s.gpus} GPUs; model: {report.model_note}")
+    lines.append(f"{src}; {s.gpus_text()} GPUs; model: {report.model_note}")
     lines.append(_verdict(report))
     lines.extend(_user_waits(report))
     return "\n".join(line for line in lines if line)
@@ -407,6 +423,9 @@ def parse_sweep(text: str) -> tuple[str, tuple[float, ...]]:
 def run_sweep(s: SimSettings, key: str, values: Sequence[float], seeds: int,
               progress: Callable[[str, int, int], None] | None = None) -> list[SeedReport]:
     check_settings(s)
+    if key == "gpus" and s.layout:
+        raise InputError("--sweep gpus= takes plain GPU counts; it cannot be combined with "
+                         f"--gpus {s.gpus_text()}", hint="sweep load= instead, or give --gpus N")
     inputs = load_inputs(s)
     out = []
     for v in values:
@@ -419,17 +438,19 @@ def run_sweep(s: SimSettings, key: str, values: Sequence[float], seeds: int,
 def format_seeds(rep: SeedReport) -> str:
     """One table: each policy's mean avg-JCT ratio to exclusive (95 % CI) and the rest."""
     s = rep.settings
-    head = (f"{'policy':<10} {'avg JCT vs excl (95% CI)':>25} {'p95 JCT':>8} {'makespan':>9} "
+    w = max([10, *(len(p.name) for p in rep.stats)])   # iadeep-blind-model is longer
+    head = (f"{'policy':<{w}} {'avg JCT vs excl (95% CI)':>25} {'p95 JCT':>8} {'makespan':>9} "
             f"{'impact':>7} {'wins':>5}")
     lines = []
     title = rep.label or f"load {s.load:g}"
     lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
-                 f"{s.jobs} jobs, {s.gpus} GPUs" + ("; leave-one-workload-out" if s.lowo else ""))
+                 f"{s.jobs} jobs, {s.gpus_text()} GPUs"
+                 + ("; leave-one-workload-out" if s.lowo else ""))
     lines += [head, "-" * len(head)]
     for p in rep.stats:
         ratio = f"{p.ratio:.3f} +- {p.ratio_ci:.3f}"
         wins = "ref" if p.reference else f"{p.wins}"
-        lines.append(f"{p.name:<10} {ratio:>25} {p.p95_h:7.1f}h {p.makespan_h:8.1f}h "
+        lines.append(f"{p.name:<{w}} {ratio:>25} {p.p95_h:7.1f}h {p.makespan_h:8.1f}h "
                      f"{p.impact:7.2f} {wins:>5}")
     lines.append(f"no-wait lower bound (every job starts at once, alone): {rep.bound_ratio:.3f}")
     lines.append(_seeds_verdict(rep))
