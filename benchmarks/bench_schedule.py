@@ -1,4 +1,5 @@
-"""One plan() round for 1,000 queued jobs over 64 nodes x 8 GPUs (target: under 50 ms).
+"""One plan() round for 1,000 queued jobs over 64 nodes x 8 GPUs (target: under 50 ms), also
+with two GPU models (half the nodes A100s).
 
 Times the round as the controller calls it (the predictor read cautiously: ``CautiousModel``,
 a fresh cache each round) and with the plain predictor, and, as a same-run baseline, a naive
@@ -11,6 +12,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
@@ -23,6 +25,7 @@ from iadeep_cli.scheduler.placement import (
     order_queue,
     plan,
 )
+from iadeep_cli.sim.mixed import sim_speeds
 
 NODES, GPUS_PER_NODE, QUEUE, REPEAT = 64, 8, 1000, 15
 
@@ -96,6 +99,15 @@ def main() -> None:
     cpu_base = median_ms(lambda: naive_first_fit(queue, slots, policy), time.process_time)
     print(f"  CPU time: plan() {cpu:.2f} ms, first-fit {cpu_base:.2f} ms "
           f"({cpu / cpu_base:.2f}x)")
+    # The same lab with half its nodes A100s (the simulator's derived speeds, sim/mixed.py):
+    # plan() then chooses a model for each job (scheduler/gpumodels.py).
+    mixed = tuple(replace(s, gpu_model="a100" if int(s.node[1:]) >= NODES // 2 else "h200")
+                  for s in slots)
+    speeds = sim_speeds(profiles, (("h200", len(slots) // 2), ("a100", len(slots) // 2)))
+    two = median_ms(lambda: plan(queue, mixed, active, profiles, CautiousModel(model), policy,
+                                 {}, 86400.0, speeds=speeds), time.process_time)
+    print(f"  two GPU models (half A100): plan() {two:.2f} ms CPU "
+          f"({two / cpu_base:.2f}x first-fit; {two / cpu:.2f}x the one-model round)")
 
 
 if __name__ == "__main__":

@@ -285,7 +285,9 @@ class _Round:
         self.gpus = [_Gpu(s) for s in slots]
         self.closed = dict(closed or {})   # GPU name -> why it takes no partners
         self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
-        self.shareable: dict[tuple, dict[int, _Gpu]] = {}  # resident signature -> id(gpu) -> gpu
+        # (GPU model, resident signature) -> id(gpu) -> gpu: GPUs whose residents predict the
+        # same speeds, per model so a job trying one model skips the others' wholesale
+        self.shareable: dict[tuple, dict[int, _Gpu]] = {}
         self.empty_count = 0
         # the largest GPU memory anywhere: fixed for the round, so whether a job could ever
         # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
@@ -304,7 +306,7 @@ class _Round:
             self.empty_count += 1
         elif len(g.residents) < g.max_jobs and g.name not in self.closed and all(
                 r.profile is not None and not r.solo_only for r in g.residents):
-            self.shareable.setdefault(_sig(g.residents), {})[id(g)] = g
+            self.shareable.setdefault((g.model, _sig(g.residents)), {})[id(g)] = g
 
     def _unindex(self, g: _Gpu) -> None:
         if not g.residents:
@@ -314,7 +316,7 @@ class _Round:
             if not gpus:
                 self.empty.pop(g.node, None)
         else:
-            self.shareable.get(_sig(g.residents), {}).pop(id(g), None)
+            self.shareable.get((g.model, _sig(g.residents)), {}).pop(id(g), None)
 
     def add(self, g: _Gpu, res: _Res, need: float | None) -> None:
         self._unindex(g)
@@ -459,17 +461,18 @@ class _ModelRound:
               policy: Policy, behind: int, ok: NodeRule, whole: bool
               ) -> tuple[Placement | None, str]:
         workload = job.spec.workload
-        present = sorted({g.model for g in rnd.gpus if ok(g)})
+        # the models it may use: the round's for a job without a node rule (no pass over
+        # every GPU for every job)
+        present = list(self.models) if ok is _anywhere else sorted(
+            {g.model for g in rnd.gpus if ok(g)})
         pressure = behind >= rnd.n_empty()
         order = preference(self.speeds, workload, present, pressure and not whole, self.means)
         first_why = ""
         for m in order:
-            def on_model(g: _Gpu, _m: str = m) -> bool:
-                return g.model == _m and ok(g)
             if whole:
-                got, why = _place_whole(rnd, job, res, need, on_model)
+                got, why = _place_whole(rnd, job, res, need, _on_model(m, ok))
             else:
-                got, why = _place_single(rnd, job, res, need, predict, policy, behind, on_model)
+                got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok, m)
             if got is not None:
                 note = self.note(workload, m, [o for o in present if o != m])
                 return replace(got, note=note), ""
@@ -594,14 +597,17 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
                   predict: Callable, policy: Policy, behind: int,
-                  ok: NodeRule = _anywhere) -> tuple[Placement | None, str]:
-    """A profiled one-GPU job: alone on an empty GPU, or joining the GPU where it pays most."""
-    empty = _best_empty(rnd, need, ok)
+                  ok: NodeRule = _anywhere, model: str | None = None
+                  ) -> tuple[Placement | None, str]:
+    """A profiled one-GPU job: alone on an empty GPU, or joining the GPU where it pays most
+    (``model``: only among that GPU model's; sharing finds them by its index's model key)."""
+    here = ok if model is None else _on_model(model, ok)
+    empty = _best_empty(rnd, need, here)
     pressure = behind >= rnd.n_empty()
     if empty is not None and not pressure:
         rnd.add(empty, res, need)
         return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
-    share, why = _best_share(rnd, res, need, predict, policy, ok)
+    share, why = _best_share(rnd, res, need, predict, policy, ok, model)
     if share is not None:
         g, speeds = share
         rnd.add(g, res, need)
@@ -609,11 +615,18 @@ def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
     if empty is not None:
         rnd.add(empty, res, need)
         return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
-    spare = next((g for gs in rnd.empty.values() for g in gs.values() if ok(g)), None)
+    spare = next((g for gs in rnd.empty.values() for g in gs.values() if here(g)), None)
     if spare is not None:
         return None, (f"needs {_gib(need)} of GPU memory; {spare.name} has "
                       f"{_gib(spare.free)} free")
     return None, why or "all GPUs are busy; waiting for a job to finish"
+
+
+def _on_model(model: str, ok: NodeRule) -> NodeRule:
+    """``ok`` restricted to one GPU model's GPUs."""
+    def rule(g: _Gpu) -> bool:
+        return g.model == model and ok(g)
+    return rule
 
 
 def _best_empty(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> _Gpu | None:
@@ -633,13 +646,16 @@ def _best_empty(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> _G
 
 
 def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
-                policy: Policy, ok: NodeRule = _anywhere
+                policy: Policy, ok: NodeRule = _anywhere, model: str | None = None
                 ) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
-    """The occupied GPU where this job adds the most predicted throughput, within the rules."""
+    """The occupied GPU where this job adds the most predicted throughput, within the rules
+    (``model``: only that GPU model's)."""
     best: tuple[float, _Gpu, dict[int, float]] | None = None
     why = ""
     rank = 0   # how informative `why` is: memory < threshold < floor
-    for all_gpus in rnd.shareable.values():
+    for (gpu_model, _), all_gpus in rnd.shareable.items():
+        if model is not None and gpu_model != model:
+            continue
         gpus = all_gpus if ok is _anywhere else {k: g for k, g in all_gpus.items() if ok(g)}
         if not gpus:
             continue
