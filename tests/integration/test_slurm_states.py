@@ -10,8 +10,10 @@ What Slurm did is read back from Slurm itself (squeue, the job's processes in /p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pwd
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,16 +43,27 @@ def _job(work: Path, job_id: int, *args: str) -> Job:
                submitted_at=time.time(), attempts=1)
 
 
+@contextlib.contextmanager
+def _pending(lab, gate: str) -> Iterator[tuple[int, dict]]:
+    """A job (waiting on the file ``gate`` once it runs) that Slurm keeps pending: its
+    partition is down in Slurm while the block runs (iadeep still sees the GPUs free), and up
+    again after it. Yields the iadeep job id and its `queue show` once Slurm's reason shows."""
+    ctl, work, cluster = lab
+    cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=DOWN")
+    try:
+        job_id = add(ctl, work, str(work / "job.sh"), str(work / gate))
+        yield job_id, wait_until(lambda: (j := show(ctl, job_id))["remote_pid"] and
+                                 "PartitionDown" in j["reason"] and j, limit=120)
+    finally:
+        cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=UP")
+
+
 def test_a_job_slurm_keeps_pending_is_starting_with_slurms_reason_until_it_runs(lab):
     """The partition is down in Slurm (iadeep still sees its GPUs free): Slurm accepts the
     sbatch and keeps the job pending. iadeep says `starting`, with Slurm's job id and reason in
     `queue show`/`queue why`, and `running` only once Slurm starts it."""
     ctl, work, cluster = lab
-    cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=DOWN")
-    try:
-        job_id = add(ctl, work, str(work / "job.sh"), str(work / "go-p"))
-        job = wait_until(lambda: (j := show(ctl, job_id))["remote_pid"] and
-                         "PartitionDown" in j["reason"] and j, limit=120)
+    with _pending(lab, "go-p") as (job_id, job):
         assert slurm_jobs(cluster)[job["remote_pid"]]["job_state"] == "PENDING"
         # several rounds later it is still only starting: pending is not running
         for _ in range(6):
@@ -60,8 +73,6 @@ def test_a_job_slurm_keeps_pending_is_starting_with_slurms_reason_until_it_runs(
         assert (f"job {job_id} is starting: submitted to Slurm as job {job['remote_pid']}; "
                 "waiting for Slurm (pending: PartitionDown)") in why, why
         assert show(ctl, job_id)["started_at"] is None
-    finally:
-        cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=UP")
     running = wait_until(lambda: (j := show(ctl, job_id))["state"] == "running" and j, limit=120)
     assert slurm_jobs(cluster)[running["remote_pid"]]["job_state"] == "RUNNING"
     assert running["remote_pid"] == job["remote_pid"] and running["attempts"] == 1
@@ -76,18 +87,12 @@ def test_hold_and_release_of_a_job_slurm_keeps_pending_go_through_scontrol(lab):
     from helpers.accounts import cli_as
 
     ctl, work, cluster = lab
-    cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=DOWN")
-    try:
-        job_id = add(ctl, work, str(work / "job.sh"), str(work / "go-h"))
-        job = wait_until(lambda: (j := show(ctl, job_id))["remote_pid"] and
-                         "PartitionDown" in j["reason"] and j, limit=120)
+    with _pending(lab, "go-h") as (job_id, job):
         sid = job["remote_pid"]
         out = cli_as(USER, ctl.home, "queue", "hold", str(job_id))
         assert out["rc"] == 0 and f"job {job_id}: held" in out["out"], out
         wait_until(lambda: slurm_jobs(cluster)[sid]["state_reason"].startswith("JobHeld"),
                    limit=120)
-    finally:
-        cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=UP")
     # Slurm could start it now, but it is held there: several rounds later nothing ran
     for _ in range(6):
         assert show(ctl, job_id)["state"] == "held"
