@@ -162,7 +162,7 @@ def add(
     del o["ctx"]
     if script is None and wrap is None:   # a usage error (exit 2), as before --wrap
         param = next(p for p in ctx.command.params if p.name == "script")
-        raise MissingParameter(ctx=ctx, param=param)  # type: ignore[arg-type]  # typer's own
+        raise MissingParameter(ctx=ctx, param=param)
     content, path = _job_script(o["script"], o["wrap"], o["args"])
     if o["wrap"] is None:
         o = _with_directives(ctx, o, path, content)
