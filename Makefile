@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,plot]'
+	@# bytecode now: an editable install writes none, and where PYTHONDONTWRITEBYTECODE is set
+	@# every command would compile its modules again (~0.1 s each: benchmarks/_common.py)
+	$(BIN)/python -m compileall -q iadeep_cli
 	touch $(STAMP)
 
 sshd:

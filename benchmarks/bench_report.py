@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PYTHON_PASS, python_pass, report, slowest, time_process
+from _common import PYTHON_PASS, compile_package, python_pass, report, slowest, time_process
 
 YEAR = 365 * 86400
 
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     opts = parser.parse_args()
+    compile_package()
     home = Path(tempfile.mkdtemp(prefix="iadeep-bench-report-"))
     try:
         started = time.perf_counter()

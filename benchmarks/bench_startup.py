@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PYTHON_PASS, python_pass, report, slowest, time_process
+from _common import PYTHON_PASS, compile_package, python_pass, report, slowest, time_process
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     opts = parser.parse_args()
+    compile_package()
     home = Path(tempfile.mkdtemp(prefix="iadeep-bench-"))
     env = {**os.environ, "IADEEP_HOME": str(home)}
     (home / "nodes.yaml").write_text("nodes: []\n")   # an empty cluster: no nodes to poll
