@@ -19,6 +19,7 @@ from .engine import (
     PolicyResult,
     SimJob,
     _mem_mib,
+    add_phase_shifts,
     generate_jobs,
     load_trace,
     make_planner,
@@ -47,6 +48,7 @@ class SimSettings:
     # Set: every policy runs twice, without fair share and with it ("<policy>+fs"), and the
     # table shows each user's mean queue wait under both (a trace with a user column).
     fairshare: FairShare | None = None
+    phase_shift: float = 0.0         # fraction of jobs that switch workload partway
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,10 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
     else:
         usable = sorted(set(profiles) & truth.workloads())
         jobs = generate_jobs(usable, s.jobs, s.gpus, s.load, s.seed, s.multi_gpu_frac)
-    missing = truth.missing_pairs({j.workload for j in jobs})
+    jobs = add_phase_shifts(jobs, sorted(set(profiles) & truth.workloads()), s.phase_shift,
+                            s.seed)
+    missing = truth.missing_pairs({j.workload for j in jobs}
+                                  | {j.phase_to for j in jobs if j.phase_to})
     if missing:
         a, b = missing[0]
         raise InputError(f"the truth data has no measurement for {a} + {b} "
@@ -216,7 +221,9 @@ def format_table(report: SimReport) -> str:
     s = report.settings
     src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
                                             f"seed {s.seed}")
-    lines.append(f"{src}; {s.gpus} GPUs; model: {report.model_note}")
+    lines.append(f"{src}; {s.gpus} GPUs" + (f"; phase shift {s.phase_shift:g}"
+                                            if s.phase_shift else "")
+                 + f"; model: {report.model_note}")
     lines.append(_verdict(report))
     lines.extend(_user_waits(report))
     return "\n".join(line for line in lines if line)
@@ -419,17 +426,19 @@ def run_sweep(s: SimSettings, key: str, values: Sequence[float], seeds: int,
 def format_seeds(rep: SeedReport) -> str:
     """One table: each policy's mean avg-JCT ratio to exclusive (95 % CI) and the rest."""
     s = rep.settings
-    head = (f"{'policy':<10} {'avg JCT vs excl (95% CI)':>25} {'p95 JCT':>8} {'makespan':>9} "
+    pw = max([10, *(len(p.name) for p in rep.stats)])   # "iadeep-static"
+    head = (f"{'policy':<{pw}} {'avg JCT vs excl (95% CI)':>25} {'p95 JCT':>8} {'makespan':>9} "
             f"{'impact':>7} {'wins':>5}")
     lines = []
     title = rep.label or f"load {s.load:g}"
     lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
-                 f"{s.jobs} jobs, {s.gpus} GPUs" + ("; leave-one-workload-out" if s.lowo else ""))
+                 f"{s.jobs} jobs, {s.gpus} GPUs" + ("; leave-one-workload-out" if s.lowo else "")
+                 + (f"; phase shift {s.phase_shift:g}" if s.phase_shift else ""))
     lines += [head, "-" * len(head)]
     for p in rep.stats:
         ratio = f"{p.ratio:.3f} +- {p.ratio_ci:.3f}"
         wins = "ref" if p.reference else f"{p.wins}"
-        lines.append(f"{p.name:<10} {ratio:>25} {p.p95_h:7.1f}h {p.makespan_h:8.1f}h "
+        lines.append(f"{p.name:<{pw}} {ratio:>25} {p.p95_h:7.1f}h {p.makespan_h:8.1f}h "
                      f"{p.impact:7.2f} {wins:>5}")
     lines.append(f"no-wait lower bound (every job starts at once, alone): {rep.bound_ratio:.3f}")
     lines.append(_seeds_verdict(rep))
