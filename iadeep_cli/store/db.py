@@ -180,6 +180,12 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE jobs SET held_since = started_at WHERE held_since IS NULL
         AND state IN ('starting', 'running')
     """,
+    # v8: a profile sample's kind: 'job' (a job profiled alone, merged by the outlier rule) or
+    # 'phase' (a running job's phase change: it replaces the profile, and later samples are
+    # judged against it and the ones after it only).
+    """
+    ALTER TABLE profile_samples ADD COLUMN kind TEXT NOT NULL DEFAULT 'job'
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -135,3 +135,36 @@ def test_phase_settings_in_the_inventory():
         with pytest.raises(ConfigError) as info:
             parse_inventory(f"lab:\n  policy:\n    adapt: {{{text}}}\n", Path("nodes.yaml"))
         assert expected in info.value.message
+
+
+def test_a_phase_sample_replaces_the_profile_and_learning_restarts_from_it(tmp_path):
+    """store/profiles.refresh: a sample that learning would reject as an outlier is accepted as
+    a phase sample and *is* the profile; later job samples are judged against it alone; a pin
+    still wins (real SQLite)."""
+    from iadeep_cli.profiles import Profile
+    from iadeep_cli.store import Store, profiles as profrows
+
+    def p(util, solo=None):
+        return Profile("train", util, 40.0, 10.0, "NVIDIA H200", solo_it_per_s=solo)
+
+    store = Store(tmp_path / "iadeep.db")
+    with store.tx() as conn:
+        for job in range(1, 4):
+            assert profrows.learn(conn, p(80, 100.0), job_id=job, owner="a", now=job)[0]
+        assert profrows.learn(conn, p(30, 50.0), job_id=4, owner="a", now=4)[0] is None
+        profile, verdict = profrows.refresh(conn, p(30, 50.0), job_id=5, owner="b", now=5,
+                                            note="phase change: ...")
+        assert profile == p(30, 50.0) and verdict == "refreshed: phase change of job 5 (b)"
+        [(now_in_effect, source, _)] = profrows.load_profiles(conn)
+        assert now_in_effect == p(30, 50.0) and source == "phase change of job 5 (b)"
+        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM profile_samples ORDER BY id")]
+        assert kinds == ["job"] * 4 + ["phase"]
+        # a job like the new phase is merged (against the phase sample, not the old 80s) ...
+        merged, _ = profrows.learn(conn, p(34, 52.0), job_id=6, owner="a", now=6)
+        assert merged is not None and merged.gpu_util == 32.0
+        # ... and one like the old phase is now the outlier
+        assert profrows.learn(conn, p(80, 100.0), job_id=7, owner="a", now=7)[0] is None
+        profrows.set_pinned(conn, "train", "admin", 8)
+        assert profrows.refresh(conn, p(90), job_id=8, owner="a", now=8, note="x") == \
+            (None, "not refreshed: pinned by admin")
+    store.close()
