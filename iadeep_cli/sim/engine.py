@@ -269,7 +269,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             done += 1
             if ledger is not None:
                 ledger.stop(i, t)
-        phases.switch(running, remaining, t)
+        switched = phases.switch(running, remaining, t)
         acted = hooks.step(t, running, on_gpu, phases, speed) \
             if hooks is not None and running else False
         arrived = nxt < len(arrivals) and arrivals[nxt].submit_s <= t
@@ -310,7 +310,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 started.setdefault(p.job_id, t)
                 for idx in p.gpu_indices:
                     on_gpu[(p.node, idx)].append(p.job_id)
-        _update_speeds(running, on_gpu, specs, truth, speed, shared, phases)
+        if arrived or finished or acted or switched or hooks is None:   # else nothing moved
+            _update_speeds(running, on_gpu, specs, truth, speed, shared, phases)
         if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
@@ -362,11 +363,14 @@ class _Phases:
                 out = min(out, t + max(0.0, remaining[i] - self.pending[i][0]) / speed[i])
         return out
 
-    def switch(self, running, remaining, t: float) -> None:
+    def switch(self, running, remaining, t: float) -> bool:
+        """Switch the jobs that reached their point; whether any did."""
+        before = self.switched
         for i in list(running):
             if i in self.pending and remaining[i] <= self.pending[i][0] + 1e-9 * max(1.0, t):
                 self.now[i] = self.pending.pop(i)[1]
                 self.switched += 1
+        return self.switched != before
 
 
 def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:
