@@ -56,6 +56,7 @@ from ..scheduler.placement import (
     order_queue,
     plan,
 )
+from .adaptive import AdaptHooks
 from .truth import TruthModel
 
 # (queue, slots, active, now, fair-share points per user or None) -> Plan
@@ -167,8 +168,6 @@ def _exclusive(ctx: PolicyContext) -> Planner:
 @register("iadeep", "plan() with the fitted predictor, its speeds lowered where it is unsure, "
                     "and the controller's run-time adaptation (adaptive.py)")
 def _iadeep(ctx: PolicyContext) -> Planner:
-    from .adaptive import AdaptHooks
-
     hooks = AdaptHooks(ctx.profiles, ctx.policy.adapt, ctx.seed)
     m = CachedModel(CautiousModel(ctx.model))
 
