@@ -54,6 +54,7 @@ class AdaptHooks:
         self.predicted: dict[int, float] = {}
         self.suspended_for: dict[int, int] = {}     # suspended job -> the partner it waits on
         self.closed: dict[str, str] = {}
+        self.findings: dict[str, Any] = {}
         self._next = 0.0
         self.suspensions = 0
         self.refreshes = 0
@@ -72,7 +73,7 @@ class AdaptHooks:
         detect and act. Returns whether anything changed (the engine then re-plans)."""
         acted = self._resume(running, on_gpu, phases)
         if t + 1e-6 < self._next:
-            return acted
+            return self._reopen(t, on_gpu, phases) or acted
         self._next = (math.floor(t / self.poll_s + 1e-9) + 1) * self.poll_s
         if not self.policy.enabled:
             return acted
@@ -84,7 +85,7 @@ class AdaptHooks:
         sharers = {g: [Sharer(j, self._jitter(speed.get(j)), self.predicted.get(j),
                               None, running[j].started_at or 0.0) for j in ids]
                    for g, ids in shared.items()}
-        findings = self.detector.observe(t, sharers, self.policy)
+        findings = self.findings = self.detector.observe(t, sharers, self.policy)
         closed = closed_gpus(findings, t, self.policy)
         acted = acted or closed != self.closed
         self.closed = closed
@@ -99,6 +100,22 @@ class AdaptHooks:
                     acted = True
         acted = self._phase(t, running, groups, phases) or acted
         return acted
+
+    def _reopen(self, t: float, on_gpu, phases) -> bool:
+        """Between polls: a GPU whose jobs changed (a partner ended) is no longer the GPU the
+        finding was about, so it takes partners again at once, as in the controller's next
+        round (which re-plans right after it re-detects); without this a GPU would stay closed
+        until the next virtual poll."""
+        if not self.closed:
+            return False
+        keep = {g: f for g, f in self.findings.items()
+                if sorted(j for j in on_gpu.get(_key(g), ()) if j not in phases.paused)
+                == sorted(f.job_ids)}
+        if len(keep) == len(self.findings):
+            return False
+        self.findings = keep
+        self.closed = closed_gpus(keep, t, self.policy)
+        return True
 
     def _resume(self, running: dict[int, Job], on_gpu, phases) -> bool:
         """Resume every suspended job whose partner is no longer on its GPU."""
