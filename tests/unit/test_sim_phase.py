@@ -115,3 +115,28 @@ def test_cli_phase_shift_with_both_policies():
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr
     assert "iadeep-static" in out.stdout and "phase shift 0.5" in out.stdout
+
+
+def test_a_closed_gpu_reopens_as_soon_as_its_jobs_change():
+    """The adaptive hooks close a GPU whose pair underperforms (at polls), and open it again at
+    the very event where a partner leaves, not a virtual minute later."""
+    from iadeep_cli.inventory import AdaptPolicy
+    from iadeep_cli.jobs import Job, JobSpec, JobState
+    from iadeep_cli.sim.adaptive import AdaptHooks
+    from iadeep_cli.sim.engine import _Phases
+
+    hooks = AdaptHooks(PROFILES, AdaptPolicy(suspend=False, observe_s=0, polls=2), seed=0)
+    running = {i: Job(i, "sim", JobSpec("sim", workload="resnet18"), JobState.RUNNING, 0.0,
+                      node="n0", gpu_indices=(0,), started_at=float(i)) for i in (1, 2)}
+    phases = _Phases([SimJob(i, 0.0, "resnet18", 1e5) for i in (1, 2)])
+    hooks.placed({1: 0.9, 2: 0.9})
+    on_gpu = {("n0", 0): [1, 2], ("n0", 1): []}
+    for t in (60.0, 120.0):
+        hooks.next_poll(t - 1)
+        hooks.step(t, running, on_gpu, phases, {1: 0.5, 2: 0.5})
+    assert list(hooks.closed) == ["n0:0"]
+    assert hooks.step(130.0, running, on_gpu, phases, {1: 0.5, 2: 0.5}) is False   # no news
+    del running[2]
+    on_gpu[("n0", 0)] = [1]
+    assert hooks.step(140.0, running, on_gpu, phases, {1: 1.0}) is True
+    assert hooks.closed == {}
