@@ -100,6 +100,12 @@ class AdaptPolicy:
     stop_partners: bool = True      # no new partners join a GPU whose jobs underperform
     suspend: bool = True            # worse than serial: the job that joined last is suspended
     window_s: float = 60.0          # progress rate measured over this much recent progress
+    # Phase change of a job alone (its rate or GPU signature moved away from how it started and
+    # from its workload's profile): its workload's profile is refreshed with a "phase" sample.
+    phase: bool = True
+    phase_threshold: float = 0.25   # relative change of the progress rate (0.25: +-25%)
+    phase_util: float = 20.0        # change of GPU/memory utilisation, percentage points
+    phase_persist_s: float = 600.0  # how long the change must last (and over `polls` polls)
 
 
 @dataclass(frozen=True)
@@ -423,8 +429,12 @@ _NODE_FIELDS = {
     **RUN_AS_FIELDS, "shared_paths": _shared_paths,
 }
 _ADAPT_FIELDS = {
-    "enabled": _bool, "stop_partners": _bool, "suspend": _bool,
-    "observe_s": _at_least_0, "polls": _per_gpu,
+    "enabled": _bool, "stop_partners": _bool, "suspend": _bool, "phase": _bool,
+    "observe_s": _at_least_0, "polls": _per_gpu, "phase_persist_s": _at_least_0,
+    # Like the margins: below a few times the +-2% measurement spread it would act on noise.
+    "phase_threshold": _within(_num, lambda v: 0.05 <= v < 10, "a relative rate change in "
+                                                               "[0.05, 10)"),
+    "phase_util": _within(_num, lambda v: 5 <= v <= 100, "percentage points in [5, 100]"),
     # Below the measurements' own spread (+-2%) a margin would act on noise.
     "margin": _within(_num, lambda v: 0.02 <= v < 1, "a speed margin in [0.02, 1)"),
     "serial_margin": _within(_num, lambda v: 0 <= v < 1, "a speed margin in [0, 1)"),

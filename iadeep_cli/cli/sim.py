@@ -69,6 +69,9 @@ def sim(
                                    "fair share (half-life 7 days, weight 10, equal shares) "
                                    "as POLICY+fs; a trace with a user column shows each "
                                    "user's mean wait under both."),
+    phase_shift: float = typer.Option(0.0, "--phase-shift", help="Fraction of jobs (0-1) "
+                                      "that switch to another workload partway (between 20% "
+                                      "and 80% of their work; the true speeds switch too)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
     from ..inventory import FairShare
@@ -78,13 +81,17 @@ def sim(
     if not 0.0 <= multi_gpu <= 1.0:
         raise InputError(f"--multi-gpu must be between 0 and 1, got {multi_gpu}",
                          hint="e.g. --multi-gpu 0.1")
+    if not 0.0 <= phase_shift <= 1.0:
+        raise InputError(f"--phase-shift must be a fraction between 0 and 1, got {phase_shift:g}",
+                         hint="e.g. --phase-shift 0.3 (30% of the jobs change workload)")
     names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
              else simrun.DEFAULT_POLICIES)
     n_gpus, layout = parse_gpus(gpus)
     settings = simrun.SimSettings(jobs=jobs, gpus=n_gpus, layout=layout, load=load, seed=seed,
                                   multi_gpu_frac=multi_gpu, trace=trace, profiles=profiles,
                                   truth=truth, triples=triples, model=model, policies=names,
-                                  lowo=lowo, fairshare=FairShare() if fairshare else None)
+                                  lowo=lowo, fairshare=FairShare() if fairshare else None,
+                                  phase_shift=phase_shift)
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)

@@ -8,6 +8,11 @@ acts, every action an event with the numbers that caused it (``queue show``, ``q
 2. **Suspend and resume**: a GPU running worse than serial gets the job that joined last
    suspended (``suspended``, SIGSTOP to its process group; its GPU memory stays), and resumed
    (SIGCONT, ``running``) once the partner it was suspended for is no longer on that GPU.
+3. **Refresh a profile on a phase change**: a job alone on its GPU whose progress rate or GPU
+   signature moved, for good, away from how it started and from its workload's profile
+   (``scheduler/adapt.PhaseDetector``) gives that workload a *phase* sample, which replaces
+   the profile (``store/profiles.refresh``), and the model is refitted; the job gets an event
+   with the old and new numbers.
 
 Crash safety, as for launches (intent before action): a suspension is committed (state
 ``suspended``, ``suspended_at``, ``suspended_for``) before the SIGSTOP is sent on the node's
@@ -24,14 +29,28 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
 from ..errors import IadeepError, InvalidTransition
 from ..inventory import Inventory
 from ..jobs import ACTIVE, PENDING, Job, JobState
-from ..scheduler.adapt import Detector, Finding, Sharer, closed_gpus, last_joined
-from ..store import Store, jobs as jobrows
+from ..profiles import Profile
+from ..scheduler.adapt import (
+    MEM,
+    RATE,
+    UTIL,
+    Detector,
+    Finding,
+    PhaseChange,
+    PhaseDetector,
+    Sharer,
+    Solo,
+    closed_gpus,
+    last_joined,
+)
+from ..store import Store, jobs as jobrows, profiles as profrows
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -48,7 +67,11 @@ class Host(Protocol):
     clock: Callable[[], float]
     model: Any
 
+    observer: Any
+
     def _jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]: ...
+
+    def _refit(self) -> None: ...
 
     def _move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job: ...
 
@@ -60,6 +83,7 @@ class Adapter:
     def __init__(self, loop: Host):
         self.loop = loop
         self.detector = Detector()
+        self.phases = PhaseDetector()
         self.findings: dict[str, Finding] = {}
         self._announced: set[tuple] = set()   # (gpu, jobs, kinds) already given an event
         self._stop_sent: set[int] = set()     # SIGSTOP delivered by this controller process
@@ -111,6 +135,67 @@ class Adapter:
                         self._suspend(job, partner, finding, now)
         live = {(g, f.job_ids, f.kinds) for g, f in self.findings.items()}
         self._announced &= live
+
+    # ------------------------------------------------------------------ phase changes
+    def phase_step(self, now: float, snapshot: Any, profiles: dict[str, Profile],
+                   lab: dict[str, Profile]) -> list[PhaseChange]:
+        """Feed the phase detector this round's jobs alone on their GPU (their progress rate,
+        from the observer; their GPU's utilisation, from the poll) against their workload's
+        profile in effect, and refresh the profile of each phase change it reports."""
+        jobs = self.loop._jobs(ACTIVE)
+        per_gpu: dict[str, list[Job]] = {}
+        for job in jobs:
+            if (gpu := _gpu_of(job)) is not None:
+                per_gpu.setdefault(gpu, []).append(job)
+        rates = getattr(self.loop.observer, "alone_rates", {})
+        solos: list[Solo] = []
+        samples: dict[int, Any] = {}
+        for group in per_gpu.values():
+            job = group[0]
+            if len(group) != 1 or job.state != JobState.RUNNING or not job.spec.workload:
+                continue
+            prof = profiles.get(job.spec.workload)
+            if prof is None:   # not profiled yet: nothing to refresh (profiling does it)
+                continue
+            gpu = snapshot.gpu(job.node, job.gpu_indices[0])
+            if gpu is not None and any(p.job_id not in (None, job.id) for p in gpu.processes):
+                gpu = None     # another job's process there: its signature is not this job's
+            learnt = lab.get(job.spec.workload)
+            samples[job.id] = (job, gpu, prof)
+            solos.append(Solo(job.id, job.spec.workload, rates.get(job.id),
+                              gpu.utilization_gpu if gpu is not None else None,
+                              gpu.utilization_memory if gpu is not None else None,
+                              learnt.solo_it_per_s if learnt is not None else None,
+                              prof.gpu_util, prof.mem_util, not job.spec.no_adapt))
+        changes = self.phases.observe(now, solos, self.policy, alive={j.id for j in jobs})
+        for change in changes:
+            job, gpu, prof = samples[change.job_id]
+            self._refresh(change, job, gpu, prof, lab.get(job.spec.workload), now)
+        if changes:
+            self.loop._refit()
+        return changes
+
+    def _refresh(self, change: PhaseChange, job: Job, gpu: Any, prof: Profile,
+                 learnt: Profile | None, now: float) -> None:
+        """The phase sample: the profile in effect with what the job shows now (a shipped
+        profile's solo rate is another program's, so it is dropped, as in ``learn``), written
+        as the workload's profile; an event on the job with the numbers."""
+        new = change.new
+        sample = replace(
+            prof, gpu_model=gpu.name if gpu is not None else prof.gpu_model,
+            gpu_util=new.get(UTIL, prof.gpu_util), mem_util=new.get(MEM, prof.mem_util),
+            solo_it_per_s=new.get(RATE, learnt.solo_it_per_s if learnt is not None else None))
+        what = change.describe(now)
+        with self.loop.store.tx() as conn:
+            profile, verdict = profrows.refresh(conn, sample, job_id=job.id, owner=job.owner,
+                                                now=now, note=what)
+            why = (f"adapt: {what}; profile {job.spec.workload!r} on {sample.gpu_model} "
+                   + ("refreshed with this phase (model refitting)" if profile is not None
+                      else verdict))
+            current = jobrows.get(conn, job.id)
+            jobrows.add_event(conn, job.id, now, current.state, current.state, why, ACTOR)
+            jobrows.update(conn, job.id, reason=why)
+        log.warning("%s", why)
 
     # ------------------------------------------------------------------ --opportunistic
     def make_room(self, queue: list[Job], active: list[Job], snapshot: Any,

@@ -203,6 +203,7 @@ class SchedulingLoop:
         profiles = {**shipped, **lab}
         speeds = self._observe_speeds(snapshot, now, profiles, lab)
         self.adapt.step(now, speeds)
+        self.adapt.phase_step(now, snapshot, profiles, lab)   # phase changes refresh profiles
         self._schedule(snapshot, profiles)
         self._clean_old_dirs(snapshot, now)
 

@@ -39,6 +39,9 @@ class SpeedObserver:
         self._tracks: dict[int, _Track] = {}
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
         self._recorded: set[tuple[int, int]] = set()
+        # job id -> its progress rate (it/s) this round, for jobs alone on their GPU: what the
+        # phase detector (controller/adapt.py) compares with how the job started
+        self.alone_rates: dict[int, float] = {}
 
     def solo_rate(self, job_id: int) -> float | None:
         track = self._tracks.get(job_id)
@@ -58,6 +61,7 @@ class SpeedObserver:
         groups = _groups(running)
         speeds: dict[int, float] = {}
         measured: set[int] = set()
+        self.alone_rates = {}
         for jobs in groups.values():
             for job in jobs:
                 speed = self._from_progress(job, len(jobs) == 1, known_solo or {})
@@ -77,7 +81,7 @@ class SpeedObserver:
             return None
         track = self._tracks[job.id]
         if alone:
-            track.solo_rate = current
+            track.solo_rate = self.alone_rates[job.id] = current
             return 1.0
         solo = track.solo_rate or known_solo.get(job.spec.workload or "")
         return min(1.5, current / solo) if solo else None

@@ -15,7 +15,15 @@ Noise is not a signal: a symptom becomes a *finding* only once it has lasted ``o
 seconds **and** ``polls`` consecutive polls with the same jobs on the GPU, and a finding ends
 only after ``polls`` consecutive polls without it (hysteresis, so a borderline pair does not
 flap). A poll where no job on the GPU could be judged (no speeds yet) neither extends nor breaks
-a streak. The margins' defaults are several times the +-2% spread of the shipped measurements
+a streak.
+
+A *phase change* (``PhaseDetector``) is about a job alone on its GPU: its progress rate, GPU
+or memory utilisation moved by more than ``phase_threshold`` (rate, relative) or
+``phase_util`` (percentage points) away from how it started and from its workload's profile,
+for ``phase_persist_s`` and ``polls`` polls. The controller then gives the workload a "phase"
+profile sample, which replaces the profile instead of being averaged in.
+
+The margins' defaults are several times the +-2% spread of the shipped measurements
 (``tests/unit/test_adapt_detect.py`` checks that such jitter finds nothing).
 """
 from __future__ import annotations
@@ -170,3 +178,149 @@ def closed_gpus(findings: Mapping[str, Finding], now: float, policy: AdaptPolicy
     if not (policy.enabled and policy.stop_partners):
         return {}
     return {gpu: f.describe(now) for gpu, f in findings.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase change: a job alone on its GPU that no longer behaves like its workload's profile.
+# ---------------------------------------------------------------------------------------------
+RATE = "rate"          # progress rate, iterations/s
+UTIL = "gpu_util"      # GPU (SM) utilisation, %
+MEM = "mem_util"       # memory-bandwidth utilisation, %
+
+
+@dataclass(frozen=True)
+class Solo:
+    """One job running alone on its GPU, as the phase detector sees it this poll: what it
+    shows now (None: not measured this poll) and what its workload's profile in effect says
+    (None: the profile does not say)."""
+
+    job_id: int
+    workload: str
+    rate: float | None = None
+    util: float | None = None
+    mem: float | None = None
+    profile_rate: float | None = None
+    profile_util: float | None = None
+    profile_mem: float | None = None
+    adapt: bool = True          # False: --no-adapt, never acted on
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    """A job whose behaviour alone moved, persistently, away from how it started *and* from its
+    workload's profile: ``old`` what the profile says, ``new`` what the job shows now (the
+    median of the streak's polls), per metric that moved."""
+
+    job_id: int
+    workload: str
+    old: dict[str, float]
+    new: dict[str, float]
+    since: float
+    polls: int
+
+    def describe(self, now: float) -> str:
+        moved = "; ".join(f"{_METRIC_TEXT[k]} {_fmt(k, self.old[k])} -> {_fmt(k, v)}"
+                          for k, v in sorted(self.new.items()))
+        return (f"phase change: job {self.job_id} ({self.workload}) alone: {moved} "
+                f"for {now - self.since:.0f} s over {self.polls} polls")
+
+
+_METRIC_TEXT = {RATE: "progress rate", UTIL: "GPU utilisation", MEM: "memory utilisation"}
+
+
+def _fmt(metric: str, value: float) -> str:
+    return f"{value:.3g} it/s" if metric == RATE else f"{value:.0f}%"
+
+
+def _moved(metric: str, before: float | None, now: float, policy: AdaptPolicy) -> bool:
+    if before is None:
+        return False
+    if metric == RATE:
+        return before > 0 and abs(now / before - 1.0) > policy.phase_threshold
+    return abs(now - before) > policy.phase_util
+
+
+def _values(s: Solo) -> dict[str, float]:
+    return {k: v for k, v in ((RATE, s.rate), (UTIL, s.util), (MEM, s.mem)) if v is not None}
+
+
+def _profile_of(s: Solo) -> dict[str, float | None]:
+    return {RATE: s.profile_rate, UTIL: s.profile_util, MEM: s.profile_mem}
+
+
+def phase_shift(solo: Solo, start: Mapping[str, float], policy: AdaptPolicy
+                ) -> dict[str, float]:
+    """This poll's metrics that moved by more than the lab's threshold both from how the job
+    started (``start``: its first values alone) and from its profile (where the profile says
+    anything about that metric: a shipped profile has no rate); {} if none did.  Both,
+    so a job that always differed from its label's profile (another batch size) is not a
+    phase change, and one that merely came back to its profile (after a warm-up) is not
+    either."""
+    prof = _profile_of(solo)
+    return {k: v for k, v in _values(solo).items()
+            if _moved(k, start.get(k), v, policy)
+            and (prof[k] is None or _moved(k, prof[k], v, policy))}
+
+
+@dataclass
+class _PhaseStreak:
+    since: float = 0.0
+    polls: int = 0
+    seen: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class PhaseDetector:
+    """Per job: its first values alone (its starting phase) and the current streak of polls
+    showing a phase shift.  ``observe`` takes one poll (the jobs alone on their GPUs) and
+    returns the phase changes that just became findings: each is reported once, after which
+    the job's new values are its starting point (the caller refreshes the profile; if it could
+    not, the same change is not reported again).  Like ``Detector``: a shift counts once it
+    lasted ``phase_persist_s`` seconds **and** ``polls`` consecutive polls; a poll without it
+    breaks the streak; a poll where the job is not alone (absent here) or shows nothing
+    measured neither extends nor breaks it, and jobs that ended are forgotten."""
+
+    _start: dict[int, dict[str, float]] = field(default_factory=dict)
+    _streaks: dict[int, _PhaseStreak] = field(default_factory=dict)
+
+    def observe(self, now: float, solos: Sequence[Solo], policy: AdaptPolicy,
+                alive: set[int] | None = None) -> list[PhaseChange]:
+        out: list[PhaseChange] = []
+        for s in solos:
+            values = _values(s)
+            if not values:
+                continue
+            start = self._start.setdefault(s.job_id, {})
+            for k, v in values.items():
+                start.setdefault(k, v)
+            if not (policy.enabled and policy.phase and s.adapt):
+                continue
+            moved = phase_shift(s, start, policy)
+            if not moved:
+                self._streaks.pop(s.job_id, None)
+                continue
+            streak = self._streaks.get(s.job_id)
+            if streak is None or set(streak.seen) != set(moved):
+                streak = self._streaks[s.job_id] = _PhaseStreak(since=now)
+            streak.polls += 1
+            for k, v in moved.items():
+                streak.seen.setdefault(k, []).append(v)
+            if streak.polls >= policy.polls and now - streak.since >= policy.phase_persist_s:
+                new = {k: _median(vs) for k, vs in streak.seen.items()}
+                prof = _profile_of(s)
+                old = {k: p if (p := prof[k]) is not None else start[k] for k in new}
+                out.append(PhaseChange(s.job_id, s.workload, old, new, streak.since,
+                                       streak.polls))
+                start.update(new)
+                del self._streaks[s.job_id]
+        if alive is not None:
+            for gone in set(self._start) - alive:
+                del self._start[gone]
+                self._streaks.pop(gone, None)
+        return out
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0

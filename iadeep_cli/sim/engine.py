@@ -51,6 +51,10 @@ class SimJob:
     duration_s: float      # solo run time
     gpus: int = 1
     user: str = "sim"      # its owner: fair share ranks users by what they ran
+    # --phase-shift: after this fraction of its work the job *is* ``phase_to`` (the truth
+    # switches; what the scheduler believes does not, unless a policy notices)
+    phase_at: float | None = None
+    phase_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,33 @@ def generate_jobs(workloads: Sequence[str], n: int, gpus: int, load: float, seed
     for i, (w, d, g) in enumerate(drawn):
         out.append(SimJob(i + 1, round(t, 3), w, round(d, 3), g))
         t += rng.expovariate(rate)
+    return out
+
+
+PHASE_WINDOW = (0.2, 0.8)   # a shifting job switches uniformly between 20% and 80% of its work
+
+
+def add_phase_shifts(jobs: Sequence[SimJob], workloads: Sequence[str], frac: float,
+                     seed: int) -> list[SimJob]:
+    """``--phase-shift F``: a fraction ``frac`` of the jobs (chosen at random, with a random
+    of its own so the trace itself is the same as without) switches to another workload,
+    drawn uniformly, at a point drawn uniformly in ``PHASE_WINDOW`` of its work: a warm-up
+    ending, an evaluation pass, a curriculum step. From then on the truth treats it as the new
+    workload (its speeds with partners are the new workload's)."""
+    if not (math.isfinite(frac) and 0.0 <= frac <= 1.0):
+        raise InputError(f"--phase-shift must be a fraction between 0 and 1, got {frac:g}",
+                         hint="e.g. --phase-shift 0.3 (30% of the jobs change workload)")
+    names = sorted(set(workloads))
+    if frac == 0.0 or len(names) < 2:
+        return list(jobs)
+    rng = random.Random(f"phase-shift:{seed}")
+    chosen = set(rng.sample([j.id for j in jobs], round(frac * len(jobs))))
+    out = []
+    for j in jobs:
+        if j.id in chosen:
+            to = rng.choice([w for w in names if w != j.workload])
+            j = replace(j, phase_at=round(rng.uniform(*PHASE_WINDOW), 4), phase_to=to)
+        out.append(j)
     return out
 
 
@@ -189,6 +220,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     ``mixed``, sim/mixed.py): GPU models and counts, each model on its own nodes, each GPU
     reporting its model to the planner; empty: ``gpus`` H200s, as always."""
     view = planner.view if isinstance(planner, SimPlanner) else None
+    hooks = getattr(planner, "hooks", None)   # a policy that acts at run time (policies.py)
     preemptions = 0
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
@@ -207,6 +239,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     jct: dict[int, float] = {}
     started: dict[int, float] = {}
     arrivals = sorted(jobs, key=lambda j: (j.submit_s, j.id))
+    phases = _Phases(jobs)
     nxt, t, busy_gpu_s, done = 0, 0.0, 0.0, 0
     t0 = arrivals[0].submit_s if arrivals else 0.0
     fair = policy.fairshare
@@ -218,9 +251,10 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                              f"at most {max_node}", hint="lower its gpus or raise --gpus")
     while nxt < len(arrivals) or queued or running:
         t_arr = arrivals[nxt].submit_s if nxt < len(arrivals) else math.inf
-        ends = {i: t + remaining[i] / speed[i] for i in running}
+        ends = {i: t + remaining[i] / speed[i] for i in running if i not in phases.paused}
         t_done = min(ends.values(), default=math.inf)
-        t_next = min(t_arr, t_done)
+        t_next = min(t_arr, t_done, phases.next_switch(t, running, remaining, speed),
+                     hooks.next_poll(t) if hooks is not None and running else math.inf)
         if t_next == math.inf:
             stuck = ", ".join(str(i) for i in list(queued)[:5])
             raise InputError(f"jobs {stuck} can never start (too big for any GPU/node)",
@@ -229,7 +263,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
         if dt > 0:
             busy_gpu_s += dt * sum(1 for k in gpu_keys if on_gpu[k])
             for i in running:
-                remaining[i] -= speed[i] * dt
+                remaining[i] -= speed.get(i, 0.0) * dt
             if view is not None:
                 for i, job in running.items():
                     view.attained[i] = view.attained.get(i, 0.0) + dt * job.spec.gpus
@@ -243,13 +277,19 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             done += 1
             if ledger is not None:
                 ledger.stop(i, t)
+        switched = phases.switch(running, remaining, t)
+        acted = hooks.step(t, running, on_gpu, phases, speed,
+                           (lambda key, name: mixed.factor(name, node_model[key[0]]))
+                           if mixed is not None and node_model else None) \
+            if hooks is not None and running else False
+        arrived = nxt < len(arrivals) and arrivals[nxt].submit_s <= t
         while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
             sj = arrivals[nxt]
             queued[sj.id] = Job(sj.id, sj.user,
                                 JobSpec("sim", workload=sj.workload, gpus=sj.gpus),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
-        if queued:
+        if queued and (arrived or finished or acted):   # a switch or a quiet poll: no news
             slots = tuple(GpuSlot(n, i, memory_mib,
                                   memory_mib - sum(mem[j] for j in on_gpu[(n, i)]),
                                   tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu)
@@ -270,6 +310,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 preemptions += 1
             for p in result.placements:
                 job = queued.pop(p.job_id)
+                if hooks is not None:
+                    hooks.placed(p.predicted_speeds)
+                    hooks.start(p.job_id, job.spec.workload or "")
                 if ledger is not None:
                     ledger.start(p.job_id, job.owner, len(p.gpu_indices), t)
                 running[p.job_id] = replace(job, state=JobState.RUNNING, node=p.node,
@@ -278,9 +321,10 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 started.setdefault(p.job_id, t)
                 for idx in p.gpu_indices:
                     on_gpu[(p.node, idx)].append(p.job_id)
-        _update_speeds(running, on_gpu, specs, truth, speed, shared,
-                       (lambda key, names: mixed.speeds(node_model[key[0]], names))
-                       if mixed is not None and node_model else None)
+        if arrived or finished or acted or switched or hooks is None:   # else nothing moved
+            _update_speeds(running, on_gpu, specs, truth, speed, shared, phases,
+                           (lambda key, names: mixed.speeds(node_model[key[0]], names))
+                           if mixed is not None and node_model else None)
         if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
@@ -319,21 +363,54 @@ def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> floa
 
 
 def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, shared: set,
-                   on_model: Callable | None = None) -> None:
-    """Every running job's current speed: the truth for its GPU's group (slowest GPU wins);
-    ``on_model(gpu key, workloads)``: a mixed cluster's truth, solo factor included."""
+                   phases: _Phases | None = None, on_model: Callable | None = None) -> None:
+    """Every running job's current speed: the truth for its GPU's group (slowest GPU wins),
+    for the workload each job *is* now (``phases``); a suspended job has none and is no
+    partner. ``on_model(gpu key, workloads)``: a mixed cluster's truth, solo factor included."""
     speed.clear()
-    for key, ids in on_gpu.items():
+    for key, all_ids in on_gpu.items():
+        ids = [i for i in all_ids if phases is None or i not in phases.paused]
         if not ids:
             continue
+        names = [phases.now[i] if phases is not None else specs[i].workload for i in ids]
         if on_model is not None:
-            s = on_model(key, [specs[i].workload for i in ids])
+            s = on_model(key, names)
         else:
-            s = truth.speeds([specs[i].workload for i in ids]) if len(ids) > 1 else (1.0,)
+            s = truth.speeds(names) if len(ids) > 1 else (1.0,)
         if len(ids) > 1:
             shared.update(ids)
         for i, v in zip(ids, s):
             speed[i] = min(speed.get(i, math.inf), max(v, 1e-6))
+
+
+class _Phases:
+    """What each job is now (``--phase-shift``) and which jobs a run-time policy suspended:
+    the truth's side, kept apart from what the scheduler believes (the jobs' labels)."""
+
+    def __init__(self, jobs: Sequence[SimJob]):
+        self.now: dict[int, str] = {j.id: j.workload for j in jobs}
+        # job id -> (remaining work at which it switches, to what)
+        self.pending: dict[int, tuple[float, str]] = {
+            j.id: ((1.0 - j.phase_at) * j.duration_s, j.phase_to)
+            for j in jobs if j.phase_to is not None and j.phase_at is not None}
+        self.paused: set[int] = set()
+        self.switched = 0
+
+    def next_switch(self, t: float, running, remaining, speed) -> float:
+        out = math.inf
+        for i in running:
+            if i in self.pending and speed.get(i):
+                out = min(out, t + max(0.0, remaining[i] - self.pending[i][0]) / speed[i])
+        return out
+
+    def switch(self, running, remaining, t: float) -> bool:
+        """Switch the jobs that reached their point; whether any did."""
+        before = self.switched
+        for i in list(running):
+            if i in self.pending and remaining[i] <= self.pending[i][0] + 1e-9 * max(1.0, t):
+                self.now[i] = self.pending.pop(i)[1]
+                self.switched += 1
+        return self.switched != before
 
 
 def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:

@@ -57,6 +57,7 @@ from ..scheduler.placement import (
     order_queue,
     plan,
 )
+from .adaptive import AdaptHooks
 from .truth import TruthModel
 
 # (queue, slots, active, now, fair-share points per user or None) -> Plan
@@ -89,6 +90,8 @@ class SimPlanner:
     def __init__(self, fn: Planner, view: SimView):
         self.fn = fn
         self.view = view
+        # a policy that acts on running jobs (``adaptive.AdaptHooks``): the engine drives it
+        self.hooks = getattr(fn, "hooks", None)
 
     def __call__(self, queue, slots, active, now, fairshare=None) -> Plan:
         return self.fn(queue, slots, active, now, fairshare)
@@ -172,8 +175,21 @@ def _exclusive(ctx: PolicyContext) -> Planner:
     return _plan_with(ctx.model, ctx, exclusive=True)
 
 
-@register("iadeep", "plan() with the fitted predictor, its speeds lowered where it is unsure")
+@register("iadeep", "plan() with the fitted predictor, its speeds lowered where it is unsure, "
+                    "and the controller's run-time adaptation (adaptive.py)")
 def _iadeep(ctx: PolicyContext) -> Planner:
+    hooks = AdaptHooks(ctx.profiles, ctx.policy.adapt, ctx.seed)
+    m = CachedModel(CautiousModel(ctx.model))
+
+    def planner(queue, slots, active, now, fairshare=None):
+        return plan(queue, slots, active, ctx.profiles, m, ctx.policy, {}, now, fairshare,
+                    closed=hooks.closed, speeds=ctx.speeds)
+    planner.hooks = hooks    # type: ignore[attr-defined]
+    return planner
+
+
+@register("iadeep-static", "plan() as iadeep, with no run-time action: a placement is final")
+def _iadeep_static(ctx: PolicyContext) -> Planner:
     return _plan_with(CautiousModel(ctx.model), ctx)
 
 

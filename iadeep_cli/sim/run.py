@@ -19,6 +19,7 @@ from .engine import (
     PolicyResult,
     SimJob,
     _mem_mib,
+    add_phase_shifts,
     generate_jobs,
     load_trace,
     make_planner,
@@ -50,6 +51,7 @@ class SimSettings:
     # GPU models and counts of a mixed cluster (sim/mixed.parse_gpus: --gpus h200:8,a100:8);
     # empty: ``gpus`` H200s. ``gpus`` is always the total.
     layout: tuple[tuple[str, int], ...] = ()
+    phase_shift: float = 0.0         # fraction of jobs that switch workload partway
 
     def gpus_text(self) -> str:
         return ",".join(f"{m}:{c}" for m, c in self.layout) if self.layout else str(self.gpus)
@@ -159,7 +161,10 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
             size = capacity(profiles, usable, s.layout)
         jobs = generate_jobs(usable, s.jobs, size, s.load, s.seed,  # type: ignore[arg-type]
                              s.multi_gpu_frac)
-    missing = truth.missing_pairs({j.workload for j in jobs})
+    jobs = add_phase_shifts(jobs, sorted(set(profiles) & truth.workloads()), s.phase_shift,
+                            s.seed)
+    missing = truth.missing_pairs({j.workload for j in jobs}
+                                  | {j.phase_to for j in jobs if j.phase_to})
     if missing:
         a, b = missing[0]
         raise InputError(f"the truth data has no measurement for {a} + {b} "
@@ -232,7 +237,9 @@ def format_table(report: SimReport) -> str:
     s = report.settings
     src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
                                             f"seed {s.seed}")
-    lines.append(f"{src}; {s.gpus_text()} GPUs; model: {report.model_note}")
+    lines.append(f"{src}; {s.gpus_text()} GPUs" + (f"; phase shift {s.phase_shift:g}"
+                                                   if s.phase_shift else "")
+                 + f"; model: {report.model_note}")
     lines.append(_verdict(report))
     lines.extend(_user_waits(report))
     return "\n".join(line for line in lines if line)
@@ -445,7 +452,8 @@ def format_seeds(rep: SeedReport) -> str:
     title = rep.label or f"load {s.load:g}"
     lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
                  f"{s.jobs} jobs, {s.gpus_text()} GPUs"
-                 + ("; leave-one-workload-out" if s.lowo else ""))
+                 + ("; leave-one-workload-out" if s.lowo else "")
+                 + (f"; phase shift {s.phase_shift:g}" if s.phase_shift else ""))
     lines += [head, "-" * len(head)]
     for p in rep.stats:
         ratio = f"{p.ratio:.3f} +- {p.ratio_ci:.3f}"

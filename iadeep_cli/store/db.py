@@ -187,6 +187,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_array ON jobs(json_extract(extra, '$.array_id'))
         WHERE json_extract(extra, '$.array_id') IS NOT NULL
     """,
+    # v9: a profile sample's kind: 'job' (a job profiled alone, merged by the outlier rule) or
+    # 'phase' (a running job's phase change: it replaces the profile, and later samples are
+    # judged against it and the ones after it only).
+    """
+    ALTER TABLE profile_samples ADD COLUMN kind TEXT NOT NULL DEFAULT 'job'
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -3,7 +3,10 @@
 These take precedence over the shipped H200 data for their GPU model when the model is fitted.
 Profiles learnt from jobs change only through ``learn`` (by the rules in ``iadeep_cli.profiles``):
 every sample is kept with its job, owner and time, accepted or not, so ``iadeep profile show``
-can say where a profile came from.
+can say where a profile came from. The one exception is ``refresh``: a *phase* sample (a running
+job whose behaviour alone changed for good, ``scheduler/adapt.PhaseDetector``) replaces the
+profile, since the outlier rule would reject exactly the change it reports; learning then
+starts again from it (earlier samples describe the old phase).
 """
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
         return None, f"rejected: {note}"
     history = [Profile(**json.loads(r["data"])) for r in reversed(conn.execute(
         "SELECT data FROM profile_samples WHERE gpu_model=? AND workload=? AND accepted=1 "
-        "ORDER BY id DESC LIMIT ?", (*key, WINDOW)).fetchall())]
+        "AND id >= COALESCE((SELECT MAX(id) FROM profile_samples WHERE gpu_model=? AND "
+        "workload=? AND kind='phase'), 0) ORDER BY id DESC LIMIT ?",
+        (*key, *key, WINDOW)).fetchall())]
     if not history:
         seed, origin = _in_effect(row, shipped, sample.gpu_model)
         if seed is not None:
@@ -71,6 +76,24 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
     return profile, f"merged: {source}"
 
 
+def refresh(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str, now: float,
+            note: str) -> tuple[Profile | None, str]:
+    """Replace a workload's profile with a running job's *phase* sample (kind 'phase',
+    accepted, never judged against the old samples: it reports that they no longer hold).
+    A pinned profile stays (the admin's pin wins; the sample is kept, rejected). Returns (the
+    profile now in effect if it changed, else None; what happened)."""
+    row = conn.execute("SELECT pinned_by FROM profiles WHERE gpu_model=? AND workload=?",
+                       (sample.gpu_model, sample.workload)).fetchone()
+    if row is not None and row["pinned_by"]:
+        why = f"pinned by {row['pinned_by']}"
+        _add_sample(conn, sample, job_id, owner, now, False, f"{note}; {why}", kind="phase")
+        return None, f"not refreshed: {why}"
+    _add_sample(conn, sample, job_id, owner, now, True, note, kind="phase")
+    source = f"phase change of job {job_id} ({owner})"
+    upsert_profile(conn, sample, now, source)
+    return sample, f"refreshed: {source}"
+
+
 def _in_effect(row: sqlite3.Row | None, shipped: Profile | None, gpu_model: str
                ) -> tuple[Profile | None, str]:
     """The profile a first sample is judged against. A shipped solo rate is another program's
@@ -83,11 +106,12 @@ def _in_effect(row: sqlite3.Row | None, shipped: Profile | None, gpu_model: str
 
 
 def _add_sample(conn: sqlite3.Connection, sample: Profile, job_id: int | None,
-                owner: str | None, now: float, accepted: bool, note: str) -> None:
+                owner: str | None, now: float, accepted: bool, note: str,
+                kind: str = "job") -> None:
     conn.execute("INSERT INTO profile_samples (gpu_model, workload, data, job_id, owner, at, "
-                 "accepted, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                 "accepted, note, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  (sample.gpu_model, sample.workload, json.dumps(asdict(sample)), job_id, owner,
-                  now, int(accepted), note))
+                  now, int(accepted), note, kind))
 
 
 def set_pinned(conn: sqlite3.Connection, workload: str, by: str | None, now: float,

@@ -17,6 +17,10 @@ With CHECKPOINT (a file name, relative to the working directory) it also behaves
 submitted with ``--checkpoint-signal USR1``: on SIGUSR1 (or SIGTERM) it writes its iteration
 count there (``CHECKPOINT.saving`` exists while it saves, ``SAVE_S``) and exits 0
 (``checkpointed at N``); started again, it resumes from that count (``resumed from N``).
+
+With ``CONTENTION_PHASE=N:SECONDS`` in its environment it changes phase: from iteration N on,
+an iteration alone takes SECONDS instead of ``SOLO_S`` (a job whose rate alone really moves, for
+the phase-change detection).
 """
 import os
 import signal
@@ -45,6 +49,7 @@ def main() -> int:
     progress = os.environ.get("IADEEP_PROGRESS_FILE")
     done = 0
     checkpoint = sys.argv[3] if len(sys.argv) > 3 else None
+    phase_at, phase_s = (os.environ.get("CONTENTION_PHASE") or f"{total + 1}:{SOLO_S}").split(":")
     if checkpoint:
         signal.signal(signal.SIGUSR1, _ask)
         signal.signal(signal.SIGTERM, _ask)   # as preemptible trainers do: TERM saves too
@@ -74,7 +79,8 @@ def main() -> int:
                 others += now - os.path.getmtime(os.path.join(where, name)) < FRESH_S
             except FileNotFoundError:   # a partner just finished
                 pass
-        time.sleep(SHARED_S if others else SOLO_S)
+        alone_s = float(phase_s) if done >= int(phase_at) else SOLO_S
+        time.sleep(SHARED_S if others else alone_s)
         done += 1
         if progress and done % REPORT_EVERY == 0:
             with open(progress, "a") as f:

@@ -1,0 +1,170 @@
+"""Run-time adaptation, phase changes (scheduler/adapt.PhaseDetector): a job alone whose rate or
+GPU signature moved away from how it started and from its profile, persistently, is a phase
+change; the shipped measurements' jitter never is."""
+import csv
+import random
+from pathlib import Path
+
+import pytest
+
+from iadeep_cli.errors import ConfigError
+from iadeep_cli.inventory import AdaptPolicy, parse_inventory
+from iadeep_cli.scheduler.adapt import MEM, RATE, UTIL, PhaseDetector, Solo, phase_shift
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+FAST = AdaptPolicy(polls=3, phase_persist_s=30)
+
+
+def solo(rate=None, util=None, mem=None, p_rate=100.0, p_util=80.0, p_mem=40.0, **kw) -> Solo:
+    return Solo(1, "w", rate, util, mem, p_rate, p_util, p_mem, **kw)
+
+
+def test_a_shift_needs_both_a_change_from_the_start_and_from_the_profile():
+    start = {RATE: 100.0, UTIL: 80.0}
+    assert phase_shift(solo(60.0, 80.0), start, FAST) == {RATE: 60.0}
+    assert phase_shift(solo(90.0, 85.0), start, FAST) == {}            # within the threshold
+    assert phase_shift(solo(100.0, 30.0), start, FAST) == {UTIL: 30.0}
+    # it always ran at 60 (another batch size than the profile's job): no change of phase
+    assert phase_shift(solo(60.0), {RATE: 60.0}, FAST) == {}
+    # a warm-up at 60, now back at its profile's 100: nothing to refresh
+    assert phase_shift(solo(100.0), {RATE: 60.0}, FAST) == {}
+    # a profile without a rate (a shipped one): the job's own start is the reference
+    assert phase_shift(solo(60.0, p_rate=None), {RATE: 100.0}, FAST) == {RATE: 60.0}
+
+
+def test_a_phase_change_must_last_the_time_and_the_polls_and_is_reported_once():
+    det = PhaseDetector()
+    assert det.observe(0, [solo(100.0, 80.0)], FAST) == []       # its start
+    assert det.observe(10, [solo(50.0, 80.0)], FAST) == []
+    assert det.observe(20, [solo(52.0, 80.0)], FAST) == []
+    assert det.observe(30, [solo(48.0, 80.0)], FAST) == []       # 3 polls, 20 s
+    [change] = det.observe(40, [solo(50.0, 80.0)], FAST)
+    assert (change.job_id, change.old, change.new, change.polls) == (1, {RATE: 100.0},
+                                                                     {RATE: 50.0}, 4)
+    text = change.describe(40)
+    assert text == ("phase change: job 1 (w) alone: progress rate 100 it/s -> 50 it/s "
+                    "for 30 s over 4 polls")
+    # the new rate is its start now: even if its profile could not be refreshed, not again
+    for t in range(50, 200, 10):
+        assert det.observe(t, [solo(50.0, 80.0)], FAST) == []
+
+
+def test_one_normal_poll_breaks_the_streak_and_missing_data_does_not():
+    det = PhaseDetector()
+    det.observe(0, [solo(100.0)], FAST)
+    det.observe(10, [solo(50.0)], FAST)
+    det.observe(20, [solo(50.0)], FAST)
+    det.observe(30, [solo(99.0)], FAST)                          # back: streak broken
+    assert det.observe(40, [solo(50.0)], FAST) == []
+    assert det.observe(50, [solo()], FAST) == []                 # nothing measured
+    assert det.observe(60, [solo(50.0)], FAST) == []
+    assert det.observe(70, [solo(50.0)], FAST)[0].since == 40    # 40..70, polls 40, 60, 70 + 1
+
+
+def test_opted_out_disabled_and_ended_jobs_are_not_acted_on():
+    for policy, kw in ((FAST, {"adapt": False}), (AdaptPolicy(polls=3, phase_persist_s=30,
+                                                              phase=False), {}),
+                       (AdaptPolicy(polls=3, phase_persist_s=30, enabled=False), {})):
+        det = PhaseDetector()
+        for t in range(0, 200, 10):
+            rate = 100.0 if t == 0 else 30.0
+            assert det.observe(t, [solo(rate, **kw)], policy) == []
+    det = PhaseDetector()
+    det.observe(0, [solo(100.0)], FAST, alive={1})
+    det.observe(10, [], FAST, alive=set())          # it ended: its start is forgotten
+    assert det.observe(20, [solo(30.0)], FAST, alive={1}) == []    # a new start
+
+
+def test_signature_changes_count_too():
+    det = PhaseDetector()
+    det.observe(0, [solo(util=80.0, mem=40.0)], FAST)
+    found = []
+    for t in range(10, 60, 10):
+        found += det.observe(t, [solo(util=35.0, mem=70.0)], FAST)
+    [change] = found
+    assert change.old == {UTIL: 80.0, MEM: 40.0} and change.new == {UTIL: 35.0, MEM: 70.0}
+    assert "GPU utilisation 80% -> 35%" in change.describe(50)
+
+
+def _shipped_profiles() -> list[dict]:
+    with open(ROOT / "iadeep_cli/data/h200/profiles.csv", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_shipped_measurements_jitter_triggers_no_phase_change(seed):
+    """Every shipped workload alone, its rate and utilisations observed with the measurements'
+    +-2% spread, for two hours of 10 s polls with the default policy: no phase change; the same
+    jobs really changing phase are found (so this could fail)."""
+    rng = random.Random(seed)
+    rows = _shipped_profiles()
+    assert len(rows) >= 7
+    policy = AdaptPolicy()
+
+    def jitter(v: float) -> float:
+        return v * rng.uniform(0.98, 1.02)
+
+    det = PhaseDetector()
+    for t in range(0, 7200, 10):
+        solos = [Solo(i, r["workload"], jitter(float(r["solo_it_per_s"])),
+                      jitter(float(r["gpu_util"])), jitter(float(r["mem_util"])),
+                      float(r["solo_it_per_s"]), float(r["gpu_util"]), float(r["mem_util"]))
+                 for i, r in enumerate(rows)]
+        assert det.observe(float(t), solos, policy) == []
+    found = []
+    for t in range(7200, 8400, 10):   # every job now runs at 60% of its rate
+        solos = [Solo(i, r["workload"], 0.6 * jitter(float(r["solo_it_per_s"])), None, None,
+                      float(r["solo_it_per_s"])) for i, r in enumerate(rows)]
+        found += det.observe(float(t), solos, policy)
+    assert sorted(c.job_id for c in found) == list(range(len(rows)))
+
+
+def test_phase_settings_in_the_inventory():
+    inv = parse_inventory("lab:\n  policy:\n    adapt: {phase_threshold: 0.5, phase_util: 30, "
+                          "phase_persist_s: 60, phase: false}\nnodes: []\n", Path("nodes.yaml"))
+    a = inv.policy.adapt
+    assert (a.phase_threshold, a.phase_util, a.phase_persist_s, a.phase) == (0.5, 30, 60, False)
+    d = AdaptPolicy()
+    assert (d.phase_threshold, d.phase_util, d.phase_persist_s, d.phase) == (0.25, 20, 600, True)
+    for text, expected in (
+            ("phase_threshold: 0.01", "phase_threshold: expected a relative rate change in "
+                                      "[0.05, 10)"),
+            ("phase_util: 1", "phase_util: expected percentage points in [5, 100]"),
+            ("phase_persist_s: -1", "phase_persist_s: expected a number >= 0")):
+        with pytest.raises(ConfigError) as info:
+            parse_inventory(f"lab:\n  policy:\n    adapt: {{{text}}}\n", Path("nodes.yaml"))
+        assert expected in info.value.message
+
+
+def test_a_phase_sample_replaces_the_profile_and_learning_restarts_from_it(tmp_path):
+    """store/profiles.refresh: a sample that learning would reject as an outlier is accepted as
+    a phase sample and *is* the profile; later job samples are judged against it alone; a pin
+    still wins (real SQLite)."""
+    from iadeep_cli.profiles import Profile
+    from iadeep_cli.store import Store, profiles as profrows
+
+    def p(util, solo=None):
+        return Profile("train", util, 40.0, 10.0, "NVIDIA H200", solo_it_per_s=solo)
+
+    store = Store(tmp_path / "iadeep.db")
+    with store.tx() as conn:
+        for job in range(1, 4):
+            assert profrows.learn(conn, p(80, 100.0), job_id=job, owner="a", now=job)[0]
+        assert profrows.learn(conn, p(30, 50.0), job_id=4, owner="a", now=4)[0] is None
+        profile, verdict = profrows.refresh(conn, p(30, 50.0), job_id=5, owner="b", now=5,
+                                            note="phase change: ...")
+        assert profile == p(30, 50.0) and verdict == "refreshed: phase change of job 5 (b)"
+        [(now_in_effect, source, _)] = profrows.load_profiles(conn)
+        assert now_in_effect == p(30, 50.0) and source == "phase change of job 5 (b)"
+        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM profile_samples ORDER BY id")]
+        assert kinds == ["job"] * 4 + ["phase"]
+        # a job like the new phase is merged (against the phase sample, not the old 80s) ...
+        merged, _ = profrows.learn(conn, p(34, 52.0), job_id=6, owner="a", now=6)
+        assert merged is not None and merged.gpu_util == 32.0
+        # ... and one like the old phase is now the outlier
+        assert profrows.learn(conn, p(80, 100.0), job_id=7, owner="a", now=7)[0] is None
+        profrows.set_pinned(conn, "train", "admin", 8)
+        assert profrows.refresh(conn, p(90), job_id=8, owner="a", now=8, note="x") == \
+            (None, "not refreshed: pinned by admin")
+    store.close()
