@@ -1,11 +1,13 @@
 """Helpers to run the real `iadeep` CLI and a real controller process in a temporary state dir."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 IADEEP = [sys.executable, "-m", "iadeep_cli"]
@@ -84,6 +86,19 @@ def controller_on(tmp_path: Path, nodes: str = "[]", lab: str = "") -> Controlle
     (home / "nodes.yaml").write_text((f"lab:\n{settings}" if settings else "")
                                      + f"nodes: {nodes}\n")
     return ControllerProcess(home).start()
+
+
+def wait_jobs(home: Path, done: Callable[[dict], object], timeout: float = 240.0) -> dict:
+    """The jobs (by id, as ``jobs_by_id`` reads them through the CLI) once ``done(jobs)``
+    holds; ``timeout`` only bounds what never happens (parallel tests on a loaded machine make
+    a controller's restart take tens of seconds), and the failure shows the jobs as they are."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = jobs_by_id(home)
+        if done(jobs):
+            return jobs
+        time.sleep(0.2)
+    raise AssertionError(f"timed out; jobs now: {json.dumps(jobs_by_id(home), indent=1)}")
 
 
 def wait_until(fn, limit: float = 60.0, every: float = 0.05):

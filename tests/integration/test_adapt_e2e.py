@@ -16,23 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import ControllerProcess, attempt_processes, cli, jobs_by_id
-from iadeep_cli.profiles import Profile
-from iadeep_cli.store import Store, profiles as profrows
-
-EMULATOR = Path(__file__).resolve().parents[1] / "helpers" / "contention.py"
-EMU = Profile("emu", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="NVIDIA H200",
-              solo_it_per_s=100.0)
-
-
-def _wait(home: Path, done, timeout: float = 240.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = jobs_by_id(home)
-        if done(jobs):
-            return jobs
-        time.sleep(0.2)
-    raise AssertionError(f"timed out; jobs now: {json.dumps(jobs_by_id(home), indent=1)}")
+from helpers.adapt_lab import EMULATOR, emulator_lab
+from helpers.controllers import attempt_processes, cli, jobs_by_id, wait_jobs
 
 
 def _states(pids: list[int]) -> set[str]:
@@ -52,25 +37,8 @@ def _all_stopped(job_id: int, node: str, home: Path) -> bool:
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(1)
-    node = next(iter(cluster.nodes))
-    cluster.nodes[node].set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n  kill_grace: 3\n"
-                         "  policy:\n"
-                         "    adapt: {observe_s: 0, polls: 3, window_s: 1.0}\n"
-                         + cluster.inventory_yaml())
-    home = tmp_path / "state"
-    home.mkdir(mode=0o700)
-    store = Store(home / "iadeep.db")   # the lab measured the emulator's workload before
-    with store.tx() as conn:
-        profrows.upsert_profile(conn, EMU, time.time())
-    store.close()
-    ctl = ControllerProcess(home, inventory).start()
-    ctl.node = node
-    yield ctl
-    ctl.stop()
-    cluster.kill_jobs()
+    with emulator_lab(sshd_cluster, tmp_path, "{observe_s: 0, polls: 3, window_s: 1.0}") as ctl:
+        yield ctl
 
 
 def _emulator_job(tmp_path: Path, iters: int, checkpoint: str = "") -> str:
@@ -87,10 +55,10 @@ def test_a_harmful_pair_is_suspended_and_resumed_through_controller_kills(lab, t
     # while a loaded machine restarts the controller, and the suspended job would rightly resume
     first = int(cli(home, "queue", "add", _emulator_job(tmp_path, 10**6), "--workload", "emu",
                     check=True).stdout)
-    _wait(home, lambda js: js[first]["observed_speed"] is not None)
+    wait_jobs(home, lambda js: js[first]["observed_speed"] is not None)
     second = int(cli(home, "queue", "add", _emulator_job(tmp_path, 300), "--workload", "emu",
                      check=True).stdout)
-    jobs = _wait(home, lambda js: js[second]["state"] == "suspended")
+    jobs = wait_jobs(home, lambda js: js[second]["state"] == "suspended")
     # SIGKILL as soon as the suspension is committed: its SIGSTOP may or may not be out yet
     lab.kill()
     assert jobs[first]["state"] == "running" and jobs[second]["node"] == jobs[first]["node"]
@@ -108,10 +76,10 @@ def test_a_harmful_pair_is_suspended_and_resumed_through_controller_kills(lab, t
     assert "adapt:" in shown and "no new partners join it" in shown
     # the partner ends; kill the controller again while the resumption is due or under way
     cli(home, "queue", "cancel", str(first), check=True)
-    _wait(home, lambda js: js[first]["state"] == "cancelled")
+    wait_jobs(home, lambda js: js[first]["state"] == "cancelled")
     lab.kill()
     lab.start()
-    jobs = _wait(home, lambda js: js[second]["state"] in ("succeeded", "failed"))
+    jobs = wait_jobs(home, lambda js: js[second]["state"] in ("succeeded", "failed"))
     assert jobs[second]["state"] == "succeeded" and jobs[second]["exit_code"] == 0
     assert jobs[first]["attempts"] == jobs[second]["attempts"] == 1
     assert jobs[second]["suspended_s"] > 0
@@ -134,7 +102,7 @@ def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab,
     work.mkdir()
     first = int(cli(home, "queue", "add", _emulator_job(tmp_path, 2000), "--workload", "emu",
                     check=True).stdout)
-    _wait(home, lambda js: js[first]["observed_speed"] is not None)
+    wait_jobs(home, lambda js: js[first]["observed_speed"] is not None)
     second = int(cli(home, "queue", "add", _emulator_job(tmp_path, 400, "ckpt"), "--workload",
                      "emu", "--checkpoint-signal", "USR1", "--chdir", str(work),
                      check=True).stdout)
@@ -146,12 +114,12 @@ def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab,
     lab.kill()
     assert jobs_by_id(home)[second]["reason"].startswith("checkpoint: ")   # read offline
     lab.start()
-    jobs = _wait(home, lambda js: js[second].get("checkpoints") == 1)
+    jobs = wait_jobs(home, lambda js: js[second].get("checkpoints") == 1)
     # requeued, not failed (on a loaded machine its short second attempt may be over already)
     assert jobs[second]["state"] in ("queued", "starting", "running", "succeeded")
     saved = int((work / "ckpt").read_text())
     assert saved > 0
-    jobs = _wait(home, lambda js: js[second]["state"] in ("succeeded", "failed"), timeout=180)
+    jobs = wait_jobs(home, lambda js: js[second]["state"] in ("succeeded", "failed"), timeout=180)
     assert jobs[second]["state"] == "succeeded" and jobs[first]["state"] == "succeeded"
     assert (jobs[second]["attempts"], jobs[second]["checkpoints"]) == (2, 1)
     assert jobs[first]["attempts"] == 1
@@ -174,10 +142,10 @@ def test_an_opportunistic_job_yields_to_a_regular_one_through_a_controller_kill(
     home, node = lab.home, lab.node
     opp = int(cli(home, "queue", "add", _emulator_job(tmp_path, 10**6), "--workload", "emu",
                   "--opportunistic", "--exclusive", check=True).stdout)
-    _wait(home, lambda js: js[opp]["state"] == "running")
+    wait_jobs(home, lambda js: js[opp]["state"] == "running")
     regular = int(cli(home, "queue", "add", _emulator_job(tmp_path, 600), "--workload", "emu",
                       check=True).stdout)
-    jobs = _wait(home, lambda js: js[opp]["state"] == "suspended")
+    jobs = wait_jobs(home, lambda js: js[opp]["state"] == "suspended")
     lab.kill()
     assert jobs[opp]["reason"] == (f"suspended: opportunistic: regular job {regular} waits "
                                    f"for {node}:0; resumed when it leaves")
@@ -186,15 +154,15 @@ def test_an_opportunistic_job_yields_to_a_regular_one_through_a_controller_kill(
     while not _all_stopped(opp, node, home) and jobs_by_id(home)[regular]["state"] != "succeeded":
         assert time.monotonic() < deadline, _states(attempt_processes(opp, node, home))
         time.sleep(0.1)
-    jobs = _wait(home, lambda js: js[regular]["state"] in ("succeeded", "failed"))
+    jobs = wait_jobs(home, lambda js: js[regular]["state"] in ("succeeded", "failed"))
     assert jobs[regular]["state"] == "succeeded" and jobs[regular]["node"] == node
-    _wait(home, lambda js: js[opp]["state"] == "running")
+    wait_jobs(home, lambda js: js[opp]["state"] == "running")
     deadline = time.monotonic() + 30   # resumed: running, and really continued
     while "T" in _states(attempt_processes(opp, node, home)):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     cli(home, "queue", "cancel", str(opp), check=True)
-    jobs = _wait(home, lambda js: js[opp]["state"] == "cancelled")
+    jobs = wait_jobs(home, lambda js: js[opp]["state"] == "cancelled")
     assert jobs[opp]["attempts"] == jobs[regular]["attempts"] == 1
     detail = json.loads(cli(home, "queue", "show", str(opp), "--json", check=True).stdout)
     moves = [(e["old_state"], e["new_state"]) for e in detail["events"]]

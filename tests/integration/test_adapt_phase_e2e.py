@@ -5,58 +5,25 @@ new rates, give the workload a 'phase' profile sample that replaces its profile 
 not average it in, nor reject it as an outlier), and leave a ``--no-adapt`` job alone."""
 from __future__ import annotations
 
-import json
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id
+from helpers.adapt_lab import EMU, EMULATOR, emulator_lab
+from helpers.controllers import cli, jobs_by_id, wait_jobs
 from iadeep_cli.profiles import Profile
-from iadeep_cli.store import Store, profiles as profrows
-
-EMULATOR = Path(__file__).resolve().parents[1] / "helpers" / "contention.py"
-# the lab profiled the emulator before: 100 it/s alone (what contention.py's SOLO_S gives)
-EMU = Profile("emu", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="NVIDIA H200",
-              solo_it_per_s=100.0)
-
-
-def _wait(home: Path, done, timeout: float = 240.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = jobs_by_id(home)
-        if done(jobs):
-            return jobs
-        time.sleep(0.2)
-    raise AssertionError(f"timed out; jobs now: {json.dumps(jobs_by_id(home), indent=1)}")
+from iadeep_cli.store import profiles as profrows
 
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(1)
-    node = next(iter(cluster.nodes))
-    cluster.nodes[node].set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
     # a drop to a tenth of the rate, against a threshold of a half: a loaded test machine's
     # slower iterations are not mistaken for it
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n  kill_grace: 3\n"
-                         "  policy:\n"
-                         "    adapt: {observe_s: 0, polls: 3, window_s: 1.0, "
-                         "phase_threshold: 0.5, phase_persist_s: 1}\n"
-                         + cluster.inventory_yaml())
-    home = tmp_path / "state"
-    home.mkdir(mode=0o700)
-    store = Store(home / "iadeep.db")
-    with store.tx() as conn:
-        profrows.upsert_profile(conn, EMU, time.time())
-    store.close()
-    ctl = ControllerProcess(home, inventory).start()
-    ctl.node = node
-    yield ctl
-    ctl.stop()
-    cluster.kill_jobs()
+    with emulator_lab(sshd_cluster, tmp_path, "{observe_s: 0, polls: 3, window_s: 1.0, "
+                      "phase_threshold: 0.5, phase_persist_s: 1}") as ctl:
+        yield ctl
 
 
 def _phase_job(tmp_path: Path, name: str, fast: int, slow: int) -> str:
@@ -94,14 +61,14 @@ def test_a_job_alone_that_changes_phase_refreshes_its_profile(lab, tmp_path):
     # --no-adapt: the same change, and nothing is done about it
     opted = int(cli(home, "queue", "add", _phase_job(tmp_path, "opted", 100, 100),
                     "--workload", "emu", "--no-adapt", check=True).stdout)
-    _wait(home, lambda js: js[opted]["state"] in ("succeeded", "failed"))
+    wait_jobs(home, lambda js: js[opted]["state"] in ("succeeded", "failed"))
     assert _samples(home) == []
     assert _profile(home)[0].solo_it_per_s == 100.0
     assert "phase change" not in cli(home, "queue", "show", str(opted), check=True).stdout
 
     job = int(cli(home, "queue", "add", _phase_job(tmp_path, "phased", 150, 250),
                   "--workload", "emu", check=True).stdout)
-    _wait(home, lambda js: js[job]["state"] in ("succeeded", "failed")
+    wait_jobs(home, lambda js: js[job]["state"] in ("succeeded", "failed")
           or any(s["kind"] == "phase" and s["job_id"] == job for s in _samples(home)))
     samples = [s for s in _samples(home) if s["kind"] == "phase"]
     assert samples and samples[-1]["job_id"] == job and samples[-1]["accepted"] == 1
@@ -114,7 +81,7 @@ def test_a_job_alone_that_changes_phase_refreshes_its_profile(lab, tmp_path):
     assert "profile 'emu' on NVIDIA H200 refreshed with this phase" in shown
     why = cli(home, "queue", "why", str(job), check=True).stdout
     assert "phase change" in why or jobs_by_id(home)[job]["state"] != "running"
-    jobs = _wait(home, lambda js: js[job]["state"] in ("succeeded", "failed"))
+    jobs = wait_jobs(home, lambda js: js[job]["state"] in ("succeeded", "failed"))
     assert jobs[job]["state"] == "succeeded" and jobs[job]["attempts"] == 1
     # later samples of 'emu' learn against the refreshed profile, not the old 100 it/s
     assert _profile(home)[0].solo_it_per_s == refreshed.solo_it_per_s

@@ -21,6 +21,7 @@ from helpers.controllers import (
     env_for,
     jobs_by_id,
     start_lab,
+    wait_jobs,
     wait_until,
 )
 
@@ -38,18 +39,6 @@ def _inventory(cluster, tmp_path, gpus=1, grace=3.0):
 
 
 _jobs = jobs_by_id
-
-
-def _wait(home, done, timeout=240.0):
-    """Poll the jobs until ``done(jobs)``; ``timeout`` only bounds what never happens (parallel
-    tests on a loaded machine make a controller's restart take tens of seconds)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = _jobs(home)
-        if done(jobs):
-            return jobs
-        time.sleep(0.3)
-    raise AssertionError(f"timed out; jobs now: {json.dumps(_jobs(home), indent=1)}")
 
 
 def _add(home, *args):
@@ -73,7 +62,7 @@ def test_jobs_run_to_completion_with_exact_arguments(lab, tmp_path):
     bad = tmp_path / "fails.sh"
     bad.write_text("#!/bin/sh\necho about to fail\nexit 3\n")
     failing = _add(home, str(bad))
-    jobs = _wait(home, lambda js: all(j["state"] in FINISHED for j in js.values()))
+    jobs = wait_jobs(home, lambda js: all(j["state"] in FINISHED for j in js.values()))
     assert (jobs[hello]["state"], jobs[hello]["exit_code"]) == ("succeeded", 0)
     assert (jobs[steps]["state"], jobs[steps]["exit_code"]) == ("succeeded", 0)
     assert (jobs[failing]["state"], jobs[failing]["exit_code"]) == ("failed", 3)
@@ -106,10 +95,10 @@ def test_jobs_run_to_completion_with_exact_arguments(lab, tmp_path):
 def test_cancel_a_running_job_stops_it_on_its_node(lab):
     home = lab.home
     job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "600", "0.1")
-    _wait(home, lambda js: js[job]["state"] == "running")
+    wait_jobs(home, lambda js: js[job]["state"] == "running")
     assert cli(home, "queue", "cancel", str(job), check=True).stdout.strip() == \
         f"job {job}: cancelling"
-    jobs = _wait(home, lambda js: js[job]["state"] in FINISHED, timeout=30)
+    jobs = wait_jobs(home, lambda js: js[job]["state"] in FINISHED, timeout=30)
     assert jobs[job]["state"] == "cancelled"
 
 
@@ -129,7 +118,7 @@ def test_sigkill_while_jobs_start_and_run_loses_and_duplicates_nothing(lab, tmp_
         time.sleep(0.7)
         lab.kill(signal.SIGKILL)
         lab.start()
-    jobs = _wait(home, lambda js: all(js[i]["state"] in FINISHED for i in ids))
+    jobs = wait_jobs(home, lambda js: all(js[i]["state"] in FINISHED for i in ids))
     assert [jobs[i]["state"] for i in ids] == ["succeeded"] * 6
     assert [jobs[i]["exit_code"] for i in ids] == [0] * 6
     started = marks.read_text().split()
@@ -140,10 +129,10 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
     home = lab.home
     script, _ = _marker_script(tmp_path, 600)   # runs until the cancellation stops it
     job = _add(home, str(script), "--exclusive")
-    jobs = _wait(home, lambda js: js[job]["state"] == "running")
+    jobs = wait_jobs(home, lambda js: js[job]["state"] == "running")
     node = jobs[job]["node"]
     lab.cluster.stop(node)
-    jobs = _wait(home, lambda js: js[job]["state"] == "lost")
+    jobs = wait_jobs(home, lambda js: js[job]["state"] == "lost")
     assert "silent" in jobs[job]["reason"]
     assert cli(home, "queue", "cancel", str(job), check=True).stdout.strip() == \
         f"job {job}: cancelled"
@@ -155,7 +144,7 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
 def test_unknown_workload_is_profiled_alone_then_known(lab):
     home = lab.home
     job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1")
-    jobs = _wait(home, lambda js: js[job]["workload"] == "steps_progress"
+    jobs = wait_jobs(home, lambda js: js[job]["workload"] == "steps_progress"
                  and js[job]["observed_speed"] is not None)
     assert jobs[job]["state"] == "running"
     assert jobs[job]["observed_speed"] == 1.0   # it runs alone, reporting progress
@@ -169,7 +158,7 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
         [(job, me, True)]   # attributable: which job, whose, when
     assert 1 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s
     cli(home, "queue", "cancel", str(job), check=True)
-    _wait(home, lambda js: js[job]["state"] == "cancelled", timeout=30)
+    wait_jobs(home, lambda js: js[job]["state"] == "cancelled", timeout=30)
 
 
 def test_logs_follow_streams_until_the_job_ends(lab, tmp_path):
@@ -180,7 +169,7 @@ def test_logs_follow_streams_until_the_job_ends(lab, tmp_path):
     script.write_text(f"#!/bin/sh\necho \"job $IADEEP_JOB_ID started\"\n"
                       f"while [ ! -e {gate} ]; do sleep 0.1; done\necho done\n")
     job = _add(home, str(script))
-    _wait(home, lambda js: js[job]["state"] == "running")
+    wait_jobs(home, lambda js: js[job]["state"] == "running")
     follow = subprocess.Popen([*IADEEP, "logs", str(job), "--follow"], env=env_for(home),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -202,7 +191,7 @@ def test_finished_jobs_directories_go_after_the_retention(sshd_cluster, tmp_path
     ctl = ControllerProcess(tmp_path / "state", inv).start()
     try:
         job = _add(ctl.home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=0")
-        node = _wait(ctl.home, lambda js: js[job]["state"] == "succeeded")[job]["node"]
+        node = wait_jobs(ctl.home, lambda js: js[job]["state"] == "succeeded")[job]["node"]
         install = (ctl.home / "install_id").read_text().strip()   # not an earlier test's job
         jobs_dir = Path(cluster.workdir) / install / node / "jobs"
         wait_until(lambda: not list(jobs_dir.glob(f"{job}*")), limit=60)

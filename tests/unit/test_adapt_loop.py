@@ -17,18 +17,15 @@ from pathlib import Path
 
 import pytest
 
+# EMU: a light workload the model lets share (predicted ~0.9 each), at the emulator's rate
+from helpers.adapt_lab import EMU, EMULATOR
 from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.loop import SchedulingLoop
 from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.profiles import Profile
 from iadeep_cli.store import Store, jobs as jobrows, profiles as profrows
 
 pytestmark = pytest.mark.unit
-EMULATOR = Path(__file__).resolve().parents[1] / "helpers" / "contention.py"
-# A light workload the model lets share (predicted ~0.9 each), with the emulator's solo rate.
-EMU = Profile("emu", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="NVIDIA H200",
-              solo_it_per_s=100.0)
 FAST = AdaptPolicy(observe_s=0, polls=3, window_s=1.0)
 
 
