@@ -85,3 +85,17 @@ def pyplot():
     matplotlib.use("Agg")   # no display: a file
     import matplotlib.pyplot as plt
     return plt
+
+
+def save_plot(fig, path: str, dpi: int) -> None:
+    """Write a ``pyplot()`` figure to ``path`` and free it; a path that cannot be written is
+    one clear error, not a traceback."""
+    from .errors import InputError
+
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write plot ({exc.strerror or exc})",
+                         hint="choose a writable path for --plot") from None
+    finally:
+        pyplot().close(fig)

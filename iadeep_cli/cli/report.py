@@ -22,7 +22,7 @@ import typer
 
 from ..errors import InputError, NotFoundError, PermissionDenied
 from ..paths import StateDir
-from ..text import clock, duration, pyplot
+from ..text import clock, duration, pyplot, save_plot
 from . import render
 from .root import app
 
@@ -246,5 +246,4 @@ def _draw(daily: accounting.Report, target: str) -> None:
     hours.set_title(f"GPU-hours and impact factor per day\n{clock(daily.since)} to "
                     f"{clock(daily.until)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))   # room for the legend below
-    fig.savefig(target, dpi=100)
-    plt.close(fig)
+    save_plot(fig, target, dpi=100)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ..errors import InputError, NotFoundError
 from ..inventory import FairShare, Policy
 from ..paths import file_problem
-from ..text import pyplot
+from ..text import pyplot, save_plot
 from .engine import (
     DEFAULT_POLICIES,
     POLICIES,
@@ -291,13 +291,7 @@ def plot_jct(report: SimReport, path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write plot ({exc.strerror or exc})",
-                         hint="choose a writable path for --plot") from None
-    finally:
-        plt.close(fig)
+    save_plot(fig, path, dpi=120)
 
 
 def summary_rows(reports: Sequence[SimReport]) -> list[dict]:
@@ -501,10 +495,4 @@ def plot_sweep(reports: Sequence[SeedReport], path: str, key: str | None) -> Non
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=90)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write plot ({exc.strerror or exc})",
-                         hint="choose a writable path for --plot") from None
-    finally:
-        plt.close(fig)
+    save_plot(fig, path, dpi=90)
