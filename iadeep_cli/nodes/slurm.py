@@ -53,13 +53,29 @@ ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "
 # squeue's states of a job Slurm has not started (yet, or again): iadeep's job stays `starting`.
 WAITING = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                      "RESV_DEL_HOLD"})
+# squeue's reasons for a job held (``scontrol hold``, by an admin or its user): Slurm will not
+# start it until released.
+HELD_REASONS = ("JobHeldAdmin", "JobHeldUser")
+
+
+def held_in_slurm(reason: str | None) -> bool:
+    """Whether a pending Slurm job's reason (squeue's, or iadeep's "pending: <reason>") says
+    it is held."""
+    return (reason or "").endswith(HELD_REASONS)
+
+
 _GRES = re.compile(r"^(gpu|shard):([A-Za-z0-9_]+):(\d+)")
 SLURM_TIMEOUT_S = 20.0
 
 
 def tag(install_id: str, job_id: int, attempt: int) -> str:
     """The Slurm job name of one attempt: found again after a crash, never reused."""
-    return f"iadeep-{install_id[:12]}-{int(job_id)}-{int(attempt)}"
+    return f"{_tag_prefix(install_id, job_id)}{int(attempt)}"
+
+
+def _tag_prefix(install_id: str, job_id: int) -> str:
+    """What every attempt's name of one iadeep job starts with."""
+    return f"iadeep-{install_id[:12]}-{int(job_id)}-"
 
 
 class Slurm:
@@ -275,12 +291,19 @@ class SlurmPool:
         except NodeError as exc:
             return tuple(NodeSnapshot(n.name, start, error=exc.message) for n in nodes)
         rtt = time.monotonic() - t0
-        ids = {int(j) for e in expect.values() for j, _, _ in e}
+        # the attempt (hence the name) is looked up only for a job whose Slurm id was not
+        # recorded: a crash between sbatch and its commit
+        ids = {int(j) for e in expect.values() for j, slurm_id, _ in e if not slurm_id}
         attempt = dict(self.attempts(ids)) if ids else {}
         by_id = {j.id: j for j in sq}
         by_name = {j.name: j for j in sorted(sq, key=lambda j: j.id)}
-        ours = {j.id: int(j.name.split("-")[3]) for j in sq
+        # iadeep's own Slurm jobs: Slurm id -> iadeep job id (the name's third field)
+        ours = {j.id: int(j.name.split("-")[2]) for j in sq
                 if re.fullmatch(rf"iadeep-{re.escape(self.install_id[:12])}-\d+-\d+", j.name)}
+        on_node: dict[str, list[SlurmJob]] = {}
+        for j in sq:
+            if j.state not in ENDED:
+                on_node.setdefault(j.node, []).append(j)
         out = []
         for node in nodes:
             n = info.get(node.name)
@@ -306,8 +329,7 @@ class SlurmPool:
                 else:
                     states.append((int(job_id), RemoteJob("running", pid=sj.id)))
             error = self._node_error(n)
-            gpus = () if error else self._gpus(node, n, [j for j in sq if j.node == node.name
-                                                         and j.state not in ENDED], ours)
+            gpus = () if error else self._gpus(node, n, on_node.get(node.name, []), ours)
             out.append(NodeSnapshot(node.name, start, gpus=gpus, error=error, rtt_s=rtt,
                                     jobs=tuple(states)))
         return tuple(out)
@@ -323,9 +345,9 @@ class SlurmPool:
 
     def _gpus(self, node: Node, n: dict, running: list[SlurmJob], ours: dict[int, int]
               ) -> tuple[GpuSample, ...]:
-        """The node's GPUs as Slurm holds them: iadeep's jobs as processes with their job id
-        (so placement counts them), others' as foreign processes using their share of the
-        GPU's memory (a whole GPU: all of it)."""
+        """The node's GPUs as Slurm holds them: iadeep's jobs (``ours``: Slurm id -> iadeep
+        job id) as processes with their job id (so placement counts them), others' as foreign
+        processes using their share of the GPU's memory (a whole GPU: all of it)."""
         shards = gpu_types(str(n.get("gres") or ""), self.settings.gpu_type_prefix)["shard"]
         total = self.settings.gpu_memory_gib * 1024.0
         gpus = []
@@ -337,9 +359,7 @@ class SlurmPool:
                     continue
                 kind, count = held
                 if j.id in ours:
-                    # the iadeep job id is the name's third field
-                    procs.append(GpuProcess(j.id, None, f"slurm job {j.id}",
-                                            job_id=int(j.name.split("-")[2])))
+                    procs.append(GpuProcess(j.id, None, f"slurm job {j.id}", job_id=ours[j.id]))
                     continue
                 share = total if kind == "gpu" else total * count / max(1, shards.get(index, 1))
                 used += share
@@ -499,22 +519,23 @@ def launch(pool: SlurmPool, node: str, job: Job, gpu_indices: Sequence[int],
     return int(first), False
 
 
-def _attempt_ids(pool: SlurmPool, job_id: int) -> list[int]:
-    """Every Slurm job (any attempt) of iadeep job ``job_id`` that has not ended."""
-    prefix = f"iadeep-{pool.install_id[:12]}-{int(job_id)}-"
-    out = pool.slurm.run(["squeue", "-h", "-a", "-o", "%i %j %T"])
-    ids = []
+def _attempts(pool: SlurmPool, job_id: int) -> list[tuple[int, str, str]]:
+    """(Slurm id, state, reason) of every Slurm job (any attempt) of iadeep job ``job_id`` that
+    has not ended: what cancel, signal, suspend/resume and hold/release act on."""
+    prefix = _tag_prefix(pool.install_id, job_id)
+    out = pool.slurm.run(["squeue", "-h", "-a", "-o", "%i %j %T %r"])
+    found = []
     for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].startswith(prefix) and parts[2] not in ENDED:
-            ids.append(int(parts[0]))
-    return ids
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[1].startswith(prefix) and parts[2] not in ENDED:
+            found.append((int(parts[0]), parts[2], parts[3] if len(parts) > 3 else ""))
+    return found
 
 
 def cancel(pool: SlurmPool, job_id: int) -> str:
     """``scancel`` every Slurm job of the iadeep job (Slurm sends TERM, then KILL after its
     KillWait); "terminated", or "missing" when none runs."""
-    ids = _attempt_ids(pool, job_id)
+    ids = [slurm_id for slurm_id, _, _ in _attempts(pool, job_id)]
     if not ids:
         return "missing"
     pool.slurm.run(["scancel", *map(str, ids)])
@@ -524,7 +545,7 @@ def cancel(pool: SlurmPool, job_id: int) -> str:
 def signal(pool: SlurmPool, job_id: int, name: str) -> bool:
     if name not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
-    ids = _attempt_ids(pool, job_id)
+    ids = [slurm_id for slurm_id, _, _ in _attempts(pool, job_id)]
     if ids:
         pool.slurm.run(["scancel", "--full", f"--signal={name}", *map(str, ids)])
     return bool(ids)
@@ -538,19 +559,11 @@ def pause(pool: SlurmPool, job_id: int, stop: bool) -> bool:
     left alone, so the controller may repeat either after a crash. True if the job was there.
     iadeep's state (``suspended``/``running``, controller/adapt.py) stays the one that says
     what must be; this only carries it out."""
-    prefix = f"iadeep-{pool.install_id[:12]}-{int(job_id)}-"
-    out = pool.slurm.run(["squeue", "-h", "-a", "-o", "%i %j %T"])
-    ids, todo = [], []
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) != 3 or not parts[1].startswith(prefix) or parts[2] in ENDED:
-            continue
-        ids.append(parts[0])
-        if parts[2] == ("RUNNING" if stop else "SUSPENDED"):
-            todo.append(parts[0])
+    attempts = _attempts(pool, job_id)
+    todo = [str(i) for i, state, _ in attempts if state == ("RUNNING" if stop else "SUSPENDED")]
     if todo:
         pool.slurm.run(["scontrol", "suspend" if stop else "resume", ",".join(todo)])
-    return bool(ids)
+    return bool(attempts)
 
 
 def hold(pool: SlurmPool, job_id: int, held: bool) -> bool:
@@ -558,19 +571,12 @@ def hold(pool: SlurmPool, job_id: int, held: bool) -> bool:
     Slurm does what iadeep's state (``held`` or ``starting``) says; a job already as wanted, or
     no longer pending, is left alone (idempotent: the loop repeats it until the poll agrees).
     True if a pending Slurm job of it was there."""
-    prefix = f"iadeep-{pool.install_id[:12]}-{int(job_id)}-"
-    out = pool.slurm.run(["squeue", "-h", "-a", "-t", "PD", "-o", "%i %j %r"])
-    ids, todo = [], []
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) != 3 or not parts[1].startswith(prefix):
-            continue
-        ids.append(parts[0])
-        if parts[2].startswith("JobHeld") != held:
-            todo.append(parts[0])
+    pending = [(i, reason) for i, state, reason in _attempts(pool, job_id)
+               if state == "PENDING"]
+    todo = [str(i) for i, reason in pending if held_in_slurm(reason) != held]
     if todo:
         pool.slurm.run(["scontrol", "hold" if held else "release", ",".join(todo)])
-    return bool(ids)
+    return bool(pending)
 
 
 def read_file(pool: SlurmPool, node: str, job: Job, path: str, offset: int,
