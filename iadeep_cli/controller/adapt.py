@@ -147,7 +147,7 @@ class Adapter:
         for job in jobs:
             if (gpu := _gpu_of(job)) is not None:
                 per_gpu.setdefault(gpu, []).append(job)
-        rates = getattr(self.loop.observer, "alone_rates", {})
+        rates = self.loop.observer.alone_rates
         solos: list[Solo] = []
         samples: dict[int, Any] = {}
         for group in per_gpu.values():
@@ -200,37 +200,40 @@ class Adapter:
     # ------------------------------------------------------------------ --opportunistic
     def make_room(self, queue: list[Job], active: list[Job], snapshot: Any,
                   profiles: dict, decide: Callable[[list[Job], Any, list[Job]], Any]
-                  ) -> None:
+                  ) -> bool:
         """Suspend (or checkpoint) the ``--opportunistic`` jobs on GPUs that a waiting regular
         job would get if they were not there: ``plan()`` is asked twice, pure both times,
         once as things are (who waits) and once without the opportunistic jobs (where those
         would go).  Each yields for the job that takes its GPU, and is resumed when it leaves.
         ``decide(queue, slots, active)``: plan() as the round asks it (the loop's, with its
         fair-share points and closed GPUs), so the trial ranks the waiting jobs as the round
-        will."""
+        will. True if a job was told to yield (the active jobs changed)."""
         from ..scheduler.placement import slots_from_snapshot
 
         policy = self.policy
         if not (policy.enabled and policy.suspend):
-            return
+            return False
         opp = [j for j in active if j.spec.opportunistic and j.state == JobState.RUNNING
                and not j.spec.no_adapt and j.checkpoint_at is None and j.node is not None]
         regular = [j for j in queue if not j.spec.opportunistic]
         if not (opp and regular):
-            return
+            return False
         inv, now = self.loop.inventory, self.loop.clock()
         slots = slots_from_snapshot(snapshot, active, inv, profiles)
         placed = {p.job_id for p in decide(regular, slots, self.residents(active)).placements}
         waiting = [j for j in regular if j.id not in placed]
         if not waiting:
-            return
+            return False
         others = [j for j in active if not j.spec.opportunistic]
         trial = decide(waiting, slots_from_snapshot(snapshot, others, inv, profiles), others)
+        yielded = False
         for p in trial.placements:
             for job in opp:
                 if job.node == p.node and set(job.gpu_indices) & set(p.gpu_indices):
                     self._yield(job, p.job_id, f"{p.node}:{','.join(map(str, p.gpu_indices))}",
                                 now)
+                    yielded = True
+        return yielded
 
     def _yield(self, job: Job, regular: int, where: str, now: float) -> None:
         why = (f"opportunistic: regular job {regular} waits for {where}; resumed when it "
@@ -423,9 +426,8 @@ def _shared(jobs: list[Job]) -> dict[str, list[Job]]:
     groups: dict[str, list[Job]] = {}
     busy: set[str] = set()
     for job in jobs:
-        if job.node is None or len(job.gpu_indices) != 1:
+        if (name := _gpu_of(job)) is None:
             continue
-        name = f"{job.node}:{job.gpu_indices[0]}"
         if job.state == JobState.RUNNING:
             groups.setdefault(name, []).append(job)
         else:
@@ -434,6 +436,7 @@ def _shared(jobs: list[Job]) -> dict[str, list[Job]]:
 
 
 def _gpu_of(job: Job) -> str | None:
+    """The name ("node:index") of the one GPU a job holds; None for none or several."""
     if job.node is None or len(job.gpu_indices) != 1:
         return None
     return f"{job.node}:{job.gpu_indices[0]}"

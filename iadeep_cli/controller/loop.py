@@ -34,6 +34,7 @@ from ..inventory import Inventory
 from ..jobs import ACTIVE, Job, JobState, dependencies, parse_signal, run_dir_note
 from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
+from ..nodes.slurm import held_in_slurm
 from ..profiles import Profile
 from ..scheduler.gpumodels import ModelSpeeds, model_speeds
 from ..snapshot import ClusterSnapshot, GpuSample
@@ -279,7 +280,7 @@ class SchedulingLoop:
         if remote is None or remote.state == "unknown":
             return   # Slurm did not answer: nothing is known
         if remote.state == "pending":
-            if not (remote.reason or "").endswith(("JobHeldAdmin", "JobHeldUser")):
+            if not held_in_slurm(remote.reason):
                 self._slurm_hold(job, True)
         elif remote.state == "running":   # back to starting, then running as any start
             job = self._move(job, JobState.STARTING, "not held: Slurm had started it before "
@@ -320,8 +321,7 @@ class SchedulingLoop:
             # Slurm has it but has not started it: still `starting` (it holds its place on the
             # GPU iadeep chose), with Slurm's reason for `queue show/why`; running only once
             # squeue says RUNNING
-            if job.state == JobState.STARTING and (remote.reason or "").endswith(
-                    ("JobHeldAdmin", "JobHeldUser")):
+            if job.state == JobState.STARTING and held_in_slurm(remote.reason):
                 self._slurm_hold(job, False)   # iadeep says it should start (released)
             if job.state == JobState.STARTING:
                 why = f"submitted to Slurm as job {remote.pid}; waiting for Slurm " \
@@ -631,18 +631,22 @@ class SchedulingLoop:
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
         closed = self.adapt.closed(now)
+        speeds: dict[tuple[str, ...], ModelSpeeds | None] = {}   # per set of GPU models
 
         def decide(jobs: list[Job], slots: Sequence[GpuSlot], residents: list[Job]) -> Plan:
             """plan() as this round asks it, also for the opportunistic jobs' trial: the same
             cautious reading of the predictor as `iadeep sim`'s iadeep policy, the same
             fair-share points, the same GPUs closed to partners and the same speeds per GPU
-            model."""
+            model (read once a round)."""
+            models = tuple(dict.fromkeys(s.gpu_model for s in slots))
+            if models not in speeds:
+                speeds[models] = self._model_speeds(models)
             return plan(jobs, slots, residents, profiles, CautiousModel(self.model),
                         self.inventory.policy, self.inventory.user_limits, now,
-                        fairshare=fair, closed=closed, speeds=self._model_speeds(slots))
+                        fairshare=fair, closed=closed, speeds=speeds[models])
 
-        self.adapt.make_room(queue, active, snapshot, profiles, decide)   # opportunists yield
-        active = self._jobs(ACTIVE)
+        if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
+            active = self._jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(decided.waits)
@@ -659,11 +663,11 @@ class SchedulingLoop:
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
 
-    def _model_speeds(self, slots) -> ModelSpeeds | None:
+    def _model_speeds(self, models: tuple[str, ...]) -> ModelSpeeds | None:
         """Each workload's solo speed per GPU model (scheduler/gpumodels.py), from every
-        profile known, shipped and the lab's of every model, when the slots hold more than
-        one model; None otherwise (plan() then decides as on one model)."""
-        models = list(dict.fromkeys(s.gpu_model for s in slots))
+        profile known, shipped and the lab's of every model, when the round's GPUs are of more
+        than one model (``models``, in slot order); None otherwise (plan() then decides as on
+        one model)."""
         if len(models) < 2:
             return None
         with self.store.tx() as conn:
