@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..snapshot import ClusterSnapshot
@@ -97,12 +97,14 @@ def _gpus(row: sqlite3.Row) -> list[GpuKey]:
     return [(row["node"], g) for g in json.loads(row["gpu_indices"])]
 
 
-def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None = None) -> None:
+def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None = None,
+           rows: Sequence[sqlite3.Row] | None = None) -> None:
     """Add each running job's rate x the time since it was last accounted, up to ``now`` (only
-    the jobs on GPUs ``only``, if given: a transition there changes their rates)."""
+    the jobs on GPUs ``only``, if given: a transition there changes their rates). ``rows``:
+    the running jobs as ``_running`` read them, if the caller has them."""
     scope = None if only is None else set(only)
     buckets: dict[tuple[int, float], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    for row in _running(conn):
+    for row in _running(conn) if rows is None else rows:
         if scope is not None and not scope.intersection(_gpus(row)):
             continue
         if row["acct_at"] is None or row["acct_rate"] is None or now <= row["acct_at"]:
@@ -137,12 +139,16 @@ def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None =
 
 def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, float] | None = None,
             power: Mapping[GpuKey, float] | None = None,
-            only: Iterable[GpuKey] | None = None) -> None:
+            only: Iterable[GpuKey] | None = None,
+            rows: Sequence[sqlite3.Row] | None = None) -> None:
     """Set the rate each running job accrues at from now on (only the jobs on GPUs ``only``, if
     given), from how many jobs share each of its GPUs, this poll's ``observed`` speeds and the
     GPUs' ``power`` draw (None: the last recorded poll's). A job accounted for the first time
-    (it just started running, or an older controller started it) counts from ``now``."""
-    rows = _running(conn)
+    (it just started running, or an older controller started it) counts from ``now``.
+    ``rows``: the running jobs as ``_running`` read them, if the caller has them (``accrue``
+    changes none of what this reads: the rate, the predicted speed; ``acct_at`` only where it
+    was set)."""
+    rows = _running(conn) if rows is None else rows
     sharing: dict[GpuKey, int] = defaultdict(int)
     for row in rows:
         for key in _gpus(row):
@@ -185,8 +191,9 @@ def tick(conn: sqlite3.Connection, now: float, observed: Mapping[int, float],
          power: Mapping[GpuKey, float]) -> None:
     """One poll's accounting: accrue every running job up to ``now``, set its rate from this
     poll, and fold minute rows older than two days into hour rows."""
-    accrue(conn, now)
-    reprice(conn, now, observed=observed, power=power)
+    rows = _running(conn)   # read once for both: every poll, every running job
+    accrue(conn, now, rows=rows)
+    reprice(conn, now, observed=observed, power=power, rows=rows)
     compact(conn, now)
 
 

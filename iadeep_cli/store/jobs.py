@@ -205,9 +205,10 @@ def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str
         if new is not JobState.RUNNING:
             conn.execute("UPDATE jobs SET acct_at = NULL, acct_rate = NULL WHERE id=?",
                          (job_id,))
-        row = conn.execute("SELECT node, gpu_indices FROM jobs WHERE id=?", (job_id,)).fetchone()
+        # the GPUs it left and the ones it is on now (what ``update`` just wrote, or kept)
+        node, indices = fields.get("node", job.node), fields.get("gpu_indices", job.gpu_indices)
         gpus = {(job.node or "", g) for g in job.gpu_indices}
-        gpus |= {(row["node"] or "", g) for g in json.loads(row["gpu_indices"])}
+        gpus |= {(node or "", g) for g in indices or ()}
         impact.reprice(conn, now, only=gpus)   # their sharing changed; this job starts at now
     log.info("job %d (%s/%s): %s -> %s: %s", job_id, job.owner, job.name, job.state, new, reason)
     return get(conn, job_id)
