@@ -97,18 +97,18 @@ class Controller:
         # nvidia-smi gives up well inside it, so that its node, which still answers, is never
         # taken for a silent one.
         grace = inventory.node_grace_s
-        if inventory.slurm is not None:   # Slurm's nodes answer through it, the rest over SSH
-            from ..nodes.slurm import SlurmPool
-            # the SSH nodes, and the Slurm nodes read over SSH for their GPUs' telemetry
-            ssh = dataclasses.replace(inventory, nodes=tuple(
-                n for n in inventory.nodes if n.backend != "slurm" or n.ssh_telemetry))
-            inner = NodePool(_scoped_workdirs(ssh, self.install_id),
-                             backoff_max=min(60.0, max(5.0, grace)),
-                             gpu_timeout=min(10.0, max(1.0, grace / 4)))
-            return SlurmPool(inventory, inner, self.install_id, self._attempts)
-        return NodePool(_scoped_workdirs(inventory, self.install_id),
+        # With a slurm: section Slurm's nodes answer through it, the rest over SSH: the SSH
+        # nodes, and the Slurm nodes read over SSH for their GPUs' telemetry.
+        ssh = inventory if inventory.slurm is None else dataclasses.replace(
+            inventory, nodes=tuple(n for n in inventory.nodes
+                                   if n.backend != "slurm" or n.ssh_telemetry))
+        pool = NodePool(_scoped_workdirs(ssh, self.install_id),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
+        if inventory.slurm is None:
+            return pool
+        from ..nodes.slurm import SlurmPool
+        return SlurmPool(inventory, pool, self.install_id, self._attempts)
 
     def _attempts(self, ids) -> dict[int, int]:
         """Each job's current attempt: how the Slurm backend names its Slurm job."""

@@ -387,11 +387,9 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
             raise InputError(f"job {job_id} runs on Slurm node {node}: its log is read by job")
         path = slurm.stream_path(job, stream)
         got = slurm.read_file(sp, node, job, path, offset, min(max_bytes, MAX_LOG_READ))
-    elif job is None:
-        path = f"{job_dir(workdir(pool, node), job_id)}/log"
-        got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
     else:
-        path = stream_path(pool, node, job, stream)
+        path = f"{job_dir(workdir(pool, node), job_id)}/log" if job is None else \
+            stream_path(pool, node, job, stream)
         got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
     if got is None:
         raise NotFoundError(f"job {job_id} has no {'log' if stream == 'output' else 'stderr'} "
