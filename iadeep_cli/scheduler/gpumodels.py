@@ -65,23 +65,32 @@ class ModelSpeeds:
 
     def why(self, workload: str | None, model: str) -> str:
         """How ``factor`` was obtained, for a person: 'measured on both', 'estimated ...'."""
-        return self._factor(workload, model)[1]
+        how = self._factor(workload, model)[1]
+        if how == "reference":
+            return "the reference model"
+        if how == "equal":
+            return f"no workload measured on both {model} and {self.reference}: taken as equal"
+        if how == "measured":
+            return f"measured on both {model} and {self.reference}"
+        n = self.basis.get(model, 0)
+        return (f"estimated from the {n} workload{'s' if n != 1 else ''} the lab measured on "
+                f"both {model} and {self.reference}")
 
     def _factor(self, workload: str | None, model: str) -> tuple[float, str]:
+        """The factor and how it was obtained: "reference", "equal" (nothing measured on both
+        models), "measured" (this workload on both) or "estimated" (the lab-wide ratio).
+        ``factor`` is asked per job and model each round: no text is made here."""
         if model == self.reference:
-            return 1.0, "the reference model"
+            return 1.0, "reference"
         ratio = self.ratios.get(model)
-        n = self.basis.get(model, 0)
-        lab = (f"estimated from the {n} workload{'s' if n != 1 else ''} the lab measured on "
-               f"both {model} and {self.reference}")
         if ratio is None:
-            return 1.0, f"no workload measured on both {model} and {self.reference}: taken as equal"
+            return 1.0, "equal"
         here = self.measured.get((workload, model)) if workload else None
         ref = self.measured.get((workload, self.reference)) if workload else None
         if here and ref:
-            return here / ref, f"measured on both {model} and {self.reference}"
+            return here / ref, "measured"
         # measured on one model (or on none): the lab-wide ratio carries it over
-        return ratio, lab
+        return ratio, "estimated"
 
 
 def model_speeds(profiles: Iterable[Profile], models: Iterable[str]) -> ModelSpeeds:

@@ -284,6 +284,10 @@ class _Round:
                  closed: Mapping[str, str] | None = None):
         self.gpus = [_Gpu(s) for s in slots]
         self.closed = dict(closed or {})   # GPU name -> why it takes no partners
+        # those GPUs, in slot order, looked up once (a waiting job's reason names the first it
+        # could otherwise join: no pass over every GPU's name for every job)
+        self.closed_gpus = [g for g in self.gpus if g.name in self.closed]
+        self._closed_ids = {id(g) for g in self.closed_gpus}
         self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
         # (GPU model, resident signature) -> id(gpu) -> gpu: GPUs whose residents predict the
         # same speeds, per model so a job trying one model skips the others' wholesale
@@ -304,7 +308,7 @@ class _Round:
         if not g.residents:
             self.empty.setdefault(g.node, {})[g.index] = g
             self.empty_count += 1
-        elif len(g.residents) < g.max_jobs and g.name not in self.closed and all(
+        elif len(g.residents) < g.max_jobs and id(g) not in self._closed_ids and all(
                 r.profile is not None and not r.solo_only for r in g.residents):
             self.shareable.setdefault((g.model, _sig(g.residents)), {})[id(g)] = g
 
@@ -485,8 +489,8 @@ class _ModelRound:
 def _closed_note(rnd: _Round, ok: NodeRule) -> str:
     """'; GPU n1:0 takes no partners: ...' for the first closed GPU this job could otherwise
     join (room for one more job), '' if none."""
-    for g in rnd.gpus:
-        if (g.name in rnd.closed and ok(g) and not g.reserved and g.residents
+    for g in rnd.closed_gpus:
+        if (ok(g) and not g.reserved and g.residents
                 and len(g.residents) < g.max_jobs):
             return f"; {g.name} takes no new partners: {rnd.closed[g.name]}"
     return ""
