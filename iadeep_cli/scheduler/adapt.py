@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
 from ..inventory import AdaptPolicy
 
@@ -283,6 +284,15 @@ class PhaseDetector:
     _start: dict[int, dict[str, float]] = field(default_factory=dict)
     _streaks: dict[int, _PhaseStreak] = field(default_factory=dict)
 
+    def begin(self, job_id: int, values: Mapping[str, float]) -> dict[str, float]:
+        """Record what a job's first values are (its starting phase; a metric seen before
+        keeps its first value) and return them all: each poll does this, and the simulator
+        does it when it places a job (its label's profile says how it starts)."""
+        start = self._start.setdefault(job_id, {})
+        for k, v in values.items():
+            start.setdefault(k, v)
+        return start
+
     def observe(self, now: float, solos: Sequence[Solo], policy: AdaptPolicy,
                 alive: set[int] | None = None) -> list[PhaseChange]:
         out: list[PhaseChange] = []
@@ -290,9 +300,7 @@ class PhaseDetector:
             values = _values(s)
             if not values:
                 continue
-            start = self._start.setdefault(s.job_id, {})
-            for k, v in values.items():
-                start.setdefault(k, v)
+            start = self.begin(s.job_id, values)
             if not (policy.enabled and policy.phase and s.adapt):
                 continue
             moved = phase_shift(s, start, policy)
@@ -306,7 +314,7 @@ class PhaseDetector:
             for k, v in moved.items():
                 streak.seen.setdefault(k, []).append(v)
             if streak.polls >= policy.polls and now - streak.since >= policy.phase_persist_s:
-                new = {k: _median(vs) for k, vs in streak.seen.items()}
+                new = {k: median(vs) for k, vs in streak.seen.items()}
                 prof = _profile_of(s)
                 old = {k: p if (p := prof[k]) is not None else start[k] for k in new}
                 out.append(PhaseChange(s.job_id, s.workload, old, new, streak.since,
@@ -319,8 +327,3 @@ class PhaseDetector:
                 self._streaks.pop(gone, None)
         return out
 
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0

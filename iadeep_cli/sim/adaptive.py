@@ -32,7 +32,16 @@ from typing import Any
 from ..inventory import AdaptPolicy
 from ..jobs import Job
 from ..profiles import Profile
-from ..scheduler.adapt import Detector, PhaseDetector, Sharer, Solo, closed_gpus, last_joined
+from ..scheduler.adapt import (
+    MEM,
+    UTIL,
+    Detector,
+    PhaseDetector,
+    Sharer,
+    Solo,
+    closed_gpus,
+    last_joined,
+)
 
 POLL_S = 60.0      # virtual seconds between polls (a lab's poll_interval is seconds; the
 #                    defaults' observe_s 300 s and phase_persist_s 600 s make it immaterial)
@@ -166,8 +175,8 @@ class AdaptHooks:
         after 20% of its work), so that is its phase detector's starting point."""
         p = self.profiles.get(label)
         if p is not None:
-            self.phases.observe(-1.0, [Solo(job_id, label, None, p.gpu_util, p.mem_util)],
-                                replace(self.policy, enabled=False))
+            self.phases.begin(job_id, {k: v for k, v in ((UTIL, p.gpu_util), (MEM, p.mem_util))
+                                       if v is not None})
 
     def _jitter(self, value: float | None) -> float | None:
         return None if value is None else value * self.rng.uniform(1 - JITTER, 1 + JITTER)

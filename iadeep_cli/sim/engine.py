@@ -244,6 +244,14 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     t0 = arrivals[0].submit_s if arrivals else 0.0
     fair = policy.fairshare
     ledger = UsageLedger(fair.half_life_s) if fair is not None else None
+    # a mixed cluster's truth per GPU (its model's): the solo factor, and a group's speeds
+    factor_on = speeds_on = None
+    if mixed is not None and node_model:
+        def factor_on(key, name):
+            return mixed.factor(name, node_model[key[0]])
+
+        def speeds_on(key, names):
+            return mixed.speeds(node_model[key[0]], names)
     max_node = max((c for _, c in nodes), default=0)
     for j in jobs:
         if j.gpus > max_node:
@@ -278,9 +286,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             if ledger is not None:
                 ledger.stop(i, t)
         switched = phases.switch(running, remaining, t)
-        acted = hooks.step(t, running, on_gpu, phases, speed,
-                           (lambda key, name: mixed.factor(name, node_model[key[0]]))
-                           if mixed is not None and node_model else None) \
+        acted = hooks.step(t, running, on_gpu, phases, speed, factor_on) \
             if hooks is not None and running else False
         arrived = nxt < len(arrivals) and arrivals[nxt].submit_s <= t
         while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
@@ -290,11 +296,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
         if queued and (arrived or finished or acted):   # a switch or a quiet poll: no news
-            slots = tuple(GpuSlot(n, i, memory_mib,
-                                  memory_mib - sum(mem[j] for j in on_gpu[(n, i)]),
-                                  tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu)
-                          for n, i in gpu_keys) if not node_model else \
-                _mixed_slots(gpu_keys, node_model, on_gpu, mem, policy)
+            slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy)
             points = None
             if ledger is not None and fair is not None:
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
@@ -322,9 +324,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 for idx in p.gpu_indices:
                     on_gpu[(p.node, idx)].append(p.job_id)
         if arrived or finished or acted or switched or hooks is None:   # else nothing moved
-            _update_speeds(running, on_gpu, specs, truth, speed, shared, phases,
-                           (lambda key, names: mixed.speeds(node_model[key[0]], names))
-                           if mixed is not None and node_model else None)
+            _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
         if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
@@ -346,14 +346,16 @@ def _mixed_nodes(layout: Sequence[tuple[str, int]], per_node: int
     return nodes, model_of
 
 
-def _mixed_slots(gpu_keys, node_model: Mapping[str, str], on_gpu, mem, policy: Policy
-                 ) -> tuple[GpuSlot, ...]:
+def _slots(gpu_keys, node_model: Mapping[str, str], memory_mib: float, on_gpu, mem,
+           policy: Policy) -> tuple[GpuSlot, ...]:
+    """The GPUs as plan() sees them now; on a mixed cluster (``node_model``) each of its
+    model's memory size and model key, else ``memory_mib`` and no key."""
     out = []
     for n, i in gpu_keys:
-        total = MEMORY_MIB[node_model[n]]
+        total = MEMORY_MIB[node_model[n]] if node_model else memory_mib
         out.append(GpuSlot(n, i, total, total - sum(mem[j] for j in on_gpu[(n, i)]),
                            tuple(sorted(on_gpu[(n, i)])), policy.max_jobs_per_gpu,
-                           gpu_model=node_model[n]))
+                           gpu_model=node_model.get(n, "")))
     return tuple(out)
 
 
@@ -362,17 +364,17 @@ def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> floa
     return ((prof.peak_mem_gib if prof else 0.0) + policy.memory_margin_gib) * 1024.0
 
 
-def _update_speeds(running, on_gpu, specs, truth: TruthModel, speed: dict, shared: set,
-                   phases: _Phases | None = None, on_model: Callable | None = None) -> None:
+def _update_speeds(running, on_gpu, truth: TruthModel, speed: dict, shared: set,
+                   phases: _Phases, on_model: Callable | None = None) -> None:
     """Every running job's current speed: the truth for its GPU's group (slowest GPU wins),
     for the workload each job *is* now (``phases``); a suspended job has none and is no
     partner. ``on_model(gpu key, workloads)``: a mixed cluster's truth, solo factor included."""
     speed.clear()
     for key, all_ids in on_gpu.items():
-        ids = [i for i in all_ids if phases is None or i not in phases.paused]
+        ids = [i for i in all_ids if i not in phases.paused]
         if not ids:
             continue
-        names = [phases.now[i] if phases is not None else specs[i].workload for i in ids]
+        names = [phases.now[i] for i in ids]
         if on_model is not None:
             s = on_model(key, names)
         else:
@@ -394,10 +396,11 @@ class _Phases:
             j.id: ((1.0 - j.phase_at) * j.duration_s, j.phase_to)
             for j in jobs if j.phase_to is not None and j.phase_at is not None}
         self.paused: set[int] = set()
-        self.switched = 0
 
     def next_switch(self, t: float, running, remaining, speed) -> float:
         out = math.inf
+        if not self.pending:   # no --phase-shift, or every switch done: no pass per event
+            return out
         for i in running:
             if i in self.pending and speed.get(i):
                 out = min(out, t + max(0.0, remaining[i] - self.pending[i][0]) / speed[i])
@@ -405,12 +408,14 @@ class _Phases:
 
     def switch(self, running, remaining, t: float) -> bool:
         """Switch the jobs that reached their point; whether any did."""
-        before = self.switched
+        switched = False
+        if not self.pending:
+            return switched
         for i in list(running):
             if i in self.pending and remaining[i] <= self.pending[i][0] + 1e-9 * max(1.0, t):
                 self.now[i] = self.pending.pop(i)[1]
-                self.switched += 1
-        return self.switched != before
+                switched = True
+        return switched
 
 
 def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:

@@ -75,10 +75,7 @@ def derived_factor(p: Profile, model: str) -> float:
     """Solo speed of ``p``'s workload on ``model`` relative to the H200 (module docstring)."""
     if model == REFERENCE:
         return 1.0
-    compute, bandwidth, _ = DERIVED[model]
-    u = min(1.0, max(0.0, p.gpu_util / 100.0))
-    beta = min(1.0, p.mem_util / p.gpu_util) if p.gpu_util > 0 else 0.0
-    kernel = beta / bandwidth + (1.0 - beta) / compute
+    u, kernel = _kernel(p, model)
     return 1.0 / ((1.0 - u) + u * kernel)
 
 
@@ -86,11 +83,18 @@ def _busy_growth(p: Profile, model: str) -> float:
     """u'/u: how much larger a share of the time the workload keeps the slower GPU busy."""
     if model == REFERENCE or p.gpu_util <= 0:
         return 1.0
-    compute, bandwidth, _ = DERIVED[model]
-    u = min(1.0, p.gpu_util / 100.0)
-    beta = min(1.0, p.mem_util / p.gpu_util)
-    kernel = beta / bandwidth + (1.0 - beta) / compute
+    u, kernel = _kernel(p, model)
     return kernel / ((1.0 - u) + u * kernel)
+
+
+def _kernel(p: Profile, model: str) -> tuple[float, float]:
+    """(u, the time its kernels take on ``model`` per unit on the H200): u the share of time
+    the workload keeps the H200 busy, its kernels split by ``beta`` between memory-bound (at
+    the model's bandwidth ratio) and compute-bound (at its compute ratio)."""
+    compute, bandwidth, _ = DERIVED[model]
+    u = min(1.0, max(0.0, p.gpu_util / 100.0))
+    beta = min(1.0, p.mem_util / p.gpu_util) if p.gpu_util > 0 else 0.0
+    return u, beta / bandwidth + (1.0 - beta) / compute
 
 
 @dataclass(frozen=True)

@@ -154,10 +154,11 @@ def make_planner(name: str, profiles: Mapping[str, Profile], model: Predictor, t
 
 # --------------------------------------------------------------------------- plan() itself
 def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
-               models: bool = True) -> Planner:
+               models: bool = True, hooks: AdaptHooks | None = None) -> Planner:
     """plan() as the controller calls it; ``models``: it knows each workload's speed per GPU
     model on a mixed cluster (False: blind to the model, as a scheduler without profiles per
-    model, e.g. Slurm's 'exclusive', would be)."""
+    model, e.g. Slurm's 'exclusive', would be); ``hooks``: the run-time adaptation whose GPUs
+    closed to partners each round heeds (``planner.hooks``, which the engine drives)."""
     m = CachedModel(model)
     pol = replace(ctx.policy, max_jobs_per_gpu=1) if exclusive else ctx.policy
     speeds = ctx.speeds if models and not exclusive else None
@@ -166,7 +167,9 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
         if exclusive:
             slots = tuple(replace(s, max_jobs=1) for s in slots)
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
-                    speeds=speeds)
+                    closed=hooks.closed if hooks is not None else None, speeds=speeds)
+    if hooks is not None:
+        planner.hooks = hooks    # type: ignore[attr-defined]
     return planner
 
 
@@ -178,14 +181,8 @@ def _exclusive(ctx: PolicyContext) -> Planner:
 @register("iadeep", "plan() with the fitted predictor, its speeds lowered where it is unsure, "
                     "and the controller's run-time adaptation (adaptive.py)")
 def _iadeep(ctx: PolicyContext) -> Planner:
-    hooks = AdaptHooks(ctx.profiles, ctx.policy.adapt, ctx.seed)
-    m = CachedModel(CautiousModel(ctx.model))
-
-    def planner(queue, slots, active, now, fairshare=None):
-        return plan(queue, slots, active, ctx.profiles, m, ctx.policy, {}, now, fairshare,
-                    closed=hooks.closed, speeds=ctx.speeds)
-    planner.hooks = hooks    # type: ignore[attr-defined]
-    return planner
+    return _plan_with(CautiousModel(ctx.model), ctx,
+                      hooks=AdaptHooks(ctx.profiles, ctx.policy.adapt, ctx.seed))
 
 
 @register("iadeep-static", "plan() as iadeep, with no run-time action: a placement is final")

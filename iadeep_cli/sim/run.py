@@ -6,6 +6,7 @@ trained on other workloads with ``--model`` and truth/profiles that include new 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
@@ -64,6 +65,7 @@ class SimReport:
     model_note: str
     n_jobs: int
     users: dict[str, tuple[int, float]] = field(default_factory=dict)   # jobs, solo GPU-hours
+    mean_duration_s: float = math.nan   # the trace's mean solo duration (run_seeds' bound)
 
     def baseline(self) -> PolicyResult | None:
         return next((r for r in self.results if r.name == "exclusive"), None)
@@ -151,18 +153,17 @@ class HeldOutModel:
 
 
 def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
+    usable = sorted(set(profiles) & truth.workloads())   # profiled, and with measured truth
     if s.trace:
         jobs = load_trace(s.trace, profiles)
     else:
-        usable = sorted(set(profiles) & truth.workloads())
         size: float = s.gpus
         if s.layout:   # load relative to the mixed cluster's H200-equivalent capacity
             from .mixed import capacity
             size = capacity(profiles, usable, s.layout)
         jobs = generate_jobs(usable, s.jobs, size, s.load, s.seed,  # type: ignore[arg-type]
                              s.multi_gpu_frac)
-    jobs = add_phase_shifts(jobs, sorted(set(profiles) & truth.workloads()), s.phase_shift,
-                            s.seed)
+    jobs = add_phase_shifts(jobs, usable, s.phase_shift, s.seed)
     missing = truth.missing_pairs({j.workload for j in jobs}
                                   | {j.phase_to for j in jobs if j.phase_to})
     if missing:
@@ -219,7 +220,8 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
         n, gpu_h = users.get(j.user, (0, 0.0))
         users[j.user] = (n + 1, gpu_h + j.gpus * j.duration_s / 3600.0)
     return SimReport(s, tuple(results), getattr(model, "note", ""), len(jobs),
-                     dict(sorted(users.items())))
+                     dict(sorted(users.items())),
+                     sum(j.duration_s for j in jobs) / len(jobs) if jobs else math.nan)
 
 
 def format_table(report: SimReport) -> str:
@@ -390,9 +392,8 @@ def run_seeds(s: SimSettings, seeds: int, label: str = "", inputs=None,
         rep = run_sim(replace(s, seed=s.seed + k), progress, inputs)
         runs.append(rep)
         base = rep.baseline()
-        trace = build_trace(replace(s, seed=s.seed + k), inputs[0], inputs[1])
-        if base is not None and base.avg_jct_s > 0 and trace:
-            bounds.append(sum(j.duration_s for j in trace) / len(trace) / base.avg_jct_s)
+        if base is not None and base.avg_jct_s > 0 and rep.n_jobs:
+            bounds.append(rep.mean_duration_s / base.avg_jct_s)
     return SeedReport(s, label, tuple(s.seed + k for k in range(seeds)), summarize(runs),
                       tuple(runs), getattr(inputs[2], "note", ""),
                       sum(bounds) / len(bounds) if bounds else float("nan"))
