@@ -122,6 +122,22 @@ def jobs_by_id(home: Path) -> dict:
     return {j["id"]: j for j in json.loads(out)}
 
 
+def process_states(pids: list[int]) -> set[str]:
+    """The /proc states (R, S, T ...) of those of ``pids`` still alive. A zombie has exited
+    (its parent has not reaped it yet: a job's shell stopped by SIGSTOP right after its
+    ``sleep`` ended keeps it so until SIGCONT), so it is not counted, nor a pid gone."""
+    out = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            continue
+        if state != "Z":
+            out.add(state)
+    return out
+
+
 def attempt_processes(job_id: int, node: str, home: Path | None = None) -> list[int]:
     """pids of processes of ``job_id``'s attempt on ``node`` (its progress file names both);
     with ``home`` (a controller's state directory) only that installation's job, not a

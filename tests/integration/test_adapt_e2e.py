@@ -17,22 +17,11 @@ from pathlib import Path
 import pytest
 
 from helpers.adapt_lab import EMULATOR, emulator_lab
-from helpers.controllers import attempt_processes, cli, jobs_by_id, wait_jobs
-
-
-def _states(pids: list[int]) -> set[str]:
-    out = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                out.add(f.read().rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:
-            pass
-    return out
+from helpers.controllers import attempt_processes, cli, jobs_by_id, process_states, wait_jobs
 
 
 def _all_stopped(job_id: int, node: str, home: Path) -> bool:
-    return _states(attempt_processes(job_id, node, home)) == {"T"}
+    return process_states(attempt_processes(job_id, node, home)) == {"T"}
 
 
 @pytest.fixture
@@ -66,7 +55,7 @@ def test_a_harmful_pair_is_suspended_and_resumed_through_controller_kills(lab, t
     # the restarted controller makes sure the job is stopped (its partner still runs)
     deadline = time.monotonic() + 60
     while not _all_stopped(second, node, home):
-        assert time.monotonic() < deadline, _states(attempt_processes(second, node, home))
+        assert time.monotonic() < deadline, process_states(attempt_processes(second, node, home))
         time.sleep(0.1)
     assert jobs_by_id(home)[second]["state"] == "suspended"
     why = cli(home, "queue", "why", str(second), check=True).stdout
@@ -152,13 +141,13 @@ def test_an_opportunistic_job_yields_to_a_regular_one_through_a_controller_kill(
     lab.start()
     deadline = time.monotonic() + 60
     while not _all_stopped(opp, node, home) and jobs_by_id(home)[regular]["state"] != "succeeded":
-        assert time.monotonic() < deadline, _states(attempt_processes(opp, node, home))
+        assert time.monotonic() < deadline, process_states(attempt_processes(opp, node, home))
         time.sleep(0.1)
     jobs = wait_jobs(home, lambda js: js[regular]["state"] in ("succeeded", "failed"))
     assert jobs[regular]["state"] == "succeeded" and jobs[regular]["node"] == node
     wait_jobs(home, lambda js: js[opp]["state"] == "running")
     deadline = time.monotonic() + 30   # resumed: running, and really continued
-    while "T" in _states(attempt_processes(opp, node, home)):
+    while "T" in process_states(attempt_processes(opp, node, home)):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     cli(home, "queue", "cancel", str(opp), check=True)

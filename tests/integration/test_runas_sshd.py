@@ -227,21 +227,14 @@ def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
     """Run-time adaptation's SIGSTOP/SIGCONT (``launcher.pause``) reach a job on a ``run_as:
     submitter`` node through the owner's sudo, as cancel does: every process of it stopped,
     then continued, and the job still ends normally. Another user's identity reaches nothing."""
-    from helpers.controllers import attempt_processes
+    from helpers.controllers import attempt_processes, process_states
     from iadeep_cli.controller.runtime import _scoped_workdirs
     from iadeep_cli.inventory import load_inventory
     from iadeep_cli.nodes import launcher
     from iadeep_cli.nodes.poller import NodePool
 
-    def states() -> set[str]:
-        found = set()
-        for pid in attempt_processes(job_id, "ra1", lab.home):
-            try:   # the job's `sleep 0.1`s come and go
-                with open(f"/proc/{pid}/stat") as f:
-                    found.add(f.read().rsplit(")", 1)[1].split()[0])
-            except FileNotFoundError:
-                pass
-        return found
+    def states() -> set[str]:   # the job's `sleep 0.1`s come and go (and may be zombies)
+        return process_states(attempt_processes(job_id, "ra1", lab.home))
 
     home = pwd.getpwnam(ALICE).pw_dir
     job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", _script(lab, "p.sh", JOB)))
