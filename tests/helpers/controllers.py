@@ -131,7 +131,7 @@ def process_states(pids: list[int]) -> set[str]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, IndexError):
+        except (FileNotFoundError, ProcessLookupError, IndexError):   # gone, or exiting
             continue
         if state != "Z":
             out.add(state)

@@ -102,7 +102,7 @@ def job_pids(lab: Lab, job_id: int) -> list[int]:
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):   # gone, or exiting as read
                 continue
             if int(fields[3]) == sid and fields[0] != "Z":
                 out.append(int(entry))
