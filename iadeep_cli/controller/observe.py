@@ -99,14 +99,14 @@ class SpeedObserver:
         return min(1.5, sm / solo) if solo else None
 
     def _rate(self, job: Job) -> float | None:
-        from ..nodes.launcher import read_job_file
+        from ..nodes.launcher import read_progress
 
         if job.node is None:
             return None
         track = self._tracks.setdefault(job.id, _Track(node=job.node))
         try:
-            data, _ = read_job_file(self.pool, job.node, job.id, "progress", track.offset,
-                                    1 << 20, owner=job.owner) or (b"", 0)
+            data, _ = read_progress(self.pool, job.node, job, track.offset, 1 << 20) \
+                or (b"", 0)
         except IadeepError:
             return None
         if data:

@@ -285,6 +285,13 @@ def signal(pool: NodeAccess, node: str, job_id: int, name: str,
         return slurm.signal(sp, job_id, name)
     if name not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
+    return _send(pool, node, job_id, name, owner)
+
+
+def _send(pool: NodeAccess, node: str, job_id: int, name: str, owner: str | None) -> bool:
+    """Send ``name`` once to each of the job's processes (``signal`` and ``pause``): its
+    process group, and every process tagged with it outside that group. True if anything of
+    the job was there to get it."""
     script = (
         _find_job(pool, node, job_id) +
         't=$(tagged); sent=0\n'
@@ -309,15 +316,7 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
     if (sp := _slurm(pool, node)) is not None:   # Slurm's own suspend/resume (scontrol)
         from . import slurm
         return slurm.pause(sp, job_id, stop)
-    name = "STOP" if stop else "CONT"
-    script = (
-        _find_job(pool, node, job_id) +
-        't=$(tagged); sent=0\n'
-        f'[ -n "$g" ] && kill -{name} "-$g" 2>/dev/null && sent=1\n'
-        f'for x in $t; do kill -{name} "$x" 2>/dev/null && sent=1; done\n'
-        'echo $sent\n'
-    )
-    return _sh(pool, node, script, owner=owner).strip() == "1"
+    return _send(pool, node, job_id, "STOP" if stop else "CONT", owner)
 
 
 def hold(pool: NodeAccess, node: str, job_id: int, held: bool) -> bool:
@@ -399,18 +398,23 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
     return LogBytes(data, offset + len(data), size)
 
 
-def read_job_file(pool: NodeAccess, node: str, job_id: int, name: str, offset: int,
-                  max_bytes: int, owner: str | None = None) -> tuple[bytes, int] | None:
-    """(up to ``max_bytes`` of the job's file ``name`` from ``offset``, its size), None if
-    there is none: over SFTP as the SSH account, or on a submitter node read by the owner
-    (so a link the owner put there reaches only what the owner may read)."""
-    return read_node_file(pool, node, f"{job_dir(workdir(pool, node), job_id)}/{name}", offset,
-                          max_bytes, owner)
+def read_progress(pool: NodeAccess, node: str, job: Job, offset: int, max_bytes: int
+                  ) -> tuple[bytes, int] | None:
+    """(up to ``max_bytes`` of the job's progress file from ``offset``, its size), None if
+    there is none: its job directory's ``progress`` over SFTP as the SSH account, or on a
+    submitter node read by the owner (so a link the owner put there reaches only what the
+    owner may read); on a Slurm node ``slurm.progress_path``, read as its output is."""
+    if (sp := _slurm(pool, node)) is not None:
+        from . import slurm
+        return slurm.read_file(sp, node, job, slurm.progress_path(job), offset, max_bytes)
+    return read_node_file(pool, node, f"{job_dir(workdir(pool, node), job.id)}/progress",
+                          offset, max_bytes, job.owner)
 
 
 def read_node_file(pool: NodeAccess, node: str, path: str, offset: int, max_bytes: int,
                    owner: str | None = None) -> tuple[bytes, int] | None:
-    """``read_job_file`` for any path on the node (a job's --output file)."""
+    """Up to ``max_bytes`` of ``path`` on the node from ``offset`` and its size (a job's
+    --output file, its progress), None if there is none: see ``read_progress``."""
     if not pool.node(node).submitter:
         return pool.connection(node).read(path, offset, max_bytes)
     f = remote_path(path)

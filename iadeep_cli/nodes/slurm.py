@@ -430,6 +430,14 @@ def stream_path(job: Job, stream: str) -> str:
                             home=home)
 
 
+def progress_path(job: Job) -> str:
+    """The file the job appends its progress lines to (``IADEEP_PROGRESS_FILE``), one per
+    attempt, in its working directory, where the controller reads it as it reads the job's
+    output (Slurm clusters share their home directories); created by the job, so only a job
+    that reports progress leaves one."""
+    return f"{run_dir(job).rstrip('/')}/iadeep-{job.id}.{job.attempts}.progress"
+
+
 def gres(pool: SlurmPool, job: Job, gpu_indices: Sequence[int]) -> str:
     """The GRES that pins the job where ``plan()`` put it: whole GPUs for jobs ``plan()`` never
     shares (exclusive, multi-GPU, no workload label to profile by), else shards of one GPU,
@@ -486,7 +494,8 @@ def launch(pool: SlurmPool, node: str, job: Job, gpu_indices: Sequence[int],
     # job's --export and --env, then iadeep's own
     env = {"HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
            "SHELL": user.pw_shell, **dict((*job.spec.exported, *job.spec.env))}
-    env.update({"IADEEP_JOB_ID": str(job.id), "IADEEP_JOB_NAME": job.name})
+    env.update({"IADEEP_JOB_ID": str(job.id), "IADEEP_JOB_NAME": job.name,
+                "IADEEP_PROGRESS_FILE": progress_path(job)})
     if job.array_id is not None:
         env.update({"IADEEP_ARRAY_JOB_ID": str(job.array_id),
                     "IADEEP_ARRAY_INDEX": str(job.array_index)})

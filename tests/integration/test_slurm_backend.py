@@ -6,7 +6,6 @@ Slurm did is read back from Slurm itself (squeue, its job-completion log), not f
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -152,8 +151,9 @@ def test_a_foreign_slurm_job_is_foreign_load(lab):
                           "--export=NONE", "--gres=gpu:g0:1", "-o", "/dev/null",
                           "--wrap", f"while [ ! -e {work}/go-6 ]; do sleep 0.1; done").strip()
     wait_until(lambda: _slurm_jobs(cluster)[int(foreign)]["job_state"] == "RUNNING", limit=30)
-    status = json.loads(cli(ctl.home, "status", "--json", check=True).stdout)
-    assert f"slurm job {foreign}" in json.dumps(status), status
+    # (in status from the controller's next read of the partition)
+    wait_until(lambda: f"slurm job {foreign}" in cli(ctl.home, "status", "--json",
+                                                     check=True).stdout, limit=60)
     job_id = _add(ctl, work, str(work / "job.sh"), str(work / "go-6"))
     job = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "running" and j, limit=120)
     assert job["gpu_indices"] == [1]
@@ -179,3 +179,22 @@ def test_time_limit_stops_the_slurm_job_and_says_timeout(lab):
     assert "time limit" in done["reason"]
     assert _slurm_jobs(cluster)[done["remote_pid"]]["job_state"] == "CANCELLED"
     assert _slurm_jobs(cluster)[done["remote_pid"]]["time_limit"] == 2   # minutes: the backstop
+
+
+def test_a_slurm_job_that_reports_progress_gets_an_observed_speed(lab):
+    """A job on Slurm appends progress lines to $IADEEP_PROGRESS_FILE (one file per attempt, in
+    its working directory); the controller reads them as it reads the job's output. Running
+    alone, its observed speed is 1.0: measured, since this node has no GPU telemetry for the
+    utilisation proxy."""
+    ctl, work, _cluster = lab
+    go = work / "go-7"
+    job_id = _add(ctl, work, "--wrap",
+                  f"i=0; while [ ! -e {go} ]; do i=$((i+5)); "
+                  'echo "$(date +%s.%N) $i" >> "$IADEEP_PROGRESS_FILE"; sleep 0.2; done')
+    job = wait_until(lambda: (j := _show(ctl, job_id))["observed_speed"] is not None and j,
+                     limit=120)
+    assert job["observed_speed"] == 1.0 and job["state"] == "running"
+    progress = work / f"iadeep-{job_id}.1.progress"
+    assert progress.owner() == USER and progress.read_text().count("\n") >= 2
+    go.touch()
+    wait_until(lambda: _show(ctl, job_id)["state"] == "succeeded", limit=120)
