@@ -15,8 +15,9 @@ iterations, printing ``done``.  Usage: contention.py DIR ITERS [CHECKPOINT]
 
 With CHECKPOINT (a file name, relative to the working directory) it also behaves as a job
 submitted with ``--checkpoint-signal USR1``: on SIGUSR1 (or SIGTERM) it writes its iteration
-count there (``CHECKPOINT.saving`` exists while it saves, ``SAVE_S``) and exits 0
-(``checkpointed at N``); started again, it resumes from that count (``resumed from N``).
+count there (``CHECKPOINT.saving`` exists while it saves, ``SAVE_S``, and for as long after as
+a test keeps a ``CHECKPOINT.hold`` file, at most ``HOLD_S``) and exits 0 (``checkpointed at N``);
+started again, it resumes from that count (``resumed from N``).
 
 With ``CONTENTION_PHASE=N:SECONDS`` in its environment it changes phase: from iteration N on,
 an iteration alone takes SECONDS instead of ``SOLO_S`` (a job whose rate alone really moves, for
@@ -39,6 +40,7 @@ SHARED_S = 0.04      # with a partner: 25 it/s, speed 0.25
 FRESH_S = 0.5        # a heartbeat older than this is a stopped or finished partner
 REPORT_EVERY = 5     # iterations between progress lines
 SAVE_S = 1.5         # writing a checkpoint takes this long (as saving a model does)
+HOLD_S = 300.0       # the longest a CHECKPOINT.hold file keeps a save going
 
 
 def main() -> int:
@@ -63,6 +65,9 @@ def main() -> int:
             with open(checkpoint + ".saving", "w"):   # tests watch for this
                 pass
             time.sleep(SAVE_S)
+            held = time.time() + HOLD_S   # a test acting mid-save holds it there
+            while os.path.exists(checkpoint + ".hold") and time.time() < held:
+                time.sleep(0.05)
             with open(checkpoint + ".tmp", "w") as f:
                 f.write(str(done))
             os.replace(checkpoint + ".tmp", checkpoint)

@@ -101,16 +101,31 @@ def wait_jobs(home: Path, done: Callable[[dict], object], timeout: float = 240.0
     raise AssertionError(f"timed out; jobs now: {json.dumps(jobs_by_id(home), indent=1)}")
 
 
+# What a look at something not there yet raises: a list of nodes still empty before the first
+# poll round, a key or file not written yet, a process that exited while /proc was read, half a
+# JSON document. Never AssertionError: an invariant a check asserts must fail the first time.
+NOT_YET = (IndexError, KeyError, StopIteration, ValueError, OSError)
+
+
 def wait_until(fn, limit: float = 60.0, every: float = 0.05):
     """Poll ``fn`` until it returns something truthy (returned), or fail after ``limit`` s.
     ``limit`` only bounds a condition that is never reached: generous, since on a machine
-    loaded by parallel tests what takes a second alone can take tens."""
+    loaded by parallel tests what takes a second alone can take tens. A ``NOT_YET`` error
+    counts as not yet; the last one is raised if the time runs out."""
     end = time.monotonic() + limit
+    error: Exception | None = None
     while time.monotonic() < end:
-        value = fn()
+        try:
+            value = fn()
+        except NOT_YET as exc:
+            error, value = exc, None
+        else:
+            error = None
         if value:
             return value
         time.sleep(every)
+    if error is not None:
+        raise error
     raise AssertionError("condition not reached")
 
 

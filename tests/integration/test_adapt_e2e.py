@@ -89,19 +89,21 @@ def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab,
     home = lab.home
     work = tmp_path / "work"
     work.mkdir()
+    (work / "ckpt.hold").touch()   # its save lasts until the controller has been killed
     first = int(cli(home, "queue", "add", _emulator_job(tmp_path, 2000), "--workload", "emu",
                     check=True).stdout)
     wait_jobs(home, lambda js: js[first]["observed_speed"] is not None)
     second = int(cli(home, "queue", "add", _emulator_job(tmp_path, 400, "ckpt"), "--workload",
                      "emu", "--checkpoint-signal", "USR1", "--chdir", str(work),
                      check=True).stdout)
-    # the job got its USR1 and is saving (1.5 s): the controller dies mid-action
+    # the job got its USR1 and is saving (held there): the controller dies mid-action
     deadline = time.monotonic() + 120
     while not (work / "ckpt.saving").exists():
         assert time.monotonic() < deadline, jobs_by_id(home)[second]
         time.sleep(0.02)
     lab.kill()
     assert jobs_by_id(home)[second]["reason"].startswith("checkpoint: ")   # read offline
+    (work / "ckpt.hold").unlink()
     lab.start()
     jobs = wait_jobs(home, lambda js: js[second].get("checkpoints") == 1)
     # requeued, not failed (on a loaded machine its short second attempt may be over already)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path):
     cluster = sshd_cluster(1)
     inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 2\n" +
+    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 5\n" +
                          cluster.inventory_yaml())
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     home = ctl.home
@@ -40,7 +40,7 @@ def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path
         f"controller started (pid {ctl.proc.pid}): inventory {inventory}, nodes node01",
         f"{name}: queued -> starting: placed on node01:0",
         f"{name}: starting -> running: running on node01:0",
-        f"{name}: running -> lost: node node01 silent for over 2s",
+        f"{name}: running -> lost: node node01 silent for over 5s",
         f"{name}: lost -> queued: its attempt on node01 ended without an exit code",
         f"{name}: queued -> starting: placed on node01:0",
         f"{name}: starting -> running: running on node01:0",

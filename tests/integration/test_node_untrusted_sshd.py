@@ -200,9 +200,17 @@ def log_path(pool, job_id: int) -> str:
 
 
 def sftp_servers(cluster, name: str = "node01") -> list[int]:
+    """The node's sftp-server processes still running (one that exits while looked at is
+    not)."""
     node = cluster.node(name)
-    return [p for p in _descendants(node.proc.pid)
-            if Path(f"/proc/{p}/comm").read_text().strip() == "sftp-server" and running(p)]
+    found = []
+    for p in _descendants(node.proc.pid):
+        try:
+            if Path(f"/proc/{p}/comm").read_text().strip() == "sftp-server" and running(p):
+                found.append(p)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
 
 
 @pytest.mark.parametrize("kind, make", [

@@ -149,7 +149,10 @@ def test_a_hung_webhook_delays_neither_mail_nor_the_caller(store, mail):
     and the webhook's message arrives once it answers."""
     with HookSink() as hook:
         hook.hold.clear()                                # the webhook accepts, never answers
-        notifier = Notifier(store, _settings(mail, hook), _read_log, every_s=0.05)
+        # the webhook's try must outlast the test's waits (a timed-out try would be retried
+        # later, and the order checked below would then be the retry's)
+        notifier = Notifier(store, _settings(mail, hook), _read_log, every_s=0.05,
+                            timeout_s=300)
         notifier.start()
         try:
             first = _run_job(store)
