@@ -382,17 +382,24 @@ def _mapping(ctx: _Ctx, node: yaml.Node, where: str, fields: dict) -> dict[str, 
 _positive = _within(_num, lambda v: 0 < v < float("inf"), "a number > 0")
 
 
-def _shares(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[tuple[str, float], ...]:
-    """``{alice: 2, bob: 1}``: each user's share (a number > 0; the unlisted have 1)."""
+def _per_user(ctx: _Ctx, node: yaml.Node, where: str,
+              value: Callable[[_Ctx, yaml.Node, str], Any], expected: str) -> dict[str, Any]:
+    """A mapping of user name -> ``value`` (each user once): shares, addresses."""
     if not isinstance(node, yaml.MappingNode):
-        raise ctx.fail(node, where, "expected a mapping of user: share, e.g. {alice: 2}")
-    out: dict[str, float] = {}
+        raise ctx.fail(node, where, f"expected a mapping of {expected}")
+    out: dict[str, Any] = {}
     for key_node, value_node in node.value:
         user = _word(ctx, key_node, where)
         if user in out:
             raise ctx.fail(key_node, f"{where}.{user}", "given twice")
-        out[user] = _positive(ctx, value_node, f"{where}.{user}")
-    return tuple(sorted(out.items()))
+        out[user] = value(ctx, value_node, f"{where}.{user}")
+    return out
+
+
+def _shares(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[tuple[str, float], ...]:
+    """``{alice: 2, bob: 1}``: each user's share (a number > 0; the unlisted have 1)."""
+    return tuple(sorted(_per_user(ctx, node, where, _positive,
+                                  "user: share, e.g. {alice: 2}").items()))
 
 
 # A half-life of 0 would forget usage at once (fair share off in disguise); the weight may be 0
@@ -504,15 +511,7 @@ def _address_pattern(ctx: _Ctx, node: yaml.Node, where: str) -> str:
 
 
 def _addresses(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, str]:
-    if not isinstance(node, yaml.MappingNode):
-        raise ctx.fail(node, where, "expected a mapping of user: address")
-    out: dict[str, str] = {}
-    for key_node, value_node in node.value:
-        user = _word(ctx, key_node, where)
-        if user in out:
-            raise ctx.fail(key_node, f"{where}.{user}", "given twice")
-        out[user] = _address(ctx, value_node, f"{where}.{user}")
-    return out
+    return _per_user(ctx, node, where, _address, "user: address")
 
 
 def _smtp(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[str, int]:
