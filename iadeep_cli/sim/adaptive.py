@@ -104,7 +104,9 @@ class AdaptHooks:
                    for g, ids in shared.items()}
         findings = self.findings = self.detector.observe(t, sharers, self.policy)
         closed = closed_gpus(findings, t, self.policy)
-        acted = acted or closed != self.closed
+        # which GPUs are closed is news; their reasons are not (they say for how long, so they
+        # change at every poll and would re-plan each one while a finding lasts)
+        acted = acted or closed.keys() != self.closed.keys()
         self.closed = closed
         if self.policy.suspend:
             for g, f in findings.items():

@@ -136,6 +136,10 @@ def test_a_closed_gpu_reopens_as_soon_as_its_jobs_change():
         hooks.step(t, running, on_gpu, phases, {1: 0.5, 2: 0.5})
     assert list(hooks.closed) == ["n0:0"]
     assert hooks.step(130.0, running, on_gpu, phases, {1: 0.5, 2: 0.5}) is False   # no news
+    # the next poll finds the same GPU closed (its reason now says for how long): no news either
+    hooks.next_poll(179.0)
+    assert hooks.step(180.0, running, on_gpu, phases, {1: 0.5, 2: 0.5}) is False
+    assert list(hooks.closed) == ["n0:0"]
     del running[2]
     on_gpu[("n0", 0)] = [1]
     assert hooks.step(140.0, running, on_gpu, phases, {1: 1.0}) is True
