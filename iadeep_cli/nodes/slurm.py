@@ -509,6 +509,10 @@ def launch(pool: SlurmPool, node: str, job: Job, gpu_indices: Sequence[int],
             "--export=ALL", "--get-user-env", f"--partition={pool.settings.partition}",
             f"--nodelist={node}", f"--gres={gres(pool, job, gpu_indices)}",
             f"--job-name={name}", f"--comment=iadeep job {job.id} of {job.owner}",
+            # iadeep decides retries (--retries, a new attempt through plan()): Slurm requeueing
+            # the attempt by itself (a node failure, `scontrol requeue`) would run it again
+            # under the same Slurm id while iadeep still counted it as running
+            "--no-requeue",
             f"--chdir={run_dir(job)}", f"--output={stream_path(job, 'output')}"]
     if job.spec.error:
         argv.append(f"--error={stream_path(job, 'error')}")

@@ -6,6 +6,7 @@ Slurm did is read back from Slurm itself (squeue, its job-completion log), not f
 """
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -33,6 +34,12 @@ def test_queue_add_runs_on_slurm_as_its_user_on_the_gpu_iadeep_chose(lab):
     # pinned to the GPU plan() chose: the typed GRES names it
     assert sj["gres_detail"] == [f"gpu:g{job['gpu_indices'][0]}:1"
                                  f"(IDX:{job['gpu_indices'][0]})"]
+    # retries are iadeep's: Slurm may not run the attempt again under the same id
+    assert sj["requeue"] is False
+    again = subprocess.run(["scontrol", "requeue", str(slurm_id)], env=cluster.env(),
+                           capture_output=True, text=True, timeout=30)
+    assert again.returncode != 0, again
+    assert _slurm_jobs(cluster)[slurm_id]["job_state"] == "RUNNING"
     go.touch()
     done = wait_until(lambda: (j := _show(ctl, job_id))["state"] == "succeeded" and j, limit=120)
     log = cli(ctl.home, "logs", str(job_id), check=True).stdout
