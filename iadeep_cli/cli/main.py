@@ -7,6 +7,8 @@ root app directly (this import order is --help's order).
 """
 from __future__ import annotations
 
+import typer
+
 from . import controller, logs, model, monitor, nodes, profile, queue, report, sim, status  # noqa: F401  (they register on `app`)
 from .errors import run
 from .root import app
@@ -16,6 +18,31 @@ app.add_typer(controller.app, name="controller")
 app.add_typer(model.app, name="model")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(profile.app, name="profile")
+
+
+def version() -> str:
+    """The installed distribution's version (what pip and pipx installed); the package's own
+    ``__version__`` (the same number, pyproject.toml takes it from there) when run from a
+    source tree that was never installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("iadeep")
+    except metadata.PackageNotFoundError:
+        from .. import __version__
+        return __version__
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        print(f"iadeep {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(_version: bool = typer.Option(False, "--version", is_eager=True,
+                                            callback=_print_version,
+                                            help="Print iadeep's version and exit.")) -> None:
+    pass
 
 
 def main() -> None:

@@ -15,8 +15,6 @@ import pytest
 from iadeep_cli.jobs import ACTIVE, JobState
 from iadeep_cli.store import Store, db, jobs
 
-pytestmark = pytest.mark.unit
-
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "first_schema"
 EXPECTED = json.loads((FIXTURES / "jobs.json").read_text())
 # Columns the first migration (v1) did not have yet: a v1 database's jobs have their defaults.
