@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint sshd slurm torch-cpu bench clean
+.PHONY: demo test lint sshd slurm torch-cpu bench check-min-deps clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "iadeep needs Python 3.10+"'
@@ -58,8 +58,27 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
 test: $(STAMP) lint sshd slurm torch-cpu
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
+# The lower bounds in pyproject.toml, tested: the oldest allowed version of every dependency
+# (pins from tests/min_deps.py) in a fresh .venv-min, then there the in-process tests, the
+# monitor's and two SSH ones (paramiko). Not part of `make test` (pip fetches old releases);
+# README "Install for real use" has its time.
+MIN_VENV  := .venv-min
+MIN_TESTS := tests/unit tests/tui/test_tui.py tests/integration/test_ssh_hostkeys.py \
+             tests/integration/test_poller_sshd.py
+
+check-min-deps: $(STAMP) sshd
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(BIN)/python tests/min_deps.py > $(MIN_VENV)/requirements-min.txt
+	$(MIN_VENV)/bin/pip install -q --only-binary :all: -r $(MIN_VENV)/requirements-min.txt \
+	  pytest pytest-timeout pytest-xdist
+	$(MIN_VENV)/bin/pip install -q --no-deps -e .
+	$(MIN_VENV)/bin/pip check
+	cat $(MIN_VENV)/requirements-min.txt
+	$(MIN_VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider $(MIN_TESTS)
+
 bench: $(STAMP) sshd
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache
