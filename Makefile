@@ -9,7 +9,8 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint sshd slurm torch-cpu bench check-min-deps clean
 
-$(STAMP): pyproject.toml
+# iadeep_cli/__init__.py holds the version, which the installed metadata (--version) copies
+$(STAMP): pyproject.toml iadeep_cli/__init__.py
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "iadeep needs Python 3.10+"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
