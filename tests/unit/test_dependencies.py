@@ -15,8 +15,8 @@ tomllib = pytest.importorskip("tomllib")   # Python 3.11+; the package itself ne
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-# Declared without an import in iadeep_cli: scikit-learn is the model's fitting library
-# (its numpy and scipy are imported directly and declared on their own).
+# Declared though no module imports it today: scikit-learn, kept for fitting the model (the
+# numpy and scipy the model does import are declared on their own).
 DECLARED_NOT_IMPORTED = {"scikit-learn"}
 
 
