@@ -70,7 +70,7 @@ def test_every_import_is_declared():
 def test_only_what_is_imported_is_declared():
     imported = {_distribution(m) for m in _imported_modules()}
     runtime = {_name(r) for r in PROJECT["dependencies"]}
-    assert runtime - imported == DECLARED_NOT_IMPORTED
+    assert runtime - imported <= DECLARED_NOT_IMPORTED
 
 
 @pytest.mark.parametrize("requirement", PROJECT["dependencies"]
