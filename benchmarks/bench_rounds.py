@@ -52,7 +52,8 @@ def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
 
 
 def _rounds(ctl, dirs: list[str], rounds: int, step: list[int]) -> list[float]:
-    """``rounds`` timed rounds, each after one more progress line in every job's file."""
+    """``rounds`` timed rounds, each after one more progress line in every job's file; the
+    nodes' polls' share of each is appended to ``ctl.poll_times``."""
     times = []
     for _ in range(rounds):
         step[0] += 1
@@ -65,12 +66,29 @@ def _rounds(ctl, dirs: list[str], rounds: int, step: list[int]) -> list[float]:
     return times
 
 
+def _timed_polls(ctl) -> list[float]:
+    """Time every ``poll_all`` of the controller's pool from now on (the nodes' side of a round:
+    they all share this machine's cores)."""
+    pool, spent = ctl.loop.pool, []
+    inner = pool.poll_all
+
+    def poll_all(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - began)
+    pool.poll_all = poll_all
+    return spent
+
+
 def _count_running(ctl) -> int:
     from iadeep_cli.jobs import JobState
     return ctl.service.status().queue[JobState.RUNNING]
 
 
-def run(n_nodes: int, counts: list[int], rounds: int) -> dict[int, list[float]]:
+def run(n_nodes: int, counts: list[int], rounds: int
+        ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
     from iadeep_cli.controller.runtime import Controller
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +106,8 @@ def run(n_nodes: int, counts: list[int], rounds: int) -> dict[int, list[float]]:
             names = list(cluster.nodes)
             dirs: list[str] = []
             out: dict[int, list[float]] = {}
+            polls: dict[int, list[float]] = {}
+            spent = _timed_polls(ctl)
             step = [0]
             try:
                 for _ in range(2):   # connections opened, first reads: not a steady round
@@ -98,7 +118,9 @@ def run(n_nodes: int, counts: list[int], rounds: int) -> dict[int, list[float]]:
                     _rounds(ctl, dirs, 2, step)   # the new jobs' first (whole) reads
                     if _count_running(ctl) != count:
                         raise SystemExit(f"{_count_running(ctl)} jobs running, not {count}")
+                    spent.clear()
                     out[count] = _rounds(ctl, dirs, rounds, step)
+                    polls[count] = list(spent)
             finally:
                 if ctl.loop is not None:
                     ctl.loop.close()
@@ -112,7 +134,7 @@ def run(n_nodes: int, counts: list[int], rounds: int) -> dict[int, list[float]]:
                         pass
         finally:
             cluster.shutdown()
-    return out
+    return out, polls
 
 
 def main() -> None:
@@ -125,14 +147,15 @@ def main() -> None:
     print(f"cpus={os.cpu_count()} rounds={args.rounds} (medians); load average "
           f"{os.getloadavg()[0]:.1f} at start")
     for n in args.nodes:
-        got = run(n, counts, args.rounds)
+        got, polls = run(n, counts, args.rounds)
         base = statistics.median(got[0])
         for count in counts:
             xs = got[count]
             m = statistics.median(xs)
             print(f"  {n:>2} nodes, {count:>3} running jobs: round median {m * 1000:7.1f} ms "
                   f"(min {min(xs) * 1000:6.1f}, max {max(xs) * 1000:6.1f})  "
-                  f"vs no job {m / base:5.2f}x")
+                  f"vs no job {m / base:5.2f}x; of it the nodes' polls "
+                  f"{statistics.median(polls[count]) * 1000:7.1f} ms")
         ratio8 = statistics.median(got[8]) / base if 8 in got else None
         if ratio8 is not None:
             print(f"  {n:>2} nodes: 8 jobs {ratio8:.2f}x the empty round (target <= 2x: "

@@ -155,17 +155,17 @@ def progress_script(cap: int) -> str:
     """Shell (part of ``state_script``, after its loop has set ``$P``: the running jobs'
     ``ID/progress`` names, and ``o_ID``: where to read each from) that prints every such file's
     new bytes as a section ``progress:ID FROM,SIZE``, then the files as they were before the
-    reads (``progress-before``: ``NAME %f %u %d:%i %z``) and after them (``progress-check``).
+    reads (``progress-before``: ``NAME %f %u %d:%i %w``) and after them (``progress-check``).
     The parser (``parse_progress``) believes a file's bytes only if both agree (a regular file
-    of this account's, the same inode, changed at the same nanosecond: an inode number freed by
-    a swap and given to the next file does not pass).  One ``stat`` for all of them, one ``dd``
-    (non-blocking, no link followed, ``cap`` bytes at most) per file with news, and no process
-    at all for a file without."""
+    of this account's, the same inode, born at the same nanosecond: an inode number freed by a
+    swap and given to the next file does not pass, a line appended meanwhile does).  One
+    ``stat`` for all of them, one ``dd`` (non-blocking, no link followed, ``cap`` bytes at
+    most) per file with news, and no process at all for a file without."""
     cap = int(cap)
     return (
         f'echo "{MARK} progress"\n'
         '[ -n "$P" ] && cd -- "$J" 2>/dev/null && { R=""; B=""\n'
-        '  stat -c "%n %f %u %d:%i %s %z" -- $P 2>/dev/null | {\n'
+        '  stat -c "%n %f %u %d:%i %s %w" -- $P 2>/dev/null | {\n'
         '  while read -r n m u i s z; do j=${n%%/*}\n'
         '    case $j$s in *[!0-9]*) continue;; esac\n'
         '    [ "$u" = "$me" ] && [ $((0x$m & 61440)) = 32768 ] || continue\n'
@@ -179,7 +179,7 @@ def progress_script(cap: int) -> str:
         '  done\n'
         f'  echo "{MARK} progress-before"; printf "%s" "$B"\n'
         f'  echo "{MARK} progress-check"\n'
-        '  [ -z "$R" ] || stat -c "%n %f %u %d:%i %z" -- $R 2>/dev/null; }; }\n'
+        '  [ -z "$R" ] || stat -c "%n %f %u %d:%i %w" -- $R 2>/dev/null; }; }\n'
         "true\n"
     )
 

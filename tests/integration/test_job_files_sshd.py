@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -65,6 +66,7 @@ QUICK = "#!/bin/sh\nsleep 1\n"
 
 def _account(name: str, shell: str = "/usr/sbin/nologin") -> Path:
     ensure_user(name)
+    _kill_all(name)   # a killed earlier run's jobs
     home = Path(f"/home/{name}")
     with accounts_lock():
         subprocess.run(["usermod", "-d", str(home), "-s", shell, "-p", "*", name], check=True)
@@ -116,6 +118,7 @@ def lab():
     shutil.copy(str(key) + ".pub", authorized)
     os.chmod(authorized, 0o644)
     node = SshdNode("jf1", "127.0.0.43", top, authorized)
+    node.set_fake(gpus=4)   # a GPU each for alice's jobs, and one for bob's
     node.start()
     state = top / "state"
     state.mkdir()
@@ -134,6 +137,8 @@ def lab():
     yield ctl
     ctl.stop()
     print(ctl.log.read_text()[-4000:])   # shown when a test failed
+    for user in (ALICE, BOB):
+        _kill_all(user)
     node.stop()
     SUDOERS.unlink(missing_ok=True)
     shutil.rmtree(top, ignore_errors=True)
@@ -169,6 +174,16 @@ def _processes_of(user: str) -> list[int]:
         if uids.split()[1] == uid:
             found.append(int(status.parent.name))
     return found
+
+
+def _kill_all(user: str) -> None:
+    """End what this module's test accounts still run (a failed test's jobs)."""
+    for pid in _processes_of(user):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_until(lambda: _processes_of(user) == [], limit=30)
 
 
 def _quick_start_delays(lab, count: int) -> list[float]:
