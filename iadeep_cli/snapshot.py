@@ -100,6 +100,9 @@ class NodeSnapshot:
     driver_version: str | None = None
     rtt_s: float | None = None
     jobs: tuple[tuple[int, RemoteJob], ...] | None = None
+    # What this poll read of its running jobs' progress files: (job id, offset the text starts
+    # at, the file's size, the text).  For this round's speeds only: never stored or shown.
+    progress: tuple[tuple[int, int, int, str], ...] = field(default=(), repr=False)
 
     @property
     def ok(self) -> bool:
@@ -146,8 +149,9 @@ def json_safe(data: Any) -> Any:
 
 
 def to_dict(obj: Any) -> dict:
-    """Serialise a snapshot (any of the classes above) to plain JSON-able data."""
-    return asdict(obj)
+    """Serialise a snapshot (any of the classes above) to plain JSON-able data (a node's
+    ``progress`` is the round's alone, and left out)."""
+    return asdict(obj, dict_factory=lambda kv: {k: v for k, v in kv if k != "progress"})
 
 
 def gpu_from_dict(d: dict) -> GpuSample:

@@ -187,7 +187,10 @@ class SchedulingLoop:
     def tick(self) -> None:
         now = self.clock()
         expected, owners = self._expected()
-        snapshot = self.pool.poll_all(expected, wait_s=self.round_wait_s, owners=owners)
+        # every running job's new progress comes with its node's poll (one command a node)
+        progress = self.observer.offsets(self._jobs({JobState.RUNNING}))
+        snapshot = self.pool.poll_all(expected, wait_s=self.round_wait_s, owners=owners,
+                                      progress=progress)
         with self.store.tx() as conn:
             cluster.save_nodes(conn, snapshot.nodes)
             cluster.forget_nodes(conn, {n.name for n in self.inventory.nodes})

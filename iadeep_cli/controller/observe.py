@@ -9,6 +9,7 @@ the background on a schedule, so the lab's own measurements gradually replace th
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import IadeepError
@@ -43,6 +44,15 @@ class SpeedObserver:
         # phase detector (controller/adapt.py) compares with how the job started
         self.alone_rates: dict[int, float] = {}
 
+    def offsets(self, running: Iterable[Job]) -> dict[int, int]:
+        """Job id -> where its progress file is to be read from next: what the round's poll
+        reads of every running job's progress, in the node's one command."""
+        out = {}
+        for job in running:
+            track = self._tracks.get(job.id)
+            out[job.id] = track.offset if track is not None and track.node == job.node else 0
+        return out
+
     def solo_rate(self, job_id: int) -> float | None:
         track = self._tracks.get(job_id)
         return track.solo_rate if track else None
@@ -59,12 +69,14 @@ class SpeedObserver:
         against its own while alone, else its profile's ``known_util[workload]``: a proxy, so
         such speeds are shown but never become co-location rows for the model."""
         groups = _groups(running)
+        read = {(n.name, j): (start, size, text) for n in snapshot.nodes
+                for j, start, size, text in n.progress}
         speeds: dict[int, float] = {}
         measured: set[int] = set()
         self.alone_rates = {}
         for jobs in groups.values():
             for job in jobs:
-                speed = self._from_progress(job, len(jobs) == 1, known_solo or {})
+                speed = self._from_progress(job, read, len(jobs) == 1, known_solo or {})
                 if speed is not None:
                     measured.add(job.id)
                 else:
@@ -74,9 +86,9 @@ class SpeedObserver:
         self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})
         return speeds, self._pairs(groups, {i: speeds[i] for i in measured}, snapshot, now)
 
-    def _from_progress(self, job: Job, alone: bool, known_solo: dict[str, float]
-                       ) -> float | None:
-        current = self._rate(job)
+    def _from_progress(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]],
+                       alone: bool, known_solo: dict[str, float]) -> float | None:
+        current = self._rate(job, read)
         if current is None:
             return None
         track = self._tracks[job.id]
@@ -98,22 +110,27 @@ class SpeedObserver:
         solo = track.solo_sm or known_util.get(job.spec.workload or "")
         return min(1.5, sm / solo) if solo else None
 
-    def _rate(self, job: Job) -> float | None:
-        from ..nodes.launcher import read_progress
-
+    def _rate(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]]
+              ) -> float | None:
+        """The job's progress rate over the window, from what this round's poll read of its
+        progress file (``read``: (node, job id) -> ``NodeSnapshot.progress``'s entry); a Slurm
+        job's file is on the controller's own (shared) filesystem and read here, without
+        blocking."""
         if job.node is None:
             return None
         track = self._tracks.setdefault(job.id, _Track(node=job.node))
-        try:
-            data, _ = read_progress(self.pool, job.node, job, track.offset, 1 << 20) \
-                or (b"", 0)
-        except IadeepError:
-            return None
-        if data:
-            complete = data[: data.rfind(b"\n") + 1]   # a line being written waits for later
-            track.offset += len(complete)
-            track.points = (track.points + parse_progress(complete.decode("utf-8", "replace"))
-                            )[-2000:]
+        if track.node != job.node:   # a new attempt elsewhere: its own file
+            track = self._tracks[job.id] = _Track(node=job.node)
+        if getattr(self.pool.node(job.node), "backend", "ssh") == "slurm":
+            from ..nodes.launcher import read_progress
+            try:
+                data, size = read_progress(self.pool, job.node, job, track.offset, 1 << 20) \
+                    or (b"", 0)
+            except IadeepError:
+                return None
+            _feed(track, track.offset, size, data.decode("latin-1"))   # a byte a character
+        elif (job.node, job.id) in read:
+            _feed(track, *read[(job.node, job.id)])
         return rate(track.points, self.window_s)
 
     def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
@@ -140,6 +157,28 @@ class SpeedObserver:
         keep = set(alive) | {k for k, v in self._tracks.items() if v.node not in answered}
         self._tracks = {k: v for k, v in self._tracks.items() if k in keep}
         self._together = {k: v for k, v in self._together.items() if set(k) <= keep}
+
+
+def _feed(track: _Track, start: int, size: int, text: str) -> None:
+    """Add what a poll read of a progress file (``text``, from offset ``start``; the file's
+    ``size`` then) to ``track``: only complete lines (a line being written waits for later),
+    never a line twice (a late poll repeats what was read), from the start again after the
+    file was rewritten, and from the first whole line where the poll skipped ahead (a job that
+    wrote more than a poll reads)."""
+    if size < track.offset:   # rewritten: its lines start again
+        track.offset, track.points = 0, []
+    if start + len(text) <= track.offset:
+        return
+    if start > track.offset:
+        cut = text.find("\n") + 1
+        if cut == 0:
+            return
+        text, start = text[cut:], start + cut
+    else:
+        text, start = text[track.offset - start:], track.offset
+    complete = text[: text.rfind("\n") + 1]
+    track.offset = start + len(complete)
+    track.points = (track.points + parse_progress(complete))[-2000:]
 
 
 def _groups(running: list[Job]) -> dict[tuple[str, int], list[Job]]:

@@ -51,10 +51,13 @@ class NodeAccess(Protocol):
 class Pool(NodeAccess, Protocol):
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
                  wait_s: float | None = None,
-                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
+                 owners: Mapping[int, str] | None = None,
+                 progress: Mapping[int, int] | None = None) -> ClusterSnapshot:
         """Every node's GPUs and the state of the jobs ``expect``ed there (``owners``: job id
         -> owner, for ``run_as: submitter`` nodes), waiting at most ``wait_s``; a node that
-        did not answer is a ``NodeSnapshot`` with ``error`` set."""
+        did not answer is a ``NodeSnapshot`` with ``error`` set.  ``progress`` (job id ->
+        offset): running jobs whose new progress bytes the same poll reads
+        (``NodeSnapshot.progress``)."""
 
     def close(self) -> None: ...
 

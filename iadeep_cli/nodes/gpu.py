@@ -45,25 +45,52 @@ def remote_path(path: str) -> str:
 # How long nvidia-smi may take before the poll gives up on it (coreutils ``timeout`` kills it,
 # and its children, so a hung driver call never piles up processes on the node).
 SMI_TIMEOUT_S = 10
+# How long the job part of a poll (states, progress) may take on a node before ``timeout``
+# kills it with every process it started; it reads only small files without blocking, so
+# this is a backstop, never a wait.
+STATE_TIMEOUT_S = 10
 # The most bytes of a job's control file (pid, exit) the poll reads: the job can write them.
 CONTROL_MAX = 64
+# The most bytes of one job's progress file one poll reads (a job that writes more between two
+# polls is read from its latest PROGRESS_MAX bytes: its rate is over the recent lines), and of
+# all the node's jobs together, so that a poll's answer stays well under the SSH limit.
+PROGRESS_MAX = 1 << 16
+PROGRESS_TOTAL = 1 << 22
+# What a progress line may hold ("<time> <iterations>"); every other byte is shown as '?', so
+# what a job writes there keeps its length (offsets stay exact) and can never pass for one of
+# the poll's marker lines.
+_PROGRESS_CHARS = "0-9.eE+ \\n-"
 
+# Defines ``me`` (this account's uid) and ``rd FILE``: the first line of up to CONTROL_MAX bytes
+# of FILE, printed only if FILE is a regular file of this account's, opened without blocking
+# (a FIFO there returns at once) and never through a symbolic link (dd's O_NONBLOCK and
+# O_NOFOLLOW), and if the same file (device and inode) is still there after the read.  A job
+# can shape its own directory as it likes; its files are never opened any other way.
+READ_CONTROL = (
+    "me=$(id -u)\n"
+    'rd() { set -- "$1" $(stat -c "%f %u %d:%i" -- "$1" 2>/dev/null)\n'
+    '  [ $# = 4 ] && [ "$3" = "$me" ] && [ $((0x$2 & 61440)) = 32768 ] || return 0\n'
+    f'  v=$(dd if="$1" iflag=nonblock,nofollow bs={CONTROL_MAX} count=1 status=none '
+    "2>/dev/null | head -n 1)\n"
+    '  [ "$(stat -c "%f %u %d:%i" -- "$1" 2>/dev/null)" = "$2 $3 $4" ] && '
+    "printf '%s\\n' \"$v\"; }\n")
 # Sets $p, $st (the pid file's "PID STARTTIME", bounded and checked) from "$d/pid".  (% keeps
 # the shell's ${...} as written; an f-string would double every brace.)
 _READ_PIDFILE = (
-    'set -- $(head -c %d "$d/pid" 2>/dev/null | head -n 1); p=${1:-}; st=${2:--}\n'  # noqa: UP031
+    'set -- $(rd "$d/pid"); p=${1:-}; st=${2:--}\n'
     "case $p in ''|*[!0-9]*) p=-;; esac\n"
-    "case $st in ''|*[!0-9]*) st=-;; esac\n" % CONTROL_MAX)
+    "case $st in ''|*[!0-9]*) st=-;; esac\n")
 # Sets $ours (1 if process $p is alive, not a zombie, leads its own session and started at $st,
 # unless $st is '-') and $now (its start time).  After a reboot a pid may belong to someone
 # else, even another job's session leader: a process is ours only if all of this holds.
+# /proc/$p/stat is read by the shell itself (no process per job); the command name, which may
+# hold anything, ends at its last ") ".
 IS_OURS = (
     'ours=0; now=-; s=""\n'
-    '[ "$p" != - ] && [ -r /proc/$p/stat ] && s=$(sed "s/.*) //" /proc/$p/stat 2>/dev/null '
-    '| cut -d" " -f1,4,20)\n'
-    'set -- $s\n'
-    'case "${1:-}" in Z*|X*|"") ;; *) [ "$2" = "$p" ] && { [ "$st" = - ] || [ "$3" = "$st" ]; } '
-    '&& { ours=1; now=$3; };; esac\n'
+    '[ "$p" != - ] && [ -r /proc/$p/stat ] && { read -r s < /proc/$p/stat; } 2>/dev/null\n'
+    's=${s##*) }; set -- $s\n'
+    'case "${1:-}" in Z*|X*|"") ;; *) [ "${4:-}" = "$p" ] && '
+    '{ [ "$st" = - ] || [ "${20:-}" = "$st" ]; } && { ours=1; now=${20:-}; };; esac\n'
 )
 
 
@@ -71,8 +98,11 @@ IS_OURS = (
 Expect = Sequence[tuple[int, "int | None", "int | None"]]
 
 
-def state_script(workdir: str, expect: Expect) -> str:
-    """Shell that prints one ``ID STATE [PID [CODE|START]]`` line per expected job.
+def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | None = None,
+                 timeout_s: float = STATE_TIMEOUT_S, budget: int = PROGRESS_TOTAL) -> str:
+    """Shell that prints one ``ID STATE [PID [CODE|START]]`` line per expected job, and the new
+    bytes of the running ones' progress files (``progress``: job id -> the offset to read from,
+    at most ``budget`` bytes in all; see ``progress_script``).
 
     ``expect``: (job id, session leader pid, its start time) as the controller recorded them at
     launch, or None where it has not (a launch still in flight, a crash before it was recorded:
@@ -80,32 +110,83 @@ def state_script(workdir: str, expect: Expect) -> str:
     rewrite or delete its own files: a job is running while its recorded session leader lives,
     whatever its directory says, and its exit file is believed only once the leader is gone.
     Every value interpolated here is an int (checked) or '-'.
+
+    The whole of it runs under coreutils ``timeout`` (where the node has it), which kills it
+    and every process it started (its own process group) after ``timeout_s``: nothing a job
+    does to its files can keep a reader waiting on the node.  A job whose line is missing
+    because of that is "unknown" to the parser (see ``parse_poll``), never "missing".
     """
     jobs = remote_path(workdir.rstrip("/") + "/jobs")
     items = " ".join(f"{int(j)}:{'-' if p is None else int(p)}:{'-' if t is None else int(t)}"
                      for j, p, t in expect)
-    return (
+    want = {int(j): max(0, int(o)) for j, o in (progress or {}).items()}
+    offsets = "".join(f"o_{j}={o}; " for j, o in want.items())
+    body = (
         f'echo "{MARK} state"\n'
         "set -f\n"   # no globbing of what the job wrote into its files
+        + READ_CONTROL + f"J={jobs}; P=''; {offsets}\n"
         f"for x in {items}; do\n"
-        '  j=${x%%:*}; r=${x#*:}; p=${r%%:*}; st=${r#*:}; d=' + jobs + '/$j\n'
+        '  j=${x%%:*}; r=${x#*:}; p=${r%%:*}; st=${r#*:}; d=$J/$j\n'
         '  if [ "$p" = - ]; then\n'
         '    if [ -f "$d/pid" ]; then\n' + _indent(_READ_PIDFILE, 6) +
         '    elif [ -f "$d/launched" ]; then echo "$j claimed"; continue\n'
         '    else echo "$j missing"; continue; fi\n'
         '  fi\n'
         + _indent(IS_OURS, 2) +
-        '  if [ "$ours" = 1 ]; then echo "$j running $p $now"; continue; fi\n'
-        f'  c=$(head -c {CONTROL_MAX} "$d/exit" 2>/dev/null | head -n 1)\n'
+        '  if [ "$ours" = 1 ]; then echo "$j running $p $now"\n'
+        '    eval "[ -z \\"\\${o_$j:-}\\" ]" || P="$P $j/progress"; continue; fi\n'
+        '  c=$(rd "$d/exit")\n'
         "  case $c in ''|-|*[!0-9-]*) c=-;; esac\n"
         '  echo "$j exited $p $c"\n'
         "done\n"
-        "set +f\n"
         # every claimed job directory: their processes are iadeep's (see job_map)
         f'echo "{MARK} dirs"\n'
-        f"for f in {jobs}/*/launched; do [ -f \"$f\" ] && {{ d=${{f%/launched}}; "
+        "set +f\n"
+        'for f in $J/*/launched; do [ -f "$f" ] && { d=${f%/launched}; '
         'echo "${d##*/}"; }; done\n'
+        + progress_script(progress_cap(len(want), budget))
     )
+    to = f"timeout -k 1 {float(timeout_s):g}"
+    return (f't=""; command -v timeout >/dev/null 2>&1 && t="{to}"\n'
+            f"$t sh -c {shlex.quote(body)}\n")
+
+
+def progress_script(cap: int) -> str:
+    """Shell (part of ``state_script``, after its loop has set ``$P``: the running jobs'
+    ``ID/progress`` names, and ``o_ID``: where to read each from) that prints every such file's
+    new bytes as a section ``progress:ID FROM,SIZE``, then the files as they were before the
+    reads (``progress-before``: ``NAME %f %u %d:%i %w``) and after them (``progress-check``).
+    The parser (``parse_progress``) believes a file's bytes only if both agree (a regular file
+    of this account's, the same inode, born at the same nanosecond: an inode number freed by a
+    swap and given to the next file does not pass, a line appended meanwhile does).  One
+    ``stat`` for all of them, one ``dd`` (non-blocking, no link followed, ``cap`` bytes at
+    most) per file with news, and no process at all for a file without."""
+    cap = int(cap)
+    return (
+        f'echo "{MARK} progress"\n'
+        '[ -n "$P" ] && cd -- "$J" 2>/dev/null && { R=""; B=""\n'
+        '  stat -c "%n %f %u %d:%i %s %w" -- $P 2>/dev/null | {\n'
+        '  while read -r n m u i s z; do j=${n%%/*}\n'
+        '    case $j$s in *[!0-9]*) continue;; esac\n'
+        '    [ "$u" = "$me" ] && [ $((0x$m & 61440)) = 32768 ] || continue\n'
+        '    eval "o=\\${o_$j:-0}"; f=$o; [ "$s" -lt "$o" ] && f=0\n'
+        f'    [ $((s - f)) -gt {cap} ] && f=$((s - {cap}))\n'
+        '    [ "$s" -gt "$f" ] || continue\n'
+        f'    echo "{MARK} progress:$j $f,$s"; R="$R $n"; B="$B$n $m $u $i $z\n"\n'
+        '    dd if="$n" iflag=nonblock,nofollow,skip_bytes,count_bytes skip="$f" '
+        'count=$((s - f)) bs=65536 status=none 2>/dev/null | '
+        f"tr -c '{_PROGRESS_CHARS}' '?'; echo\n"
+        '  done\n'
+        f'  echo "{MARK} progress-before"; printf "%s" "$B"\n'
+        f'  echo "{MARK} progress-check"\n'
+        '  [ -z "$R" ] || stat -c "%n %f %u %d:%i %w" -- $R 2>/dev/null; }; }\n'
+        "true\n"
+    )
+
+
+def progress_cap(count: int, budget: int = PROGRESS_TOTAL) -> int:
+    """Bytes one job's progress file may give one poll when ``count`` share ``budget``."""
+    return max(512, min(PROGRESS_MAX, budget // max(1, count)))
 
 
 def _indent(text: str, n: int) -> str:
@@ -142,10 +223,12 @@ fi
 """
 
 
-def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TIMEOUT_S) -> str:
-    """One remote poll: the expected jobs' states first (cheap, never blocked by the driver),
-    then the GPUs.  One round trip per node per round."""
-    return state_script(workdir, expect) + gpu_script(gpu_timeout_s)
+def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TIMEOUT_S,
+                progress: Mapping[int, int] | None = None) -> str:
+    """One remote poll: the expected jobs' states and new progress first (cheap, never blocked
+    by the driver or by a job's files), then the GPUs.  One round trip per node per round,
+    whatever the number of jobs."""
+    return state_script(workdir, expect, progress) + gpu_script(gpu_timeout_s)
 
 
 # What a node reports is bounded before anything trusts it: a broken driver, or a job that put
@@ -352,6 +435,36 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
     return tuple(out)
 
 
+# One job's new progress bytes as a poll read them: (job id, the offset they start at, the
+# file's size then, the bytes as text: progress_script keeps them ASCII).
+Progress = tuple[int, int, int, str]
+
+
+def parse_progress(sec: dict[str, tuple[str | None, str]]) -> tuple[Progress, ...]:
+    """The ``progress:ID`` sections of a poll (see ``progress_script``), each believed only if
+    the file was the same regular file after the read as before it."""
+    def lines(name: str) -> dict[str, str]:
+        out = {}
+        for line in sec.get(name, (None, ""))[1].splitlines():
+            path, _, rest = line.partition(" ")
+            out[path] = rest
+        return out
+    before, after = lines("progress-before"), lines("progress-check")
+    out = []
+    for key, (arg, body) in sec.items():
+        if not key.startswith("progress:") or arg is None:
+            continue
+        job, fields = _int(key[len("progress:"):]), arg.split(",")
+        if job is None or len(fields) != 2:
+            continue
+        start, size, name = _int(fields[0]), _int(fields[1]), f"{job}/progress"
+        if start is None or size is None or before.get(name) is None \
+                or before.get(name) != after.get(name):
+            continue
+        out.append((job, start, size, body[:PROGRESS_MAX]))
+    return tuple(out)
+
+
 def job_sections(sec: dict[str, tuple[str | None, str]]
                  ) -> tuple[tuple[tuple[int, RemoteJob], ...] | None, set[int], dict[int, int]]:
     """(states, known job dirs, live sessions) from a poll's sections; states is None when the
@@ -373,6 +486,7 @@ class UserStates:
     sessions: dict[int, int]              # live session leader -> job id
     tags: dict[int, tuple[int, str]]      # pid -> (job id, its user)
     errors: dict[str, str]                # user -> why their section could not run
+    progress: tuple[Progress, ...] = ()   # their running jobs' new progress (read as them)
 
 
 def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str]) -> UserStates:
@@ -386,6 +500,7 @@ def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str
     sessions: dict[int, int] = {}
     tags: dict[int, tuple[int, str]] = {}
     errors: dict[str, str] = {}
+    progress: list[Progress] = []
     for key, (_, body) in sec.items():
         if not key.startswith("as:"):
             continue
@@ -400,6 +515,7 @@ def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str
             continue
         mine = {j for j, u in owners.items() if u == user}
         states.extend((j, job) for j, job in got if j in mine)
+        progress.extend(x for x in parse_progress(inner) if x[0] in mine)
         sessions.update((pid, j) for pid, j in live.items() if j in mine)
         for j in known:
             owner_of.setdefault(j, user)
@@ -410,7 +526,7 @@ def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str
                 tags[int(parts[0])] = (int(parts[1]), user)
     answered = {j for j, _ in states}
     states.extend((j, RemoteJob("unknown")) for j in owners if j not in answered)
-    return UserStates(tuple(states), owner_of, sessions, tags, errors)
+    return UserStates(tuple(states), owner_of, sessions, tags, errors, tuple(progress))
 
 
 def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[int, int],
@@ -433,24 +549,33 @@ def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[in
 
 def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
                taken_at: float | None = None, rtt_s: float | None = None,
-               owners: Mapping[int, str] | None = None) -> NodeSnapshot:
+               owners: Mapping[int, str] | None = None,
+               expected: Sequence[int] = ()) -> NodeSnapshot:
     """The poll script's output -> NodeSnapshot: the jobs' states whenever the script ran, and
     ``error`` set when nvidia-smi failed (the node still answered: its jobs are still known).
     ``owners`` (job id -> owner): the node runs jobs as their submitters, and their states
-    are in per-user sections (``user_states``)."""
+    are in per-user sections (``user_states``).  An ``expected`` job the state section does
+    not mention (its part of the poll was cut short) is ``unknown``: nobody looked."""
     taken_at = time.time() if taken_at is None else taken_at
     sec = split_sections(output)
     states, known, sessions = job_sections(sec)
+    progress = parse_progress(sec)
     by_user = None
     if owners is not None and states is not None:
         by_user = user_states(sec, owners)
         states = states + by_user.states
         known |= set(by_user.owner_of)
         sessions.update(by_user.sessions)
+        progress += by_user.progress
+    if states is not None:
+        told = {j for j, _ in states}
+        states += tuple((int(j), RemoteJob("unknown")) for j in dict.fromkeys(expected)
+                        if int(j) not in told)
 
     def snap(gpus=(), error=None, driver=None):
         return NodeSnapshot(name=name, taken_at=taken_at, gpus=gpus, error=error,
-                            driver_version=driver, rtt_s=rtt_s, jobs=states)
+                            driver_version=driver, rtt_s=rtt_s, jobs=states,
+                            progress=progress)
 
     if "gpu" not in sec:
         return snap(error="unexpected poll output (no GPU section): "

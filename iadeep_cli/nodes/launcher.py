@@ -36,6 +36,7 @@ from .connection import NodeAccess
 from .gpu import (
     _READ_PIDFILE,
     IS_OURS,
+    READ_CONTROL,
     Expect,
     parse_states,
     remote_path,
@@ -74,8 +75,9 @@ echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
 MAX_LOG_READ = 1 << 20      # bytes per log read: the controller's to bound, not the caller's
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Sets $p (the pid) and $ours (1 or 0) from "$d/pid", read bounded and checked (see gpu.py).
-_IS_OURS = _READ_PIDFILE + IS_OURS
+# Sets $p (the pid) and $ours (1 or 0) from "$d/pid", read bounded, without blocking and
+# checked (see gpu.py).
+_IS_OURS = READ_CONTROL + _READ_PIDFILE + IS_OURS
 
 
 @dataclass(frozen=True)
@@ -417,13 +419,23 @@ def read_node_file(pool: NodeAccess, node: str, path: str, offset: int, max_byte
     --output file, its progress), None if there is none: see ``read_progress``."""
     if not pool.node(node).submitter:
         return pool.connection(node).read(path, offset, max_bytes)
+    # As the owner, never blocking and never through a link: dd opens it O_NONBLOCK|O_NOFOLLOW
+    # (a FIFO swapped in after the check returns at once), and what was read counts only if
+    # the same regular file of the owner's is there before and after.
     f = remote_path(path)
+    to = f"timeout -k 1 {float(pool.command_timeout):g}"
     out = _sh(pool, node,
-              f"f={f}; [ -e \"$f\" ] || [ -h \"$f\" ] || {{ echo missing; exit 0; }}\n"
-              '[ -f "$f" ] && [ ! -h "$f" ] || { echo "$f is not a regular file" >&2; exit 3; }\n'
-              'echo "size $(stat -c %s "$f")"\n'
-              f'tail -c +{int(offset) + 1} "$f" | head -c {int(max_bytes)} | base64 | tr -d "\\n"'
-              "; echo\n", owner=owner)
+              f"f={f}; t=''; command -v timeout >/dev/null 2>&1 && t='{to}'\n"
+              'set -- $(stat -c "%f %u %d:%i %s" -- "$f" 2>/dev/null)\n'
+              '[ $# = 4 ] || { [ -e "$f" ] || [ -h "$f" ] || { echo missing; exit 0; }\n'
+              '  echo "$f cannot be read" >&2; exit 3; }\n'
+              '[ $((0x$1 & 61440)) = 32768 ] || { echo "$f is not a regular file" >&2; exit 3; }\n'
+              '[ "$2" = "$(id -u)" ] || { echo "$f is not $(id -un)\'s own file" >&2; exit 3; }\n'
+              'echo "size $4"\n'
+              f'$t dd if="$f" iflag=nonblock,nofollow,skip_bytes,count_bytes skip={int(offset)} '
+              f'count={int(max_bytes)} bs=65536 status=none | base64 | tr -d "\\n"; echo\n'
+              '[ "$(stat -c "%f %u %d:%i" -- "$f" 2>/dev/null)" = "$1 $2 $3" ] || '
+              '{ echo "$f was replaced while it was read" >&2; exit 3; }\n', owner=owner)
     lines = out.splitlines()
     if not lines or lines[0] == "missing":
         return None

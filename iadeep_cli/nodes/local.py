@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 
@@ -29,6 +30,28 @@ def _home() -> str | None:
     return home if os.path.isdir(home) else None   # no home: sshd would start in / too
 
 
+def run_bounded(argv: Sequence[str], timeout: float, stdin: bytes | None = None,
+                cwd: str | None = None) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, stderr) of ``argv`` in a session of its own; after ``timeout`` it is
+    killed with every process it started (its process group), and TimeoutExpired raised: a
+    reader left blocked (on a FIFO) never outlives its command."""
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
+    try:
+        out, err = p.communicate(stdin or b"", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:   # something escaped the group holds the pipes
+            pass
+        raise
+    return p.returncode, out, err
+
+
 class LocalConnection:
     def __init__(self, node: Node, command_timeout: float = 20.0):
         self.node = node
@@ -39,13 +62,12 @@ class LocalConnection:
             stdin: bytes | None = None) -> tuple[int, str, str]:
         timeout = self.command_timeout if timeout is None else timeout
         try:
-            p = subprocess.run(["sh", "-c", as_command(command)], input=stdin or b"",
-                               capture_output=True, timeout=timeout, cwd=_home())
+            rc, out, err = run_bounded(["sh", "-c", as_command(command)], timeout, stdin,
+                                       _home())
         except subprocess.TimeoutExpired:
             raise NodeError(f"node {self.node.name}: command did not finish within {timeout:g} s",
                             hint="raise command_timeout if it is just slow") from None
-        return (p.returncode, p.stdout.decode("utf-8", "replace"),
-                p.stderr.decode("utf-8", "replace"))
+        return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
     def put(self, local, remote: str, mode: int = 0o700) -> None:
         try:

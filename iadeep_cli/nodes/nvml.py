@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..snapshot import GpuProcess, GpuSample, NodeSnapshot
+from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob
 from .gpu import (
     MAX_APPS,
     SAMPLE_FIELDS,
@@ -23,6 +23,7 @@ from .gpu import (
     clean,
     job_map,
     job_sections,
+    parse_progress,
     split_sections,
     state_script,
 )
@@ -141,33 +142,43 @@ def _still_there(nv, h, procs: list, alive: set[int]) -> list:
     return [p for p in procs if p.pid in alive or p.pid in again]
 
 
-def local_job_states(workdir: str, expect) -> str:
-    """The expected jobs' states on this machine: the same shell as a remote poll's."""
-    p = subprocess.run(["sh", "-c", state_script(workdir, expect)], capture_output=True,
-                       timeout=STATE_TIMEOUT_S, cwd=os.path.expanduser("~"))
-    return p.stdout.decode("utf-8", "replace")
+def local_job_states(workdir: str, expect, progress=None) -> str:
+    """The expected jobs' states (and new progress) on this machine: the same shell as a remote
+    poll's, bounded in time by its own ``timeout``, and here too (its whole process group is
+    killed)."""
+    from .local import run_bounded
+
+    _, out, _ = run_bounded(["sh", "-c", state_script(workdir, expect, progress)],
+                            STATE_TIMEOUT_S + 2, cwd=os.path.expanduser("~"))
+    return out.decode("utf-8", "replace")
 
 
 def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | None = None,
-               expect=()) -> NodeSnapshot:
-    """Read every GPU on this machine through NVML, and the expected jobs' states; an NVML
-    failure is the node's GPU error (its jobs are still known, as for a remote node)."""
+               expect=(), progress=None) -> NodeSnapshot:
+    """Read every GPU on this machine through NVML, and the expected jobs' states and new
+    progress (``progress``: job id -> offset); an NVML failure is the node's GPU error (its
+    jobs are still known, as for a remote node)."""
     start = time.time()
     try:
-        states, known, sessions = job_sections(split_sections(local_job_states(workdir, expect)))
+        sec = split_sections(local_job_states(workdir, expect, progress))
+        states, known, sessions = job_sections(sec)
     except (OSError, subprocess.SubprocessError) as exc:
         return NodeSnapshot(name, start, error=f"cannot read the jobs' states: {exc}")
+    if states is not None:
+        told = {j for j, _ in states}
+        states += tuple((int(j), RemoteJob("unknown")) for j, _, _ in expect
+                        if int(j) not in told)
+    read = parse_progress(sec)
+    snap = partial(NodeSnapshot, name, start, jobs=states, progress=read)
     try:
         import pynvml as nv
     except ImportError:
-        return NodeSnapshot(name, start, jobs=states,
-                            error="pynvml is not installed (pip install nvidia-ml-py)")
+        return snap(error="pynvml is not installed (pip install nvidia-ml-py)")
     try:
         nv.nvmlInit()
     except Exception as exc:
-        return NodeSnapshot(name, start, jobs=states,
-                            error=f"NVML unavailable: {exc} (is the NVIDIA driver "
-                                  "installed on the controller's machine?)")
+        return snap(error=f"NVML unavailable: {exc} (is the NVIDIA driver "
+                          "installed on the controller's machine?)")
     try:
         driver = _text(_try(nv.nvmlSystemGetDriverVersion) or "") or None
         count = nv.nvmlDeviceGetCount()
@@ -179,9 +190,8 @@ def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | No
                                     sessions)
         gpus = tuple(_sample(nv, i, h, _still_there(nv, h, procs, alive), jobs)
                      for i, h, procs in listed if only is None or i in only)
-        return NodeSnapshot(name, start, gpus=gpus, driver_version=driver,
-                            rtt_s=time.time() - start, jobs=states)
+        return snap(gpus=gpus, driver_version=driver, rtt_s=time.time() - start)
     except Exception as exc:
-        return NodeSnapshot(name, start, jobs=states, error=f"NVML query failed: {exc}")
+        return snap(error=f"NVML query failed: {exc}")
     finally:
         _try(nv.nvmlShutdown)

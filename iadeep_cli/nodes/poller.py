@@ -81,23 +81,27 @@ class NodePool:
 
     # -- polling
     def poll(self, node_name: str, expect: Expect = (),
-             owners: Mapping[int, str] | None = None) -> NodeSnapshot:
+             owners: Mapping[int, str] | None = None,
+             progress: Mapping[int, int] | None = None) -> NodeSnapshot:
         """One node's GPUs and expected jobs now; every failure becomes ``NodeSnapshot.error``
         (with ``jobs`` None when the node did not answer at all).  ``owners``: job id -> owner,
-        which a ``run_as: submitter`` node needs to read each job as its owner."""
+        which a ``run_as: submitter`` node needs to read each job as its owner; ``progress``:
+        job id -> offset, the running jobs whose new progress to read in the same command."""
         node = self.node(node_name)
         start = time.time()
         t0 = time.monotonic()
+        ids = {int(j) for j, _, _ in expect}
+        progress = {int(j): int(o) for j, o in (progress or {}).items() if int(j) in ids}
         try:
             if node.local:
                 from .nvml import poll_local
-                return poll_local(node.name, node.workdir, node.gpus, expect)
+                return poll_local(node.name, node.workdir, node.gpus, expect, progress)
             mine = None
             if node.submitter:
                 mine = {int(j): (owners or {}).get(int(j), "") for j, _, _ in expect}
-                script = self._submitter_script(node, expect, mine)
+                script = self._submitter_script(node, expect, mine, progress)
             else:
-                script = poll_script(node.workdir, expect, self.gpu_timeout)
+                script = poll_script(node.workdir, expect, self.gpu_timeout, progress)
             _, out, err = self.run(node_name, ["sh", "-c", script])
         except IadeepError as exc:
             return NodeSnapshot(node.name, start, error=exc.message)
@@ -106,24 +110,29 @@ class NodePool:
             return NodeSnapshot(node.name, start, error=f"poll failed: {type(exc).__name__}: {exc}")
         rtt = time.monotonic() - t0
         snap = parse_poll(node.name, out + ("\n" + err if "@@iadeep gpu" not in out else ""),
-                          only=node.gpus, taken_at=start, rtt_s=rtt, owners=mine)
+                          only=node.gpus, taken_at=start, rtt_s=rtt, owners=mine,
+                          expected=[int(j) for j, _, _ in expect])
         if mine is not None:
             self._note_user_errors(node.name, out)
         return snap
 
-    def _submitter_script(self, node: Node, expect: Expect, owners: dict[int, str]) -> str:
-        """The SSH account's own (empty) state section, each owner's jobs read as that owner
-        (``runas.poll_sections``; an owner unknown here gets none: their jobs are unknown),
-        then the GPUs.  Each user's part is bounded so that all of them fit the poll."""
+    def _submitter_script(self, node: Node, expect: Expect, owners: dict[int, str],
+                          progress: Mapping[int, int]) -> str:
+        """The SSH account's own (empty) state section, each owner's jobs (states and new
+        progress) read as that owner (``runas.poll_sections``; an owner unknown here gets
+        none: their jobs are unknown), then the GPUs.  Each user's part is bounded in time
+        and bytes so that all of them fit the poll."""
         by_user: dict[str, list[tuple[int, int | None, int | None]]] = {}
         for j, p, t in expect:
             if owners.get(int(j)):
                 by_user.setdefault(owners[int(j)], []).append((j, p, t))
         wd = runas.user_workdir(node)
         each = max(2.0, self.gpu_timeout / max(1, len(by_user)))
-        return (state_script(node.workdir, ()) +
-                runas.poll_sections(node, {u: state_script(wd, e) for u, e in by_user.items()},
-                                    each) +
+        scripts = {u: state_script(wd, e, {int(j): progress[int(j)] for j, _, _ in e
+                                           if int(j) in progress},
+                                   timeout_s=max(1.0, each - 1), budget=runas.SECTION_MAX // 2)
+                   for u, e in by_user.items()}
+        return (state_script(node.workdir, ()) + runas.poll_sections(node, scripts, each) +
                 gpu_script(self.gpu_timeout))
 
     def _note_user_errors(self, node: str, out: str) -> None:
@@ -139,7 +148,8 @@ class NodePool:
 
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
                  wait_s: float | None = None,
-                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
+                 owners: Mapping[int, str] | None = None,
+                 progress: Mapping[int, int] | None = None) -> ClusterSnapshot:
         """Every node concurrently (a thread each), waiting at most ``wait_s`` for them.
 
         A node that is not done by then does not hold up the others: its poll goes on in the
@@ -149,7 +159,8 @@ class NodePool:
         from an earlier round costs the others nothing (else every round would wait out
         ``wait_s`` for it, and the healthy nodes' data would age by that much each round).
         ``expect``: per node, the jobs whose state to read (see ``state_script``);
-        ``owners``: job id -> owner (needed on ``run_as: submitter`` nodes).
+        ``owners``: job id -> owner (needed on ``run_as: submitter`` nodes); ``progress``: job
+        id -> offset, the running jobs whose new progress each node's poll reads too.
         """
         expect = expect or {}
         wait_s = self.connect_timeout + self.command_timeout + 1 if wait_s is None else wait_s
@@ -161,7 +172,7 @@ class NodePool:
                 prev = self._inflight.get(name)
                 if prev is None or (prev.done() and prev in self._consumed):
                     prev = self._executor.submit(self.poll, name, tuple(expect.get(name, ())),
-                                                 dict(owners or {}))
+                                                 dict(owners or {}), dict(progress or {}))
                     self._inflight[name] = prev
                     self._since.setdefault(name, started)
                     fresh.append(prev)

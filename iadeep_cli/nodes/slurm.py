@@ -259,14 +259,15 @@ class SlurmPool:
         return self.connection(node_name).run(cmd, timeout=timeout, stdin=stdin)
 
     def poll_all(self, expect: Mapping[str, Expect] | None = None, wait_s: float | None = None,
-                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
+                 owners: Mapping[int, str] | None = None,
+                 progress: Mapping[int, int] | None = None) -> ClusterSnapshot:
         expect = expect or {}
         ssh = [n.name for n in self.inventory.nodes if n.backend != "slurm"]
         # the SSH nodes and the Slurm nodes read over SSH for telemetry (no jobs expected
         # there: Slurm answers for their jobs), in the same parallel round
         telemetry = {n.name for n in self.inventory.nodes if n.ssh_telemetry}
         inner = self.inner.poll_all({k: v for k, v in expect.items() if k in ssh}, wait_s,
-                                    owners) if ssh or telemetry else None
+                                    owners, progress) if ssh or telemetry else None
         mine = [n for n in self.inventory.nodes if n.backend == "slurm"]
         polled = self.poll_slurm(mine, {n.name: tuple(expect.get(n.name, ())) for n in mine},
                                  owners)

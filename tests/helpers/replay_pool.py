@@ -5,8 +5,8 @@ rounds: ``up`` (answers; its GPUs are the ones the test gave), ``gpu_failing`` (
 its GPU query fails) or ``silent`` (does not answer at all). Everything else is real: commands,
 uploads and reads run on this machine through a ``LocalConnection`` in the node's own
 temporary workdir, so a launch starts a real detached process, a cancel signals it, and the
-state of every job a poll is asked about is read from its real pid and exit files by the
-state script every poll runs (``nodes.gpu.state_script``).
+state of every job a poll is asked about (and its new progress) is read from its real pid, exit
+and progress files by the state script every poll runs (``nodes.gpu.state_script``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from iadeep_cli.errors import IadeepError, NotFoundError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.nodes.connection import NodeConnection
-from iadeep_cli.nodes.gpu import Expect, parse_states, split_sections, state_script
+from iadeep_cli.nodes.gpu import Expect, parse_progress, parse_states, split_sections, state_script
 from iadeep_cli.nodes.local import LocalConnection
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
 
@@ -61,7 +61,8 @@ class ReplayPool:
     # -- Pool
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
                  wait_s: float | None = None,
-                 owners: Mapping[int, str] | None = None) -> ClusterSnapshot:
+                 owners: Mapping[int, str] | None = None,
+                 progress: Mapping[int, int] | None = None) -> ClusterSnapshot:
         taken = time.time()   # wall clock, like NodePool: the loop compares it with its actions
         nodes = []
         for node in self.inventory.nodes:
@@ -70,21 +71,26 @@ class ReplayPool:
                 nodes.append(NodeSnapshot(node.name, taken, error="no answer (scripted)"))
                 continue
             try:
-                jobs = self._job_states(node, (expect or {}).get(node.name, ()))
+                jobs, read = self._job_states(node, (expect or {}).get(node.name, ()),
+                                              progress or {})
             except IadeepError as exc:   # as NodePool.poll: the node's error, not a crash
                 nodes.append(NodeSnapshot(node.name, taken, error=exc.message))
                 continue
             if mode == "gpu_failing":
                 nodes.append(NodeSnapshot(node.name, taken, error="nvidia-smi failed (scripted)",
-                                          jobs=jobs))
+                                          jobs=jobs, progress=read))
             else:
                 nodes.append(NodeSnapshot(node.name, taken, gpus=self.gpus[node.name],
-                                          jobs=jobs))
+                                          jobs=jobs, progress=read))
         return ClusterSnapshot(taken, tuple(nodes))
 
-    def _job_states(self, node: Node, expect: Expect):
-        _, out, _ = self.run(node.name, ["sh", "-c", state_script(node.workdir, expect)])
-        return parse_states(split_sections(out).get("state", (None, ""))[1])
+    def _job_states(self, node: Node, expect: Expect, progress: Mapping[int, int]):
+        ids = {int(j) for j, _, _ in expect}
+        script = state_script(node.workdir, expect, {j: o for j, o in progress.items()
+                                                     if j in ids})
+        _, out, _ = self.run(node.name, ["sh", "-c", script])
+        sec = split_sections(out)
+        return parse_states(sec.get("state", (None, ""))[1]), parse_progress(sec)
 
     def close(self) -> None:
         for conn in self._conns.values():

@@ -1,5 +1,15 @@
-"""Online learning: observed speeds from real progress files, co-location rows, precedence."""
+"""Online learning: observed speeds from real progress files, co-location rows, precedence.
+
+The progress files are read as a round reads them: by the node's state script (here through
+``nvml.local_job_states``, the same shell a remote poll runs), for jobs whose recorded session
+leader (a real ``sleep`` here) is alive."""
+import os
+import signal
+import subprocess
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.controller import client
@@ -7,6 +17,8 @@ from iadeep_cli.controller.catalog import lab_measurements
 from iadeep_cli.controller.observe import SpeedObserver
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.nodes.gpu import parse_progress, split_sections
+from iadeep_cli.nodes.nvml import local_job_states
 from iadeep_cli.nodes.poller import NodePool
 from iadeep_cli.profiles import CoLocation, Profile
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
@@ -16,6 +28,39 @@ from iadeep_cli.store import Store, profiles as profrows
 def _job(job_id, workload, gpu=0):
     return Job(id=job_id, owner="u", spec=JobSpec(script="/x.sh", workload=workload),
                state=JobState.RUNNING, submitted_at=0.0, node="here", gpu_indices=(gpu,))
+
+
+class _Node:
+    """The local node "here" in ``workdir``: a live session leader per job (its pid file), and
+    ``poll``: a snapshot with what the state script read of the jobs' progress files."""
+
+    def __init__(self, workdir: Path):
+        self.workdir, self.leaders = workdir, []
+
+    def poll(self, snap: ClusterSnapshot, observer: SpeedObserver, jobs) -> ClusterSnapshot:
+        for job in jobs:
+            d = self.workdir / "jobs" / str(job.id)
+            d.mkdir(parents=True, exist_ok=True)
+            if not (d / "pid").exists():
+                leader = subprocess.Popen(["sleep", "600"], start_new_session=True)
+                self.leaders.append(leader)
+                (d / "pid").write_text(f"{leader.pid}\n")
+        out = local_job_states(str(self.workdir), [(j.id, None, None) for j in jobs],
+                               observer.offsets(jobs))
+        read = parse_progress(split_sections(out))
+        nodes = [replace(n, progress=read) if n.name == "here" else n for n in snap.nodes]
+        if not any(n.name == "here" for n in nodes):
+            nodes.append(NodeSnapshot("here", 0.0, jobs=(), progress=read))
+        return replace(snap, nodes=tuple(nodes))
+
+
+@pytest.fixture
+def here(tmp_path):
+    node = _Node(tmp_path)
+    yield node
+    for leader in node.leaders:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
 
 
 def _progress(workdir: Path, job_id: int, start: float, end: float, per_s: float, first=0):
@@ -29,7 +74,7 @@ def _progress(workdir: Path, job_id: int, start: float, end: float, per_s: float
     return it - int(per_s)
 
 
-def test_shared_speed_is_rate_over_own_solo_rate(tmp_path):
+def test_shared_speed_is_rate_over_own_solo_rate(tmp_path, here):
     inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
                           tmp_path / "n.yaml")
     observer = SpeedObserver(NodePool(inv))
@@ -37,21 +82,23 @@ def test_shared_speed_is_rate_over_own_solo_rate(tmp_path):
     a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
     last_a = _progress(tmp_path, 1, 0, 60, 10)
     last_b = _progress(tmp_path, 2, 0, 60, 20)
-    speeds, rows = observer.observe([a, b], snap, now=100.0)   # each alone on its GPU
+    # each alone on its GPU
+    speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=100.0)
     assert speeds == {1: 1.0, 2: 1.0} and rows == []
     assert observer.solo_rate(1) == 10.0 and observer.solo_rate(2) == 20.0
     b = _job(2, "mlp", gpu=0)   # now they share GPU 0
     _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
     _progress(tmp_path, 2, 100, 200, 17, first=last_b + 17)
-    speeds, rows = observer.observe([a, b], snap, now=1000.0)
+    speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1000.0)
     assert round(speeds[1], 3) == 0.6 and round(speeds[2], 3) == 0.85
     assert rows == []  # together for less than a minute: not recorded yet
-    speeds, rows = observer.observe([a, b], snap, now=1061.0)
+    speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1061.0)
     assert rows == [CoLocation("NVIDIA H200", ("resnet50", "mlp"), (0.6, 0.85), 1)]
-    assert observer.observe([a, b], snap, now=1200.0)[1] == []  # one row per pairing
+    # one row per pairing
+    assert observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1200.0)[1] == []
 
 
-def test_a_partial_line_waits_for_its_end(tmp_path):
+def test_a_partial_line_waits_for_its_end(tmp_path, here):
     inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
                           tmp_path / "n.yaml")
     observer = SpeedObserver(NodePool(inv))
@@ -59,10 +106,11 @@ def test_a_partial_line_waits_for_its_end(tmp_path):
     d = tmp_path / "jobs" / "1"
     d.mkdir(parents=True)
     (d / "progress").write_text("0 0\n10 100\n20 2")
-    assert observer.observe([_job(1, "x")], snap, 0.0)[0] == {1: 1.0}
+    job = _job(1, "x")
+    assert observer.observe([job], here.poll(snap, observer, [job]), 0.0)[0] == {1: 1.0}
     with open(d / "progress", "a") as f:
         f.write("00\n")
-    observer.observe([_job(1, "x")], snap, 0.0)
+    observer.observe([job], here.poll(snap, observer, [job]), 0.0)
     assert observer._tracks[1].points[-1] == (20.0, 200)
 
 
@@ -83,14 +131,15 @@ def test_lab_measurements_take_precedence(tmp_path, monkeypatch):
     assert set(profiles) == {"mlp", "mine"} and pairs[0].jobs == ("mine", "mlp")
 
 
-def test_a_newcomer_uses_the_solo_rate_this_lab_profiled(tmp_path):
+def test_a_newcomer_uses_the_solo_rate_this_lab_profiled(tmp_path, here):
     inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
                           tmp_path / "n.yaml")
     observer = SpeedObserver(NodePool(inv))
     snap = ClusterSnapshot(0.0, ())
     _progress(tmp_path, 1, 0, 60, 10)
     _progress(tmp_path, 2, 0, 60, 5)
-    speeds, _ = observer.observe([_job(1, "a"), _job(2, "b")], snap, 0.0, {"b": 10.0})
+    jobs = [_job(1, "a"), _job(2, "b")]
+    speeds, _ = observer.observe(jobs, here.poll(snap, observer, jobs), 0.0, {"b": 10.0})
     assert speeds == {2: 0.5}  # job 1's workload has no known solo rate: no guess
 
 
@@ -125,7 +174,7 @@ def test_no_progress_and_no_sm_figure_means_no_speed(tmp_path):
     assert speeds == {}
 
 
-def test_a_round_its_node_missed_keeps_the_solo_rate(tmp_path):
+def test_a_round_its_node_missed_keeps_the_solo_rate(tmp_path, here):
     """A slow poll (the node did not answer this round, so its jobs are not observed) must not
     forget a job's solo rate, or the job, sharing from then on, could never be measured; a job
     gone from an answering node is forgotten."""
@@ -137,12 +186,12 @@ def test_a_round_its_node_missed_keeps_the_solo_rate(tmp_path):
     silent = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, error="no answer"),))
     a, b = _job(1, "resnet50"), _job(2, "mlp")
     last_a = _progress(tmp_path, 1, 0, 60, 10)
-    assert observer.observe([a], answered, now=100.0)[0] == {1: 1.0}
+    assert observer.observe([a], here.poll(answered, observer, [a]), now=100.0)[0] == {1: 1.0}
     assert observer.observe([], silent, now=110.0) == ({}, [])   # the loop skips its jobs
     assert observer.solo_rate(1) == 10.0
     _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
     _progress(tmp_path, 2, 100, 200, 6)
-    speeds, _ = observer.observe([a, b], answered, now=1000.0)
+    speeds, _ = observer.observe([a, b], here.poll(answered, observer, [a, b]), now=1000.0)
     assert round(speeds[1], 3) == 0.6 and 2 not in speeds   # b never ran alone
-    observer.observe([b], answered, now=1100.0)             # a ended, its node answered
+    observer.observe([b], here.poll(answered, observer, [b]), now=1100.0)   # a ended there
     assert observer.solo_rate(1) is None

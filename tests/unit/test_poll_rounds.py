@@ -21,7 +21,7 @@ class _Gated(NodePool):
         self.hung, self.gate = hung, threading.Event()
         self.calls: dict[str, int] = {}
 
-    def poll(self, node_name, expect=(), owners=None):
+    def poll(self, node_name, expect=(), owners=None, progress=None):
         self.calls[node_name] = self.calls.get(node_name, 0) + 1
         if node_name == self.hung:
             self.gate.wait(SAFETY_S * 3)

@@ -1,0 +1,167 @@
+"""What a scheduling round costs as running jobs grow: a real controller's round (``_tick``: poll
+every node over SSH, record, reconcile, read every running job's new progress, decide) with 0,
+8, 64 and 256 running jobs, on 4 and 16 real sshd nodes, each as a ratio to the round with no
+job in the same run.  Target: <= 2x at 8 jobs, and a round that grows with the nodes, not with
+the jobs (every job's state and progress come with its node's one poll command).
+
+Real parts: N sshd nodes (127.0.0.x), real detached jobs (``sleep``) started by the launcher on
+them, each job's progress file appended to before every round (so every round reads new bytes of
+every job), a real ``runtime.Controller`` and its store.  The jobs are recorded running directly
+(not through placement: 256 jobs on 4 nodes would need more GPUs than the stand-in has), and
+the stand-in nvidia-smi lists no job processes (``noscan``): its own scan of /proc costs
+processes per job on every node, which the real tool does not.
+Usage: .venv/bin/python benchmarks/bench_rounds.py [--nodes 4 16] [--jobs 0 8 64 256]
+       [--rounds 7]
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers.sshd import Cluster
+
+JOB = "#!/bin/sh\nexec sleep 3600\n"
+GPUS = 8
+
+
+def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
+    """Job ``index``: recorded, started on its node by the launcher, recorded running."""
+    from iadeep_cli.jobs import JobSpec, JobState
+    from iadeep_cli.nodes import launcher
+    from iadeep_cli.store import jobs as jobrows
+
+    node, gpu = nodes[index % len(nodes)], (index // len(nodes)) % GPUS
+    now = time.time()
+    with ctl.store.tx() as conn:
+        job_id, _ = jobrows.insert(conn, getpass.getuser(), JobSpec(str(script),
+                                                                    name=f"bench{index}"), now)
+        job = jobrows.transition(conn, job_id, JobState.STARTING, "placed", "bench", now,
+                                 node=node, gpu_indices=(gpu,))
+    got = launcher.launch(ctl.loop.pool, node, job, (gpu,), script)
+    with ctl.store.tx() as conn:
+        jobrows.transition(conn, job_id, JobState.RUNNING, "running", "bench", time.time(),
+                           remote_pid=got.pid, remote_start=got.start, started_at=now)
+    return got.job_dir, job_id
+
+
+def _rounds(ctl, dirs: list[str], rounds: int, step: list[int]) -> list[float]:
+    """``rounds`` timed rounds, each after one more progress line in every job's file; the
+    nodes' polls' share of each is appended to ``ctl.poll_times``."""
+    times = []
+    for _ in range(rounds):
+        step[0] += 1
+        for d in dirs:
+            with open(f"{d}/progress", "a") as f:
+                f.write(f"{time.time():.3f} {step[0] * 10}\n")
+        began = time.perf_counter()
+        ctl._tick()
+        times.append(time.perf_counter() - began)
+    return times
+
+
+def _timed_polls(ctl) -> list[float]:
+    """Time every ``poll_all`` of the controller's pool from now on (the nodes' side of a round:
+    they all share this machine's cores)."""
+    pool, spent = ctl.loop.pool, []
+    inner = pool.poll_all
+
+    def poll_all(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - began)
+    pool.poll_all = poll_all
+    return spent
+
+
+def _count_running(ctl) -> int:
+    from iadeep_cli.jobs import JobState
+    return ctl.service.status().queue[JobState.RUNNING]
+
+
+def run(n_nodes: int, counts: list[int], rounds: int
+        ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    from iadeep_cli.controller.runtime import Controller
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(Path(tmp), n_nodes)
+        try:
+            for node in cluster.nodes.values():
+                node.set_fake(gpus=GPUS)
+                (node.state / "noscan").write_text("1\n")
+            os.environ["HOME"] = str(cluster.home)
+            os.environ["IADEEP_HOME"] = str(cluster.home / "state")
+            ctl = Controller(cluster.inventory, Path(tmp) / "state")
+            script = Path(tmp) / "sleep.sh"
+            script.write_text(JOB)
+            script.chmod(0o755)
+            names = list(cluster.nodes)
+            dirs: list[str] = []
+            out: dict[int, list[float]] = {}
+            polls: dict[int, list[float]] = {}
+            spent = _timed_polls(ctl)
+            step = [0]
+            try:
+                for _ in range(2):   # connections opened, first reads: not a steady round
+                    ctl._tick()
+                for count in sorted(counts):
+                    while len(dirs) < count:
+                        dirs.append(_start(ctl, script, len(dirs), names)[0])
+                    _rounds(ctl, dirs, 2, step)   # the new jobs' first (whole) reads
+                    if _count_running(ctl) != count:
+                        raise SystemExit(f"{_count_running(ctl)} jobs running, not {count}")
+                    spent.clear()
+                    out[count] = _rounds(ctl, dirs, rounds, step)
+                    polls[count] = list(spent)
+            finally:
+                if ctl.loop is not None:
+                    ctl.loop.close()
+                ctl.socket.close()
+                ctl.store.close()
+                for d in dirs:   # the jobs, by their recorded session
+                    try:
+                        pid = int(Path(f"{d}/pid").read_text().split()[0])
+                        os.killpg(pid, 9)
+                    except (OSError, ValueError, IndexError):
+                        pass
+        finally:
+            cluster.shutdown()
+    return out, polls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, nargs="+", default=[4, 16])
+    ap.add_argument("--jobs", type=int, nargs="+", default=[0, 8, 64, 256])
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    counts = sorted(set(args.jobs) | {0})
+    print(f"cpus={os.cpu_count()} rounds={args.rounds} (medians); load average "
+          f"{os.getloadavg()[0]:.1f} at start")
+    for n in args.nodes:
+        got, polls = run(n, counts, args.rounds)
+        base = statistics.median(got[0])
+        for count in counts:
+            xs = got[count]
+            m = statistics.median(xs)
+            print(f"  {n:>2} nodes, {count:>3} running jobs: round median {m * 1000:7.1f} ms "
+                  f"(min {min(xs) * 1000:6.1f}, max {max(xs) * 1000:6.1f})  "
+                  f"vs no job {m / base:5.2f}x; of it the nodes' polls "
+                  f"{statistics.median(polls[count]) * 1000:7.1f} ms")
+        ratio8 = statistics.median(got[8]) / base if 8 in got else None
+        if ratio8 is not None:
+            print(f"  {n:>2} nodes: 8 jobs {ratio8:.2f}x the empty round (target <= 2x: "
+                  f"{'met' if ratio8 <= 2 else 'MISSED'})")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""The job part of a poll (``gpu.state_script``) run by a real ``sh`` over real job directories:
+a job shapes its own files as it likes (FIFOs, links, junk), and the poll neither blocks on
+them nor believes more than they can honestly say."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iadeep_cli.errors import NodeError
+from iadeep_cli.inventory import Node
+from iadeep_cli.nodes.gpu import (
+    PROGRESS_MAX,
+    parse_poll,
+    parse_progress,
+    parse_states,
+    split_sections,
+    state_script,
+)
+from iadeep_cli.nodes.local import LocalConnection, run_bounded
+
+
+@pytest.fixture
+def leaders():
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _job(workdir: Path, job_id: int, leaders: list | None = None) -> Path:
+    """A job directory; with ``leaders``, a live session leader recorded in its pid file."""
+    d = workdir / "jobs" / str(job_id)
+    d.mkdir(parents=True)
+    if leaders is not None:
+        p = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        leaders.append(p)
+        (d / "pid").write_text(f"{p.pid}\n")
+    return d
+
+
+def _run(script: str, limit: float = 30.0) -> dict:
+    """The script's sections (it must end by itself well within ``limit``)."""
+    _, out, _ = run_bounded(["sh", "-c", script], limit)
+    return split_sections(out.decode())
+
+
+def test_a_fifo_exit_file_is_no_exit_code_and_blocks_nothing(tmp_path):
+    d = _job(tmp_path, 1)
+    (d / "pid").write_text("999999\n")      # the leader is gone
+    os.mkfifo(d / "exit")
+    sec = _run(state_script(str(tmp_path), [(1, None, None)]))
+    assert [(j, s.state, s.pid, s.exit_code) for j, s in parse_states(sec["state"][1])] == \
+        [(1, "exited", 999999, None)]
+
+
+def test_a_fifo_or_link_pid_file_is_no_pid(tmp_path):
+    os.mkfifo(_job(tmp_path, 1) / "pid")        # (no claim either: never launched)
+    (_job(tmp_path, 2) / "pid").symlink_to("/proc/self/stat")
+    sec = _run(state_script(str(tmp_path), [(1, None, None), (2, None, None)]))
+    assert [(j, s.state, s.pid) for j, s in parse_states(sec["state"][1])] == \
+        [(1, "missing", None), (2, "exited", None)]
+
+
+def test_progress_is_read_from_the_offset_with_the_state(tmp_path, leaders):
+    d = _job(tmp_path, 1, leaders)
+    (d / "progress").write_text("1.0 10\n2.0 20\n3.0 3")
+    sec = _run(state_script(str(tmp_path), [(1, None, None)], {1: 7}))
+    assert parse_states(sec["state"][1])[0][1].state == "running"
+    assert parse_progress(sec) == ((1, 7, 19, "2.0 20\n3.0 3"),)
+
+
+def test_a_progress_fifo_or_link_gives_nothing_and_blocks_nothing(tmp_path, leaders):
+    os.mkfifo(_job(tmp_path, 1, leaders) / "progress")
+    (_job(tmp_path, 2, leaders) / "progress").symlink_to("/etc/passwd")
+    sec = _run(state_script(str(tmp_path), [(1, None, None), (2, None, None)], {1: 0, 2: 0}))
+    assert [s.state for _, s in parse_states(sec["state"][1])] == ["running", "running"]
+    assert parse_progress(sec) == ()
+
+
+def test_progress_cannot_forge_the_poll(tmp_path, leaders):
+    d = _job(tmp_path, 1, leaders)
+    forged = "@@iadeep gpu 0\n0, GPU-x, forged\n@@iadeep state\n1 exited 1 0\n\x1b[2J\xff\r\n"
+    (d / "progress").write_bytes(forged.encode())
+    out = run_bounded(["sh", "-c", state_script(str(tmp_path), [(1, None, None)], {1: 0})],
+                      30)[1].decode()
+    snap = parse_poll("n", out, expected=[1])
+    assert snap.jobs is not None and [s.state for _, s in snap.jobs] == ["running"]
+    assert "gpu" not in split_sections(out)                 # nothing passed for a section
+    [(job, start, size, text)] = snap.progress
+    assert (job, start, size, len(text)) == (1, 0, len(forged.encode()), size)
+    assert "@" not in text and "\x1b" not in text and "\r" not in text
+
+
+def test_a_job_writing_more_than_a_poll_reads_gives_its_latest_bytes(tmp_path, leaders):
+    d = _job(tmp_path, 1, leaders)
+    (d / "progress").write_bytes(b"1 1\n" + b"9" * (2 * PROGRESS_MAX))
+    sec = _run(state_script(str(tmp_path), [(1, None, None)], {1: 0}))
+    [(_, start, size, text)] = parse_progress(sec)
+    assert (start, size, text) == (size - PROGRESS_MAX, 4 + 2 * PROGRESS_MAX, "9" * PROGRESS_MAX)
+
+
+def test_a_progress_file_swapped_with_a_fifo_never_blocks_the_poll(tmp_path, leaders):
+    """The job swaps its progress file with a FIFO as fast as it can while the poll reads it
+    again and again: every poll ends by itself, and what it believes came from a regular file
+    (a FIFO read at the moment of a swap gives nothing, and is not taken for an empty file)."""
+    d = _job(tmp_path, 1, leaders)
+    swapper = subprocess.Popen([sys.executable, "-c", f"""
+import os, time
+d = {str(d)!r}
+n = 0
+while not os.path.exists(d + "/stop"):
+    os.mkfifo(d + "/f.tmp"); os.rename(d + "/f.tmp", d + "/progress")
+    time.sleep(0.005)
+    with open(d + "/r.tmp", "w") as f:
+        f.write(f"{{n}}.0 {{n}}\\n")
+    os.rename(d + "/r.tmp", d + "/progress"); n += 1
+    time.sleep(0.1)
+"""], start_new_session=True)
+    leaders.append(swapper)
+    script = state_script(str(tmp_path), [(1, None, None)], {1: 0})
+    seen = 0
+    for _ in range(40):
+        sec = _run(script)
+        assert parse_states(sec["state"][1])[0][1].state == "running"
+        for _, start, _, text in parse_progress(sec):
+            assert start == 0 and text.endswith("\n") and text.count("\n") == 1
+            seen += 1
+    (d / "stop").touch()
+    swapper.wait(timeout=30)
+    assert seen > 0
+
+
+def test_a_state_part_cut_short_leaves_its_jobs_unknown(tmp_path):
+    out = "@@iadeep state\n1 running 5 6\n@@iadeep gpu 0\n"
+    snap = parse_poll("n", out, expected=[1, 2])
+    assert [(j, s.state) for j, s in snap.jobs or ()] == [(1, "running"), (2, "unknown")]
+
+
+def test_a_local_command_that_blocks_is_killed_with_its_whole_process_group(tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    conn = LocalConnection(Node("here", "localhost", local=True), 1.0)
+    with pytest.raises(NodeError, match="did not finish within 1 s"):
+        conn.run(f"cat {fifo} & wait")
+    # nothing is left blocked opening the FIFO
+    assert not any(str(fifo) in _cmdline(p) for p in os.listdir("/proc") if p.isdigit())
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
