@@ -359,3 +359,59 @@ def test_families_from_column_or_name(tmp_path):
     f.write_text("workload,family,gpu_util,mem_util,peak_mem_gib\n"
                  "a-1,,50,10,1\nb,conv,60,20,2\n")
     assert load_families_csv(f) == {"a-1": "a", "b": "conv"}
+
+
+# -- scaling, the simple rules, intervals that widen ---------------------------------------------
+def _synthetic_lab(n_workloads, n_pairs, repeats=1, seed=0):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_fit import synthetic_lab
+    return synthetic_lab(n_workloads, max(3, n_workloads // 5), n_pairs, n_pairs * repeats, seed)
+
+
+def test_repeated_measurements_are_aggregated_per_pair():
+    from iadeep_cli.model.fit import _directed_rows
+    profs, obs = _synthetic_lab(12, 40, repeats=5)
+    rows = _directed_rows(profs, obs)
+    assert len(rows) == len({(o.jobs[0], o.jobs[1]) for o in obs} |
+                            {(o.jobs[1], o.jobs[0]) for o in obs})
+    assert sum(r.n for r in rows) == 2 * len(obs)
+    key = obs[0].jobs
+    mine = [o.speeds[0] for o in obs if o.jobs == key]
+    row = next(r for r in rows if (r.s.workload, r.o.workload) == key)
+    if key[0] != key[1]:
+        assert row.y == pytest.approx(np.mean(mine))
+
+
+def test_correction_keeps_a_bounded_number_of_points():
+    from iadeep_cli.model.terms import MAX_INDUCING
+    profs, obs = _synthetic_lab(30, 300)
+    m = fit_model(profs, obs)
+    assert m.gps and all(len(g.x_train) <= MAX_INDUCING for g in m.gps)
+    # the JSON stays small: no n x n matrix of every measured pair
+    assert len(json.dumps(m.to_dict())) < 2_000_000
+
+
+def test_prior_leans_on_the_rule_that_does_better_alone():
+    """Data made by the utilisation-sum rule: the prior is fitted toward it, not the analytic
+    one, and predicts an unseen family about as well as the rule itself."""
+    profs, obs = _synthetic_lab(25, 240)
+    truth = {o.jobs: o for o in obs}
+    obs = [dataclasses.replace(o, speeds=tuple(
+        1.0 / max(1.0, (profs[o.jobs[0]].gpu_util + profs[o.jobs[1]].gpu_util) / 100.0)
+        for _ in range(2))) for o in truth.values()]
+    m = fit_model(profs, obs)
+    assert "utilisation sum" in m.note
+
+
+def test_interval_widens_far_from_measured_pairs():
+    m, profs = default_model(), shipped_profiles()
+    near = dataclasses.replace(profs["resnet50"], workload="near")
+    far = dataclasses.replace(profs["resnet50"], workload="far", gpu_util=30.0, power_w=700.0,
+                              sm_util=95.0, sm_occupancy=90.0, tensor_util=90.0)
+    other = profs["lstm"]
+    width = {}
+    for p in (near, far):
+        (lo, _), (hi, _) = m.predict_interval(p, other, 0.8)
+        width[p.workload] = hi - lo
+    assert m.predict_pair(far, other).confidence < m.predict_pair(near, other).confidence
+    assert width["far"] > 1.2 * width["near"]
