@@ -184,8 +184,10 @@ def test_cli_eval_json_and_table():
     assert [d["protocol"] for d in data] == ["leave-one-workload-out"]  # no families in H200
     assert data[0]["mae_model"] < data[0]["mae_util_sum_baseline"]
     assert 0 < data[0]["coverage"] <= 1
+    assert data[0]["fit_s"] > 0
     t = cli("eval")
-    for needle in ("constant (training mean)", "analytic prior", "utilisation sum", "cover"):
+    for needle in ("constant (training mean)", "analytic prior", "utilisation sum", "cover",
+                   "s per fold"):
         assert needle in t.stdout
 
 
