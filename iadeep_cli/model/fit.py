@@ -224,7 +224,8 @@ def _inner_cv(d: _Data, groups: Mapping[str, str]
     n_folds = min(INNER_FOLDS, len(names))
     fs, fo = np.array([fold_of[g] for g in sg]), np.array([fold_of[g] for g in og])
     ridges: tuple[float | None, ...] = (
-        PRIOR_RIDGE_GRID if len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS else (None,))
+        (None, *PRIOR_RIDGE_GRID) if len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS
+        else (None,))
     errors: dict[Setting, list[np.ndarray]] = defaultdict(list)
     confs: dict[Setting, list[np.ndarray]] = defaultdict(list)
     rule_errors: dict[str, list[float]] = defaultdict(list)   # each simple rule alone
@@ -261,9 +262,9 @@ def _inner_cv(d: _Data, groups: Mapping[str, str]
 def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[str],
                         ridges: list[float | None]) -> Setting:
     """The one-standard-error rule: among the settings whose inner-fold MAE is within one
-    standard error (paired over folds) of the best one, the most conservative: the first base
-    rule (``bases``: the rule that does best alone first), then the strongest ridge; the
-    amplitude by MAE. With a handful of groups the best
+    standard error (paired over folds) of the best one, the most regularised: the first base
+    rule (``bases``: the rule that does best alone first), then the strongest ridge (None: the
+    rule itself), then the smallest correction. With a handful of groups the best
     setting often wins by noise (seven H200 workloads: holding out mlp picked the utilisation
     sum rule by 0.002, and mlp, the one launch-bound job, is exactly what it gets wrong)."""
     def mae(c: Setting) -> float:
@@ -277,7 +278,7 @@ def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[
         se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
         if mae(c) - mae(best) <= se:
             close.append(c)
-    return min(close, key=lambda c: (bases.index(c[0]), ridges.index(c[1]), mae(c)))
+    return min(close, key=lambda c: (bases.index(c[0]), ridges.index(c[1]), c[2], mae(c)))
 
 
 def _calibration(abs_errors: np.ndarray, confs: np.ndarray, weights: np.ndarray | None = None
