@@ -12,17 +12,20 @@ Why this shape
   utilisation and of summed memory-bandwidth utilisation (``max(0, u_a + u_b - 1)``), plus an
   intercept (speeds slightly above 1 happen). Only gpu_util and mem_util are needed: every NVIDIA
   GPU reports them. Non-negative coefficients make the prior monotonic: a busier partner never
-  makes a job faster. The coefficients are shrunk toward the analytic estimate
-  ``1 / (1 + 1.1 u_partner)`` (ridge penalty toward it), so with thin data the prior *is* the
-  analytic estimate, and with many measured pairs of a GPU model it is that GPU's physics.
-* Correction: a Gaussian process (fixed, strongly regularised kernel) on the residual measured -
-  prior, on utilisation (and power / GPM metrics when both profiles have them). Far from the
-  measured workloads the kernel decays and the prediction returns to the prior.
-* How strongly to shrink the prior and how much correction to allow are chosen by grouped
-  cross-validation *inside the training data* (workload families held out when the names carry
-  them, else workloads), never by looking at held-out data. The same inner cross-validation's
-  out-of-group residuals calibrate the intervals (split-conformal): ``predict_interval(a, b,
-  0.8)`` covers the measured speed of an unseen workload about 80 % of the time.
+  makes a job faster. The analytic estimate ``1 / (1 + 1.1 u_partner)`` and the
+  utilisation-sum rule ``1 / max(1, u_s + u_o)`` are both special cases; the coefficients are
+  shrunk toward the one that does better alone on held-out training groups, so with thin data
+  the prior *is* that rule, and with many measured pairs of a GPU model it is that GPU's physics.
+* Correction: a sparse Gaussian process (at most MAX_INDUCING inducing points, strongly
+  regularised kernel) on the residual measured - prior, on utilisation (and power / GPM
+  metrics when both profiles have them). Far from the measured workloads the kernel decays, the
+  prediction returns to the prior, and the interval widens (``widen``).
+* The rule, the ridge and the correction's amplitude are chosen by grouped cross-validation
+  *inside the training data* (workload families held out when the names carry them, else
+  workloads) with the one-standard-error rule, never by looking at held-out data. The same
+  inner cross-validation's out-of-group residuals calibrate the intervals (normalised
+  split-conformal): ``predict_interval(a, b, 0.8)`` covers the measured speed of an unseen
+  workload about 80 % of the time.
 * The lab's own observations win: a pair that has been measured is predicted as the precision-
   weighted mean of the model's estimate (its variance from the calibration, or the squared
   disagreement with the measurements if that is larger) and the mean of the measurements (noise
@@ -30,9 +33,9 @@ Why this shape
   interval narrows with every further one.
 * ``predict(a, b)`` is one function ``f(self, partner)`` evaluated both ways, so swapping the pair
   swaps the answer exactly.
-* The fitted model is stored as plain arrays in JSON and predicts with numpy only (fitting uses
-  scipy, which scikit-learn brings): ``iadeep model predict`` and the scheduler must not pay for
-  importing either.
+* The fitted model is stored as plain arrays in JSON and predicts with numpy only (fitting, in
+  ``fit``, uses scipy): ``iadeep model predict`` and the scheduler must not pay for importing
+  scipy or scikit-learn. ``terms`` holds what prediction and fitting share.
 """
 from __future__ import annotations
 
