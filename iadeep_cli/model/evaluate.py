@@ -69,8 +69,16 @@ def cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    groups: Mapping[str, str], *, protocol: str = LOWO,
                    level: float = DEFAULT_LEVEL, fit: Fitter | None = None) -> EvalResult:
     """Hold out each group (every pair touching one of its workloads), fit on the rest with
-    ``fit`` (default ``fit_model``), score the held-out speeds. ``groups``: workload -> group."""
-    fit = fit or (lambda p, o: fit_model(p, o))
+    ``fit`` (default ``fit_model``), score the held-out speeds. ``groups``: workload -> group.
+
+    The default fit's inner cross-validation (which chooses the model's setting) holds out the
+    same unit as this protocol: single workloads for leave-one-workload-out, the given groups
+    (families) for leave-one-family-out. Selection then mimics the question being scored: a
+    setting chosen on held-out families is needlessly blind to a new workload's measured
+    siblings, and one chosen on held-out workloads overrates what siblings teach about a new
+    family."""
+    inner = {w: groups.get(w, w) for w in profiles}
+    fit = fit or (lambda p, o: fit_model(p, o, groups=inner))
     pairs = _pairs_of(profiles, observations)
     workloads = sorted({j for o in pairs for j in o.jobs})
     if len(workloads) < 3:

@@ -276,6 +276,31 @@ def test_leave_one_family_out_on_another_gpu_beats_constant_and_covers():
     assert 0.7 <= res.coverage <= 0.9                          # 80 % intervals cover ~80 %
 
 
+def test_eval_selects_each_fold_setting_on_the_protocols_own_unit(monkeypatch):
+    """The nested selection holds out what the protocol holds out: single workloads inside a
+    leave-one-workload-out fold, families inside a leave-one-family-out fold (families chosen
+    on held-out workloads overrate what siblings teach; the reverse ignores them)."""
+    from iadeep_cli.model import evaluate
+    from iadeep_cli.model.evaluate import LOFO, cross_validate
+
+    seen = []
+
+    def recording_fit(p, o, *args, **kw):
+        seen.append(kw.get("groups"))
+        return fit_model(p, o, *args, **kw)
+
+    monkeypatch.setattr(evaluate, "fit_model", recording_fit)
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    lowo_evaluate(profs, pairs)
+    assert seen and all(g == {w: w for w in profs} for g in seen)
+    fams = {"resnet18": "cnn", "resnet50": "cnn", "vgg16": "cnn", "lstm": "seq",
+            "transformer": "seq", "mlp": "mlp", "ncf": "ncf"}
+    seen.clear()
+    res = cross_validate(profs, pairs, fams, protocol=LOFO)
+    assert res.n_groups == 4
+    assert seen and all(g == fams for g in seen)
+
+
 def test_lowo_interval_coverage_on_h200():
     res = lowo_evaluate(shipped_profiles(), shipped_pairs(), level=0.8)
     assert 0.65 <= res.coverage <= 0.95
