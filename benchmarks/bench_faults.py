@@ -8,13 +8,17 @@ then node01 gets the fault for ``--fault-s`` seconds while this script samples, 
 then it clears the fault, lets the controller settle, and counts
 - jobs lost: accepted jobs that are neither running nor queued/starting again (must be 0).
 The "none" row is the same run without a fault: the baseline the others compare with.
+"model refit" is no node fault: the controller's refit child runs back to back over
+``--refit-obs`` (5,000) observations for the whole window (see ``Refits``).
 Usage: .venv/bin/python benchmarks/bench_faults.py [--fault-s 15] [--poll 1] [--grace 5]
+       [--scenarios none,"model refit"] [--refit-obs 5000]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -26,7 +30,46 @@ from helpers.controllers import ControllerProcess, attempt_processes, cli, jobs_
 from helpers.sshd import Cluster  # noqa: E402
 
 SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
-             "network gone", "node rebooted")
+             "network gone", "node rebooted", "model refit")
+
+
+class Refits:
+    """The "model refit" scenario: the controller's database gets ``n_obs`` co-location
+    measurements (bench_fit's synthetic lab: 56 workloads, 1,400 pairs), and the controller's
+    own refit command (controller/refit.py: a child process at nice 10) runs back to back for
+    the whole fault window, as the controller starts it when observations change."""
+
+    def __init__(self, db: Path, out: Path, n_obs: int):
+        import threading
+
+        sys.path.insert(0, str(HERE))
+        from bench_fit import synthetic_lab
+        from iadeep_cli.store import Store, profiles as profrows
+
+        profiles, obs = synthetic_lab(56, 12, 1400, n_obs)
+        store = Store(db)
+        try:
+            with store.tx() as conn:
+                for p in profiles.values():
+                    profrows.upsert_profile(conn, p, 0.0)
+                for o in obs:
+                    profrows.add_colocation(conn, o, 0.0)
+        finally:
+            store.close()
+        self.db, self.out = db, out
+        self.stop = threading.Event()
+        self.times: list[float] = []
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        from iadeep_cli.controller import refit
+
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            done = refit.run(self.db, self.out)
+            if done.returncode != 0:
+                raise SystemExit(f"refit failed: {done.stderr}")
+            self.times.append(time.perf_counter() - t0)
 
 
 def inject(cluster, name: str, jobs: dict[int, str]) -> None:
@@ -80,7 +123,13 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
                 break
             time.sleep(0.2)
         where = {i: jobs[i]["node"] for i in ids}
-        inject(cluster, name, where)
+        refits = None
+        if name == "model refit":
+            refits = Refits(next(state.rglob("iadeep.db")), tmp / "refit-model.json",
+                            args.refit_obs)
+            refits.thread.start()
+        else:
+            inject(cluster, name, where)
         copies, ages, latency = 1, [], []
         sock = state / "controller.sock"
         end = time.monotonic() + args.fault_s
@@ -93,7 +142,14 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             healthy = {n["name"]: n for n in status["nodes"]}["node02"]
             ages.append((status["now"] - healthy["taken_at"]) / args.poll)
             time.sleep(0.2)
-        clear(cluster, name, where, state)
+        if refits is not None:
+            refits.stop.set()
+            refits.thread.join()
+            print(f"model refit: {len(refits.times)} refits over {args.refit_obs} "
+                  f"observations, {statistics.median(refits.times):.1f} s each (median)",
+                  file=sys.stderr)
+        else:
+            clear(cluster, name, where, state)
         deadline = time.monotonic() + 60
         lost = len(ids)
         while time.monotonic() < deadline and lost:
@@ -116,12 +172,21 @@ def main() -> None:
     ap.add_argument("--poll", type=float, default=1.0)
     ap.add_argument("--grace", type=float, default=5.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--refit-obs", type=int, default=5000,
+                    help="co-location measurements the 'model refit' scenario refits over")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help="comma-separated subset of: " + ", ".join(SCENARIOS))
     args = ap.parse_args()
+    chosen = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SCENARIOS]
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {', '.join(unknown)}; known: "
+                         + ", ".join(SCENARIOS))
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp) / "nodes", 2)
         os.environ["HOME"] = str(cluster.home)
         try:
-            rows = [run(cluster, Path(tmp), name, args) for name in SCENARIOS]
+            rows = [run(cluster, Path(tmp), name, args) for name in chosen]
         finally:
             cluster.shutdown()
     if args.json:

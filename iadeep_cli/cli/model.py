@@ -77,7 +77,8 @@ def evaluate(profiles: Path | None = typer.Option(None, "--profiles", help=PROFI
                                          help="interval level whose coverage is reported"),
              as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
              ) -> None:
-    """Held-out MAE of the predictor beside the constant and analytic baselines, per GPU model:
+    """Held-out MAE of the predictor beside the constant, analytic and utilisation-sum rules,
+    per GPU model:
     leave-one-workload-out, and leave-one-family-out when workloads carry families (a `family`
     column or names `family-...`), with the coverage of the model's intervals."""
     from ..model.data import load_families_csv
@@ -101,3 +102,4 @@ def evaluate(profiles: Path | None = typer.Option(None, "--profiles", help=PROFI
             print(f"{name:<34}{v:>8.4f}")
         print(f"{res.interval_level:.0%} intervals cover {res.coverage:.1%} of held-out speeds "
               f"(mean width {res.mean_interval_width:.3f})")
+        print(f"fit: {res.fit_s:.2f} s per fold (mean of {res.n_groups})")

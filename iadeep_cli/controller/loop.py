@@ -48,6 +48,7 @@ ACTOR = "controller"
 # (``cancel_requested_by``): no account can have this name (":" is not allowed in one).
 TIME_LIMIT = "iadeep:time-limit"
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
+REFIT_TIMEOUT_S = 1800.0    # a refit child still running after this is killed (and logged)
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
 LAUNCH_BACKOFF_S = (30.0, 600.0)   # a node whose launches fail is skipped this long, doubling
 CLEAN_EVERY_S = 600.0   # old job directories are looked for on each node at most this often
@@ -143,6 +144,8 @@ class SchedulingLoop:
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
         self.observer = SpeedObserver(pool)
         self._fit_in_background = fit_in_background
+        self._fit_lock = threading.Lock()
+        self._fit_running = self._fit_again = False
         self._last_fit = clock()
         self._new_pairs = 0
         self.actions = NodeActions()
@@ -159,10 +162,42 @@ class SchedulingLoop:
         return min(max(1.0, self.inventory.poll_interval_s), 10.0)
 
     def _refit(self) -> None:
-        if self._fit_in_background:
-            threading.Thread(target=self._fit, name="iadeep-fit", daemon=True).start()
-        else:
+        """Refit the model. In the background (the controller): in a child process at low
+        priority (controller/refit.py), so a fit never holds this interpreter's lock against a
+        round; one at a time, and a request during a fit runs one more afterwards."""
+        if not self._fit_in_background:
             self._fit()
+            return
+        with self._fit_lock:
+            if self._fit_running:
+                self._fit_again = True
+                return
+            self._fit_running = True
+        threading.Thread(target=self._fit_in_child, name="iadeep-fit", daemon=True).start()
+
+    def _fit_in_child(self) -> None:
+        from ..model.predictor import InterferenceModel
+        from . import refit
+
+        out = self.store.path.with_name("interference-model.json")
+        while True:
+            try:
+                done = refit.run(self.store.path, out, timeout_s=REFIT_TIMEOUT_S)
+                if done.returncode != 0:
+                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                    log.error("refitting the interference model failed (exit %s: %s); keeping "
+                              "the current model", done.returncode, last)
+                else:
+                    self.model = InterferenceModel.load(out)
+                    log.info("interference model ready: %s", self.model.note)
+            except Exception:  # keep scheduling with the current model rather than stop
+                log.exception("refitting the interference model failed; keeping the current "
+                              "model")
+            with self._fit_lock:
+                if not self._fit_again:
+                    self._fit_running = False
+                    return
+                self._fit_again = False
 
     # ------------------------------------------------------------------ model
     def lab_profiles(self) -> dict[str, Profile]:

@@ -184,8 +184,10 @@ def test_cli_eval_json_and_table():
     assert [d["protocol"] for d in data] == ["leave-one-workload-out"]  # no families in H200
     assert data[0]["mae_model"] < data[0]["mae_util_sum_baseline"]
     assert 0 < data[0]["coverage"] <= 1
+    assert data[0]["fit_s"] > 0
     t = cli("eval")
-    for needle in ("constant (training mean)", "analytic prior", "utilisation sum", "cover"):
+    for needle in ("constant (training mean)", "analytic prior", "utilisation sum", "cover",
+                   "s per fold"):
         assert needle in t.stdout
 
 
@@ -274,6 +276,31 @@ def test_leave_one_family_out_on_another_gpu_beats_constant_and_covers():
     assert 0.7 <= res.coverage <= 0.9                          # 80 % intervals cover ~80 %
 
 
+def test_eval_selects_each_fold_setting_on_the_protocols_own_unit(monkeypatch):
+    """The nested selection holds out what the protocol holds out: single workloads inside a
+    leave-one-workload-out fold, families inside a leave-one-family-out fold (families chosen
+    on held-out workloads overrate what siblings teach; the reverse ignores them)."""
+    from iadeep_cli.model import evaluate
+    from iadeep_cli.model.evaluate import LOFO, cross_validate
+
+    seen = []
+
+    def recording_fit(p, o, *args, **kw):
+        seen.append(kw.get("groups"))
+        return fit_model(p, o, *args, **kw)
+
+    monkeypatch.setattr(evaluate, "fit_model", recording_fit)
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    lowo_evaluate(profs, pairs)
+    assert seen and all(g == {w: w for w in profs} for g in seen)
+    fams = {"resnet18": "cnn", "resnet50": "cnn", "vgg16": "cnn", "lstm": "seq",
+            "transformer": "seq", "mlp": "mlp", "ncf": "ncf"}
+    seen.clear()
+    res = cross_validate(profs, pairs, fams, protocol=LOFO)
+    assert res.n_groups == 4
+    assert seen and all(g == fams for g in seen)
+
+
 def test_lowo_interval_coverage_on_h200():
     res = lowo_evaluate(shipped_profiles(), shipped_pairs(), level=0.8)
     assert 0.65 <= res.coverage <= 0.95
@@ -282,7 +309,8 @@ def test_lowo_interval_coverage_on_h200():
 
 
 def test_fitted_prior_is_monotonic_in_the_partner():
-    from iadeep_cli.model.predictor import _directed_rows, _fit_prior, prior_speed, prior_terms
+    from iadeep_cli.model.fit import _directed_rows, _fit_prior
+    from iadeep_cli.model.predictor import prior_speed, prior_terms
     profs = {f"w{i}": dataclasses.replace(p, workload=f"w{i}", gpu_util=u, mem_util=m)
              for i, (p, u, m) in enumerate(
                  (next(iter(shipped_profiles().values())), u, m)
@@ -358,3 +386,59 @@ def test_families_from_column_or_name(tmp_path):
     f.write_text("workload,family,gpu_util,mem_util,peak_mem_gib\n"
                  "a-1,,50,10,1\nb,conv,60,20,2\n")
     assert load_families_csv(f) == {"a-1": "a", "b": "conv"}
+
+
+# -- scaling, the simple rules, intervals that widen ---------------------------------------------
+def _synthetic_lab(n_workloads, n_pairs, repeats=1, seed=0):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_fit import synthetic_lab
+    return synthetic_lab(n_workloads, max(3, n_workloads // 5), n_pairs, n_pairs * repeats, seed)
+
+
+def test_repeated_measurements_are_aggregated_per_pair():
+    from iadeep_cli.model.fit import _directed_rows
+    profs, obs = _synthetic_lab(12, 40, repeats=5)
+    rows = _directed_rows(profs, obs)
+    assert len(rows) == len({(o.jobs[0], o.jobs[1]) for o in obs} |
+                            {(o.jobs[1], o.jobs[0]) for o in obs})
+    assert sum(r.n for r in rows) == 2 * len(obs)
+    key = obs[0].jobs
+    mine = [o.speeds[0] for o in obs if o.jobs == key]
+    row = next(r for r in rows if (r.s.workload, r.o.workload) == key)
+    if key[0] != key[1]:
+        assert row.y == pytest.approx(np.mean(mine))
+
+
+def test_correction_keeps_a_bounded_number_of_points():
+    from iadeep_cli.model.terms import MAX_INDUCING
+    profs, obs = _synthetic_lab(30, 300)
+    m = fit_model(profs, obs)
+    assert m.gps and all(len(g.x_train) <= MAX_INDUCING for g in m.gps)
+    # the JSON stays small: no n x n matrix of every measured pair
+    assert len(json.dumps(m.to_dict())) < 2_000_000
+
+
+def test_prior_leans_on_the_rule_that_does_better_alone():
+    """Data made by the utilisation-sum rule: the prior is fitted toward it, not the analytic
+    one, and predicts an unseen family about as well as the rule itself."""
+    profs, obs = _synthetic_lab(25, 240)
+    truth = {o.jobs: o for o in obs}
+    obs = [dataclasses.replace(o, speeds=tuple(
+        1.0 / max(1.0, (profs[o.jobs[0]].gpu_util + profs[o.jobs[1]].gpu_util) / 100.0)
+        for _ in range(2))) for o in truth.values()]
+    m = fit_model(profs, obs)
+    assert "utilisation sum" in m.note
+
+
+def test_interval_widens_far_from_measured_pairs():
+    m, profs = default_model(), shipped_profiles()
+    near = dataclasses.replace(profs["resnet50"], workload="near")
+    far = dataclasses.replace(profs["resnet50"], workload="far", gpu_util=30.0, power_w=700.0,
+                              sm_util=95.0, sm_occupancy=90.0, tensor_util=90.0)
+    other = profs["lstm"]
+    width = {}
+    for p in (near, far):
+        (lo, _), (hi, _) = m.predict_interval(p, other, 0.8)
+        width[p.workload] = hi - lo
+    assert m.predict_pair(far, other).confidence < m.predict_pair(near, other).confidence
+    assert width["far"] > 1.2 * width["near"]

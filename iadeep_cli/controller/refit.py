@@ -1,0 +1,64 @@
+"""The controller's model refit, run as a child process at low priority.
+
+A fit is seconds of numpy and scipy on the head node's CPU; in the controller's own interpreter
+it would hold the interpreter lock against the scheduling rounds. The controller starts
+``python -m iadeep_cli.controller.refit --db DB --out FILE`` instead: the child lowers its
+priority (``nice`` 10), reads the lab's profiles and pairs from the database read-only, fits on
+them and the shipped data, and writes the model's plain numbers to FILE (atomically). The
+controller's waiting thread only loads that file (numpy, no scipy) and swaps the model in.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+NICE = 10
+
+
+def command(db: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "iadeep_cli.controller.refit", "--db", str(db), "--out",
+            str(out)]
+
+
+def run(db: Path, out: Path, timeout_s: float | None = None) -> subprocess.CompletedProcess:
+    """Refit in a child process (blocks the calling thread only, not the interpreter)."""
+    return subprocess.run(command(db, out), capture_output=True, text=True, timeout=timeout_s,
+                          stdin=subprocess.DEVNULL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="iadeep-refit")
+    ap.add_argument("--db", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    from ..model.data import shipped_pairs, shipped_profiles
+    from ..model.fit import fit_parameters
+    from ..store import Store
+    from .catalog import lab_measurements
+
+    lab_profiles: dict = {}
+    lab_pairs: list = []
+    if args.db.exists():
+        store = Store(args.db, readonly=True)
+        try:
+            lab_profiles, lab_pairs = lab_measurements(store)
+        finally:
+            store.close()
+    params = fit_parameters(shipped_profiles(), shipped_pairs(), extra_profiles=lab_profiles,
+                            extra_observations=lab_pairs)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(params), encoding="utf-8")
+    tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""Fitting the interference model: scipy lives here, so predicting (``predictor``) stays
+numpy-only. The result is the model as plain numbers (``terms.model_dict``), which
+``predictor.InterferenceModel.from_dict`` reads, in this process or after a child process
+wrote it (the controller's refit).
+
+Scaling: repeated measurements of the same (self, partner) are averaged into one row weighted
+by their samples; every row's prior terms and correction features are computed once, as arrays,
+and the inner cross-validation works on index subsets of them. The correction is a sparse GP
+(at most ``MAX_INDUCING`` inducing points, the DTC approximation; exact when there are fewer
+distinct rows), so a fit grows linearly in the number of distinct pairs.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..profiles import CoLocation, Profile
+from .terms import (
+    ANALYTIC_CONFIDENCE,
+    ANALYTIC_THETA,
+    BASE_RULES,
+    CAL_LEVELS,
+    FEATURE_SETS,
+    GP_AMPLITUDE,
+    GP_AMPLITUDE_GRID,
+    GP_NOISE,
+    INNER_FOLDS,
+    MAX_INDUCING,
+    MAX_SPEED,
+    MIN_PAIRS,
+    MIN_PRIOR_WORKLOADS,
+    MIN_SPEED,
+    PRIOR_LOWER,
+    PRIOR_RIDGE_GRID,
+    ROBUST_SCALE,
+    ResidualGP,
+    _analytic_calibration,
+    job_features,
+    merge_measurements,
+    model_dict,
+    prior_speed,
+    prior_terms,
+    widen,
+)
+
+
+@dataclass(frozen=True)
+class _Row:
+    s: Profile          # the job whose speed this is
+    o: Profile          # its partner
+    y: float            # measured speed (mean of the measurements)
+    n: int              # samples
+
+
+def _directed_rows(profiles: Mapping[str, Profile], observations: Sequence[CoLocation]
+                   ) -> list[_Row]:
+    """One row per (self, partner) whose workloads we know: the samples-weighted mean speed of
+    every measurement of it (repeats aggregated)."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for o in observations:
+        if len(o.jobs) != 2 or not all(j in profiles for j in o.jobs):
+            continue
+        for (s, p), y in zip((o.jobs, o.jobs[::-1]), o.speeds):
+            if not 0.0 < y <= 2.0:
+                raise InputError(f"measured speed {y} for {s} next to {p} is outside (0, 2]",
+                                 hint="speed = co-located / solo throughput")
+            a = acc.setdefault((s, p), [0.0, 0.0])
+            a[0] += y * o.samples
+            a[1] += o.samples
+    return [_Row(profiles[s], profiles[p], total / n, int(n))
+            for (s, p), (total, n) in acc.items()]
+
+
+class _Data:
+    """The rows as arrays: prior terms, speeds, samples, correction features per feature set."""
+
+    def __init__(self, rows: Sequence[_Row]):
+        self.rows = list(rows)
+        self.terms = (np.vstack([prior_terms(r.s, r.o) for r in rows]) if rows
+                      else np.zeros((0, 6)))
+        self.y = np.array([r.y for r in rows], dtype=float)
+        self.n = np.array([r.n for r in rows], dtype=float)
+        self.self_names = [r.s.workload for r in rows]
+        self.partner_names = [r.o.workload for r in rows]
+        self.feats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for name, feats, _ls in FEATURE_SETS:
+            x, ok = [], []
+            for r in rows:
+                fa, fb = job_features(r.s, feats), job_features(r.o, feats)
+                ok.append(fa is not None and fb is not None)
+                x.append(np.concatenate([fa, fb]) if fa is not None and fb is not None
+                         else np.zeros(2 * len(feats)))
+            self.feats[name] = (np.array(ok, dtype=bool),
+                                np.vstack(x) if x else np.zeros((0, 2 * len(feats))))
+
+
+def _fit_prior_arrays(terms: np.ndarray, y: np.ndarray, n: np.ndarray, ridge: float | None,
+                      base: np.ndarray) -> np.ndarray:
+    """Robust least squares in speed, coefficients >= PRIOR_LOWER, ridge toward ``base``."""
+    if ridge is None or not len(y):
+        return base.copy()
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
+    w = np.sqrt(n)
+    pen = np.sqrt(ridge)
+    eye = pen * np.eye(len(base))
+
+    def resid(theta: np.ndarray) -> np.ndarray:
+        return np.concatenate([w * (prior_speed(theta, terms) - y), pen * (theta - base)])
+
+    def jac(theta: np.ndarray) -> np.ndarray:
+        z = terms @ theta
+        d = np.where(z > -0.5, -1.0 / (1.0 + np.maximum(z, -0.5)) ** 2, 0.0)
+        return np.vstack([(w * d)[:, None] * terms, eye])
+
+    start = np.maximum(base, PRIOR_LOWER)
+    return np.asarray(least_squares(resid, start, jac=jac, bounds=(PRIOR_LOWER, np.inf),
+                                    loss="soft_l1", f_scale=ROBUST_SCALE).x, float)
+
+
+def _fit_prior(rows: Sequence[_Row], ridge: float | None,
+               base: np.ndarray = ANALYTIC_THETA) -> np.ndarray:
+    d = _Data(rows)
+    return _fit_prior_arrays(d.terms, d.y, d.n, ridge, base)
+
+
+def _rbf(x: np.ndarray, z: np.ndarray, scales: np.ndarray, amplitude: float) -> np.ndarray:
+    xs, zs = x / scales, z / scales
+    sq = (xs * xs).sum(1)[:, None] + (zs * zs).sum(1)[None, :] - 2.0 * xs @ zs.T
+    return amplitude * np.exp(-0.5 * np.maximum(sq, 0.0))
+
+
+def _fit_gp(name: str, feats: tuple[str, ...], ls: tuple[float, ...], x: np.ndarray,
+            resid: np.ndarray, n: np.ndarray, amplitude: float) -> ResidualGP:
+    """Sparse GP (DTC) on the residuals: inducing points are the distinct rows, a seeded subset
+    of MAX_INDUCING of them when there are more. Exactly the full GP when every row is one."""
+    scales = np.array(ls + ls, dtype=float)
+    z = np.unique(x, axis=0)
+    if len(z) > MAX_INDUCING:
+        z = z[np.sort(np.random.default_rng(0).choice(len(z), MAX_INDUCING, replace=False))]
+    noise = GP_NOISE / np.maximum(n, 1.0)
+    kmm = _rbf(z, z, scales, amplitude) + 1e-8 * amplitude * np.eye(len(z))
+    kmn = _rbf(z, x, scales, amplitude)
+    a = kmm + (kmn / noise) @ kmn.T
+    sigma = np.linalg.inv(a)
+    alpha = sigma @ (kmn @ (resid / noise))
+    # posterior variance amplitude - k (Kmm^-1 - Sigma) k; stored where the full GP has K^-1
+    k_inv = np.linalg.inv(kmm) - sigma
+    return ResidualGP(name, feats, scales, z, alpha, k_inv, amplitude)
+
+
+def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, ridge: float | None,
+                   amplitude: float) -> tuple[np.ndarray, tuple[ResidualGP, ...]]:
+    theta = _fit_prior_arrays(d.terms[idx], d.y[idx], d.n[idx], ridge, base)
+    return theta, _fit_correction(d, idx, theta, amplitude)
+
+
+def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float
+                    ) -> tuple[ResidualGP, ...]:
+    if amplitude <= 0:
+        return ()
+    resid = d.y - prior_speed(theta, d.terms)
+    gps = []
+    for name, feats, ls in FEATURE_SETS:
+        ok, x = d.feats[name]
+        use = idx[ok[idx]]
+        pairs = {frozenset((d.self_names[i], d.partner_names[i])) for i in use}
+        if len(pairs) >= MIN_PAIRS:
+            gps.append(_fit_gp(name, feats, ls, x[use], resid[use], d.n[use], amplitude))
+    return tuple(gps)
+
+
+def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, gps: Sequence[ResidualGP]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Structural speeds (clipped) and confidences of rows ``idx``: the same numbers as
+    ``InterferenceModel.predict_pair``, batched."""
+    out = prior_speed(theta, d.terms[idx])
+    conf = np.full(len(idx), ANALYTIC_CONFIDENCE)
+    todo = np.ones(len(idx), dtype=bool)
+    for gp in gps:
+        ok, x = d.feats[gp.name]
+        use = todo & ok[idx]
+        if use.any():
+            mean, c = gp.correct(x[idx[use]])
+            out[use] += mean
+            conf[use] = c
+        todo &= ~use
+    return np.clip(out, MIN_SPEED, MAX_SPEED), conf
+
+
+def _majority_gpu(profiles: Mapping[str, Profile]) -> str:
+    models = Counter(p.gpu_model for p in profiles.values() if p.gpu_model)
+    return models.most_common(1)[0][0] if models else ""
+
+
+def default_groups(workloads: Sequence[str]) -> dict[str, str]:
+    """Inner cross-validation groups: families (``family-...`` names) when there are three or
+    more and one has two or more members, else each workload alone."""
+    from .data import family_of
+
+    fams = {w: family_of(w) for w in workloads}
+    members = Counter(fams.values())
+    if len(members) >= 3 and max(members.values()) > 1:
+        return fams
+    return {w: w for w in workloads}
+
+
+Setting = tuple[str, "float | None", float]    # (base rule, prior ridge, GP amplitude)
+
+
+def _inner_cv(d: _Data, groups: Mapping[str, str]
+              ) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
+    """Choose (base rule, prior ridge, GP amplitude) by grouped cross-validation on the
+    training rows; return it and its held-out |errors|, confidences and weights (for the
+    intervals)."""
+    sg = [groups.get(w, w) for w in d.self_names]
+    og = [groups.get(w, w) for w in d.partner_names]
+    names = sorted(set(sg) | set(og))
+    fold_of = {g: i % INNER_FOLDS for i, g in enumerate(names)}
+    n_folds = min(INNER_FOLDS, len(names))
+    fs, fo = np.array([fold_of[g] for g in sg]), np.array([fold_of[g] for g in og])
+    ridges: tuple[float | None, ...] = (
+        (None, *PRIOR_RIDGE_GRID) if len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS
+        else (None,))
+    errors: dict[Setting, list[np.ndarray]] = defaultdict(list)
+    confs: dict[Setting, list[np.ndarray]] = defaultdict(list)
+    rule_errors: dict[str, list[float]] = defaultdict(list)   # each simple rule alone
+    # with too few workloads to fit a prior, too few to choose a rule by either: the analytic
+    # one (the H200 data without mlp, its one launch-bound job, favours the utilisation sum,
+    # which then misses mlp by 0.23)
+    considered = BASE_RULES if ridges != (None,) else {"analytic": BASE_RULES["analytic"]}
+    for k in range(n_folds):
+        held = (fs == k) | (fo == k)
+        train, test = np.flatnonzero(~held), np.flatnonzero(held)
+        if not len(train) or not len(test):
+            continue
+        for base_name, base in considered.items():
+            rule = np.clip(prior_speed(base, d.terms[test]), MIN_SPEED, MAX_SPEED)
+            rule_errors[base_name] += np.abs(rule - d.y[test]).tolist()
+            for ridge in ridges:
+                theta = _fit_prior_arrays(d.terms[train], d.y[train], d.n[train], ridge, base)
+                for amp in GP_AMPLITUDE_GRID:
+                    gps = _fit_correction(d, train, theta, amp)
+                    pred, conf = _predict_idx(d, test, theta, gps)
+                    errors[(base_name, ridge, amp)].append(np.abs(pred - d.y[test]))
+                    confs[(base_name, ridge, amp)].append(conf)
+    if not errors:
+        return ("analytic", None, GP_AMPLITUDE), np.array([]), np.array([]), np.array([])
+    # the simple rule that does best on the held-out groups comes first
+    bases = sorted(considered, key=lambda b: float(np.mean(rule_errors[b])))
+    best = _one_standard_error(errors, bases, list(ridges))
+    # each held-out fold weighs the same in the calibration: the unit that is new to a model
+    # is a group, and a group of many easy pairs must not make every interval narrow
+    weights = np.concatenate([np.full(len(e), 1.0 / len(e)) for e in errors[best]])
+    return best, np.concatenate(errors[best]), np.concatenate(confs[best]), weights
+
+
+def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[str],
+                        ridges: list[float | None]) -> Setting:
+    """The one-standard-error rule: among the settings whose inner-fold MAE is within one
+    standard error (paired over folds) of the best one, the most regularised: the first base
+    rule (``bases``: the rule that does best alone first), then the strongest ridge (None: the
+    rule itself), then the smallest correction. With a handful of groups the best
+    setting often wins by noise (seven H200 workloads: holding out mlp picked the utilisation
+    sum rule by 0.002, and mlp, the one launch-bound job, is exactly what it gets wrong)."""
+    def mae(c: Setting) -> float:
+        return float(np.mean(np.concatenate(errors[c])))
+
+    best = min(errors, key=mae)
+    fold_best = np.array([float(e.mean()) for e in errors[best]])
+    close = []
+    for c, errs in errors.items():
+        diff = np.array([float(e.mean()) for e in errs]) - fold_best
+        se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+        if mae(c) - mae(best) <= se:
+            close.append(c)
+    return min(close, key=lambda c: (bases.index(c[0]), ridges.index(c[1]), c[2], mae(c)))
+
+
+def _calibration(abs_errors: np.ndarray, confs: np.ndarray, weights: np.ndarray | None = None
+                 ) -> tuple[float, ...]:
+    """Normalised conformal quantiles (|error| / widen(confidence)) at CAL_LEVELS, each error
+    weighted (default equally; finite-sample corrected)."""
+    n = len(abs_errors)
+    if n < 10:
+        return _analytic_calibration()
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    order = np.argsort(abs_errors / widen(confs))
+    srt = (abs_errors / widen(confs))[order]
+    cum = np.cumsum(w[order]) / w.sum()
+    out = []
+    for lv in CAL_LEVELS:
+        target = min(1.0, lv * (n + 1) / n)        # the split-conformal correction
+        out.append(float(srt[min(n - 1, int(np.searchsorted(cum, target - 1e-12)))]))
+    return tuple(out)
+
+
+def _observed_pairs(rows: Sequence[_Row]) -> dict[tuple[str, str], tuple[float, float]]:
+    return {(r.s.workload, r.o.workload): (r.y * r.n, float(r.n)) for r in rows}
+
+
+def _one_blas_thread() -> AbstractContextManager:
+    """The fit's matrices are small (at most MAX_INDUCING square): a multi-threaded BLAS only
+    spins its threads against each other, and on a busy 2-core machine made a 150 x 150
+    inverse take 0.1 s instead of 1 ms (a lucid-part fit 25-35 s instead of 3 s).
+    threadpoolctl comes with scikit-learn."""
+    try:
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+    except ImportError:
+        return nullcontext()
+    return threadpool_limits(1)
+
+
+def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                   gpu_model: str | None = None, *,
+                   extra_profiles: Mapping[str, Profile] | None = None,
+                   extra_observations: Sequence[CoLocation] | None = None,
+                   groups: Mapping[str, str] | None = None) -> dict:
+    """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
+    with _one_blas_thread():
+        return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
+                               extra_observations=extra_observations, groups=groups)
+
+
+def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                    gpu_model: str | None = None, *,
+                    extra_profiles: Mapping[str, Profile] | None = None,
+                    extra_observations: Sequence[CoLocation] | None = None,
+                    groups: Mapping[str, str] | None = None) -> dict:
+    """Fit on pair measurements of one GPU model (triples are not used for fitting).
+
+    ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
+    ``groups`` (workload -> group) are the units the inner cross-validation holds out
+    (default: ``default_groups``). With fewer than MIN_PAIRS distinct measured pairs the result
+    is the analytic model, and its ``note`` says so.
+    """
+    profiles, observations = merge_measurements(profiles, observations, extra_profiles,
+                                                extra_observations)
+    gpu = gpu_model if gpu_model is not None else _majority_gpu(profiles)
+    profiles = {k: p for k, p in profiles.items() if not gpu or p.gpu_model in ("", gpu)}
+    observations = [o for o in observations if not gpu or o.gpu_model in ("", gpu)]
+    rows = _directed_rows(profiles, observations)
+    trained = tuple(sorted({r.s.workload for r in rows}))
+    n_pairs = len({frozenset((r.s.workload, r.o.workload)) for r in rows})
+    if n_pairs < MIN_PAIRS:
+        note = (f"analytic fallback: only {n_pairs} distinct measured pairs for "
+                f"{gpu or 'this GPU'} (need {MIN_PAIRS})")
+        return model_dict(gpu, (), note, trained, ANALYTIC_THETA, _analytic_calibration(),
+                          _observed_pairs(rows), fitted=False)
+    d = _Data(rows)
+    grouping = dict(groups) if groups is not None else default_groups(trained)
+    (base_name, ridge, amp), held_out, held_conf, held_w = _inner_cv(d, grouping)
+    theta, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name], ridge, amp)
+    prior = (f"prior: the {base_name} rule" if ridge is None
+             else f"prior fitted toward the {base_name} rule (ridge {ridge:g})")
+    note = (f"fitted on {n_pairs} distinct pairs of {len(trained)} workloads "
+            f"({gpu or 'unknown GPU'}); {prior}; correction: "
+            f"{', '.join(g.name for g in gps) or 'none'}"
+            f"{f' (amplitude {amp:g})' if gps else ''}")
+    return model_dict(gpu, gps, note, trained, theta, _calibration(held_out, held_conf, held_w),
+                      _observed_pairs(rows), fitted=True)
