@@ -250,3 +250,50 @@ def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
         wait_until(lambda: states() and "T" not in states(), limit=10)
     Path(f"{home}/ra-go-{job_id}").touch()
     wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+
+
+def _scan_for(stop: str, secrets: list[str]) -> dict:
+    """Runs as another account: reads every process's command line (world-readable) and, where
+    it may, its environment, over and over until ``stop`` exists; what held a secret."""
+    me, passes, seen, hits = os.getpid(), 0, set(), []
+    wanted = [s.encode() for s in secrets]
+    while not os.path.exists(stop):
+        passes += 1
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == me:
+                continue
+            for part in ("cmdline", "environ"):
+                try:
+                    with open(f"/proc/{pid}/{part}", "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                seen.add(pid)
+                hits += [f"{pid} {part}: {data[:120]!r}" for s in wanted if s in data]
+    return {"passes": passes, "processes": len(seen), "hits": hits[:10]}
+
+
+def test_env_values_never_show_in_a_command_line_on_the_node(lab):
+    """Another member scans every /proc/PID/cmdline (and any environment it may read) on the
+    node while jobs with secret --env values launch as their owner: the values travel on the
+    launch's standard input, so none shows, and each still reaches its job."""
+    from helpers.accounts import AsUser
+
+    secrets = [f"s3cret-{os.getpid()}-{i}" for i in range(4)]
+    stop = lab.top / "scan-stop"
+    stop.unlink(missing_ok=True)
+    warm = _script(lab, "env.sh", '#!/bin/sh\necho "value=$TOKEN"\n')
+    scanner = AsUser(BOB, _scan_for, str(stop), secrets)
+    try:
+        ids = [_submitted(cli_as(ALICE, lab.home, "queue", "add", "--env", f"TOKEN={s}",
+                                 warm)) for s in secrets]
+        for job_id in ids:
+            wait_until(lambda j=job_id: _job(lab, j)["state"] == "succeeded", limit=120)
+    finally:
+        stop.touch()
+        found = scanner.result()
+    assert found["passes"] > 0 and found["processes"] > 0, found
+    assert found["hits"] == [], found
+    for job_id, secret in zip(ids, secrets):
+        log = cli_as(ALICE, lab.home, "logs", str(job_id))
+        assert log["rc"] == 0 and f"value={secret}\n" in log["out"], log
