@@ -2,7 +2,8 @@
 
 A job lives in ``{Node.workdir}/jobs/{job_id}/`` (0700) on its node:
   ``bin/<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
-  lock), ``pid`` ("PID STARTTIME"; pid == pgid == sid, started with setsid), ``log``
+  lock), ``env`` (the job's --env/--export, removed before the job starts), ``pid``
+  ("PID STARTTIME"; pid == pgid == sid, started with setsid), ``log``
   (stdout+stderr), ``progress`` (IADEEP_PROGRESS_FILE, written by the job if it wants), ``exit``
   (exit code).  The launch also returns the pid and start time, which the controller records:
 the job can rewrite or delete its own files, so those files are only read bounded and
