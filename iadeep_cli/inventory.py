@@ -239,6 +239,7 @@ class Inventory:
     max_time_limit_s: float | None = None       # the longest --time accepted (and the default
                                                 # when default_time_limit is not set)
     kill_grace_s: float = 10.0       # a stopped job's TERM -> KILL wait (cancel, time limit)
+    max_priority: int = 10           # the highest --priority a member may set (admins: any)
     notify: NotifySettings = field(default_factory=NotifySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     path: Path | None = None
@@ -602,7 +603,7 @@ _LAB_FIELDS = {
     "user_limits": _user_limits, "job_dir_retention": _duration, "notify": _notify,
     "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
-    "kill_grace": _duration, "metrics": _metrics,
+    "kill_grace": _duration, "metrics": _metrics, "max_priority": _count,
     **RUN_AS_FIELDS,   # defaults for every node that does not say
     "shared_paths": _shared_paths,   # likewise
 }
@@ -719,7 +720,7 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         job_dir_retention_s=lab.get("job_dir_retention", 7 * 86400),
         default_time_limit_s=lab.get("default_time_limit"),
         max_time_limit_s=lab.get("max_time_limit"),
-        kill_grace_s=lab.get("kill_grace", 10.0),
+        kill_grace_s=lab.get("kill_grace", 10.0), max_priority=lab.get("max_priority", 10),
         notify=lab.get("notify", NotifySettings()),
         metrics=lab.get("metrics", MetricsSettings()),
         path=path,

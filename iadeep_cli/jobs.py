@@ -195,6 +195,55 @@ _NODE_WORD = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.:+=/@-]{0,199}")
 MAX_COMMAND_BYTES = 64 * 1024
 
 
+# Variables that change how a program loads or starts, refused in --env and --export on every
+# backend (README "Security model"): a job's variables must reach only the job, and one that
+# reached a privileged program by mistake (a root `sbatch`, sudo, a shell) would run a member's
+# code there. The dynamic loader's (LD_*, and glibc's list of variables it ignores for setuid
+# programs, TMPDIR aside), the shells' start-up and parsing, the interpreters' code paths and
+# option hooks, OpenSSL's and terminfo's files. A job script sets any of them for itself.
+UNSAFE_ENV_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "PYTHON")
+UNSAFE_ENV = frozenset({
+    # glibc: unsecvars.h
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+    "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+    "PATH_LOCALE",
+    # shells: files read at start, options, how a line is split or traced
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "GLOBIGNORE", "FPATH",
+    "ZDOTDIR", "NULLCMD", "READNULLCMD", "TMPPREFIX", "PROMPT_COMMAND", "BASH_XTRACEFD",
+    "BASH_LOADABLES_PATH", "EXECIGNORE",
+    # other interpreters' code paths and start-up options
+    "PERL5LIB", "PERLLIB", "PERL5OPT", "PERL5DB", "PERLIO_DEBUG", "RUBYLIB", "RUBYOPT",
+    "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+    # libraries that load modules or parse files named here
+    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "TERMINFO", "TERMINFO_DIRS",
+    "TERMCAP", "TERMPATH",
+})
+# Python's variables that only switch behaviour (no code or path): allowed despite PYTHON*
+SAFE_PYTHON_ENV = frozenset({"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
+                             "PYTHONNOUSERSITE", "PYTHONFAULTHANDLER", "PYTHONIOENCODING",
+                             "PYTHONUTF8"})
+
+
+def unsafe_env(name: str) -> bool:
+    """Whether ``name`` is a variable a job may not be given (``UNSAFE_ENV``)."""
+    return name not in SAFE_PYTHON_ENV and (name in UNSAFE_ENV
+                                            or name.startswith(UNSAFE_ENV_PREFIXES))
+
+
+def check_env_names(pairs: typing.Iterable[tuple[str, str]], option: str = "--env") -> None:
+    """InputError (one line) for the first name that is not a variable name or is unsafe."""
+    for key, _ in pairs:
+        if not key.isidentifier() or not key.isascii():
+            raise InputError(f"bad {option} name {key[:80]!r}: not a valid variable name",
+                             hint=f"use {option} NAME=VALUE with NAME made of letters, digits "
+                                  "and _")
+        if unsafe_env(key):
+            raise InputError(f"{option} {key}: iadeep does not pass variables that change how "
+                             "programs load or start (the dynamic loader's, shell start-up, "
+                             "interpreters' paths; README \"Security model\")",
+                             hint=f"set it inside the job script instead (export {key}=...)")
+
+
 # Dependencies (--after, --after-any, --after-fail) a job may name, after an array's id is
 # expanded to its tasks' ids; an array may have at most this many tasks (every task is a row).
 MAX_DEPENDENCIES = MAX_ARRAY_TASKS = 10_000
@@ -370,10 +419,8 @@ def validate_spec(spec: JobSpec) -> None:
             raise bad(f"{option} {dep} is not a job id", f"e.g. {option} 12")
     if spec.array is not None:
         parse_array(spec.array)
-    for key, _ in (*spec.exported, *spec.env):
-        if not key.isidentifier() or not key.isascii():
-            raise bad(f"bad --env name {key[:80]!r}: not a valid variable name",
-                      "use --env NAME=VALUE with NAME made of letters, digits and _")
+    check_env_names(spec.exported, "--export")
+    check_env_names(spec.env)
     if not spec.script.startswith("/"):
         raise bad(f"script path must be absolute, got {spec.script[:200]!r}",
                   "the CLI resolves relative paths; pass an absolute path to the API")
@@ -547,8 +594,7 @@ def stream_path(job: Job, stream: str, default_output: str, base: str,
 
 # --export: what the default carries, and what ALL leaves out: the session's own variables
 # (the node's login sets them for the account the job runs as) and iadeep's.
-EXPORT_DEFAULT = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
-                  "PYTHONPATH")
+EXPORT_DEFAULT = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
 EXPORT_NEVER = frozenset({"HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "_",
                           "MAIL", "TERM", "DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DIR",
                           "XDG_SESSION_ID", "DBUS_SESSION_BUS_ADDRESS", "CUDA_VISIBLE_DEVICES",
@@ -559,8 +605,9 @@ def exported_env(mode: str | None, environ: typing.Mapping[str, str]
                  ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """The variables ``--export MODE`` takes from the submitting shell's ``environ``:
     ``None`` (the default) the small set EXPORT_DEFAULT, ``NONE`` nothing, ``ALL`` everything
-    but EXPORT_NEVER, ``SSH_*`` and ``IADEEP_*``, ``NAME[,NAME...]`` those (each must be set).
-    Returns (the pairs, the names ALL skipped because their value is not printable text)."""
+    but EXPORT_NEVER, ``SSH_*``, ``IADEEP_*`` and the unsafe (``unsafe_env``), ``NAME[,NAME...]``
+    those (each must be set, none unsafe). Returns (the pairs, the names ALL skipped because
+    their value is not printable text or they are unsafe)."""
     text = (mode or "").strip()
     if mode is None:
         names = [n for n in EXPORT_DEFAULT if n in environ]
@@ -578,10 +625,12 @@ def exported_env(mode: str | None, environ: typing.Mapping[str, str]
             if n not in environ:
                 raise InputError(f"--export {n}: {n} is not set here",
                                  hint=f"set it first, or pass a value with --env {n}=VALUE")
+        check_env_names(((n, "") for n in names), "--export")
     pairs, skipped = [], []
     for n in names:
         value = environ[n]
-        if mode is not None and text.upper() == "ALL" and not _printable(value):
+        if mode is not None and text.upper() == "ALL" and (not _printable(value)
+                                                           or unsafe_env(n)):
             skipped.append(n)
             continue
         pairs.append((n, value))

@@ -243,7 +243,8 @@ def _exported(mode: str | None) -> tuple[tuple[str, str], ...]:
     pairs, skipped = exported_env(mode, os.environ)
     if skipped:
         print(f"note: --export ALL left out {', '.join(skipped)} (control characters in the "
-              "value)", file=sys.stderr)
+              "value, or a variable that changes how programs load: set it in the job script)",
+              file=sys.stderr)
     return pairs
 
 

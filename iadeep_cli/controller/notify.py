@@ -146,19 +146,19 @@ def build(job: Job, kind: str, state: str, tail: str | None, tail_note: str = ""
 
 def webhook_body(notice: Notice) -> dict[str, Any]:
     """The JSON a webhook gets: ``text`` (what Slack and Mattermost incoming webhooks show: the
-    headline, the details, the log in a code block, their markup characters escaped) and the
-    structured fields."""
+    headline and the details, their markup inert) and the structured fields. Never the job's
+    log: the webhook is the lab's channel, and a log is its owner's and the admins' (e-mail,
+    which goes to the owner, carries its tail). Mentions cannot ping anyone: ``<`` is escaped
+    (Slack's ``<!channel>``, ``<@U123>``) and every ``@`` is followed by a zero-width space
+    (Mattermost's and Discord's ``@channel``, ``@here``, ``@all``, ``@user``)."""
     def esc(s: str) -> str:
-        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                .replace("@", "@\u200b"))
 
     text = esc(notice.headline)
     if notice.summary:
         text += "\n" + esc(notice.summary)
-    tail = notice.fields.get("log_tail")
-    if tail:   # a fence inside the log would end the code block early
-        text += "\n```\n" + esc(tail.replace("```", "'''")) + "\n```"
-    return {"text": text, **notice.fields}
-
+    return {"text": text, **{k: v for k, v in notice.fields.items() if k != "log_tail"}}
 
 # ---------------------------------------------------------------------------- the channels
 def send_email(settings: NotifySettings, to: str, notice: Notice,
@@ -177,12 +177,23 @@ def send_email(settings: NotifySettings, to: str, notice: Notice,
         smtp.send_message(msg)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is a failure, never followed: the webhook's URL is the admin's choice, and
+    whoever answers there must not send the controller's requests anywhere else (an internal
+    address, another service's API)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, f"{msg}: a redirect (not followed)",
+                                     headers, fp)
+
+
 def send_webhook(url: str, notice: Notice, timeout: float = SEND_TIMEOUT_S) -> None:
-    """A JSON POST; any answer but 2xx is a failure (raises OSError: URLError, HTTPError)."""
+    """A JSON POST; any answer but 2xx is a failure (raises OSError: URLError, HTTPError),
+    a redirect included."""
     data = json.dumps(webhook_body(notice)).encode()
     request = urllib.request.Request(url, data=data, method="POST", headers={
         "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
+    with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as answer:
         answer.read(65536)
 
 
@@ -309,7 +320,9 @@ class Notifier:
         return sent
 
     def _send(self, note: outbox.Pending, job: Job) -> None:
-        tail, why = self._tail(job) if note.kind == "end" else (None, "")
+        # the log's tail goes by e-mail to its owner only, never to the lab's webhook
+        tail, why = self._tail(job) if note.kind == "end" and note.channel == "email" \
+            else (None, "")
         notice = build(job, note.kind, note.state, tail, why)
         if note.channel == "email":
             to = self.settings.email_for(job.owner)

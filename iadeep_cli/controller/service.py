@@ -47,7 +47,7 @@ from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
 from ..text import MIB_PER_GIB, hms
-from . import views
+from . import admission, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 # (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
@@ -101,6 +101,7 @@ class Service(views.StoreReader):
         job_spec = spec_from_dict({"retries": self.inventory.default_retries,
                                    "notify": self.inventory.notify.default, **req.spec})
         validate_spec(job_spec)
+        admission.check_priority(self.inventory, user, job_spec.priority)
         job_spec = self._with_time_limit(job_spec)
         if req.spec.get("notify", "none") != "none" and not self.inventory.notify.reaches(user):
             # Asked for, so said at once; the lab's default is applied without this check (a
@@ -152,6 +153,7 @@ class Service(views.StoreReader):
                                         f"queue cancel {old.id}` first")
             spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
             validate_spec(spec)
+            admission.check_priority(self.inventory, user, spec.priority)
             self._check_runnable(conn, old.owner, spec)
             copy = self.scripts_dir / str(old.array_id or old.id) / Path(spec.script).name
             try:
@@ -264,6 +266,7 @@ class Service(views.StoreReader):
         """One job's priority; an array's id: every waiting or running task's (``index``: one
         task's)."""
         check_priority(req.priority)
+        admission.check_priority(self.inventory, user, req.priority)
         with self.store.tx() as conn:
             tasks = jobrows.array_tasks(conn, req.id)
             if req.index is not None:
@@ -302,6 +305,7 @@ class Service(views.StoreReader):
                 "at once (lab.user_limits)", hint=f"ask for at most {limit.max_gpus} with "
                 "--gpus, or ask a lab admin to raise your max_gpus in nodes.yaml")
         candidates = self._allowed_nodes(spec)
+        admission.check_admitted(user, candidates)   # who may never run: refused now
         seen = {snap.name: snap for snap, _ in cluster.load_nodes(conn)}
         sizes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in candidates]
         nodes = [s for s in sizes if s is not None]

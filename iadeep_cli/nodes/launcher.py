@@ -2,7 +2,8 @@
 
 A job lives in ``{Node.workdir}/jobs/{job_id}/`` (0700) on its node:
   ``bin/<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
-  lock), ``pid`` ("PID STARTTIME"; pid == pgid == sid, started with setsid), ``log``
+  lock), ``env`` (the job's --env/--export, removed before the job starts), ``pid``
+  ("PID STARTTIME"; pid == pgid == sid, started with setsid), ``log``
   (stdout+stderr), ``progress`` (IADEEP_PROGRESS_FILE, written by the job if it wants), ``exit``
   (exit code).  The launch also returns the pid and start time, which the controller records:
 the job can rewrite or delete its own files, so those files are only read bounded and
@@ -12,6 +13,8 @@ learn the truth, and a second ``launch`` of the same job never starts it twice.
 
 Every user-supplied value (name, args, env, paths) reaches the remote shell only through
 ``shlex.quote``; the wrapper script is a constant that receives them as positional arguments.
+The job's --env and --export values travel on the launch's standard input, never in an argv
+(every account on a node can read every process's command line).
 
 On a ``run_as: submitter`` node every function here takes the job's ``owner`` and runs its
 script as them (``runas``), in the owner's own ``~/.iadeep/<install id>/<node>/jobs/<id>/``;
@@ -131,18 +134,26 @@ def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
 
 
 def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
-    for key, _ in (*job.spec.exported, *job.spec.env):
-        if not _ENV_NAME.match(key):
-            raise InputError(f"job {job.id}: environment variable name {key!r} is not valid",
-                             hint="use letters, digits and _ (not starting with a digit)")
+    """iadeep's own variables, as ``env`` arguments (nothing secret: every member sees them)."""
     ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
             ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
             ("IADEEP_PROGRESS_FILE", f"{jdir}/progress")]
     if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
         ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
                  ("IADEEP_ARRAY_INDEX", str(job.array_index))]
-    # --export's values first: --env and iadeep's own win over them
-    return [shlex.quote(f"{k}={v}") for k, v in (*job.spec.exported, *job.spec.env, *ours)]
+    return [shlex.quote(f"{k}={v}") for k, v in ours]
+
+
+def _env_file(job: Job) -> bytes:
+    """The job's --export and --env variables as sh ``export`` lines (--env's win): sent on
+    the launch's standard input, never in an argv, since any account on the node can read
+    every process's /proc/PID/cmdline."""
+    for key, _ in (*job.spec.exported, *job.spec.env):
+        if not _ENV_NAME.match(key):
+            raise InputError(f"job {job.id}: environment variable name {key!r} is not valid",
+                             hint="use letters, digits and _ (not starting with a digit)")
+    return "".join(f"export {k}={shlex.quote(v)}\n"
+                   for k, v in (*job.spec.exported, *job.spec.env)).encode()
 
 
 def run_dir(pool: NodeAccess, node: str, job: Job) -> str | None:
@@ -204,15 +215,20 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
         "if ! (set -C; : > launched) 2>/dev/null; then\n"
         '  echo "exists $(head -c 64 pid 2>/dev/null)"; exit 0; fi\n'
-        f"setsid env {' '.join(_env_args(job, gpu_indices, jdir))} sh -c {shlex.quote(_WRAPPER)}"
+        # the job's variables: from stdin into a file only its account reads, gone from the
+        # directory before the job starts; exported by the subshell that becomes the job
+        'cat > env && exec 3< env && rm -f env || exit 3\n'
+        f"(. /dev/fd/3; exec 3<&- setsid env {' '.join(_env_args(job, gpu_indices, jdir))} "
+        f"sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {out_file} {err_file} {argv}"
-        " </dev/null >log 2>&1 &\n"
+        ") </dev/null >log 2>&1 &\n"
+        "exec 3<&-\n"
         'st=$(sed "s/.*) //" /proc/$!/stat 2>/dev/null | cut -d" " -f20)\n'
         # reported even if the job already removed its own directory: the controller records
         # the pid and start time, and never takes a started job for one that did not start
         '{ echo "$! $st" > pid.tmp && mv pid.tmp pid; } 2>/dev/null; echo "started $! $st"\n'
     )
-    out = _sh(pool, node, start, owner=owner).split()
+    out = _sh(pool, node, start, owner=owner, stdin=_env_file(job)).split()
     try:
         pid, st = _pid_line(" ".join(out[1:]))
     except ValueError:

@@ -94,7 +94,8 @@ class Slurm:
             env: Mapping[str, str] | None = None, bare: bool = False) -> str:
         """stdout of a Slurm command; NodeError (one line) when it fails or is missing.
         ``bare``: the command's environment is ``env`` and SLURM_CONF alone (sbatch hands its
-        environment to the job, over the owner's login environment)."""
+        environment to the job, over the owner's login environment). Never a job's variables:
+        the command runs as root (``launch`` gives sbatch those in a file)."""
         exe = shutil.which(argv[0], path=self.env["PATH"])
         if exe is None:
             raise NodeError(f"slurm: {argv[0]} not found on the controller's machine",
@@ -523,10 +524,18 @@ def launch(pool: SlurmPool, node: str, job: Job, gpu_indices: Sequence[int],
         minutes = math.ceil((job.spec.time_limit_s + pool.inventory.kill_grace_s) / 60) + 1
         argv.append(f"--time={minutes}")
     import tempfile
-    with tempfile.NamedTemporaryFile(prefix=f"iadeep-{job.id}-", suffix=".sh") as batch:
+    # The job's variables reach the job alone: sbatch reads them from a file (0600, the
+    # controller's; NUL-separated, so any value) into the job's environment, never into its
+    # own. sbatch runs as root with SLURM_CONF alone: a member's LD_PRELOAD, say, meets no
+    # root process, and no value shows in an argv.
+    with tempfile.NamedTemporaryFile(prefix=f"iadeep-{job.id}-", suffix=".sh") as batch, \
+            tempfile.NamedTemporaryFile(prefix=f"iadeep-{job.id}-", suffix=".env") as exported:
         batch.write(_batch_script(script, job))   # read by sbatch (as root), sent to Slurm
         batch.flush()
-        out = pool.slurm.run([*argv, batch.name, *job.spec.args], env=env, bare=True)
+        exported.write(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+        exported.flush()
+        out = pool.slurm.run([*argv, f"--export-file={exported.name}", batch.name,
+                              *job.spec.args], bare=True)
     first = out.strip().split(";")[0]
     if not first.isdigit():
         raise NodeError(f"slurm: sbatch gave no job id ({out.strip()[:80]!r})")

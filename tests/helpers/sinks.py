@@ -53,23 +53,40 @@ class MailSink:
 
 class HookSink:
     """An HTTP server taking JSON POSTs. ``fail_first`` requests are answered 500; while
-    ``hold`` is clear, requests wait for it (a hung webhook); every request is recorded."""
+    ``hold`` is clear, requests wait for it (a hung webhook); every request is recorded.
+    ``redirect_to``: every POST is answered ``302 Found`` to that URL instead; ``visits``
+    records every request's method and path, GETs included (what a redirect would bring)."""
 
-    def __init__(self, fail_first: int = 0):
+    def __init__(self, fail_first: int = 0, redirect_to: str | None = None):
         self.fail_first = fail_first
+        self.redirect_to = redirect_to
         self.requests: list[dict] = []   # every POST body, answered or not
         self.accepted: list[dict] = []   # the ones answered 200
+        self.visits: list[tuple[str, str]] = []
         self.hold = threading.Event()
         self.hold.set()
         self.lock = threading.Lock()
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                with sink.lock:
+                    sink.visits.append(("GET", self.path))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with sink.lock:
+                    sink.visits.append(("POST", self.path))
                     sink.requests.append(body)
                     failing = len(sink.requests) <= sink.fail_first
+                if sink.redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", sink.redirect_to)
+                    self.end_headers()
+                    return
                 sink.hold.wait(60)
                 self.send_response(500 if failing else 200)
                 self.end_headers()

@@ -3,6 +3,7 @@
 node's log is a string here (the end-to-end test reads a real one over SSH)."""
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -43,10 +44,10 @@ def _read_log(job, offset, max_bytes):
     return data[offset:offset + max_bytes].decode(), offset + max_bytes, len(data)
 
 
-def _run_job(store, notify="end", end=S.FAILED, code=3, owner="alice") -> int:
+def _run_job(store, notify="end", end=S.FAILED, code=3, owner="alice", name="lr3") -> int:
     """A job through queued -> starting -> running -> its end, as the loop records it."""
     with store.tx() as c:
-        job_id, _ = jobrows.insert(c, owner, JobSpec(script="/x/train.sh", name="lr3",
+        job_id, _ = jobrows.insert(c, owner, JobSpec(script="/x/train.sh", name=name,
                                                      notify=notify), 100.0)
         jobrows.transition(c, job_id, S.STARTING, "placed", "controller", 101.0, node="n1",
                            gpu_indices=(0,), attempts=1)
@@ -81,8 +82,61 @@ def test_an_ended_job_reaches_the_smtp_server_and_the_webhook(store, mail):
         assert posted["event"] == "end" and posted["job"]["id"] == job_id
         assert posted["job"]["exit_code"] == 3 and posted["job"]["node"] == "n1"
         assert posted["text"].startswith(f"Job {job_id} (lr3) of alice failed")
-        assert "loss is nan" in posted["log_tail"]
+        assert "log_tail" not in posted and "loss is nan" not in json.dumps(posted)
     assert [r["sent_at"] is not None for r in _rows(store, job_id)] == [True, True]
+
+
+def test_the_lab_webhook_gets_the_event_never_the_log(store, mail):
+    """A job prints a secret; its owner's e-mail carries the log's tail, the lab-wide webhook
+    (every member reads its channel) gets the event and nothing of the log."""
+    secret = "API_KEY=sk-live-4f9a2"
+    logged = LOG + f"{secret}\n"
+
+    def read_log(job, offset, max_bytes):
+        data = logged.encode()
+        return data[offset:offset + max_bytes].decode(), offset + max_bytes, len(data)
+
+    with HookSink() as hook:
+        notifier = Notifier(store, _settings(mail, hook), read_log)
+        job_id = _run_job(store)
+        assert notifier.collect() == 2
+        assert notifier.deliver("email") == 1 and notifier.deliver("webhook") == 1
+        [msg] = mail.received()
+        assert secret in msg.get_content()
+        _, [posted] = hook.got()
+        assert posted["job"]["id"] == job_id and posted["job"]["state"] == "failed"
+        assert secret not in json.dumps(posted) and "step 29" not in json.dumps(posted)
+
+
+def test_a_webhook_that_redirects_is_not_followed(store):
+    """The webhook answers 302 to another address: nothing reaches that address, and the try
+    is a failure that says why (retried, then given up, as any other failure)."""
+    with HookSink() as elsewhere, HookSink(redirect_to=elsewhere.url + "?stolen") as hook:
+        notifier = Notifier(store, _settings(None, hook), _read_log, backoff_s=(0.0,))
+        job_id = _run_job(store)
+        assert notifier.collect() == 1
+        assert notifier.deliver("webhook") == 0
+        assert [method for method, _ in hook.visits] == ["POST"]
+        assert elsewhere.visits == []
+        [row] = _rows(store, job_id)
+        assert row["sent_at"] is None and "302" in row["error"] and "redirect" in row["error"]
+
+
+def test_mentions_in_a_job_name_ping_nobody(store):
+    """A job named to ping the whole channel on Mattermost, Slack or Discord: the text the chat
+    shows holds none of the mention forms; the structured field keeps the name exact."""
+    name = "@channel @here <!channel> <!here|x> <@U024BE7LH> @all"
+    with HookSink() as hook:
+        notifier = Notifier(store, _settings(None, hook), _read_log)
+        _run_job(store, name=name)
+        notifier.collect()
+        assert notifier.deliver("webhook") == 1
+        _, [posted] = hook.got()
+    text = posted["text"]
+    for mention in ("@channel", "@here", "@all", "<!", "<@"):
+        assert mention not in text, (mention, text)
+    assert "@\u200bchannel" in text and "&lt;!channel&gt;" in text
+    assert posted["job"]["name"] == name
 
 
 def test_only_the_moments_asked_for_are_sent(store, mail):

@@ -109,6 +109,8 @@ POISON = [
     ({"args": ["'" * 20_000]}, "KiB on the node's command line"),
     ({"env": [["A", "x\x00"]]}, "--env A contains the control character '\\x00'"),
     ({"env": [["A\n", "x"]]}, "bad --env name 'A\\n'"),
+    ({"env": [["LD_PRELOAD", "/home/m/x.so"]]}, "--env LD_PRELOAD: iadeep does not pass"),
+    ({"exported": [["BASH_ENV", "/home/m/rc"]]}, "--export BASH_ENV: iadeep does not pass"),
     ({"workdir": "/tmp/\x07"}, "--workdir contains the control character '\\x07'"),
     ({"workload": "\u202eevil"}, "--workload contains the control character '\\u202e'"),
     ({"script": "/tmp/x\x1b.sh"}, "the script's path contains the control character"),

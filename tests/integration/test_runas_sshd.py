@@ -250,3 +250,130 @@ def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
         wait_until(lambda: states() and "T" not in states(), limit=10)
     Path(f"{home}/ra-go-{job_id}").touch()
     wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+
+
+def _scan_for(stop: str, secrets: list[str]) -> dict:
+    """Runs as another account: reads every process's command line (world-readable) and, where
+    it may, its environment, over and over until ``stop`` exists; what held a secret."""
+    me, passes, seen, hits = os.getpid(), 0, set(), []
+    wanted = [s.encode() for s in secrets]
+    while not os.path.exists(stop):
+        passes += 1
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == me:
+                continue
+            for part in ("cmdline", "environ"):
+                try:
+                    with open(f"/proc/{pid}/{part}", "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                seen.add(pid)
+                hits += [f"{pid} {part}: {data[:120]!r}" for s in wanted if s in data]
+    return {"passes": passes, "processes": len(seen), "hits": hits[:10]}
+
+
+def test_env_values_never_show_in_a_command_line_on_the_node(lab):
+    """Another member scans every /proc/PID/cmdline (and any environment it may read) on the
+    node while jobs with secret --env values launch as their owner: the values travel on the
+    launch's standard input, so none shows, and each still reaches its job."""
+    from helpers.accounts import AsUser
+
+    secrets = [f"s3cret-{os.getpid()}-{i}" for i in range(4)]
+    stop = lab.top / "scan-stop"
+    stop.unlink(missing_ok=True)
+    warm = _script(lab, "env.sh", '#!/bin/sh\necho "value=$TOKEN"\n')
+    scanner = AsUser(BOB, _scan_for, str(stop), secrets)
+    try:
+        ids = [_submitted(cli_as(ALICE, lab.home, "queue", "add", "--env", f"TOKEN={s}",
+                                 warm)) for s in secrets]
+        for job_id in ids:
+            wait_until(lambda j=job_id: _job(lab, j)["state"] == "succeeded", limit=120)
+    finally:
+        stop.touch()
+        found = scanner.result()
+    assert found["passes"] > 0 and found["processes"] > 0, found
+    assert found["hits"] == [], found
+    for job_id, secret in zip(ids, secrets):
+        log = cli_as(ALICE, lab.home, "logs", str(job_id))
+        assert log["rc"] == 0 and f"value={secret}\n" in log["out"], log
+
+
+OUTSIDER = "iadeep-ra-out"   # a real account in neither allowed_users nor the lab's group
+
+
+def _cli_as_uid(uid: int, home: Path, *argv: str) -> dict:
+    """The real CLI as a uid that has no account (a deleted user's process lives on)."""
+    from helpers.accounts import cli_here, warm_cli
+
+    warm_cli(*argv)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # child: never returns into pytest
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write_fd, json.dumps(cli_here(str(home), *argv)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    data = b""
+    while chunk := os.read(read_fd, 65536):
+        data += chunk
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_who_may_never_run_is_refused_at_submission_arrays_included(lab):
+    """On a lab whose only node runs jobs as their submitters: an account outside
+    allowed_users and the group, root, and a uid without an account are refused when they
+    submit (a 10,000-task array too), with one line saying why; nothing is queued."""
+    _account(OUTSIDER)
+    script = _script(lab, "o.sh", "#!/bin/sh\necho hi\n")
+    before = set(jobs_by_id(lab.home))
+    out = cli_as(OUTSIDER, lab.home, "queue", "add", "--array", "0-9999", script)
+    assert out["rc"] == 1 and "Traceback" not in out["err"], out
+    assert (f"{OUTSIDER} may not run jobs on any node this job could use" in out["err"]
+            and f"neither in allowed_users nor in group {GROUP}" in out["err"]), out
+    root = cli(lab.home, "queue", "add", script)
+    assert root.returncode == 1 and "root is never run as" in root.stderr, root.stderr
+    unused = next(u for u in range(4_200_000, 4_300_000) if not _has_uid(u))
+    ghost = _cli_as_uid(unused, lab.home, "queue", "add", script)
+    assert ghost["rc"] == 1 and f"uid{unused} has no account" in ghost["err"], ghost
+    assert set(jobs_by_id(lab.home)) == before
+    # a member of the group is admitted as before
+    member = _submitted(cli_as(BOB, lab.home, "queue", "add", script))
+    wait_until(lambda: _job(lab, member)["state"] == "succeeded", limit=60)
+
+
+def _has_uid(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
+
+
+def test_a_member_may_raise_priority_only_up_to_the_lab_cap(lab):
+    """lab.max_priority (default 10) bounds what a member sets, at submission and later;
+    lowering is free, and an admin (root here) may go above."""
+    home = pwd.getpwnam(ALICE).pw_dir
+    too_high = cli_as(ALICE, lab.home, "queue", "add", "--priority", "1000000",
+                      _script(lab, "h.sh", JOB))
+    assert too_high["rc"] == 1 and "Traceback" not in too_high["err"], too_high
+    assert "--priority 1000000: members may set at most 10 (lab.max_priority)" in \
+        too_high["err"], too_high
+    job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", "--priority", "10",
+                               _script(lab, "h.sh", JOB)))
+    try:
+        raised = cli_as(ALICE, lab.home, "queue", "priority", str(job_id), "11")
+        assert raised["rc"] == 1 and "members may set at most 10" in raised["err"], raised
+        assert cli_as(ALICE, lab.home, "queue", "priority", str(job_id), "-50")["rc"] == 0
+        assert cli(lab.home, "queue", "priority", str(job_id), "1000000").returncode == 0
+        assert _job(lab, job_id)["priority"] == 1000000
+    finally:
+        Path(f"{home}/ra-go-{job_id}").touch()
+    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)

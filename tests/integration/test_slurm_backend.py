@@ -6,6 +6,7 @@ Slurm did is read back from Slurm itself (squeue, its job-completion log), not f
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -205,3 +206,69 @@ def test_a_slurm_job_that_reports_progress_gets_an_observed_speed(lab):
     assert progress.owner() == USER and progress.read_text().count("\n") >= 2
     go.touch()
     wait_until(lambda: _show(ctl, job_id)["state"] == "succeeded", limit=120)
+
+
+# A constructor that records the uid of every process that loads it: what a member would put
+# in LD_PRELOAD to run code as whoever starts their job.
+PRELOAD_C = r"""#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void record(void) {
+    FILE *f = fopen("%s", "a");
+    if (f) { fprintf(f, "%%d\n", (int)getuid()); fclose(f); }
+}
+"""
+
+
+def test_a_members_ld_preload_reaches_only_their_job_never_root(lab):
+    """The attack: a member's job environment with LD_PRELOAD naming their own library. The
+    controller runs sbatch as root; the library must load only in the job (as the member),
+    never in sbatch. Submission refuses the variable outright; the launch is driven directly
+    here (a job queued before that check, or any way past it), and the job's other values,
+    commas and newlines included, still reach the job whole."""
+    import os
+    import pwd
+    import shutil
+
+    from iadeep_cli.inventory import parse_inventory
+    from iadeep_cli.jobs import Job, JobSpec, JobState
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the test's preload library")
+    ctl, work, cluster = lab
+    record, library, source = work / "uids", work / "record.so", work / "record.c"
+    record.touch()
+    os.chmod(record, 0o666)
+    source.write_text(PRELOAD_C % record)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    os.chmod(library, 0o755)
+    script = work / "env.sh"
+    script.write_text('#!/bin/sh\nprintf "%s" "$TRICKY" > "$1.value"\n'
+                      'while [ ! -e "$1" ]; do sleep 0.1; done\n')
+    script.chmod(0o755)
+    member = pwd.getpwnam(USER).pw_uid
+
+    # refused at submission, with one line saying what to do instead
+    refused = cli_as(USER, ctl.home, "queue", "add", "--chdir", str(work), "--env",
+                     f"LD_PRELOAD={library}", str(script), str(work / "go-never"))
+    assert refused["rc"] == 1 and "Traceback" not in refused["err"], refused
+    assert "--env LD_PRELOAD" in refused["err"] and "inside the job script" in refused["err"]
+    assert json.loads(cli(ctl.home, "queue", "list", "--json", check=True).stdout) == []
+
+    inv = slurm.with_slurm_nodes(parse_inventory(cluster.inventory(), Path("nodes.yaml")))
+    pool = slurm.SlurmPool(inv, None, "preloadtest", lambda ids: {})
+    go = work / "go-preload"
+    tricky = "a,b\nc 'd' $HOME;x"
+    job = Job(id=998, owner=USER, state=JobState.STARTING,
+              spec=JobSpec(script=str(script), name="preload", args=(str(go),),
+                           workdir=str(work), env=(("LD_PRELOAD", str(library)),
+                                                   ("TRICKY", tricky))),
+              submitted_at=time.time(), node=cluster.node, attempts=1)
+    try:
+        slurm.launch(pool, cluster.node, job, (0,), script)
+        value = Path(f"{go}.value")
+        wait_until(lambda: value.exists() and value.read_text() == tricky, limit=120)
+        uids = {int(x) for x in record.read_text().split()}
+        assert uids == {member}, uids   # loaded in the job, as the member; never as root (0)
+    finally:
+        go.touch()
+        slurm.cancel(pool, 998)

@@ -129,6 +129,33 @@ def test_export_default_names_all_and_none():
         J.exported_env("NOPE", env)
 
 
+def test_variables_that_change_how_programs_load_are_refused_everywhere():
+    """--env and --export refuse the loader's, the shells' start-up and the interpreters'
+    code-path variables (a job's environment must never steer a privileged program); Python's
+    behaviour switches and ordinary variables pass; ALL leaves the refused ones out, saying so,
+    and the default set no longer carries PYTHONPATH."""
+    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "GLIBC_TUNABLES",
+                 "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "IFS", "PYTHONPATH", "PYTHONSTARTUP",
+                 "PYTHONHOME", "PERL5OPT", "NODE_OPTIONS", "OPENSSL_CONF"):
+        assert J.unsafe_env(name), name
+        with pytest.raises(InputError, match=f"^--env {name}: iadeep does not pass variables"):
+            validate_spec(JobSpec("/s", env=((name, "/home/m/x"),)))
+        with pytest.raises(InputError, match=f"^--export {name}: "):
+            validate_spec(JobSpec("/s", exported=((name, "/home/m/x"),)))
+        with pytest.raises(InputError, match=f"--export {name}: "):
+            J.exported_env(name, {name: "/home/m/x"})
+    for name in ("PATH", "LR", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "CUDA_LAUNCH_BLOCKING",
+                 "LDFLAGS", "TMPDIR", "OMP_NUM_THREADS"):
+        assert not J.unsafe_env(name), name
+        validate_spec(JobSpec("/s", env=((name, "1"),), exported=((name, "1"),)))
+    env = {"PATH": "/bin", "LD_LIBRARY_PATH": "/opt/cuda/lib64", "PYTHONPATH": "/src",
+           "PYTHONUNBUFFERED": "1"}
+    pairs, skipped = J.exported_env("ALL", env)
+    assert dict(pairs) == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
+    assert set(skipped) == {"LD_LIBRARY_PATH", "PYTHONPATH"}
+    assert J.exported_env(None, env) == ((("PATH", "/bin"),), ())
+
+
 def test_spec_checks_the_new_fields():
     with pytest.raises(InputError, match="--constraint"):
         validate_spec(JobSpec("/s", constraint=("a b",)))

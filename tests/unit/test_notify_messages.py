@@ -94,18 +94,17 @@ def test_control_characters_in_a_log_become_visible_text():
     assert "\x1b" not in notice.text and "\x00" not in notice.text and "\x07" not in notice.text
 
 
-def test_the_webhook_text_is_inert_for_slack_markup():
-    """Slack and Mattermost read <...> as links and mentions (<!channel>) and ``` as the end
-    of a code block: a log must not be able to ping a channel or leave its block."""
+def test_the_webhook_text_is_inert_for_chat_markup_and_carries_no_log():
+    """Slack and Mattermost read <...> as links and mentions (<!channel>), Mattermost and
+    Discord @channel: a job's name must not be able to ping anyone. The log (its owner's) is
+    never in the lab's webhook, in the text or in the fields."""
     log = "<!channel> see <http://evil|here> & ```\nbreak out"
-    body = webhook_body(build(_job(spec=JobSpec(script="/x.sh", name="a<b>")), "end", "failed",
-                              log_tail(log)))
+    body = webhook_body(build(_job(spec=JobSpec(script="/x.sh", name="a<b> @here & @all")),
+                              "end", "failed", log_tail(log)))
     text = body["text"]
-    assert "<" not in text and ">" not in text
-    assert "&lt;!channel&gt;" in text and "&amp;" in text
-    assert text.count("```") == 2 and text.endswith("```")
-    assert text.startswith("Job 12 (a&lt;b&gt;) of alice failed: exited with code 3\n"
-                           "node n1 (GPUs 0,1) | run time 1:02:03 | exit code 3\n```\n")
-    assert body["log_tail"] == log_tail(log)        # raw (but inert) in the structured field
-    assert body["job"]["name"] == "a<b>" and body["event"] == "end"
+    assert "<" not in text and ">" not in text and "@here" not in text and "@all" not in text
+    assert text == ("Job 12 (a&lt;b&gt; @\u200bhere &amp; @\u200ball) of alice failed: exited "
+                    "with code 3\nnode n1 (GPUs 0,1) | run time 1:02:03 | exit code 3")
+    assert "log_tail" not in body and "evil" not in json.dumps(body)
+    assert body["job"]["name"] == "a<b> @here & @all" and body["event"] == "end"
     json.dumps(body)   # all of it is JSON
