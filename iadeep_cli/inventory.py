@@ -108,10 +108,16 @@ class AdaptPolicy:
     phase_persist_s: float = 600.0  # how long the change must last (and over `polls` polls)
 
 
+SHARING_RULES = ("jct", "threshold")   # Policy.sharing (scheduler/sharing.py)
+
+
 @dataclass(frozen=True)
 class Policy:
     """Placement settings; see README 'How placement decides'."""
 
+    # how sharing is judged (scheduler/sharing.py): "jct", by the rate jobs finish (speeds x
+    # completion indexes from run times); "threshold", by combined speed >= share_threshold
+    sharing: str = "threshold"
     share_threshold: float = 1.1     # predicted combined speed needed before two jobs share
     min_speed: float = 0.5           # default floor for any job's predicted speed when sharing
     max_jobs_per_gpu: int = 2
@@ -448,6 +454,8 @@ _ADAPT_FIELDS = {
     "window_s": _within(_num, lambda v: v > 0, "seconds > 0"),
 }
 _POLICY_FIELDS = {
+    "sharing": _within(_str, lambda v: v in SHARING_RULES,
+                       f"one of {', '.join(SHARING_RULES)} (how sharing is judged)"),
     # Sharing must pay: below 1.0 two jobs would together do less than one alone.
     "share_threshold": _within(_num, lambda v: v >= 1, "a number >= 1.0 (the combined "
                                                        "predicted speed sharing must reach)"),

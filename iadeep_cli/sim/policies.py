@@ -57,6 +57,7 @@ from ..scheduler.placement import (
     order_queue,
     plan,
 )
+from ..scheduler.remaining import Durations
 from .adaptive import AdaptHooks
 from .truth import TruthModel
 
@@ -82,6 +83,9 @@ class SimView:
     too): each job's attained service in GPU-seconds, updated as virtual time passes."""
 
     attained: dict[int, float] = field(default_factory=dict)
+    # the run times of the jobs finished so far (wall time from start to end, per workload
+    # label), as the controller reads them from its database: what ``sharing: jct`` knows
+    durations: Durations = field(default_factory=Durations)
 
 
 class SimPlanner:
@@ -167,7 +171,8 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
         if exclusive:
             slots = tuple(replace(s, max_jobs=1) for s in slots)
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
-                    closed=hooks.closed if hooks is not None else None, speeds=speeds)
+                    closed=hooks.closed if hooks is not None else None, speeds=speeds,
+                    durations=ctx.view.durations)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     return planner
@@ -209,7 +214,8 @@ SEARCH_FLOORS = (0.3, 0.5)
 def search_variants(policy: Policy) -> list[Policy]:
     """The schedules 'search' tries: plan()'s rule with the true speeds under every share
     threshold x jobs per GPU x speed floor here (20 full simulations per trace)."""
-    return [replace(policy, share_threshold=t, max_jobs_per_gpu=k, min_speed=f)
+    return [replace(policy, sharing="threshold", share_threshold=t, max_jobs_per_gpu=k,
+                    min_speed=f)
             for t in SEARCH_THRESHOLDS for k in SEARCH_MAX_JOBS for f in SEARCH_FLOORS]
 
 

@@ -101,7 +101,7 @@ def test_combined_speed_threshold():
     a, b = measured("resnet50", "lstm")
     if min(a, b) >= 0.5:
         pytest.skip("data changed")
-    pol = Policy(min_speed=0.3)
+    pol = Policy(sharing="threshold", min_speed=0.3)
     resident = job(1, "resnet50", node="a", idx=(0,))
     p = run([job(2, "lstm")], [slot(jobs=(1,))], active=[resident], policy=pol)
     assert a + b < pol.share_threshold
