@@ -227,12 +227,15 @@ def _search(ctx: PolicyContext) -> Planner:
 
 
 # --------------------------------------------------------------------------- blind baselines
+PEER_MAX_JOBS = 2   # the peers share a GPU in pairs at most, whatever iadeep's cap
+
+
 def _gpu_state(slots, active: Sequence[Job], ctx: PolicyContext) -> dict:
     """Working copy per GPU: [jobs, free MiB, holds a solo job, cap, summed util, job ids]."""
     solo = {j.id for j in active if j.spec.gpus > 1}
     util = {j.id: _util(ctx.profiles, j) for j in active}
     return {(s.node, s.index): [len(s.job_ids), s.memory_free_mib or 0.0,
-                                any(i in solo for i in s.job_ids), s.max_jobs,
+                                any(i in solo for i in s.job_ids), min(s.max_jobs, PEER_MAX_JOBS),
                                 sum(util.get(i, 0.0) for i in s.job_ids), list(s.job_ids)]
             for s in slots}
 
