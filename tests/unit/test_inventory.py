@@ -118,6 +118,8 @@ def _node(**fields) -> str:
      "2: lab.poll_interval: expected seconds <= lab.node_grace (60), got 90"),
     ("lab:\n  default_retries: -1\n", "2: lab.default_retries: expected a whole number >= 0, "
                                        "got -1"),
+    ("lab:\n  policy:\n    sharing: fast\n",
+     "3: lab.policy.sharing: expected one of jct, threshold (how sharing is judged), got"),
     ("lab:\n  policy:\n    share_threshold: 0.9\n",
      "3: lab.policy.share_threshold: expected a number >= 1.0"),
     ("lab:\n  policy:\n    min_speed: 5\n",
