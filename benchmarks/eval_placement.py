@@ -82,6 +82,12 @@ def parse_set(items: list[str]) -> Policy:
     kinds = {f.name: f.type for f in fields(Policy)}
     for item in items:
         key, _, raw = item.partition("=")
+        if key.startswith("adapt."):   # adapt.suspend=false
+            sub = key.removeprefix("adapt.")
+            cur = getattr(pol.adapt, sub)
+            val = raw.lower() in ("1", "true", "yes") if isinstance(cur, bool) else type(cur)(raw)
+            pol = replace(pol, adapt=replace(pol.adapt, **{sub: val}))
+            continue
         if key not in kinds:
             sys.exit(f"--set {item}: unknown Policy field (one of {', '.join(kinds)})")
         cur = getattr(pol, key)
