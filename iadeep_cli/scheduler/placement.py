@@ -16,13 +16,15 @@ How a round decides (README 'How placement decides'):
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
    is at least ``share_threshold`` *and* higher than without the newcomer, and no job falls below
    its floor (JobSpec.min_speed, else ``Policy.min_speed``). At most ``max_jobs_per_gpu`` jobs
-   (per-node override). Jobs without a known profile, exclusive jobs and multi-GPU jobs never
-   share (multi-GPU jobs get empty GPUs on one node).
+   (per-node override). ``Policy.sharing: jct`` judges a group by the completion time it
+   saves instead (``scheduler/sharing.py``). Jobs without a known profile, exclusive jobs and
+   multi-GPU jobs never share (multi-GPU jobs get empty GPUs on one node).
 4. Choice among feasible GPUs (IADeep-style, checked with ``iadeep sim``): while there are more
    empty GPUs than jobs still waiting behind this one, a job takes an empty GPU (running alone
-   is fastest for it and nobody is waiting for the GPU). Under pressure (at least as many jobs
-   waiting as empty GPUs) it joins the GPU where it adds the most predicted throughput, and the
-   empty GPUs stay for jobs that cannot share well (two heavy jobs together lose: ~0.92).
+   is fastest for it and nobody is waiting for the GPU). Under pressure (at least as many GPUs
+   wanted by jobs behind it that could start now as empty GPUs) it joins the GPU where it
+   adds the most predicted throughput, and the empty GPUs stay for jobs that cannot share
+   well (two heavy jobs together lose: ~0.92).
    Empty GPUs are taken from the node with the fewest empty GPUs, keeping whole nodes free for
    multi-GPU jobs.
 5. Run-time adaptation (``scheduler/adapt.py``): a GPU in ``closed`` (its jobs underperform
@@ -652,7 +654,7 @@ def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
     if empty is not None and not pressure:
         rnd.add(empty, res, need)
         return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
-    share, why = _best_share(rnd, res, need, predict, policy, ok, model)
+    share, why = best_share(rnd, res, need, predict, policy, ok, model, _anywhere)
     if share is not None:
         g, speeds = share
         rnd.add(g, res, need)
@@ -688,13 +690,6 @@ def _best_empty(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> _G
             if ok(g) and g.fits(need):
                 return g
     return None
-
-
-def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
-                policy: Policy, ok: NodeRule = _anywhere, model: str | None = None
-                ) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
-    """The occupied GPU where this job pays most (``scheduler/sharing.py``)."""
-    return best_share(rnd, res, need, predict, policy, ok, model, _anywhere)
 
 
 def _could_run(rnd: _Round, job: Job, profiles: Mapping[str, Profile], policy: Policy) -> bool:
