@@ -37,6 +37,7 @@ from ..nodes.connection import Pool
 from ..nodes.slurm import held_in_slurm
 from ..profiles import Profile
 from ..scheduler.gpumodels import ModelSpeeds, model_speeds
+from ..scheduler.remaining import Durations
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import hms
@@ -50,6 +51,10 @@ TIME_LIMIT = "iadeep:time-limit"
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
 REFIT_TIMEOUT_S = 1800.0    # a refit child still running after this is killed (and logged)
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
+# placement's run-time history (scheduler/remaining.py): the last 30 days' finished jobs,
+# re-read at most every 10 minutes (one indexed query)
+RUN_TIMES_WINDOW_S = 30 * 86400.0
+RUN_TIMES_REFRESH_S = 600.0
 LAUNCH_BACKOFF_S = (30.0, 600.0)   # a node whose launches fail is skipped this long, doubling
 CLEAN_EVERY_S = 600.0   # old job directories are looked for on each node at most this often
 
@@ -153,6 +158,7 @@ class SchedulingLoop:
         self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
         self.fairshare = FairShareRound()   # lab.policy.fairshare: usage -> priority points
         self.adapt = Adapter(self)   # run-time adaptation (controller/adapt.py)
+        self._durations: tuple[float, Durations] | None = None   # (read at, run times)
         self._refit()
 
     @property
@@ -681,7 +687,10 @@ class SchedulingLoop:
                 speeds[models] = self._model_speeds(models)
             return plan(jobs, slots, residents, profiles, CautiousModel(self.model),
                         self.inventory.policy, self.inventory.user_limits, now,
-                        fairshare=fair, closed=closed, speeds=speeds[models])
+                        fairshare=fair, closed=closed, speeds=speeds[models],
+                        durations=durations)
+
+        durations = self._run_times(now)
 
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self._jobs(ACTIVE)                                          # yielded
@@ -700,6 +709,15 @@ class SchedulingLoop:
                 waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
+
+    def _run_times(self, now: float) -> Durations:
+        """The lab's recent run times per workload label, for placement (re-read every
+        ``RUN_TIMES_REFRESH_S``)."""
+        if self._durations is None or now - self._durations[0] >= RUN_TIMES_REFRESH_S:
+            with self.store.tx() as conn:
+                runs = jobrows.run_times(conn, now - RUN_TIMES_WINDOW_S)
+            self._durations = (now, Durations(runs))
+        return self._durations[1]
 
     def _model_speeds(self, models: tuple[str, ...]) -> ModelSpeeds | None:
         """Each workload's solo speed per GPU model (scheduler/gpumodels.py), from every

@@ -16,13 +16,15 @@ How a round decides (README 'How placement decides'):
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
    is at least ``share_threshold`` *and* higher than without the newcomer, and no job falls below
    its floor (JobSpec.min_speed, else ``Policy.min_speed``). At most ``max_jobs_per_gpu`` jobs
-   (per-node override). Jobs without a known profile, exclusive jobs and multi-GPU jobs never
-   share (multi-GPU jobs get empty GPUs on one node).
+   (per-node override). ``Policy.sharing: jct`` judges a group by the completion time it
+   saves instead (``scheduler/sharing.py``). Jobs without a known profile, exclusive jobs and
+   multi-GPU jobs never share (multi-GPU jobs get empty GPUs on one node).
 4. Choice among feasible GPUs (IADeep-style, checked with ``iadeep sim``): while there are more
    empty GPUs than jobs still waiting behind this one, a job takes an empty GPU (running alone
-   is fastest for it and nobody is waiting for the GPU). Under pressure (at least as many jobs
-   waiting as empty GPUs) it joins the GPU where it adds the most predicted throughput, and the
-   empty GPUs stay for jobs that cannot share well (two heavy jobs together lose: ~0.92).
+   is fastest for it and nobody is waiting for the GPU). Under pressure (at least as many GPUs
+   wanted by jobs behind it that could start now as empty GPUs) it joins the GPU where it
+   adds the most predicted throughput, and the empty GPUs stay for jobs that cannot share
+   well (two heavy jobs together lose: ~0.92).
    Empty GPUs are taken from the node with the fewest empty GPUs, keeping whole nodes free for
    multi-GPU jobs.
 5. Run-time adaptation (``scheduler/adapt.py``): a GPU in ``closed`` (its jobs underperform
@@ -42,10 +44,16 @@ from ..profiles import Profile, gpu_model_key
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
 from .gpumodels import ModelSpeeds, preference, queue_means
+from .remaining import Durations
+from .sharing import Pressure, best_share, completion_rate
 
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
 # this fraction of its memory free: a GPU mostly taken by someone else's process would OOM it.
 UNKNOWN_NEED_FREE = 0.5
+# ``sharing: jct``: GPUs whose residents' completion indexes agree within this step (in log,
+# 25%) are judged as one (they would be decided alike), so a round stays fast
+INDEX_STEP = math.log(1.25)
+NO_HISTORY = Durations()   # no run times given: the prior alone (memoised across rounds)
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -267,10 +275,17 @@ class _Res:
     profile: Profile | None   # None: unknown workload, nothing may join it
     floor: float
     solo_only: bool           # exclusive or multi-GPU
+    # ``sharing: jct`` (scheduler/remaining.py): its completion index, the bucket it falls in
+    # (GPUs whose residents' buckets match are judged once), how long it has run, and the run
+    # time it has left on average (for the reasons)
+    index: float = 0.0
+    bucket: int = 0
+    age: float = 0.0
+    left: float = 0.0
 
     @property
     def key(self) -> tuple:
-        return (self.profile.workload if self.profile else "", self.floor)
+        return (self.profile.workload if self.profile else "", self.floor, self.bucket)
 
 
 def _sig(residents: Sequence[_Res]) -> tuple:
@@ -297,6 +312,11 @@ class _Round:
         # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
         # 1,000 jobs x 512 GPUs: benchmarks/bench_schedule.py)
         self.largest = _largest(self.gpus)
+        # ``sharing: jct`` (scheduler/sharing.py): the running jobs' completion rate, and for
+        # the job being placed its expected wait and the GPUs wanted behind it
+        self.rate = 0.0
+        self.wait_s = 0.0
+        self.behind = 0
         for g, slot in zip(self.gpus, slots):
             g.residents = sorted((residents[j] for j in slot.job_ids if j in residents),
                                  key=lambda r: r.key)
@@ -348,7 +368,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          user_limits: Mapping[str, UserLimit], now: float,
          fairshare: Mapping[str, float] | None = None,
          closed: Mapping[str, str] | None = None,
-         speeds: ModelSpeeds | None = None) -> Plan:
+         speeds: ModelSpeeds | None = None,
+         durations: Durations | None = None) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -361,10 +382,16 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     caller once per round; used only when the slots hold more than one GPU model (None there:
     every model counts as equally fast, the 'blind' reading). One model: ignored, so a
     one-model lab's rounds are exactly what they were.
+    ``durations``: the lab's run times (``scheduler.remaining``) that ``sharing: jct`` judges
+    a group by; None: a broad prior alone (how long each job has run still counts).
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
-    residents = {j.id: _resident(j, profiles, policy) for j in active}
+    if policy.sharing != "jct":
+        durations = None
+    elif durations is None:
+        durations = NO_HISTORY
+    residents = {j.id: _resident(j, profiles, policy, durations, now) for j in active}
     rnd = _Round(slots, residents, closed)
     usage = _usage(active)
     total_gpus = len(slots)
@@ -374,13 +401,19 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ordered = order_queue(queue, policy, now, fairshare)
     mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
+    pressure = Pressure(ordered, tasks_active, usage, user_limits,
+                        lambda j: _could_run(rnd, j, profiles, policy))
+    if durations is not None:
+        rnd.rate = completion_rate(rnd.gpus, predict)
+    ahead = 0     # startable jobs earlier in the order left waiting (``sharing: jct``'s wait)
     for i, job in enumerate(ordered):
+        rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
         limit = _array_limit_reason(job, tasks_active) or \
             _user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
             continue
-        res = _resident(job, profiles, policy)
+        res = _resident(job, profiles, policy, durations, now)
         need = job_memory_mib(job, profiles, policy)
         whole = job.spec.gpus > 1 or res.solo_only or res.profile is None
         ok = _node_rule(job)
@@ -395,7 +428,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             if never:
                 waits[job.id] = never
                 continue
-            behind = len(ordered) - i - 1
+            behind = rnd.behind = pressure.behind(i)
             if mixed is not None:
                 got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
             elif whole:
@@ -413,6 +446,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 allowed = sorted({g.node for g in rnd.gpus if ok(g)})
                 why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
             waits[job.id] = why
+            ahead += pressure.wants(i) > 0
             continue
         placements.append(got)
         if job.array_id is not None:
@@ -509,10 +543,19 @@ def _node_rule(job: Job) -> NodeRule:
     return lambda g: node_allowed(spec, g.node, g.labels)
 
 
-def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> _Res:
+def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy,
+              durations: Durations | None = None, now: float = 0.0) -> _Res:
     prof = profiles.get(job.spec.workload) if job.spec.workload else None
     floor = job.spec.min_speed if job.spec.min_speed is not None else policy.min_speed
-    return _Res(job.id, prof, floor, job.spec.exclusive or job.spec.gpus > 1)
+    solo = job.spec.exclusive or job.spec.gpus > 1
+    if durations is None or prof is None or solo:
+        return _Res(job.id, prof, floor, solo)
+    age = now - job.started_at if job.started_at is not None else 0.0
+    limit = job.spec.time_limit_s
+    index = durations.index(job.spec.workload, limit, age)
+    bucket = round(math.log(index) / INDEX_STEP) if index > 0 else -10**6
+    left = durations.expected_left(job.spec.workload, limit, age) if job.started_at else 0.0
+    return _Res(job.id, prof, floor, solo, index, bucket, age, left)
 
 
 def _usage(active: Sequence[Job]) -> dict[str, tuple[int, int]]:
@@ -611,7 +654,7 @@ def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
     if empty is not None and not pressure:
         rnd.add(empty, res, need)
         return Placement(job.id, empty.node, (empty.index,), {job.id: 1.0}), ""
-    share, why = _best_share(rnd, res, need, predict, policy, ok, model)
+    share, why = best_share(rnd, res, need, predict, policy, ok, model, _anywhere)
     if share is not None:
         g, speeds = share
         rnd.add(g, res, need)
@@ -649,51 +692,13 @@ def _best_empty(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> _G
     return None
 
 
-def _best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
-                policy: Policy, ok: NodeRule = _anywhere, model: str | None = None
-                ) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
-    """The occupied GPU where this job adds the most predicted throughput, within the rules
-    (``model``: only that GPU model's)."""
-    best: tuple[float, _Gpu, dict[int, float]] | None = None
-    why = ""
-    rank = 0   # how informative `why` is: memory < threshold < floor
-    for (gpu_model, _), all_gpus in rnd.shareable.items():
-        if model is not None and gpu_model != model:
-            continue
-        gpus = all_gpus if ok is _anywhere else {k: g for k, g in all_gpus.items() if ok(g)}
-        if not gpus:
-            continue
-        sample = next(iter(gpus.values()))
-        group = sorted([*sample.residents, res], key=lambda r: r.key)
-        speeds = predict([r.profile for r in group])
-        old = predict([r.profile for r in sample.residents]) if len(sample.residents) > 1 \
-            else (1.0,)
-        combined, gain = sum(speeds), sum(speeds) - sum(old)
-        low = next(((r, s) for r, s in zip(group, speeds) if s < r.floor), None)
-        if low is not None:
-            r, s = low
-            who = "it" if r is res else f"job {r.job_id}"
-            why, rank = (f"would slow {who} to {s:.2f} on {sample.name} (floor {r.floor:g})", 3)
-            continue
-        if combined < policy.share_threshold or gain <= 0:
-            if rank < 2:
-                why, rank = (f"sharing {sample.name} would give combined speed {combined:.2f} "
-                             f"(needs {policy.share_threshold:g}); waits for a better match", 2)
-            continue
-        if best is not None and gain <= best[0]:
-            continue
-        g = next((g for g in gpus.values() if g.fits(need)), None)
-        if g is None:
-            if rank < 1:
-                why, rank = (f"needs {_gib(need)} of GPU memory; {sample.name} has "
-                             f"{_gib(sample.free)} free", 1)
-            continue
-        ids = {r.job_id: s for r, s in zip(sorted([*g.residents, res], key=lambda r: r.key),
-                                            speeds)}
-        best = (gain, g, ids)
-    if best is None:
-        return None, why
-    return (best[1], best[2]), ""
+def _could_run(rnd: _Round, job: Job, profiles: Mapping[str, Profile], policy: Policy) -> bool:
+    """Whether some GPU here could take ``job`` (its node rule, its memory): pressure counts
+    only such jobs."""
+    ok = _node_rule(job)
+    if ok is not _anywhere and not any(ok(g) for g in rnd.gpus):
+        return False
+    return not _never_fits(rnd, job_memory_mib(job, profiles, policy), ok)
 
 
 def _never_fits(rnd: _Round, need: float | None, ok: NodeRule = _anywhere) -> str:

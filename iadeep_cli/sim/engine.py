@@ -283,6 +283,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 on_gpu[(job.node, idx)].remove(i)
             jct[i] = t - specs[i].submit_s
             done += 1
+            if view is not None:
+                view.durations.add(specs[i].workload, t - started[i])
             if ledger is not None:
                 ledger.stop(i, t)
         switched = phases.switch(running, remaining, t)

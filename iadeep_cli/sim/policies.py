@@ -57,6 +57,7 @@ from ..scheduler.placement import (
     order_queue,
     plan,
 )
+from ..scheduler.remaining import Durations
 from .adaptive import AdaptHooks
 from .truth import TruthModel
 
@@ -82,6 +83,9 @@ class SimView:
     too): each job's attained service in GPU-seconds, updated as virtual time passes."""
 
     attained: dict[int, float] = field(default_factory=dict)
+    # the run times of the jobs finished so far (wall time from start to end, per workload
+    # label), as the controller reads them from its database: what ``sharing: jct`` knows
+    durations: Durations = field(default_factory=Durations)
 
 
 class SimPlanner:
@@ -167,7 +171,8 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
         if exclusive:
             slots = tuple(replace(s, max_jobs=1) for s in slots)
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
-                    closed=hooks.closed if hooks is not None else None, speeds=speeds)
+                    closed=hooks.closed if hooks is not None else None, speeds=speeds,
+                    durations=ctx.view.durations)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     return planner
@@ -209,7 +214,8 @@ SEARCH_FLOORS = (0.3, 0.5)
 def search_variants(policy: Policy) -> list[Policy]:
     """The schedules 'search' tries: plan()'s rule with the true speeds under every share
     threshold x jobs per GPU x speed floor here (20 full simulations per trace)."""
-    return [replace(policy, share_threshold=t, max_jobs_per_gpu=k, min_speed=f)
+    return [replace(policy, sharing="threshold", share_threshold=t, max_jobs_per_gpu=k,
+                    min_speed=f)
             for t in SEARCH_THRESHOLDS for k in SEARCH_MAX_JOBS for f in SEARCH_FLOORS]
 
 
@@ -221,12 +227,15 @@ def _search(ctx: PolicyContext) -> Planner:
 
 
 # --------------------------------------------------------------------------- blind baselines
+PEER_MAX_JOBS = 2   # the peers share a GPU in pairs at most, whatever iadeep's cap
+
+
 def _gpu_state(slots, active: Sequence[Job], ctx: PolicyContext) -> dict:
     """Working copy per GPU: [jobs, free MiB, holds a solo job, cap, summed util, job ids]."""
     solo = {j.id for j in active if j.spec.gpus > 1}
     util = {j.id: _util(ctx.profiles, j) for j in active}
     return {(s.node, s.index): [len(s.job_ids), s.memory_free_mib or 0.0,
-                                any(i in solo for i in s.job_ids), s.max_jobs,
+                                any(i in solo for i in s.job_ids), min(s.max_jobs, PEER_MAX_JOBS),
                                 sum(util.get(i, 0.0) for i in s.job_ids), list(s.job_ids)]
             for s in slots}
 

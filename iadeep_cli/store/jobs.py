@@ -264,3 +264,16 @@ def ended_between(conn: sqlite3.Connection, node: str, after: float, until: floa
     rows = conn.execute("SELECT id FROM jobs WHERE node=? AND ended_at>? AND ended_at<=? "
                         "ORDER BY id", (node, after, until))
     return [r["id"] for r in rows]
+
+
+def run_times(conn: sqlite3.Connection, since: float, limit: int = 5000
+              ) -> list[tuple[str | None, float]]:
+    """(workload label, seconds from its start to its end) of the jobs that ran to an end
+    (succeeded, failed, stopped at --time) after ``since``, newest first, at most ``limit``:
+    the lab's run times, which placement's ``sharing: jct`` learns job lengths from."""
+    rows = conn.execute(
+        "SELECT workload, ended_at - started_at AS d FROM jobs WHERE ended_at > ? "
+        "AND started_at IS NOT NULL AND ended_at >= started_at "
+        "AND state IN ('succeeded', 'failed', 'timeout') ORDER BY ended_at DESC LIMIT ?",
+        (since, limit))
+    return [(r["workload"], float(r["d"])) for r in rows]

@@ -16,7 +16,7 @@ def test_example_inventory_is_valid_and_complete():
     assert head.local and head.gpus == (0, 1)
     assert gpu1.port == 22 and gpu1.user == "iadeep" and gpu1.max_jobs_per_gpu == 3
     assert inv.admins == ("pi", "sysadmin")
-    assert inv.policy.share_threshold == 1.1 and inv.policy.max_jobs_per_gpu == 2
+    assert inv.policy.share_threshold == 1.1 and inv.policy.max_jobs_per_gpu == 3
     assert inv.policy.reserve_after_s == 3600
     assert inv.user_limits["student1"].max_gpus == 4
     assert inv.is_admin("pi") and not inv.is_admin("student1")
@@ -118,6 +118,8 @@ def _node(**fields) -> str:
      "2: lab.poll_interval: expected seconds <= lab.node_grace (60), got 90"),
     ("lab:\n  default_retries: -1\n", "2: lab.default_retries: expected a whole number >= 0, "
                                        "got -1"),
+    ("lab:\n  policy:\n    sharing: fast\n",
+     "3: lab.policy.sharing: expected one of jct, threshold (how sharing is judged), got"),
     ("lab:\n  policy:\n    share_threshold: 0.9\n",
      "3: lab.policy.share_threshold: expected a number >= 1.0"),
     ("lab:\n  policy:\n    min_speed: 5\n",

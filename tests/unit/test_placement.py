@@ -81,10 +81,11 @@ def test_explicit_mem_overrides_profile():
 # --------------------------------------------------------------------------- sharing rules
 def test_heavy_plus_heavy_refused_with_reason():
     resident = job(1, "resnet50", node="a", idx=(0,))
-    p = run([job(2, "vgg16")], [slot(jobs=(1,))], active=[resident])
+    pol = dataclasses.replace(POLICY, min_speed=0.5)
+    p = run([job(2, "vgg16")], [slot(jobs=(1,))], active=[resident], policy=pol)
     assert p.placements == ()
     slow = min(measured("resnet50", "vgg16"))
-    assert slow < POLICY.min_speed
+    assert slow < pol.min_speed
     assert f"to {slow:.2f} on a:0 (floor 0.5)" in p.waits[2]
 
 
@@ -101,7 +102,7 @@ def test_combined_speed_threshold():
     a, b = measured("resnet50", "lstm")
     if min(a, b) >= 0.5:
         pytest.skip("data changed")
-    pol = Policy(min_speed=0.3)
+    pol = Policy(sharing="threshold", min_speed=0.3)
     resident = job(1, "resnet50", node="a", idx=(0,))
     p = run([job(2, "lstm")], [slot(jobs=(1,))], active=[resident], policy=pol)
     assert a + b < pol.share_threshold
@@ -278,7 +279,7 @@ def _gpu(index, free, procs=()):
 
 
 def test_slots_from_snapshot():
-    inv = Inventory(nodes=(Node("a", "h1", gpus=(0, 1)), Node("b", "h2", max_jobs_per_gpu=3),
+    inv = Inventory(nodes=(Node("a", "h1", gpus=(0, 1)), Node("b", "h2", max_jobs_per_gpu=4),
                            Node("c", "h3")))
     snap = ClusterSnapshot(0.0, (
         NodeSnapshot("a", 0.0, (_gpu(0, 100000.0, [GpuProcess(7, 40000.0, "python")]),
@@ -293,7 +294,7 @@ def test_slots_from_snapshot():
     expected = (PROFILES["transformer"].peak_mem_gib + inv.policy.memory_margin_gib) * GIB
     assert slots["a:1"].memory_free_mib == pytest.approx(143771.0 - expected)
     assert slots["a:1"].job_ids == (5,)
-    assert slots["b:0"].max_jobs == 3 and slots["a:0"].max_jobs == 2
+    assert slots["b:0"].max_jobs == 4 and slots["a:0"].max_jobs == POLICY.max_jobs_per_gpu
 
 
 def test_plan_with_the_fitted_predictor_refuses_heavy_pairs():

