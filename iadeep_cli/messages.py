@@ -30,7 +30,7 @@ from . import checks
 from .errors import IadeepError, InputError, error_from_dict
 from .jobs import FINISHED, Job, JobState
 from .profiles import Profile
-from .snapshot import GpuSample, NodeSnapshot, gpu_from_dict, node_from_dict
+from .snapshot import GpuSample, NodeSnapshot, gpu_from_dict, node_from_dict, to_dict
 
 R = TypeVar("R")
 _MALFORMED_HINT = "client and controller versions differ?"
@@ -385,7 +385,7 @@ class NodeView(Message):
         return self.snapshot.error
 
     def to_dict(self) -> dict[str, Any]:
-        return {**encode(dataclasses.asdict(self.snapshot)), "gpus": encode(self.gpus),
+        return {**encode(to_dict(self.snapshot)), "gpus": encode(self.gpus),
                 "age_s": self.age_s, "down_since": self.down_since, "state": self.state.value}
 
     @classmethod
