@@ -10,9 +10,10 @@ acts, every action an event with the numbers that caused it (``queue show``, ``q
    (SIGCONT, ``running``) once the partner it was suspended for is no longer on that GPU.
 3. **Refresh a profile on a phase change**: a job alone on its GPU whose progress rate or GPU
    signature moved, for good, away from how it started and from its workload's profile
-   (``scheduler/adapt.PhaseDetector``) gives that workload a *phase* sample, which replaces
-   the profile (``store/profiles.refresh``), and the model is refitted; the job gets an event
-   with the old and new numbers.
+   (``scheduler/adapt.PhaseDetector``) gives that workload a *phase* sample, held as its
+   owner's (their later jobs are judged by it) until a job of another user agrees, when it
+   replaces the lab's profile (``store/profiles.refresh``) and the model is refitted; the job
+   gets an event with the old and new numbers and what became of them.
 
 Crash safety, as for launches (intent before action): a suspension is committed (state
 ``suspended``, ``suspended_at``, ``suspended_for``) before the SIGSTOP is sent on the node's
@@ -150,18 +151,24 @@ class Adapter:
         rates = self.loop.observer.alone_rates
         solos: list[Solo] = []
         samples: dict[int, Any] = {}
-        for group in per_gpu.values():
-            job = group[0]
-            if len(group) != 1 or job.state != JobState.RUNNING or not job.spec.workload:
-                continue
-            prof = profiles.get(job.spec.workload)
+        alone = [g[0] for g in per_gpu.values() if len(g) == 1
+                 and g[0].state == JobState.RUNNING and g[0].spec.workload]
+        held: dict[tuple[str, str], Profile] = {}
+        if alone:
+            with self.loop.store.tx() as conn:
+                held = profrows.held(conn)
+        for job in alone:
+            assert job.spec.workload is not None
+            # a phase its owner's earlier job showed (held as theirs) is what it is judged by
+            mine = held.get((job.owner, job.spec.workload))
+            prof = mine or profiles.get(job.spec.workload)
             if prof is None:   # not profiled yet: nothing to refresh (profiling does it)
                 continue
             gpu = snapshot.gpu(job.node, job.gpu_indices[0])
             if gpu is not None and any(p.job_id not in (None, job.id) for p in gpu.processes):
                 gpu = None     # another job's process there: its signature is not this job's
-            learnt = lab.get(job.spec.workload)
-            samples[job.id] = (job, gpu, prof)
+            learnt = mine or lab.get(job.spec.workload)
+            samples[job.id] = (job, gpu, prof, learnt)
             solos.append(Solo(job.id, job.spec.workload, rates.get(job.id),
                               gpu.utilization_gpu if gpu is not None else None,
                               gpu.utilization_memory if gpu is not None else None,
@@ -169,8 +176,8 @@ class Adapter:
                               prof.gpu_util, prof.mem_util, not job.spec.no_adapt))
         changes = self.phases.observe(now, solos, self.policy, alive={j.id for j in jobs})
         for change in changes:
-            job, gpu, prof = samples[change.job_id]
-            self._refresh(change, job, gpu, prof, lab.get(job.spec.workload), now)
+            job, gpu, prof, learnt = samples[change.job_id]
+            self._refresh(change, job, gpu, prof, learnt, now)
         if changes:
             self.loop._refit()
         return changes
@@ -188,10 +195,10 @@ class Adapter:
         what = change.describe(now)
         with self.loop.store.tx() as conn:
             profile, verdict = profrows.refresh(conn, sample, job_id=job.id, owner=job.owner,
-                                                now=now, note=what)
+                                                now=now, note=what,
+                                                rate_tolerance=self.policy.phase_threshold)
             why = (f"adapt: {what}; profile {job.spec.workload!r} on {sample.gpu_model} "
-                   + ("refreshed with this phase (model refitting)" if profile is not None
-                      else verdict))
+                   + (f"{verdict} (model refitting)" if profile is not None else verdict))
             current = jobrows.get(conn, job.id)
             jobrows.add_event(conn, job.id, now, current.state, current.state, why, ACTOR)
             jobrows.update(conn, job.id, reason=why)
