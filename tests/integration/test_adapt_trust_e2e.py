@@ -3,11 +3,16 @@
 node with one (stand-in) GPU, a real controller process, the real CLI, and stand-in jobs
 (``helpers/contention.py``) whose progress a job's owner controls.
 
+- A member's ``--no-adapt`` job that really shares a GPU and reports a progress collapse
+  (faked: its progress file says 5 it/s while it runs at full tilt) gets nobody suspended when
+  it joined last; and a partner it slows that joined after it is suspended for at most the
+  lab's ``max_suspend_s``, then resumed for good, though the member's job runs on.
 - A phase change reported by one member's job is held as that member's profile: the lab's
   profile, which every member's placement uses, changes only when another member's job agrees.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -19,7 +24,7 @@ import pytest
 
 from helpers.accounts import cli_as
 from helpers.adapt_lab import EMU, EMULATOR, emulator_lab
-from helpers.controllers import cli, wait_jobs, wait_until
+from helpers.controllers import cli, jobs_by_id, wait_jobs, wait_until
 from iadeep_cli.profiles import Profile
 from iadeep_cli.store import profiles as profrows
 
@@ -75,6 +80,58 @@ def _sample_of(home: Path, job_id: int) -> sqlite3.Row | None:
         return conn.execute("SELECT * FROM profile_samples WHERE job_id=?", (job_id,)).fetchone()
     finally:
         conn.close()
+
+
+def _moves(home: Path, job_id: int) -> list[tuple[str, str]]:
+    shown = json.loads(cli(home, "queue", "show", str(job_id), "--json", check=True).stdout)
+    return [(e["old_state"], e["new_state"]) for e in shown["events"]]
+
+
+def test_a_members_faked_collapse_cannot_keep_anothers_job_suspended(sshd_cluster, top):
+    with emulator_lab(sshd_cluster, top, "{observe_s: 0, polls: 3, window_s: 1.0, "
+                      "max_suspend_s: 3}") as lab:
+        home = lab.home
+        # $1: the emulator's directory of heartbeats (a new one per part: a killed job's stays),
+        # shared by the jobs on the GPU: they really slow each other
+        honest = _script(top, "honest", f"exec {sys.executable} {EMULATOR} {top}/$1 $2")
+        # alice's job contends for real at full tilt (its own progress goes nowhere) and tells
+        # the controller it runs at 100 it/s alone, and at 5 it/s once another job shares
+        faker = _script(top, "faker", (
+            f"IADEEP_PROGRESS_FILE=/dev/null {sys.executable} {EMULATOR} {top}/$1 1000000 &\n"
+            f"n=0; while :; do if [ $(ls {top}/$1 | wc -l) -gt 1 ]; then n=$((n+1)); "
+            "else n=$((n+20)); fi; echo \"$(date +%s.%N) $n\" >> \"$IADEEP_PROGRESS_FILE\"; "
+            "sleep 0.2; done"))
+
+        # 1. bob's job was there first; alice's --no-adapt job joins it and "collapses"
+        bob = _submitted(cli_as(BOB, home, "queue", "add", "--workload", "emu", honest,
+                                "part1", "1000000"))
+        wait_jobs(home, lambda js: js[bob]["observed_speed"] is not None)
+        alice = _submitted(cli_as(ALICE, home, "queue", "add", "--workload", "emu",
+                                  "--no-adapt", faker, "part1"))
+        jobs = wait_jobs(home, lambda js: js[bob]["state"] == "suspended"
+                         or "nobody is suspended" in (js[bob]["reason"] or ""))
+        assert jobs[bob]["state"] == "running", jobs[bob]["reason"]
+        assert f"job {alice}, the last to join of those slowed, is --no-adapt" in \
+            jobs[bob]["reason"]
+        cli(home, "queue", "cancel", str(alice), str(bob), check=True)
+        wait_jobs(home, lambda js: {js[alice]["state"], js[bob]["state"]} == {"cancelled"})
+        assert ("running", "suspended") not in _moves(home, bob)
+
+        # 2. alice's job is there first; bob's joins, is slowed and suspended: for at most the
+        # lab's 3 s, though alice's job runs on, and not again
+        alice = _submitted(cli_as(ALICE, home, "queue", "add", "--workload", "emu",
+                                  "--no-adapt", faker, "part2"))
+        wait_jobs(home, lambda js: js[alice]["observed_speed"] is not None)
+        bob = _submitted(cli_as(BOB, home, "queue", "add", "--workload", "emu", honest, "part2",
+                                "300"))
+        wait_jobs(home, lambda js: js[bob]["state"] == "suspended")
+        jobs = wait_jobs(home, lambda js: js[bob]["state"] in ("succeeded", "failed"),
+                         timeout=120)
+        assert jobs[bob]["state"] == "succeeded" and jobs_by_id(home)[alice]["state"] == \
+            "running"
+        assert _moves(home, bob).count(("running", "suspended")) == 1
+        shown = cli(home, "queue", "show", str(bob), check=True).stdout
+        assert "the lab's limit (max_suspend_s 3); not suspended for others again" in shown
 
 
 def test_one_members_phase_change_stays_theirs_until_another_member_agrees(sshd_cluster, top):
