@@ -100,6 +100,11 @@ class AdaptPolicy:
     stop_partners: bool = True      # no new partners join a GPU whose jobs underperform
     suspend: bool = True            # worse than serial: the job that joined last is suspended
     window_s: float = 60.0          # progress rate measured over this much recent progress
+    # A job's own report acts on others only as far as the node agrees: a GPU busy less than
+    # this (%, nvidia-smi's utilization.gpu) is not what slows its jobs, so nobody is suspended;
+    # and no job spends more than max_suspend_s suspended for its partners in all.
+    busy_util: float = 50.0
+    max_suspend_s: float = 3600.0
     # Phase change of a job alone (its rate or GPU signature moved away from how it started and
     # from its workload's profile): its workload's profile is refreshed with a "phase" sample.
     phase: bool = True
@@ -456,6 +461,8 @@ _ADAPT_FIELDS = {
     "margin": _within(_num, lambda v: 0.02 <= v < 1, "a speed margin in [0.02, 1)"),
     "serial_margin": _within(_num, lambda v: 0 <= v < 1, "a speed margin in [0, 1)"),
     "window_s": _within(_num, lambda v: v > 0, "seconds > 0"),
+    "busy_util": _within(_num, lambda v: 0 <= v <= 100, "a utilisation in [0, 100] %"),
+    "max_suspend_s": _within(_num, lambda v: 0 < v < float("inf"), "seconds > 0"),
 }
 _POLICY_FIELDS = {
     "sharing": _within(_str, lambda v: v in SHARING_RULES,

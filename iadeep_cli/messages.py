@@ -709,8 +709,11 @@ class ProfilesRequest(Request[list[ProfileView]]):
 
 @dataclass(frozen=True)
 class ProfilePinRequest(Request[PinResult]):
+    """``adopt``: the user whose held phase profile of ``label`` becomes the lab's first."""
+
     op: ClassVar[str] = "profile_pin"
     label: str
+    adopt: str | None = optional()
 
 
 @dataclass(frozen=True)

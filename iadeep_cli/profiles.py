@@ -83,6 +83,18 @@ def outlier_reason(sample: Profile, history: Sequence[Profile]) -> str | None:
     return None
 
 
+def agrees(a: Profile, b: Profile, rate_tolerance: float) -> bool:
+    """Whether two phase samples of a workload say the same thing (so jobs of two users
+    corroborate a phase change): neither is an outlier against the other (``FLOORS``), and
+    their solo rates, where both have one, differ by at most ``rate_tolerance`` (relative)."""
+    if outlier_reason(a, [b]) is not None:
+        return False
+    ra, rb = a.solo_it_per_s, b.solo_it_per_s
+    if ra is None or rb is None:
+        return ra is None and rb is None
+    return min(ra, rb) > 0 and max(ra, rb) / min(ra, rb) - 1.0 <= rate_tolerance
+
+
 def merged(samples: Sequence[Profile]) -> Profile:
     """The profile of the last WINDOW samples: medians, the peak memory's maximum; an optional
     field is the median of the samples that have it (None if none has)."""

@@ -22,7 +22,8 @@ def _source(p: m.ProfileView) -> str:
 
 
 def _verdict(sample: m.ProfileSample) -> str:
-    word = "kept" if sample.accepted else "REJECTED"
+    word = "kept" if sample.accepted else (
+        "HELD" if (sample.note or "").startswith("held as") else "REJECTED")
     return f"{word}: {sample.note}" if sample.note else word
 
 
@@ -67,10 +68,14 @@ def show(label: str = LABEL,
 
 
 @app.command("pin")
-def pin(label: str = LABEL) -> None:
+def pin(label: str = LABEL,
+        adopt: str = typer.Option(None, "--adopt", metavar="USER",
+                                  help="First make USER's held phase profile the lab's.")
+        ) -> None:
     """Freeze a profile: learning never changes it (admins only)."""
-    client.ask(m.ProfilePinRequest(label))
-    print(f"profile {label}: pinned")
+    client.ask(m.ProfilePinRequest(label, adopt))
+    print(f"profile {label}: " + (f"{adopt}'s phase profile adopted and pinned" if adopt
+                                  else "pinned"))
 
 
 @app.command("unpin")

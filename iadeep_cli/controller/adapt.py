@@ -8,11 +8,16 @@ acts, every action an event with the numbers that caused it (``queue show``, ``q
 2. **Suspend and resume**: a GPU running worse than serial gets the job that joined last
    suspended (``suspended``, SIGSTOP to its process group; its GPU memory stays), and resumed
    (SIGCONT, ``running``) once the partner it was suspended for is no longer on that GPU.
+   A job's speed is its owner's report, so it never acts on another's job alone
+   (``to_suspend``): only a job whose own speed shows it slowed is suspended, not when the
+   poll shows the GPU too idle for sharing to be the cause, and for at most
+   ``max_suspend_s`` in all, after which it is resumed and left running.
 3. **Refresh a profile on a phase change**: a job alone on its GPU whose progress rate or GPU
    signature moved, for good, away from how it started and from its workload's profile
-   (``scheduler/adapt.PhaseDetector``) gives that workload a *phase* sample, which replaces
-   the profile (``store/profiles.refresh``), and the model is refitted; the job gets an event
-   with the old and new numbers.
+   (``scheduler/adapt.PhaseDetector``) gives that workload a *phase* sample, held as its
+   owner's (their later jobs are judged by it) until a job of another user agrees, when it
+   replaces the lab's profile (``store/profiles.refresh``) and the model is refitted; the job
+   gets an event with the old and new numbers and what became of them.
 
 Crash safety, as for launches (intent before action): a suspension is committed (state
 ``suspended``, ``suspended_at``, ``suspended_for``) before the SIGSTOP is sent on the node's
@@ -34,7 +39,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from ..errors import IadeepError, InvalidTransition
-from ..inventory import Inventory
+from ..inventory import AdaptPolicy, Inventory
 from ..jobs import ACTIVE, PENDING, Job, JobState
 from ..profiles import Profile
 from ..scheduler.adapt import (
@@ -48,7 +53,6 @@ from ..scheduler.adapt import (
     Sharer,
     Solo,
     closed_gpus,
-    last_joined,
 )
 from ..store import Store, jobs as jobrows, profiles as profrows
 
@@ -98,8 +102,9 @@ class Adapter:
         return self.loop.inventory.policy.adapt
 
     # ------------------------------------------------------------------ the round
-    def step(self, now: float, speeds: dict[int, float]) -> None:
-        """Detect on this round's ``speeds`` (job id -> observed speed) and act."""
+    def step(self, now: float, speeds: dict[int, float], snapshot: Any = None) -> None:
+        """Detect on this round's ``speeds`` (job id -> observed speed) and act; ``snapshot``:
+        this round's poll (each GPU's own utilisation corroborates a suspension)."""
         jobs = self.loop._jobs(ACTIVE)
         self._recover(jobs, now)
         policy = self.policy
@@ -117,22 +122,24 @@ class Adapter:
                 if stays in by_id and _gpu_of(by_id[stays]) == gpu:
                     self._held[gpu] = (stays, f"job {left.id} was checkpointed off it: with "
                                               f"job {stays} it ran worse than serial")
+        spent = {j.id for j in jobs if not j.spec.opportunistic
+                 and j.suspended_s >= policy.max_suspend_s}
         for gpu, finding in self.findings.items():
             key = (gpu, finding.job_ids, finding.kinds)
+            victim, why = None, ""
+            if finding.worse_than_serial and policy.suspend:
+                victim, why = to_suspend(gpus[gpu], policy, _busy(snapshot, gpu), spent)
             if key not in self._announced:
                 self._announced.add(key)
-                self._announce(finding, now)
-            if finding.worse_than_serial and policy.suspend:
-                victim = last_joined(gpus[gpu])
-                job = by_id[victim.job_id] if victim is not None else None
-                if job is not None and job.state == JobState.RUNNING:
-                    partner = next(s.job_id for s in gpus[gpu] if s.job_id != job.id)
-                    if job.spec.checkpoint_signal:
-                        if job.checkpoint_at is None:
-                            self._checkpoint(job, partner, f"{finding.describe(now)}; it "
-                                             "joined last", now)
-                    else:
-                        self._suspend(job, partner, finding, now)
+                self._announce(finding, now, victim, why)
+            job = by_id[victim.job_id] if victim is not None else None
+            if job is not None and job.state == JobState.RUNNING:
+                partner = next(s.job_id for s in gpus[gpu] if s.job_id != job.id)
+                if job.spec.checkpoint_signal:
+                    if job.checkpoint_at is None:
+                        self._checkpoint(job, partner, f"{finding.describe(now)}; {why}", now)
+                else:
+                    self._suspend(job, partner, finding, why, now)
         live = {(g, f.job_ids, f.kinds) for g, f in self.findings.items()}
         self._announced &= live
 
@@ -150,18 +157,24 @@ class Adapter:
         rates = self.loop.observer.alone_rates
         solos: list[Solo] = []
         samples: dict[int, Any] = {}
-        for group in per_gpu.values():
-            job = group[0]
-            if len(group) != 1 or job.state != JobState.RUNNING or not job.spec.workload:
-                continue
-            prof = profiles.get(job.spec.workload)
+        alone = [g[0] for g in per_gpu.values() if len(g) == 1
+                 and g[0].state == JobState.RUNNING and g[0].spec.workload]
+        held: dict[tuple[str, str], Profile] = {}
+        if alone:
+            with self.loop.store.tx() as conn:
+                held = profrows.held(conn)
+        for job in alone:
+            assert job.spec.workload is not None
+            # a phase its owner's earlier job showed (held as theirs) is what it is judged by
+            mine = held.get((job.owner, job.spec.workload))
+            prof = mine or profiles.get(job.spec.workload)
             if prof is None:   # not profiled yet: nothing to refresh (profiling does it)
                 continue
             gpu = snapshot.gpu(job.node, job.gpu_indices[0])
             if gpu is not None and any(p.job_id not in (None, job.id) for p in gpu.processes):
                 gpu = None     # another job's process there: its signature is not this job's
-            learnt = lab.get(job.spec.workload)
-            samples[job.id] = (job, gpu, prof)
+            learnt = mine or lab.get(job.spec.workload)
+            samples[job.id] = (job, gpu, prof, learnt)
             solos.append(Solo(job.id, job.spec.workload, rates.get(job.id),
                               gpu.utilization_gpu if gpu is not None else None,
                               gpu.utilization_memory if gpu is not None else None,
@@ -169,8 +182,8 @@ class Adapter:
                               prof.gpu_util, prof.mem_util, not job.spec.no_adapt))
         changes = self.phases.observe(now, solos, self.policy, alive={j.id for j in jobs})
         for change in changes:
-            job, gpu, prof = samples[change.job_id]
-            self._refresh(change, job, gpu, prof, lab.get(job.spec.workload), now)
+            job, gpu, prof, learnt = samples[change.job_id]
+            self._refresh(change, job, gpu, prof, learnt, now)
         if changes:
             self.loop._refit()
         return changes
@@ -188,10 +201,10 @@ class Adapter:
         what = change.describe(now)
         with self.loop.store.tx() as conn:
             profile, verdict = profrows.refresh(conn, sample, job_id=job.id, owner=job.owner,
-                                                now=now, note=what)
+                                                now=now, note=what,
+                                                rate_tolerance=self.policy.phase_threshold)
             why = (f"adapt: {what}; profile {job.spec.workload!r} on {sample.gpu_model} "
-                   + ("refreshed with this phase (model refitting)" if profile is not None
-                      else verdict))
+                   + (f"{verdict} (model refitting)" if profile is not None else verdict))
             current = jobrows.get(conn, job.id)
             jobrows.add_event(conn, job.id, now, current.state, current.state, why, ACTOR)
             jobrows.update(conn, job.id, reason=why)
@@ -261,7 +274,7 @@ class Adapter:
         return out
 
     # ------------------------------------------------------------------ act 1
-    def _announce(self, finding: Finding, now: float) -> None:
+    def _announce(self, finding: Finding, now: float, victim: Sharer | None, why: str) -> None:
         """One event per job of the GPU, with the numbers (``queue show``), and the reason
         ``queue why`` prints."""
         what = finding.describe(now)
@@ -269,7 +282,8 @@ class Adapter:
         if self.policy.stop_partners:
             acts.append("no new partners join it")
         if finding.worse_than_serial and self.policy.suspend:
-            acts.append("the job that joined last is suspended")
+            acts.append(f"job {victim.job_id} is suspended ({why})" if victim is not None
+                        else f"nobody is suspended: {why}")
         why = f"adapt: {what}" + (f"; {', '.join(acts)}" if acts else "")
         log.warning("%s", why)
         with self.loop.store.tx() as conn:
@@ -281,9 +295,11 @@ class Adapter:
                 jobrows.update(conn, job_id, reason=why)
 
     # ------------------------------------------------------------------ act 2
-    def _suspend(self, job: Job, partner: int, finding: Finding, now: float) -> None:
-        why = (f"suspended: {finding.describe(now)}; it joined last, resumed when job "
-               f"{partner} leaves {finding.gpu}")
+    def _suspend(self, job: Job, partner: int, finding: Finding, chosen: str, now: float
+                 ) -> None:
+        why = (f"suspended: {finding.describe(now)}; {chosen}, resumed when job "
+               f"{partner} leaves {finding.gpu} (at most "
+               f"{self.policy.max_suspend_s:g} s suspended in all)")
         try:
             moved = self.loop._move(job, JobState.SUSPENDED, why, suspended_at=now,
                                     suspended_for=partner)
@@ -353,13 +369,13 @@ class Adapter:
             self._ck_stopping.discard(job.id)
         return True
 
-    def _send(self, job: Job, stop: bool) -> None:
+    def _send(self, job: Job, stop: bool, why: str = "") -> None:
         if job.node is None:
             return
         self.loop.actions.submit(job.node, ("suspend" if stop else "resume", job.id),
-                                 partial(self._pause, job.node, job.id, job.owner, stop))
+                                 partial(self._pause, job.node, job.id, job.owner, stop, why))
 
-    def _pause(self, node: str, job_id: int, owner: str, stop: bool) -> None:
+    def _pause(self, node: str, job_id: int, owner: str, stop: bool, why: str = "") -> None:
         """On the node's worker: the signal, then (resume) the commit."""
         from ..nodes import launcher
 
@@ -383,7 +399,7 @@ class Adapter:
             if job.state == JobState.SUSPENDED:
                 self.loop._move(job, JobState.RUNNING, f"resumed after {took:.0f} s suspended "
                                 f"({job.suspended_s + took:.0f} s in all, not counted against "
-                                "--time)", **fields)
+                                f"--time){why}", **fields)
             else:
                 with self.loop.store.tx() as conn:
                     jobrows.update(conn, job_id, **fields)
@@ -414,7 +430,11 @@ class Adapter:
                 other = where.get(job.suspended_for or -1)
                 gone = other is None or other[0] != job.node or not (
                     set(other[1]) & set(job.gpu_indices))
-                if gone or not (policy.enabled and policy.suspend) or job.spec.no_adapt:
+                if (not job.spec.opportunistic and job.suspended_at is not None
+                        and job.suspended_s + now - job.suspended_at >= policy.max_suspend_s):
+                    self._send(job, stop=False, why=f": the lab's limit (max_suspend_s "
+                               f"{policy.max_suspend_s:g}); not suspended for others again")
+                elif gone or not (policy.enabled and policy.suspend) or job.spec.no_adapt:
                     self._send(job, stop=False)
                 elif job.id not in self._stop_sent:
                     self._send(job, stop=True)   # e.g. a restart since the state was committed
@@ -433,6 +453,58 @@ def _shared(jobs: list[Job]) -> dict[str, list[Job]]:
         else:
             busy.add(name)
     return {g: js for g, js in groups.items() if len(js) > 1 and g not in busy}
+
+
+def to_suspend(sharers: list[Sharer], policy: AdaptPolicy, busy: float | None, spent: set[int]
+               ) -> tuple[Sharer | None, str]:
+    """Which job a GPU that runs worse than serial gets suspended, and why (or None, and why
+    nobody). A job's speed is its owner's own report, so it acts on that job alone: only a
+    job whose *own* speed shows it slowed (``_slowed``) is suspended, never a partner whose
+    speed is as predicted (the one whose numbers changed is the one acted on); among those, an
+    ``--opportunistic`` one first, else the one that joined last, and if that one opted out
+    (``--no-adapt``) nobody (its partner was there first: it does not pay for the opt-out).
+    The node must agree: a GPU busy (``busy``: its utilisation, from the poll) less than
+    ``policy.busy_util`` is not what slows its jobs, so suspending one would help nobody.
+    Jobs in ``spent`` were suspended ``max_suspend_s`` in all already."""
+    if busy is not None and busy < policy.busy_util:
+        return None, (f"the GPU was busy {busy:.0f}% (< busy_util {policy.busy_util:g}%): "
+                      "the GPU is not what slows them")
+    slowed = [s for s in sharers if _slowed(s, policy, len(sharers))]
+    if not slowed:
+        return None, "no job's own speed shows it slowed"
+    opportunists = [s for s in slowed if s.opportunistic and s.adapt and s.job_id not in spent]
+    if opportunists:
+        return max(opportunists, key=lambda s: (s.joined_at, s.job_id)), "it is --opportunistic"
+    last = max(slowed, key=lambda s: (s.joined_at, s.job_id))
+    if not last.adapt:
+        return None, f"job {last.job_id}, the last to join of those slowed, is --no-adapt"
+    if last.job_id in spent:
+        return None, (f"job {last.job_id} was suspended for {policy.max_suspend_s:g} s "
+                      "(max_suspend_s) already")
+    if last.joined_at >= max(s.joined_at for s in sharers):
+        return last, "it joined last"
+    return last, "its own speed shows it slowed, its later partner's does not"
+
+
+def _slowed(s: Sharer, policy: AdaptPolicy, n: int) -> bool:
+    """Whether a job's own observed speed shows it slowed: below its predicted speed by more
+    than the margin, or below its own ``--min-speed``; with neither to compare, below its even
+    share of running serially."""
+    if s.observed is None:
+        return False
+    if s.predicted is None and s.floor is None:
+        return s.observed < (1.0 - policy.serial_margin) / n
+    return ((s.predicted is not None and s.observed < s.predicted - policy.margin)
+            or (s.floor is not None and s.observed < s.floor))
+
+
+def _busy(snapshot: Any, gpu: str) -> float | None:
+    """A GPU's utilisation (%) in this round's poll, None where it is not reported."""
+    if snapshot is None:
+        return None
+    node, _, index = gpu.rpartition(":")
+    sample = snapshot.gpu(node, int(index))
+    return sample.utilization_gpu if sample is not None else None
 
 
 def _gpu_of(job: Job) -> str | None:

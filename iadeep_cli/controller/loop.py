@@ -247,7 +247,7 @@ class SchedulingLoop:
         lab.update(self._profile_new_workloads(snapshot, {**shipped, **lab}))
         profiles = {**shipped, **lab}
         speeds = self._observe_speeds(snapshot, now, profiles, lab)
-        self.adapt.step(now, speeds)
+        self.adapt.step(now, speeds, snapshot)
         self.adapt.phase_step(now, snapshot, profiles, lab)   # phase changes refresh profiles
         self._schedule(snapshot, profiles)
         self._clean_old_dirs(snapshot, now)

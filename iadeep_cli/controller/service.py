@@ -382,14 +382,18 @@ class Service(views.StoreReader):
 
     # ------------------------------------------------------------------ profiles
     def op_profile_pin(self, user: str, req: m.ProfilePinRequest) -> m.PinResult:
-        return self._pin(user, req.label, pin=True)
+        return self._pin(user, req.label, pin=True, adopt=req.adopt)
 
     def op_profile_unpin(self, user: str, req: m.ProfileUnpinRequest) -> m.PinResult:
         return self._pin(user, req.label, pin=False)
 
-    def _pin(self, user: str, label: str, pin: bool) -> m.PinResult:
-        """Admins freeze a profile against learning (or let it learn again)."""
+    def _pin(self, user: str, label: str, pin: bool, adopt: str | None = None
+             ) -> m.PinResult:
+        """Admins freeze a profile against learning (or let it learn again), first making a
+        user's held phase profile the lab's (``adopt``)."""
         with self.store.tx() as conn:
+            if adopt is not None:
+                profrows.adopt(conn, label, adopt, user, self.clock())
             profrows.set_pinned(conn, label, user if pin else None, self.clock(),
                                 shipped_profiles().get(label))
         return m.PinResult(label, user if pin else None)

@@ -7,6 +7,12 @@ can say where a profile came from. The one exception is ``refresh``: a *phase* s
 job whose behaviour alone changed for good, ``scheduler/adapt.PhaseDetector``) replaces the
 profile, since the outlier rule would reject exactly the change it reports; learning then
 starts again from it (earlier samples describe the old phase).
+
+A phase sample is one job's word, and every member's placement depends on the lab's profile, so
+one user's jobs cannot replace it: the sample is *held* as its owner's (kind 'held', shown by
+``iadeep profile show``; ``held`` reads them) until a held sample of another user agrees with it
+(``agrees``), or an admin adopts it (``adopt``, `iadeep profile pin LABEL --adopt USER`). Only
+then does it become the lab's profile (kind 'phase', accepted).
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import sqlite3
 from dataclasses import asdict, replace
 
 from ..errors import NotFoundError
-from ..profiles import WINDOW, CoLocation, Profile, merged, outlier_reason
+from ..profiles import WINDOW, CoLocation, Profile, agrees, merged, outlier_reason
 
 SHOWN_SAMPLES = 20   # per profile, newest first, in `iadeep profile show`
 
@@ -55,7 +61,7 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
     history = [Profile(**json.loads(r["data"])) for r in reversed(conn.execute(
         "SELECT data FROM profile_samples WHERE gpu_model=? AND workload=? AND accepted=1 "
         "AND id >= COALESCE((SELECT MAX(id) FROM profile_samples WHERE gpu_model=? AND "
-        "workload=? AND kind='phase'), 0) ORDER BY id DESC LIMIT ?",
+        "workload=? AND kind='phase' AND accepted=1), 0) ORDER BY id DESC LIMIT ?",
         (*key, *key, WINDOW)).fetchall())]
     if not history:
         seed, origin = _in_effect(row, shipped, sample.gpu_model)
@@ -77,21 +83,78 @@ def learn(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str,
 
 
 def refresh(conn: sqlite3.Connection, sample: Profile, *, job_id: int, owner: str, now: float,
-            note: str) -> tuple[Profile | None, str]:
-    """Replace a workload's profile with a running job's *phase* sample (kind 'phase',
-    accepted, never judged against the old samples: it reports that they no longer hold).
-    A pinned profile stays (the admin's pin wins; the sample is kept, rejected). Returns (the
-    profile now in effect if it changed, else None; what happened)."""
+            note: str, rate_tolerance: float = 0.25) -> tuple[Profile | None, str]:
+    """A running job's *phase* sample: it replaces the workload's profile once jobs of two
+    users agree on it (never judged against the old samples: it reports that they no longer
+    hold). Alone, it is held as ``owner``'s (kind 'held'); a held sample of another user that
+    ``agrees`` with it (within ``rate_tolerance`` on the solo rate) corroborates it, and the
+    profile becomes the two's merge (kind 'phase', both accepted). A pinned profile stays (the
+    admin's pin wins; the sample is kept, rejected). Returns (the profile now in effect if it
+    changed, else None; what happened)."""
     row = conn.execute("SELECT pinned_by FROM profiles WHERE gpu_model=? AND workload=?",
                        (sample.gpu_model, sample.workload)).fetchone()
     if row is not None and row["pinned_by"]:
         why = f"pinned by {row['pinned_by']}"
         _add_sample(conn, sample, job_id, owner, now, False, f"{note}; {why}", kind="phase")
         return None, f"not refreshed: {why}"
+    others = [h for h in _held_rows(conn, sample.gpu_model, sample.workload)
+              if h["owner"] != owner
+              and agrees(sample, Profile(**json.loads(h["data"])), rate_tolerance)]
+    if not others:
+        held = (f"held as {owner}'s until a job of another user agrees, or an admin adopts it "
+                f"(iadeep profile pin {sample.workload} --adopt {owner})")
+        _add_sample(conn, sample, job_id, owner, now, False, f"{held}; {note}", kind="held")
+        return None, held
+    partner = others[-1]
+    conn.execute("UPDATE profile_samples SET kind='phase', accepted=1 WHERE id=?",
+                 (partner["id"],))
     _add_sample(conn, sample, job_id, owner, now, True, note, kind="phase")
-    source = f"phase change of job {job_id} ({owner})"
-    upsert_profile(conn, sample, now, source)
-    return sample, f"refreshed: {source}"
+    profile = merged([Profile(**json.loads(partner["data"])), sample])
+    source = (f"phase change of jobs {partner['job_id']} ({partner['owner']}) and {job_id} "
+              f"({owner})")
+    upsert_profile(conn, profile, now, source)
+    return profile, f"refreshed: {source}"
+
+
+def held(conn: sqlite3.Connection) -> dict[tuple[str, str], Profile]:
+    """(owner, workload) -> the newest phase profile held as that user's (not yet the lab's),
+    per GPU model the newest one; what that user's later jobs are judged against."""
+    out: dict[tuple[str, str], Profile] = {}
+    for r in conn.execute("SELECT DISTINCT gpu_model, workload FROM profile_samples "
+                          "WHERE kind='held'").fetchall():
+        for h in _held_rows(conn, r["gpu_model"], r["workload"]):
+            out[(h["owner"], r["workload"])] = Profile(**json.loads(h["data"]))
+    return out
+
+
+def adopt(conn: sqlite3.Connection, workload: str, owner: str, by: str, now: float) -> None:
+    """An admin makes ``owner``'s held phase profile(s) of ``workload`` the lab's (every GPU
+    model it has one for); the caller pins them."""
+    models = [r["gpu_model"] for r in conn.execute(
+        "SELECT DISTINCT gpu_model FROM profile_samples WHERE workload=? AND kind='held'",
+        (workload,)).fetchall()]
+    rows = [h for model in models for h in _held_rows(conn, model, workload)
+            if h["owner"] == owner]
+    if not rows:
+        raise NotFoundError(f"no phase profile of {workload!r} is held as {owner!r}'s",
+                            hint=f"`iadeep profile show {workload}` lists the samples held "
+                                 "(HELD) and their users")
+    for h in rows:
+        conn.execute("UPDATE profile_samples SET kind='phase', accepted=1 WHERE id=?",
+                     (h["id"],))
+        upsert_profile(conn, Profile(**json.loads(h["data"])), now,
+                       f"phase change of job {h['job_id']} ({owner}), adopted by {by}")
+
+
+def _held_rows(conn: sqlite3.Connection, gpu_model: str, workload: str) -> list[sqlite3.Row]:
+    """Each user's newest held sample of a profile since its last accepted phase sample (one
+    before describes an older phase), oldest first."""
+    return conn.execute(
+        "SELECT * FROM profile_samples WHERE id IN (SELECT MAX(id) FROM profile_samples "
+        "WHERE gpu_model=? AND workload=? AND kind='held' AND id > COALESCE((SELECT MAX(id) "
+        "FROM profile_samples WHERE gpu_model=? AND workload=? AND kind='phase' AND "
+        "accepted=1), 0) GROUP BY owner) ORDER BY id",
+        (gpu_model, workload, gpu_model, workload)).fetchall()
 
 
 def _in_effect(row: sqlite3.Row | None, shipped: Profile | None, gpu_model: str

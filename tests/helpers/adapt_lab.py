@@ -19,12 +19,15 @@ EMU = Profile("emu", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="NVIDIA 
 
 
 @contextlib.contextmanager
-def emulator_lab(sshd_cluster, tmp_path: Path, adapt: str) -> Iterator[ControllerProcess]:
+def emulator_lab(sshd_cluster, tmp_path: Path, adapt: str, util: float = 97
+                 ) -> Iterator[ControllerProcess]:
     """A started controller (``.node``: its one node's name) with ``lab.policy.adapt`` set to
-    the YAML flow mapping ``adapt``; stopped, and the node's jobs killed, on leaving."""
+    the YAML flow mapping ``adapt``; stopped, and the node's jobs killed, on leaving. Its GPU
+    reports ``util`` % busy (by default as busy as a GPU two jobs contend for: the shipped
+    pairs worse than serial are of jobs 96-97% busy alone)."""
     cluster = sshd_cluster(1)
     node = next(iter(cluster.nodes))
-    cluster.nodes[node].set_fake(gpus=1)
+    cluster.nodes[node].set_fake(gpus=1, util=util)
     inventory = tmp_path / "nodes.yaml"
     inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n  kill_grace: 3\n"
                          f"  policy:\n    adapt: {adapt}\n" + cluster.inventory_yaml())

@@ -185,14 +185,14 @@ SetEnv PATH={FAKES}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOM
 
     def set_fake(self, mode: str | None = None, gpus: int | None = None,
                  sleep: float | None = None, hold: bool = False,
-                 name: str | None = None) -> None:
+                 name: str | None = None, util: float | None = None) -> None:
         """Choose the stand-in nvidia-smi's behaviour on this node (None: default). ``hold``:
         it answers only once ``set_fake(hold=False)`` (a hang of the test's choosing: no
         sleep is long enough on a loaded machine and short enough on an idle one). ``name``:
         the GPU model it reports (the real H200 output with its name field rewritten), for a
-        lab of mixed GPU models."""
+        lab of mixed GPU models. ``util``: the GPU utilisation (%) it reports."""
         for fname, value in (("mode", mode), ("gpus", gpus), ("sleep", sleep),
-                             ("hold", 1 if hold else None), ("name", name)):
+                             ("hold", 1 if hold else None), ("name", name), ("util", util)):
             f = self.state / fname
             if value is None:
                 f.unlink(missing_ok=True)

@@ -1,8 +1,9 @@
 """Phase changes end to end: a real sshd node, a real controller process, the real CLI, and a
 stand-in job (``helpers/contention.py`` with ``CONTENTION_PHASE``) whose progress rate alone
 really drops partway. The controller must record a phase event naming the job with the old and
-new rates, give the workload a 'phase' profile sample that replaces its profile (learning does
-not average it in, nor reject it as an outlier), and leave a ``--no-adapt`` job alone."""
+new rates, give the workload a phase profile sample held as its owner's, which an admin's
+`profile pin --adopt` makes the lab's profile (learning does not average it in, nor reject it
+as an outlier), and leave a ``--no-adapt`` job alone."""
 from __future__ import annotations
 
 import sqlite3
@@ -69,16 +70,19 @@ def test_a_job_alone_that_changes_phase_refreshes_its_profile(lab, tmp_path):
     job = int(cli(home, "queue", "add", _phase_job(tmp_path, "phased", 150, 250),
                   "--workload", "emu", check=True).stdout)
     wait_jobs(home, lambda js: js[job]["state"] in ("succeeded", "failed")
-          or any(s["kind"] == "phase" and s["job_id"] == job for s in _samples(home)))
-    samples = [s for s in _samples(home) if s["kind"] == "phase"]
-    assert samples and samples[-1]["job_id"] == job and samples[-1]["accepted"] == 1
+              or any(s["kind"] == "held" and s["job_id"] == job for s in _samples(home)))
+    samples = [s for s in _samples(home) if s["kind"] == "held"]
+    assert samples and samples[-1]["job_id"] == job and samples[-1]["accepted"] == 0
+    # one user's job: held as theirs, until another user's agrees or an admin adopts it
+    assert _profile(home)[0] == EMU
+    cli(home, "profile", "pin", "emu", "--adopt", samples[-1]["owner"], check=True)
     refreshed, source = _profile(home)
     assert source.startswith(f"phase change of job {job} (")
     assert refreshed.solo_it_per_s is not None and refreshed.solo_it_per_s < 20   # was 100
     assert refreshed.peak_mem_gib == EMU.peak_mem_gib    # what the poll does not show, kept
     shown = cli(home, "queue", "show", str(job), check=True).stdout
     assert f"phase change: job {job} (emu) alone: progress rate 100 it/s -> " in shown
-    assert "profile 'emu' on NVIDIA H200 refreshed with this phase" in shown
+    assert "profile 'emu' on NVIDIA H200 held as root's until a job of another user" in shown
     why = cli(home, "queue", "why", str(job), check=True).stdout
     assert "phase change" in why or jobs_by_id(home)[job]["state"] != "running"
     jobs = wait_jobs(home, lambda js: js[job]["state"] in ("succeeded", "failed"))

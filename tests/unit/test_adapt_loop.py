@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ class Lab:
         with self.store.tx() as conn:
             profrows.upsert_profile(conn, EMU, time.time())
         self.pool = ReplayPool(self.inventory, {"n1": 1})
+        self.busy(97.0)   # a GPU time-sliced between two jobs is busy (the shipped pairs: 96-97%)
         self.loop = SchedulingLoop(self.store, self.inventory, self.pool, root / "scripts",
                                    fit_in_background=False)
 
@@ -55,6 +57,11 @@ class Lab:
         copy.parent.mkdir(parents=True)
         copy.write_text(script.read_text())
         return job_id
+
+    def busy(self, util: float) -> None:
+        """The utilisation the node's poll reports for its GPU from now on."""
+        self.pool.gpus["n1"] = tuple(replace(g, utilization_gpu=util)
+                                     for g in self.pool.gpus["n1"])
 
     def round(self) -> None:
         self.loop.tick()
@@ -167,13 +174,40 @@ def test_no_adapt_and_a_disabled_policy_suspend_nobody(make):
     assert JobState.SUSPENDED.value not in "".join(lab.events(b))
 
 
-def test_no_adapt_job_is_passed_over_for_its_partner(make):
+def test_a_no_adapt_job_that_joined_last_gets_nobody_suspended(make):
+    """Its partner was there first: it does not pay for the other's opt-out."""
     lab = make()
     a, b = pair(lab, first_iters=400, second_iters=400, no_adapt=True)
-    lab.until(lambda: lab.job(a).state == JobState.SUSPENDED)   # a joined first, but b opted out
-    assert lab.job(b).state == JobState.RUNNING
+    lab.until(lambda: "nobody is suspended" in (lab.job(a).reason or ""))
+    assert f"job {b}, the last to join of those slowed, is --no-adapt" in lab.job(a).reason
     lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
     lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
+    assert not [e for e in lab.events(a) + lab.events(b) if "->suspended" in e.split(":")[0]]
+
+
+def test_a_gpu_the_poll_shows_idle_gets_nobody_suspended(make):
+    """The node's own measurement must agree: jobs slowed on a GPU busy 20% of the time are
+    not slowed by sharing it (their own reports notwithstanding)."""
+    lab = make()
+    lab.busy(20.0)
+    a, b = pair(lab, first_iters=400, second_iters=150)
+    lab.until(lambda: "nobody is suspended" in (lab.job(b).reason or ""))
+    assert "the GPU was busy 20% (< busy_util 50%)" in lab.job(b).reason
+    lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
+    assert not [e for e in lab.events(a) + lab.events(b) if "->suspended" in e.split(":")[0]]
+
+
+def test_a_suspension_ends_at_the_labs_bound_and_is_not_repeated(make):
+    lab = make(policy=AdaptPolicy(observe_s=0, polls=3, window_s=1.0, max_suspend_s=2))
+    a, b = pair(lab, first_iters=10**6, second_iters=300)
+    lab.until(lambda: lab.job(b).state == JobState.SUSPENDED)
+    # its partner runs on, yet it is resumed after 2 s and runs to its end beside it
+    lab.until(lambda: lab.job(b).state == JobState.SUCCEEDED)
+    assert lab.job(a).state == JobState.RUNNING
+    moves = [e.split(":")[0] for e in lab.events(b)]
+    assert moves.count("running->suspended") == 1
+    resumed = [e for e in lab.events(b) if e.startswith("suspended->running")]
+    assert "the lab's limit (max_suspend_s 2); not suspended for others again" in resumed[0]
 
 
 def test_a_crash_between_commit_and_signal_is_finished_by_the_next_controller(make, tmp_path):

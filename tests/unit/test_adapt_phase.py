@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from iadeep_cli.errors import ConfigError
+from iadeep_cli.errors import ConfigError, NotFoundError
 from iadeep_cli.inventory import AdaptPolicy, parse_inventory
 from iadeep_cli.scheduler.adapt import MEM, RATE, UTIL, PhaseDetector, Solo, phase_shift
 
@@ -152,19 +152,66 @@ def test_a_phase_sample_replaces_the_profile_and_learning_restarts_from_it(tmp_p
         for job in range(1, 4):
             assert profrows.learn(conn, p(80, 100.0), job_id=job, owner="a", now=job)[0]
         assert profrows.learn(conn, p(30, 50.0), job_id=4, owner="a", now=4)[0] is None
-        profile, verdict = profrows.refresh(conn, p(30, 50.0), job_id=5, owner="b", now=5,
+        # one user's phase sample is held as theirs; another user's that agrees replaces it
+        assert profrows.refresh(conn, p(30, 50.0), job_id=5, owner="b", now=5,
+                                note="phase change: ...")[0] is None
+        profile, verdict = profrows.refresh(conn, p(30, 50.0), job_id=6, owner="c", now=5,
                                             note="phase change: ...")
-        assert profile == p(30, 50.0) and verdict == "refreshed: phase change of job 5 (b)"
-        [(now_in_effect, source, _)] = profrows.load_profiles(conn)
-        assert now_in_effect == p(30, 50.0) and source == "phase change of job 5 (b)"
+        source = "phase change of jobs 5 (b) and 6 (c)"
+        assert profile == p(30, 50.0) and verdict == f"refreshed: {source}"
+        [(now_in_effect, shown, _)] = profrows.load_profiles(conn)
+        assert now_in_effect == p(30, 50.0) and shown == source
         kinds = [r["kind"] for r in conn.execute("SELECT kind FROM profile_samples ORDER BY id")]
-        assert kinds == ["job"] * 4 + ["phase"]
+        assert kinds == ["job"] * 4 + ["phase"] * 2
         # a job like the new phase is merged (against the phase sample, not the old 80s) ...
-        merged, _ = profrows.learn(conn, p(34, 52.0), job_id=6, owner="a", now=6)
+        merged, _ = profrows.learn(conn, p(34, 52.0), job_id=16, owner="a", now=6)
         assert merged is not None and merged.gpu_util == 32.0
         # ... and one like the old phase is now the outlier
         assert profrows.learn(conn, p(80, 100.0), job_id=7, owner="a", now=7)[0] is None
         profrows.set_pinned(conn, "train", "admin", 8)
         assert profrows.refresh(conn, p(90), job_id=8, owner="a", now=8, note="x") == \
             (None, "not refreshed: pinned by admin")
+    store.close()
+
+
+def test_one_users_phase_samples_stay_theirs_until_another_user_agrees_or_an_admin_adopts(
+        tmp_path):
+    """store/profiles.refresh: however many of one user's jobs report a phase, the lab's profile
+    (every member's placement) stays; the samples are held as that user's (``held``); another
+    user's disagreeing sample does not corroborate them, an agreeing one does; an admin's
+    ``adopt`` does too (real SQLite)."""
+    from iadeep_cli.profiles import Profile
+    from iadeep_cli.store import Store, profiles as profrows
+
+    def p(solo, util=80.0):
+        return Profile("resnet50", util, 40.0, 10.0, "NVIDIA H200", solo_it_per_s=solo)
+
+    store = Store(tmp_path / "iadeep.db")
+    with store.tx() as conn:
+        profrows.upsert_profile(conn, p(33.0), 0)
+        for job in (1, 2, 3):   # one member, three jobs: still the lab's 33 it/s
+            profile, verdict = profrows.refresh(conn, p(297.0), job_id=job, owner="mallory",
+                                                now=job, note="phase change")
+            assert profile is None and verdict.startswith("held as mallory's until ")
+        [(lab, _, _)] = profrows.load_profiles(conn)
+        assert lab.solo_it_per_s == 33.0
+        assert profrows.held(conn) == {("mallory", "resnet50"): p(297.0)}
+        # another user whose job disagrees (another rate) corroborates nothing
+        assert profrows.refresh(conn, p(40.0), job_id=4, owner="bob", now=4, note="x")[0] is None
+        assert profrows.load_profiles(conn)[0][0].solo_it_per_s == 33.0
+        # an agreeing one (within the tolerance) does: the two's merge is the lab's
+        profile, verdict = profrows.refresh(conn, p(45.0), job_id=5, owner="carol", now=5,
+                                            note="x", rate_tolerance=0.25)
+        assert profile is not None and profile.solo_it_per_s == 42.5
+        assert verdict == "refreshed: phase change of jobs 4 (bob) and 5 (carol)"
+        # what was held before that phase no longer counts
+        assert profrows.held(conn) == {}
+        # an admin adopts one user's held profile
+        profrows.refresh(conn, p(297.0), job_id=6, owner="mallory", now=6, note="x")
+        with pytest.raises(NotFoundError):
+            profrows.adopt(conn, "resnet50", "bob", "admin", 7)
+        profrows.adopt(conn, "resnet50", "mallory", "admin", 7)
+        [(lab, source, _)] = profrows.load_profiles(conn)
+        assert lab.solo_it_per_s == 297.0
+        assert source == "phase change of job 6 (mallory), adopted by admin"
     store.close()
