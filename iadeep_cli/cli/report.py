@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError, NotFoundError, PermissionDenied
-from ..paths import StateDir
+from ..paths import SET_IADEEP_HOME, StateDir
 from ..text import clock, duration, pyplot, save_plot
 from . import render
 from .root import app
@@ -70,7 +70,7 @@ def open_database() -> Store:
         readable = os.access(db, os.R_OK)
     except FileNotFoundError:
         raise NotFoundError(f"no database at {db}: no controller has run with this state "
-                            "directory", hint="set IADEEP_HOME to the lab's state directory"
+                            "directory", hint=SET_IADEEP_HOME
                             ) from None
     except PermissionError:   # the state directory itself is closed to this account
         readable = False

@@ -23,6 +23,12 @@ R = TypeVar("R")
 
 
 def _not_running(path: Path) -> ControllerUnavailable:
+    if not paths.iadeep_home_set():   # this account's own directory, not the lab's
+        return ControllerUnavailable(
+            f"no iadeep controller answers in your default state directory ({path.parent}); "
+            "IADEEP_HOME is not set",
+            hint=f"{paths.SET_IADEEP_HOME}, or start one of your own with "
+                 "`iadeep controller run`")
     return ControllerUnavailable(
         f"the iadeep controller is not running (no answer on {path})",
         hint="start it with `iadeep controller run` (or `systemctl start iadeep-controller`)")
