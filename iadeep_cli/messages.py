@@ -666,6 +666,7 @@ class ReloadRequest(Request[ReloadResult]):
 class FenceRequest(Request[FenceResult]):
     op: ClassVar[str] = "fence"
     node: str
+    force: bool | None = optional()   # fence a node heard from within node_grace too
 
 
 @dataclass(frozen=True)

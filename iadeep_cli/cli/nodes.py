@@ -100,8 +100,13 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory",
 @app.command("fence")
 def fence(node: str = typer.Argument(..., help="node name from the inventory",
                                     autocompletion=complete.node_names),
-          yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation")):
+          yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+          force: bool = typer.Option(False, "--force", help="fence a node heard from within "
+                                                            "node_grace too")):
     """Declare NODE's jobs dead (admins): the node is powered off or gone for good.
+
+    A node the controller heard from within ``node_grace`` is refused (its jobs most likely
+    still run) unless --force; the refusal lists the jobs fencing would requeue or fail.
 
     Jobs lost on a silent node are never started again while their first attempt might still
     run there. Fencing says it cannot: they are requeued (if they allow retries) or failed, and
@@ -114,6 +119,6 @@ def fence(node: str = typer.Argument(..., help="node name from the inventory",
                                   "would run twice"):
         raise IadeepError(f"node {node} not fenced; nothing changed",
                           hint="fence a node only once it is powered off or its jobs are dead")
-    result = ask(m.FenceRequest(node))
+    result = ask(m.FenceRequest(node, force=force or None))
     ids = ", ".join(map(str, result.jobs)) or "none"
     typer.echo(f"node {result.node} fenced; its jobs requeued or failed: {ids}")

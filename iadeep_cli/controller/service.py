@@ -46,7 +46,7 @@ from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
-from ..text import MIB_PER_GIB, hms
+from ..text import MIB_PER_GIB, duration, hms
 from . import views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -369,9 +369,34 @@ class Service(views.StoreReader):
         if self.fencer is None:
             raise InputError("this controller schedules no nodes",
                              hint="start it with an inventory that lists nodes")
+        if not req.force:
+            self._refuse_fencing_a_live_node(req.node)
         jobs = self.fencer(req.node, user)
         self.wake()
         return m.FenceResult(req.node, tuple(jobs))
+
+    def _refuse_fencing_a_live_node(self, node: str) -> None:
+        """A node heard from within ``node_grace`` answers, so its jobs most likely still run:
+        fencing it would start them a second time (or fail them). Says what fencing would do."""
+        with self.store.tx() as conn:
+            seen = {n.name: (n, since) for n, since in cluster.load_nodes(conn)}
+            jobs = jobrows.select(conn, states=ACTIVE | {JobState.LOST}, node=node)
+        if node not in seen:
+            return                      # never heard from: nothing says it is alive
+        snap, down_since = seen[node]
+        ago = max(self.clock() - (snap.taken_at if down_since is None else down_since), 0.0)
+        grace = self.inventory.node_grace_s
+        if ago >= grace:
+            return
+        would = ", ".join(
+            f"{j.id} ({'requeued' if j.attempts - j.checkpoints <= j.spec.retries else 'failed'})"
+            for j in jobs) or "none"
+        raise InputError(
+            f"node {node} was heard from {duration(ago)} ago, within node_grace "
+            f"({duration(grace)}): it looks alive; fencing it would end its jobs' attempts while "
+            f"they may still run there (jobs: {would})",
+            hint=f"fence only a node that is powered off; if it is, `iadeep nodes fence {node} "
+                 "--force`")
 
     def op_ping(self, user: str, req: m.PingRequest) -> m.PingResult:
         return m.PingResult(user, self.inventory.is_admin(user))

@@ -159,6 +159,22 @@ def test_a_rebooted_node_runs_the_job_again_once(lab, tmp_path):
     assert again["node"] in (first, other) and copies.most == 1
 
 
+def test_fencing_a_node_that_answers_is_refused_unless_forced(lab, tmp_path):
+    """The node was heard from within node_grace: its job most likely still runs, so fencing
+    is refused, saying what it would do; nothing moves. --force fences it all the same."""
+    job, _copies, first, _other = _start_job(lab, tmp_path)
+    out = cli(lab.home, "nodes", "fence", first, "--yes")
+    assert out.returncode == 1, out
+    assert f"node {first} was heard from" in out.stderr and "within node_grace" in out.stderr
+    assert f"jobs: {job} (requeued)" in out.stderr and "--force" in out.stderr, out.stderr
+    assert _job(lab.home, job)["state"] == "running" and _job(lab.home, job)["attempts"] == 1
+    out = cli(lab.home, "nodes", "fence", first, "--yes", "--force", check=True).stdout
+    assert f"node {first} fenced" in out and str(job) in out
+    events = json.loads(cli(lab.home, "queue", "show", str(job), "--json").stdout)["events"]
+    assert any(f"node {first} fenced by" in e["reason"] and e["new_state"] == "queued"
+               for e in events), events
+
+
 def test_fencing_an_unknown_node_is_refused(lab, tmp_path):
     out = cli(lab.home, "nodes", "fence", "nosuch", "--yes")
     assert out.returncode == 1 and "no node named 'nosuch'" in out.stderr
