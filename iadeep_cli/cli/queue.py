@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -18,6 +19,7 @@ from typer._click.exceptions import MissingParameter, UsageError
 
 from ..errors import InputError
 from ..jobs import (
+    DIRECTIVE,
     EXPORT_DEFAULT,
     MAX_DIRECTIVE_SCAN,
     JobSpec,
@@ -210,13 +212,26 @@ def _job_script(script: str | None, wrap: str | None, args: list[str] | None
             raise InputError("no job script given", hint="iadeep queue add SCRIPT [ARGS...], "
                              "or iadeep queue add --wrap 'python train.py'")
         path = _script_path(script)
-        return Path(path).read_bytes(), path
+        content = Path(path).read_bytes()
+        _check_line_endings(path, content)
+        return content, path
     if script is not None or args:
         raise InputError("--wrap takes the whole command; give a script or --wrap, not both",
                          hint="e.g. iadeep queue add --wrap 'python train.py --lr 3'")
     if not wrap.strip():
         raise InputError("--wrap needs a command", hint="e.g. --wrap 'python train.py'")
     return f"#!/bin/sh\n{wrap}\n".encode(), os.path.join(_here() or "/", WRAP_PATH)
+
+
+def _check_line_endings(path: str, content: bytes) -> None:
+    """A ``#!`` line ending in CR (a script saved with Windows line endings) names an
+    interpreter that does not exist (``/bin/sh\r``): the job would fail on its node."""
+    first = content.split(b"\n", 1)[0]
+    if first.startswith(b"#!") and first.endswith(b"\r"):
+        raise InputError(f"{path}: its #! line ends in a carriage return (Windows line "
+                         "endings), so the node would not find its interpreter",
+                         hint=f"convert the file: sed -i 's/\\r$//' {shlex.quote(path)} "
+                              "(or dos2unix)")
 
 
 def _here() -> str | None:
@@ -252,8 +267,13 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes)
     command line does not set an option, as sbatch does with #SBATCH (--env adds to them).
     Each line is parsed as this command's options; one it does not take is an error naming
     the script's line."""
-    lines = directives(content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace"))
+    text = content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace")
+    try:
+        lines = directives(text)
+    except InputError as exc:   # names the line: add the file
+        raise InputError(f"{path}: {exc.message}", hint=exc.hint) from None
     if not lines:
+        _sbatch_note(path, text)
         return given
     command = ctx.command
     from_lines: dict = {}
@@ -285,6 +305,53 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes)
         elif key == "env":   # both: the command line's come last, and win on the node
             out[key] = [*value, *(given[key] or ())]
     return out
+
+
+# sbatch options with an `iadeep queue add` equivalent of the same meaning (sbatch's -e, -w,
+# -p, -n differ from iadeep's: they are mapped by meaning, never by spelling).
+SBATCH_SAME = {"-J": "--job-name", "--job-name": "--job-name", "-t": "--time",
+               "--time": "--time", "-D": "--chdir", "--chdir": "--chdir", "-o": "--output",
+               "--output": "--output", "-e": "--error", "--error": "--error",
+               "-C": "--constraint", "--constraint": "--constraint", "-w": "--nodelist",
+               "--nodelist": "--nodelist", "-x": "--exclude", "--exclude": "--exclude",
+               "-a": "--array", "--array": "--array", "--export": "--export",
+               "-G": "--gpus", "--gpus": "--gpus", "--gpus-per-node": "--gpus",
+               "--exclusive": "--exclusive"}
+
+
+def _sbatch_equivalent(words: list[str]) -> str | None:
+    """``#SBATCH WORDS`` as an ``#IADEEP`` line, or None where iadeep has no equivalent."""
+    if not words or not words[0].startswith("-"):
+        return None
+    opt, eq, value = words[0].partition("=")
+    rest = words[1:]
+    if not eq and len(opt) > 2 and not opt.startswith("--"):      # -t2:00:00
+        opt, value, eq = opt[:2], opt[2:], "="
+    if opt == "--gres":
+        gpus = re.fullmatch(r"gpu(?::[\w.-]+)?:(\d+)", value if eq else (rest or [""])[0])
+        return f"#IADEEP --gpus {gpus.group(1)}" if gpus else None
+    if opt not in SBATCH_SAME or len(rest) > (0 if eq or opt == "--exclusive" else 1):
+        return None
+    args = [value] if eq else rest
+    return f"{DIRECTIVE} {shlex.join([SBATCH_SAME[opt], *args])}"
+
+
+def _sbatch_note(path: str, text: str) -> None:
+    """A script with #SBATCH lines and no #IADEEP line expects them read: warn that iadeep
+    does not, naming each one's #IADEEP equivalent (or that it has none)."""
+    try:
+        found = directives(text.replace("#SBATCH", DIRECTIVE))   # same length, same rules
+    except InputError:
+        return
+    if not found:
+        return
+    said = []
+    for number, words in found:
+        equivalent = _sbatch_equivalent(words)
+        said.append(f"line {number}: {equivalent}" if equivalent else
+                    f"line {number}: no equivalent for {shlex.join(words)}")
+    print(f"warning: {path} has #SBATCH lines, which iadeep does not read; as #IADEEP lines: "
+          + "; ".join(said), file=sys.stderr)
 
 
 def _ids(text: str | None, option: str) -> tuple[int, ...]:
