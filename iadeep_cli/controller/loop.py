@@ -370,11 +370,29 @@ class SchedulingLoop:
                 return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
-            if job.spec.retry_on_fail and self._requeue(job, f"exited with code {code}"):
+            why = self._open_failure(job, code) or f"exited with code {code}"
+            if job.spec.retry_on_fail and self._requeue(job, why):
                 return
-            new, why = JobState.FAILED, f"exited with code {code}"
+            new = JobState.FAILED
         self._samples.pop(job.id, None)
         self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
+
+    def _open_failure(self, job: Job, code: int) -> str | None:
+        """Why a job whose --output/--error could not be opened failed: the shell's message,
+        which the wrapper wrote to the job directory's log (read only for its exit code)."""
+        from ..nodes import launcher
+
+        if code != launcher.OPEN_FAILED or job.node is None or not (job.spec.output
+                                                                     or job.spec.error):
+            return None
+        try:
+            data = launcher.read_log(self.pool, job.node, job.id, 0, 4096, owner=job.owner).data
+        except IadeepError:
+            return None
+        line = next((x for x in data.decode("utf-8", "replace").splitlines()
+                     if x.startswith(launcher.OPEN_FAILED_LINE)), None)
+        said = None if line is None else line[len(launcher.OPEN_FAILED_LINE):][:300]
+        return said and f"could not open its output (exit code {code}): {said}"
 
     def _requeue(self, job: Job, why: str) -> bool:
         """Queue a job's next attempt, if it has retries left; its previous attempt must be

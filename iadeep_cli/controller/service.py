@@ -439,7 +439,16 @@ class Service(views.StoreReader):
             raise InputError("this controller has no node connections to read logs from",
                              hint="start it with an inventory: "
                                   "iadeep controller run --inventory FILE")
-        data, offset, size = self.log_reader(job, req.offset, req.max_bytes, req.stream)
+        try:
+            data, offset, size = self.log_reader(job, req.offset, req.max_bytes, req.stream)
+        except NotFoundError:
+            if (job.spec.output if req.stream == "output" else job.spec.error) is None:
+                raise
+            # its --output/--error was never opened (the job failed before it ran, saying why
+            # in its job directory's log): that log, rather than nothing
+            own = dataclasses.replace(job, spec=dataclasses.replace(job.spec, output=None,
+                                                                    error=None))
+            data, offset, size = self.log_reader(own, req.offset, req.max_bytes, "output")
         return m.LogChunk(data=data, offset=offset, size=size,
                           finished=job.state in FINISHED, state=job.state)
 
