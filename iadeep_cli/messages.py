@@ -675,6 +675,21 @@ class PingRequest(Request[PingResult]):
 
 
 @dataclass(frozen=True)
+class ReportRequest(Request[dict]):
+    """`iadeep report` through the controller, for those who may not read its database: the
+    window [since, until), as ``store.report``'s arguments; ``daily``: also the report by day
+    (for --plot). The reply is ``{"report": ..., "daily": ...}`` as ``report_to_dict`` makes."""
+
+    op: ClassVar[str] = "report"
+    since: float
+    until: float
+    by: str | None = optional()
+    owner: str | None = optional()    # only this user's jobs
+    running: bool | None = optional()
+    daily: bool | None = optional()
+
+
+@dataclass(frozen=True)
 class ListRequest(Request[list[JobView]]):
     """Unfinished jobs (every job with ``all_states``), of one ``owner`` if given."""
 

@@ -5,9 +5,9 @@ It reads the controller's database directly, read-only, rather than asking the c
 its socket: accounting is wanted most when something went wrong (the controller is down, or
 busy), a read-only SQLite reader in WAL mode never blocks the controller's writes, and the
 database is the only place the whole history is kept (the public snapshot holds the last 200
-finished jobs). The price is that only the controller's account and root may run it: the
-database holds every job's env values and arguments, so it is private, and the report says so
-in one line instead of showing partial figures. The definitions are in ``store/report.py``.
+finished jobs). Only the controller's account and root may read it (it holds every job's env
+values and arguments); anyone else gets the report from the running controller (admins the
+lab's, members their own jobs'). The definitions are in ``store/report.py``.
 """
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def open_database() -> Store:
         raise PermissionDenied(
             f"`iadeep report` reads the controller's database {db}, which only the "
             "controller's account and root may read (it holds every job's env values)",
-            hint="ask an admin, or run it as that account (e.g. sudo -u <account> iadeep report)")
+            hint="start the controller (it reports to admins and members), or run it as that "
+                 "account (e.g. sudo -u iadeep sh -lc 'iadeep report')")
     return Store(db, readonly=True)
 
 
@@ -144,9 +145,9 @@ def _blank(x: float | None) -> object:
 
 
 def _as_dict(rep: accounting.Report) -> dict:
-    return {"since": rep.since, "until": rep.until, "now": rep.now, "by": rep.by,
-            "running_included": rep.running,
-            "groups": [g.to_dict() for g in rep.groups], "total": rep.total.to_dict()}
+    from ..store import report as accounting
+
+    return accounting.report_to_dict(rep)
 
 
 @app.command("report")
@@ -165,8 +166,8 @@ def report(
     """Accounting for finished jobs: jobs by final state, GPU-hours, queue wait, work done in
     exclusive-GPU-hours, GPU-hours saved, impact factor, speed while sharing, energy.
 
-    Reads the controller's database read-only (works while it is down); only its account and
-    root may run it.
+    Reads the controller's database read-only (works while it is down) as its account or root;
+    others get it from the controller: admins the lab's, members their own jobs'.
     """
     now = time.time()
     start, end = parse_time(since, "--since", now), parse_time(until, "--until", now)
@@ -182,15 +183,19 @@ def report(
         plot = _plot_target(plot)
     from ..store import report as accounting
 
-    store = open_database()
     try:
-        with store.tx() as conn:
-            rep = accounting.report(conn, start, end, by=by, user=user, running=running,
-                                    now=now)
-            daily = rep if by == "day" or plot is None else accounting.report(
-                conn, start, end, by="day", user=user, running=running, now=now)
-    finally:
-        store.close()
+        store = open_database()
+    except PermissionDenied as private:
+        rep, daily = _from_controller(private, start, end, by, user, running, plot is not None)
+    else:
+        try:
+            with store.tx() as conn:
+                rep = accounting.report(conn, start, end, by=by, user=user, running=running,
+                                        now=now)
+                daily = rep if by == "day" or plot is None else accounting.report(
+                    conn, start, end, by="day", user=user, running=running, now=now)
+        finally:
+            store.close()
     if plot is not None:
         _draw(daily, plot)
         sys.stdout.flush()   # the table first, then where the plot went
@@ -201,6 +206,31 @@ def report(
         _print_csv(rep)
     else:
         _print_table(rep)
+
+
+def _from_controller(private: PermissionDenied, start: float, end: float, by: str | None,
+                     user: str | None, running: bool, plot: bool
+                     ) -> tuple[accounting.Report, accounting.Report]:
+    """The report from the controller, for an account that may not read its database: the
+    whole lab's for admins, the caller's own jobs' for other members (said on stderr)."""
+    from ..errors import ControllerUnavailable
+    from ..store import report as accounting
+    from .lazy import client, messages as m
+
+    request = m.ReportRequest(start, end, by=by, owner=user, running=running or None,
+                              daily=(plot and by != "day") or None)
+    try:
+        reply = client.ask(request)
+    except ControllerUnavailable:
+        raise PermissionDenied(private.message + "; the controller, which reports to admins "
+                               "and members, is not running either",
+                               hint=private.hint) from None
+    rep = accounting.report_from_dict(reply["report"])
+    if reply.get("only"):
+        print(f"note: from the controller: only {reply['only']}'s own jobs (lab admins see "
+              "everyone's)", file=sys.stderr)
+    return rep, rep if reply.get("daily") is None else \
+        accounting.report_from_dict(reply["daily"])
 
 
 def _plot_target(path: str) -> str:

@@ -398,6 +398,33 @@ class Service(views.StoreReader):
             hint=f"fence only a node that is powered off; if it is, `iadeep nodes fence {node} "
                  "--force`")
 
+    def op_report(self, user: str, req: m.ReportRequest) -> dict:
+        """`iadeep report` for those who may not read the database: admins (and root) see the
+        whole lab's accounting, every other member their own jobs' only."""
+        from ..store import report as accounting
+
+        if not self.inventory.is_admin(user):
+            if req.owner not in (None, user):
+                raise PermissionDenied(
+                    f"{user} may see only their own jobs' accounting, not {req.owner}'s",
+                    hint="lab admins (lab.admins in nodes.yaml) see everyone's")
+            req = dataclasses.replace(req, owner=user)
+        if req.by is not None and req.by not in accounting.GROUPINGS:
+            raise InputError(f"by must be one of {', '.join(accounting.GROUPINGS)}",
+                             hint="e.g. --by user")
+        if not req.since < req.until:
+            raise InputError("since must be before until", hint="the window is [since, until)")
+        now = self.clock()
+        with self.store.tx() as conn:
+            rep = accounting.report(conn, req.since, req.until, by=req.by, user=req.owner,
+                                    running=bool(req.running), now=now)
+            daily = None if not req.daily else accounting.report(
+                conn, req.since, req.until, by="day", user=req.owner, running=bool(req.running),
+                now=now)
+        return {"report": accounting.report_to_dict(rep),
+                "daily": None if daily is None else accounting.report_to_dict(daily),
+                "only": req.owner}
+
     def op_ping(self, user: str, req: m.PingRequest) -> m.PingResult:
         return m.PingResult(user, self.inventory.is_admin(user))
 
@@ -559,6 +586,7 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.FenceRequest, Service.op_fence,
               admin_only="only a lab admin may fence a node; {user} is not one"),
     Operation(m.PingRequest, Service.op_ping),
+    Operation(m.ReportRequest, Service.op_report),
     Operation(m.ListRequest, views.list_jobs, offline=True),
     Operation(m.ShowRequest, views.show_job, offline=True),
     Operation(m.StatusRequest, views.status, offline=True),
