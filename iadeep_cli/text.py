@@ -7,6 +7,7 @@ asked for.
 """
 from __future__ import annotations
 
+import re
 import time
 
 MIB_PER_GIB = 1024.0
@@ -24,6 +25,39 @@ def duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_WITH_UNITS = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
+_SLURM = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+# The one way durations are written, on the command line (--time, report's --since/--until)
+# and in nodes.yaml alike; a bare number's unit is the one thing that differs (--time: minutes,
+# as sbatch; nodes.yaml: seconds).
+DURATION_FORMS = "8d, 12h, 30m, 90s, 1d12h, 2:00:00 (H:MM:SS) or 3-0 / 1-12:30 (D-HH[:MM[:SS]])"
+
+
+def parse_duration(text: str, bare_s: float | None) -> float | None:
+    """Seconds in ``text``: units (``8d``, ``12h``, ``30m``, ``90s``, ``2w``, ``1d12h``),
+    sbatch's forms (``90:30`` M:S, ``2:00:00`` H:M:S, ``3-0``, ``1-12:30``, ``1-12:30:00``) or
+    a bare number of ``bare_s`` seconds (None: a bare number is refused); None if none of
+    these."""
+    value = text.strip().lower()
+    if _WITH_UNITS.fullmatch(value):
+        return float(sum(float(n) * _UNITS_S[u]
+                         for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhdw])", value)))
+    m = _SLURM.fullmatch(value)
+    if m is None:
+        return None
+    days, first, second, third = m.groups()
+    numbers = [int(x) for x in (first, second, third) if x is not None]
+    if days is not None:                     # D-H, D-H:M, D-H:M:S
+        h, mi, sec = (*numbers, 0, 0)[:3]
+        return float(int(days) * 86400 + h * 3600 + mi * 60 + sec)
+    if len(numbers) == 1:
+        return None if bare_s is None else float(numbers[0] * bare_s)
+    if len(numbers) == 2:
+        return float(numbers[0] * 60 + numbers[1])   # M:S
+    return float(numbers[0] * 3600 + numbers[1] * 60 + numbers[2])   # H:M:S
 
 
 def hms(seconds: float | None) -> str:

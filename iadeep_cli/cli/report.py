@@ -12,7 +12,6 @@ lab's, members their own jobs'). The definitions are in ``store/report.py``.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from datetime import datetime
@@ -22,7 +21,7 @@ import typer
 
 from ..errors import InputError, NotFoundError, PermissionDenied
 from ..paths import SET_IADEEP_HOME, StateDir
-from ..text import clock, duration, pyplot, save_plot
+from ..text import DURATION_FORMS, clock, duration, parse_duration, pyplot, save_plot
 from . import render
 from .root import app
 
@@ -33,11 +32,9 @@ if TYPE_CHECKING:
 # stays as it was (tests/integration/test_startup.py).
 GROUPINGS = ("user", "workload", "node", "day")   # as store/report.py's
 
-_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
             "%Y-%m-%d %H:%M:%S")
-_TIME_HINT = ("a time ago (30m, 12h, 7d, 2w) or a local date and time "
+_TIME_HINT = (f"a time ago ({DURATION_FORMS}) or a local date and time "
               "(2026-11-01, 2026-11-01T14:30)")
 
 
@@ -45,9 +42,9 @@ def parse_time(text: str, option: str, now: float) -> float:
     """``7d`` (that long before ``now``) or a local date/time, as a Unix time; anything else
     is a one-line InputError naming the option."""
     value = text.strip()
-    ago = _AGO.fullmatch(value)
-    if ago:
-        return now - float(ago[1]) * _UNIT_S[ago[2]]
+    ago = parse_duration(value, bare_s=None)   # as --time and nodes.yaml write durations
+    if ago is not None:
+        return now - ago
     if value == "now":
         return now
     for fmt in _FORMATS:
