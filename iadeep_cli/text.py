@@ -133,3 +133,47 @@ def save_plot(fig, path: str, dpi: int) -> None:
                          hint="choose a writable path for --plot") from None
     finally:
         pyplot().close(fig)
+
+
+# --------------------------------------------------------------------------- job tables
+# One formatter for the jobs tables of `queue list` and the monitor: how a job is labelled and
+# how columns share the terminal's width.
+
+def newest_runs(jobs) -> dict[tuple[int, int], int]:
+    """(array id, index) -> the id of that task's newest run among ``jobs``."""
+    out: dict[tuple[int, int], int] = {}
+    for j in jobs:
+        if j.array_id is not None and j.array_index is not None:
+            key = (j.array_id, j.array_index)
+            out[key] = max(out.get(key, j.id), j.id)
+    return out
+
+
+def job_label(job, newest: dict[tuple[int, int], int]) -> str:
+    """A job as people name it: an array's task as ARRAY_INDEX (12_3, as in Slurm); an
+    earlier run of a task that was run again (`queue rerun 12_3`) by its own id, so that only
+    the run ``12_3`` names is labelled so (``newest``: ``newest_runs``)."""
+    if job.array_id is None or job.array_index is None:
+        return str(job.id)
+    if newest.get((job.array_id, job.array_index), job.id) != job.id:
+        return str(job.id)
+    return f"{job.array_id}_{job.array_index}"
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(0, width - 3)] + "..."
+
+
+def column_widths(headers, rows, columns: int, shrink: list[tuple[int, int]], gap: int = 2
+                  ) -> list[int]:
+    """Widths of a table's columns on a terminal ``columns`` wide: each as wide as its
+    content, then, while the table is too wide, the steps of ``shrink`` in order, each
+    (column, floor) narrowing that column down to at most ``floor``: a wide terminal cuts
+    nothing, a narrow one cuts what matters least first."""
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+    for i, floor in shrink:
+        over = sum(widths) + gap * (len(widths) - 1) - columns
+        if over <= 0:
+            break
+        widths[i] = max(min(widths[i], max(floor, len(str(headers[i])))), widths[i] - over)
+    return widths

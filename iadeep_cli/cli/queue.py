@@ -35,7 +35,7 @@ from ..jobs import (
     validate_spec,
 )
 from ..paths import file_problem
-from ..text import clock, duration, hms, when
+from ..text import clock, column_widths, duration, hms, job_label, newest_runs, shorten, when
 from . import complete, render
 from .errors import report
 from .lazy import client, messages as m
@@ -413,19 +413,21 @@ def list_(
 
 
 def _fold(jobs: list[m.JobView]) -> list[tuple[str, m.JobView]]:
-    """(ID as shown, job) per line: an array's task reads ARRAY_INDEX (12_3), as in Slurm, and
-    its queued tasks fold into one line where the first of them was (12_[3-5,9]), so a
-    thousand-task array takes one line while it waits."""
+    """(ID as shown, job) per line: an array's task reads ARRAY_INDEX (12_3), as in Slurm (an
+    earlier run of a task run again: its own id, ``text.job_label``), and its queued tasks
+    fold into one line where the first of them was (12_[3-5,9]), so a thousand-task array
+    takes one line while it waits."""
     queued: dict[int, list[m.JobView]] = {}
     for j in jobs:
         if j.array_id is not None and j.state == JobState.QUEUED:
             queued.setdefault(j.array_id, []).append(j)
     out: list[tuple[str, m.JobView]] = []
+    newest = newest_runs(jobs)
     for j in jobs:
         if j.array_id is None:
             out.append((str(j.id), j))
         elif j.state != JobState.QUEUED or len(queued[j.array_id]) == 1:
-            out.append((f"{j.array_id}_{j.array_index}", j))
+            out.append((job_label(j, newest), j))
         elif queued[j.array_id][0] is j:
             indices = [t.array_index for t in queued[j.array_id] if t.array_index is not None]
             out.append((f"{j.array_id}_[{_ranges(indices)}]", j))
@@ -480,16 +482,13 @@ def _time_used(job: m.JobView, now: float) -> str:
 
 
 def _fit(headers: list[str], rows: list[list[str]], columns: int) -> list[list[str]]:
-    """One job a line on a terminal: NAME cut to 28 characters and REASON to the rest of the
-    line (at least 20), each marked "...". A pipe gets them whole, so grep finds them."""
-    rows = [[r[0], _shorten(r[1], 28), *r[2:]] for r in rows]
-    used = sum(max([len(h)] + [len(r[i]) for r in rows]) + 2 for i, h in enumerate(headers[:-1]))
-    room = max(20, columns - used)
-    return [[*r[:-1], _shorten(r[-1], room)] for r in rows]
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    """One job a line on a terminal ``columns`` wide: NAME and REASON as wide as they are where
+    the terminal has room, else NAME cut to 28 characters first, then REASON to the rest of the
+    line (at least 20), then NAME further, each marked "..." (``text.column_widths``, as the
+    monitor does). A pipe gets them whole, so grep finds them."""
+    last = len(headers) - 1
+    widths = column_widths(headers, rows, columns, [(1, 28), (last, 20), (1, 12)])
+    return [[r[0], shorten(r[1], widths[1]), *r[2:-1], shorten(r[-1], widths[-1])] for r in rows]
 
 
 def _where(job: m.JobView) -> str:
