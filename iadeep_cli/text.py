@@ -8,6 +8,7 @@ asked for.
 from __future__ import annotations
 
 import re
+import shlex
 import time
 
 MIB_PER_GIB = 1024.0
@@ -177,3 +178,26 @@ def column_widths(headers, rows, columns: int, shrink: list[tuple[int, int]], ga
             break
         widths[i] = max(min(widths[i], max(floor, len(str(headers[i])))), widths[i] - over)
     return widths
+
+
+def field_text(name: str, value) -> str:
+    """A job field as a person reads it (`queue show`, the monitor's details): '-' for
+    nothing, yes/no, speeds to 2 decimals, the arguments and environment as they would be typed
+    in a shell, lists comma-separated, never a Python value (None, False, [...])."""
+    if value is None or (isinstance(value, (str, tuple, list, dict)) and not value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if name == "time_limit_s":
+        return hms(value)
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if name == "args":
+        return shlex.join(value)
+    if name in ("env", "exported"):
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in dict(value).items())
+    if name == "constraint":
+        return "&".join(value)
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(getattr(value, "value", value))   # an enum (a job's state) by its value

@@ -35,7 +35,17 @@ from ..jobs import (
     validate_spec,
 )
 from ..paths import file_problem
-from ..text import clock, column_widths, duration, hms, job_label, newest_runs, shorten, when
+from ..text import (
+    clock,
+    column_widths,
+    duration,
+    field_text,
+    hms,
+    job_label,
+    newest_runs,
+    shorten,
+    when,
+)
 from . import complete, render
 from .errors import report
 from .lazy import client, messages as m
@@ -509,26 +519,7 @@ SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_i
                "checkpoints", "opportunistic")
 
 
-def _field(name: str, value) -> str:
-    """A job field as a person reads it: '-' for nothing, yes/no, speeds to 2 decimals, the
-    arguments and environment as they would be typed in a shell."""
-    if value is None or (isinstance(value, (str, tuple, dict)) and not value):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if name == "time_limit_s":
-        return hms(value)
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    if name == "args":
-        return shlex.join(value)
-    if name in ("env", "exported"):
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in value.items())
-    if name == "constraint":
-        return "&".join(value)
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
+_field = field_text   # the monitor's details pane shows fields the same way
 
 
 @app.command("show")
