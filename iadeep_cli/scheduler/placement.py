@@ -417,8 +417,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
-        usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
-                            usage.get(job.owner, (0, 0))[1] + 1)
+        held, jobs = usage.get(job.owner, (frozenset(), 0))
+        usage[job.owner] = (held | {(got.node, i) for i in got.gpu_indices}, jobs + 1)
     return Plan(tuple(placements), waits)
 
 
@@ -515,11 +515,18 @@ def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> _Res
     return _Res(job.id, prof, floor, job.spec.exclusive or job.spec.gpus > 1)
 
 
-def _usage(active: Sequence[Job]) -> dict[str, tuple[int, int]]:
-    usage: dict[str, tuple[int, int]] = {}
+Usage = dict[str, tuple[frozenset, int]]
+
+
+def _usage(active: Sequence[Job]) -> Usage:
+    """Per owner: the GPUs their jobs hold, each counted once (jobs sharing a GPU use one GPU,
+    not one each), and how many jobs."""
+    usage: Usage = {}
     for j in active:
-        g, n = usage.get(j.owner, (0, 0))
-        usage[j.owner] = (g + max(1, len(j.gpu_indices) or j.spec.gpus), n + 1)
+        held, n = usage.get(j.owner, (frozenset(), 0))
+        gpus: set[tuple] = {(j.node, i) for i in j.gpu_indices} or \
+            {("?", j.id, k) for k in range(max(1, j.spec.gpus))}   # where not known yet
+        usage[j.owner] = (held | gpus, n + 1)
     return usage
 
 
@@ -536,12 +543,13 @@ def _array_limit_reason(job: Job, tasks_active: Mapping[int, int]) -> str | None
             f"(--array %{limit})")
 
 
-def _user_limit_reason(job: Job, usage: Mapping[str, tuple[int, int]],
+def _user_limit_reason(job: Job, usage: Usage,
                        limits: Mapping[str, UserLimit]) -> str | None:
     lim = limits.get(job.owner)
     if lim is None:
         return None
-    gpus, jobs = usage.get(job.owner, (0, 0))
+    held, jobs = usage.get(job.owner, (frozenset(), 0))
+    gpus = len(held)
     if lim.max_gpus is not None and gpus + job.spec.gpus > lim.max_gpus:
         plural = "s" if lim.max_gpus != 1 else ""
         return (f"user limit: {job.owner} may use {lim.max_gpus} GPU{plural} at once; "
