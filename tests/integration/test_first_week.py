@@ -98,3 +98,21 @@ def test_an_unclosed_quote_on_an_iadeep_line_names_the_file(tmp_path):
     script = _script(tmp_path, b"#!/bin/sh\n#IADEEP --name 'oops\necho hi\n")
     _one_line(cli(tmp_path, "queue", "add", script), 1, f"{script}: line 2: #IADEEP --name",
               "quote #IADEEP values")
+
+
+def test_nodes_trust_refuses_to_record_where_no_controller_reads(tmp_path):
+    """`sudo -u iadeep -H iadeep nodes trust gpu1 --inventory ...` (no IADEEP_HOME): the key
+    would go to the account's own default directory, which the lab's controller never reads."""
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("nodes: [{name: gpu1, host: 127.0.0.1, port: 9}]\n")
+    out = _without_iadeep_home(tmp_path, "nodes", "trust", "gpu1", "--inventory", str(inventory),
+                               "--yes")
+    line = _one_line(out, 1, "IADEEP_HOME is not set, and no controller uses this account's "
+                     "default state directory", "sudo -u iadeep sh -lc 'iadeep nodes trust gpu1'")
+    assert not (tmp_path / "member" / ".local/state/iadeep/known_hosts").exists(), line
+    # a controller of one's own (its inventory in the default directory) is trusted as before
+    own = tmp_path / "member" / ".local/state/iadeep"
+    own.mkdir(parents=True)
+    (own / "nodes.yaml").write_text(inventory.read_text())
+    out = _without_iadeep_home(tmp_path, "nodes", "trust", "gpu1", "--yes")
+    assert "IADEEP_HOME is not set" not in out.stderr and "gpu1" in out.stderr, out.stderr
