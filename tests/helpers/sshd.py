@@ -103,12 +103,17 @@ def _descendants(root: int) -> list[int]:
 class SshdNode:
     """One sshd process; ``start``/``stop`` keep the same port, address and host key."""
 
-    def __init__(self, name: str, addr: str, root: Path, authorized_keys: Path):
+    def __init__(self, name: str, addr: str, root: Path, authorized_keys: Path | str,
+                 own_home: bool = True):
+        """``authorized_keys``: a file, or sshd's own pattern (``.ssh/authorized_keys``: each
+        account's, as on a real node). ``own_home``: sessions get HOME in this node's directory
+        (fast: no root .bashrc); False keeps each account's real home."""
         self.name, self.addr = name, addr
         self.dir = root / name
         self.state = self.dir / "smi"         # FAKE_SMI_STATE: mode/gpus/sleep files
         self.state.mkdir(parents=True)
         fakes = readable_fakes(self.dir)
+        home = f" HOME={self.dir}/home" if own_home else ""
         # The remote HOME: bash sources ~/.bashrc for every SSH command; this machine's root
         # .bashrc (pyenv init) costs ~0.3 s, which would dominate every test and benchmark.
         (self.dir / "home").mkdir()
@@ -133,7 +138,7 @@ MaxStartups 100:30:200
 MaxSessions 100
 LogLevel ERROR
 Subsystem sftp {SFTP_SERVER}
-SetEnv PATH={fakes}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOME={self.dir}/home
+SetEnv PATH={fakes}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state}{home}
 """)
         self.proc: subprocess.Popen | None = None
 
