@@ -19,6 +19,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -169,6 +170,9 @@ def _as(user: str, env: dict, argv: list[str], stdin: str = "", log: Path | None
             os.write(out_w, repr((rc, out.getvalue(), err.getvalue())).encode())
         except BaseException:
             import traceback
+            if log is not None:   # nobody reads the pipe of a child not waited for
+                with open(log, "a") as f:
+                    f.write(traceback.format_exc())
             os.write(out_w, repr((99, "", traceback.format_exc())).encode())
         finally:
             os._exit(rc if isinstance(rc, int) else 1)
@@ -216,11 +220,26 @@ def _unit() -> tuple[str, dict, list[str]]:
     return user, env, argv[1:]
 
 
+def _private_checkout() -> Path | None:
+    """The directory that keeps other accounts out of this checkout (a clone under a 0700
+    home or `mktemp -d`), if one does: the controller, run as the `iadeep` account from this
+    checkout, must read its shipped data (iadeep_cli/data) as an installation in /opt would
+    let it."""
+    data = ROOT / "iadeep_cli" / "data" / "h200" / "profiles.csv"
+    if not data.stat().st_mode & stat.S_IROTH:
+        return data
+    return next((d for d in data.parents if not d.stat().st_mode & stat.S_IXOTH), None)
+
+
 @pytest.fixture
 def machine():
     missing = [t for t in ("sudo", "visudo", "useradd") if shutil.which(t) is None]
     if missing or not sshd_available():
         pytest.skip(f"needs {', '.join(missing or ['sshd'])} (make sshd installs them)")
+    private = _private_checkout()
+    if private is not None:
+        pytest.skip(f"the controller runs as another account from this checkout, and {private} "
+                    "keeps other accounts out (clone it where they may read it, as /opt/iadeep)")
     if MARK.exists():
         _clean()                           # a killed run's
     taken = [str(p) for p in MADE if p.exists()] + [n for n in (CONTROLLER, JOBS) if _exists(n)]
