@@ -3,7 +3,10 @@ a real controller (its one node never answers, so jobs stay queued)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -34,23 +37,32 @@ def _one_line(proc, code: int, *fragments: str) -> str:
     return lines[0]
 
 
-def _without_iadeep_home(tmp_path, *args: str) -> subprocess.CompletedProcess:
+@pytest.fixture
+def member():
+    """A member's HOME, short enough for a socket path below it (pytest's are not, under
+    xdist)."""
+    home = Path(tempfile.mkdtemp(prefix="iadeep-m-", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _without_iadeep_home(home, *args: str) -> subprocess.CompletedProcess:
     """`iadeep ARGS` as a member who never set IADEEP_HOME: their own default directory."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("IADEEP_") and k != "XDG_STATE_HOME"}
-    env["HOME"] = str(tmp_path / "member")
+    env["HOME"] = str(home)
     return subprocess.run([*IADEEP, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_a_member_without_iadeep_home_is_told_to_set_it(tmp_path):
-    status = _without_iadeep_home(tmp_path, "status")
+def test_a_member_without_iadeep_home_is_told_to_set_it(tmp_path, member):
+    status = _without_iadeep_home(member, "status")
     assert status.returncode == 0, status.stderr
     assert "set IADEEP_HOME to your lab's state directory (ask your admin)" in status.stdout
     assert "never run" not in status.stdout
-    add = _without_iadeep_home(tmp_path, "queue", "add", _script(tmp_path, b"#!/bin/sh\n"))
+    add = _without_iadeep_home(member, "queue", "add", _script(tmp_path, b"#!/bin/sh\n"))
     line = _one_line(add, 1, "IADEEP_HOME is not set",
                      "set IADEEP_HOME to your lab's state directory (ask your admin)")
-    assert str(tmp_path / "member" / ".local/state/iadeep") in line
+    assert str(member / ".local/state/iadeep") in line
 
 
 def test_version(tmp_path):
@@ -100,19 +112,25 @@ def test_an_unclosed_quote_on_an_iadeep_line_names_the_file(tmp_path):
               "quote #IADEEP values")
 
 
-def test_nodes_trust_refuses_to_record_where_no_controller_reads(tmp_path):
+def test_nodes_trust_refuses_to_record_where_no_controller_reads(tmp_path, member):
     """`sudo -u iadeep -H iadeep nodes trust gpu1 --inventory ...` (no IADEEP_HOME): the key
     would go to the account's own default directory, which the lab's controller never reads."""
     inventory = tmp_path / "nodes.yaml"
     inventory.write_text("nodes: [{name: gpu1, host: 127.0.0.1, port: 9}]\n")
-    out = _without_iadeep_home(tmp_path, "nodes", "trust", "gpu1", "--inventory", str(inventory),
+    out = _without_iadeep_home(member, "nodes", "trust", "gpu1", "--inventory", str(inventory),
                                "--yes")
     line = _one_line(out, 1, "IADEEP_HOME is not set, and no controller uses this account's "
                      "default state directory", "sudo -u iadeep sh -lc 'iadeep nodes trust gpu1'")
-    assert not (tmp_path / "member" / ".local/state/iadeep/known_hosts").exists(), line
+    assert not (member / ".local/state/iadeep/known_hosts").exists(), line
     # a controller of one's own (its inventory in the default directory) is trusted as before
-    own = tmp_path / "member" / ".local/state/iadeep"
+    own = member / ".local/state/iadeep"
     own.mkdir(parents=True)
     (own / "nodes.yaml").write_text(inventory.read_text())
-    out = _without_iadeep_home(tmp_path, "nodes", "trust", "gpu1", "--yes")
+    out = _without_iadeep_home(member, "nodes", "trust", "gpu1", "--yes")
     assert "IADEEP_HOME is not set" not in out.stderr and "gpu1" in out.stderr, out.stderr
+
+
+def test_a_state_directory_too_deep_for_a_socket_is_one_line_not_a_traceback(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    out = cli(deep, "queue", "add", _script(tmp_path, b"#!/bin/sh\n"))
+    _one_line(out, 1, "is too long for a Unix socket", "use a shorter state directory")
