@@ -492,20 +492,18 @@ def _user_limits(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, UserLimit]
     return out
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def _duration(ctx: _Ctx, node: yaml.Node, where: str) -> float:
-    """Seconds, given as a number or as ``90s``, ``30m``, ``12h``, ``7d``."""
+    """Seconds, given as a number or as the command line writes durations (``7d``, ``12h``,
+    ``30m``, ``2:00:00``, ``3-0``: ``text.parse_duration``)."""
+    from .text import DURATION_FORMS, parse_duration
+
     value = _scalar(ctx, node, where)
-    text = str(value).strip()
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
-    try:
-        seconds = float(number) * _UNITS[unit]
-    except ValueError:
-        seconds = -1.0
-    if isinstance(value, bool) or not 0 <= seconds < float("inf"):
-        raise ctx.fail(node, where, f"expected a duration such as 7d, 12h, 30m or 3600, "
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds: float | None = float(value)
+    else:
+        seconds = None if isinstance(value, bool) else parse_duration(str(value), bare_s=1)
+    if seconds is None or not 0 <= seconds < float("inf"):
+        raise ctx.fail(node, where, f"expected a duration ({DURATION_FORMS}, or seconds), "
                                     f"got {value!r}")
     return seconds
 

@@ -182,7 +182,6 @@ NOTIFY_WHEN = ("end", "fail", "all", "none")
 MAX_GPUS_PER_JOB = 64
 MAX_TIME_LIMIT_S = 365 * 86400
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
-_TIME_LIMIT = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 MAX_MEM_GIB = 4096.0          # GiB per GPU; no GPU comes close (and --mem in MiB is caught)
 PRIORITY_LIMIT = 1_000_000
 MAX_RETRIES = 100
@@ -309,25 +308,17 @@ def check_priority(priority: int) -> None:
 
 
 def parse_time_limit(text: str) -> float:
-    """A time limit written as Slurm's ``--time`` takes it, in seconds: ``90`` (minutes),
-    ``90:30`` (minutes:seconds), ``2:00:00`` (hours:minutes:seconds), ``3-0`` (days-hours),
-    ``1-12:30`` (days-hours:minutes), ``1-12:30:00``.  A lab moving from Slurm keeps its
-    habits and its job scripts' values."""
-    m = _TIME_LIMIT.fullmatch(text.strip())
-    if m is None:
+    """A time limit in seconds, written as Slurm's ``--time`` takes it (``90`` minutes, ``90:30``
+    M:S, ``2:00:00``, ``3-0``, ``1-12:30``, ``1-12:30:00``: a lab moving from Slurm keeps its
+    habits and its job scripts' values) or as nodes.yaml does (``8d``, ``12h``, ``30m``)."""
+    from .text import DURATION_FORMS, parse_duration
+
+    seconds = parse_duration(text, bare_s=60)
+    if seconds is None:
         raise InputError(f"--time {text[:40]!r} is not a time limit",
-                         hint="write minutes (90), H:MM:SS (2:00:00) or D-HH[:MM[:SS]] (3-0), "
-                              "as sbatch --time takes them")
-    days, first, second, third = m.groups()
-    numbers = [int(x) for x in (first, second, third) if x is not None]
-    if days is not None:                     # D-H, D-H:M, D-H:M:S
-        h, mi, sec = (*numbers, 0, 0)[:3]
-        return float(int(days) * 86400 + h * 3600 + mi * 60 + sec)
-    if len(numbers) == 1:
-        return float(numbers[0] * 60)        # M
-    if len(numbers) == 2:
-        return float(numbers[0] * 60 + numbers[1])   # M:S
-    return float(numbers[0] * 3600 + numbers[1] * 60 + numbers[2])   # H:M:S
+                         hint=f"write {DURATION_FORMS}; a bare number is minutes, as sbatch "
+                              "--time takes it")
+    return seconds
 
 
 # Signals a job may ask for before its time limit (--signal): the ones programs catch to

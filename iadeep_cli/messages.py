@@ -666,11 +666,27 @@ class ReloadRequest(Request[ReloadResult]):
 class FenceRequest(Request[FenceResult]):
     op: ClassVar[str] = "fence"
     node: str
+    force: bool | None = optional()   # fence a node heard from within node_grace too
 
 
 @dataclass(frozen=True)
 class PingRequest(Request[PingResult]):
     op: ClassVar[str] = "ping"
+
+
+@dataclass(frozen=True)
+class ReportRequest(Request[dict]):
+    """`iadeep report` through the controller, for those who may not read its database: the
+    window [since, until), as ``store.report``'s arguments; ``daily``: also the report by day
+    (for --plot). The reply is ``{"report": ..., "daily": ...}`` as ``report_to_dict`` makes."""
+
+    op: ClassVar[str] = "report"
+    since: float
+    until: float
+    by: str | None = optional()
+    owner: str | None = optional()    # only this user's jobs
+    running: bool | None = optional()
+    daily: bool | None = optional()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# What a member is told when their commands look in their own default state directory, where
+# no controller runs: a lab's controller lives elsewhere (e.g. /var/lib/iadeep).
+SET_IADEEP_HOME = "set IADEEP_HOME to your lab's state directory (ask your admin)"
+
+
+def iadeep_home_set() -> bool:
+    """Whether ``$IADEEP_HOME`` chooses the state directory (else it is this account's own
+    default, where a lab's shared controller never is)."""
+    return bool(os.environ.get("IADEEP_HOME"))
+
 
 @dataclass(frozen=True)
 class StateDir:

@@ -7,6 +7,8 @@ asked for.
 """
 from __future__ import annotations
 
+import re
+import shlex
 import time
 
 MIB_PER_GIB = 1024.0
@@ -24,6 +26,39 @@ def duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_WITH_UNITS = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
+_SLURM = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+# The one way durations are written, on the command line (--time, report's --since/--until)
+# and in nodes.yaml alike; a bare number's unit is the one thing that differs (--time: minutes,
+# as sbatch; nodes.yaml: seconds).
+DURATION_FORMS = "8d, 12h, 30m, 90s, 1d12h, 2:00:00 (H:MM:SS) or 3-0 / 1-12:30 (D-HH[:MM[:SS]])"
+
+
+def parse_duration(text: str, bare_s: float | None) -> float | None:
+    """Seconds in ``text``: units (``8d``, ``12h``, ``30m``, ``90s``, ``2w``, ``1d12h``),
+    sbatch's forms (``90:30`` M:S, ``2:00:00`` H:M:S, ``3-0``, ``1-12:30``, ``1-12:30:00``) or
+    a bare number of ``bare_s`` seconds (None: a bare number is refused); None if none of
+    these."""
+    value = text.strip().lower()
+    if _WITH_UNITS.fullmatch(value):
+        return float(sum(float(n) * _UNITS_S[u]
+                         for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhdw])", value)))
+    m = _SLURM.fullmatch(value)
+    if m is None:
+        return None
+    days, first, second, third = m.groups()
+    numbers = [int(x) for x in (first, second, third) if x is not None]
+    if days is not None:                     # D-H, D-H:M, D-H:M:S
+        h, mi, sec = (*numbers, 0, 0)[:3]
+        return float(int(days) * 86400 + h * 3600 + mi * 60 + sec)
+    if len(numbers) == 1:
+        return None if bare_s is None else float(numbers[0] * bare_s)
+    if len(numbers) == 2:
+        return float(numbers[0] * 60 + numbers[1])   # M:S
+    return float(numbers[0] * 3600 + numbers[1] * 60 + numbers[2])   # H:M:S
 
 
 def hms(seconds: float | None) -> str:
@@ -99,3 +134,70 @@ def save_plot(fig, path: str, dpi: int) -> None:
                          hint="choose a writable path for --plot") from None
     finally:
         pyplot().close(fig)
+
+
+# --------------------------------------------------------------------------- job tables
+# One formatter for the jobs tables of `queue list` and the monitor: how a job is labelled and
+# how columns share the terminal's width.
+
+def newest_runs(jobs) -> dict[tuple[int, int], int]:
+    """(array id, index) -> the id of that task's newest run among ``jobs``."""
+    out: dict[tuple[int, int], int] = {}
+    for j in jobs:
+        if j.array_id is not None and j.array_index is not None:
+            key = (j.array_id, j.array_index)
+            out[key] = max(out.get(key, j.id), j.id)
+    return out
+
+
+def job_label(job, newest: dict[tuple[int, int], int]) -> str:
+    """A job as people name it: an array's task as ARRAY_INDEX (12_3, as in Slurm); an
+    earlier run of a task that was run again (`queue rerun 12_3`) by its own id, so that only
+    the run ``12_3`` names is labelled so (``newest``: ``newest_runs``)."""
+    if job.array_id is None or job.array_index is None:
+        return str(job.id)
+    if newest.get((job.array_id, job.array_index), job.id) != job.id:
+        return str(job.id)
+    return f"{job.array_id}_{job.array_index}"
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(0, width - 3)] + "..."
+
+
+def column_widths(headers, rows, columns: int, shrink: list[tuple[int, int]], gap: int = 2
+                  ) -> list[int]:
+    """Widths of a table's columns on a terminal ``columns`` wide: each as wide as its
+    content, then, while the table is too wide, the steps of ``shrink`` in order, each
+    (column, floor) narrowing that column down to at most ``floor``: a wide terminal cuts
+    nothing, a narrow one cuts what matters least first."""
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+    for i, floor in shrink:
+        over = sum(widths) + gap * (len(widths) - 1) - columns
+        if over <= 0:
+            break
+        widths[i] = max(min(widths[i], max(floor, len(str(headers[i])))), widths[i] - over)
+    return widths
+
+
+def field_text(name: str, value) -> str:
+    """A job field as a person reads it (`queue show`, the monitor's details): '-' for
+    nothing, yes/no, speeds to 2 decimals, the arguments and environment as they would be typed
+    in a shell, lists comma-separated, never a Python value (None, False, [...])."""
+    if value is None or (isinstance(value, (str, tuple, list, dict)) and not value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if name == "time_limit_s":
+        return hms(value)
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if name == "args":
+        return shlex.join(value)
+    if name in ("env", "exported"):
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in dict(value).items())
+    if name == "constraint":
+        return "&".join(value)
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(getattr(value, "value", value))   # an enum (a job's state) by its value

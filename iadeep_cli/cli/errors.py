@@ -39,6 +39,9 @@ def usage_error(exc: ClickException) -> IadeepError:
         if isinstance(exc, NoSuchOption) and exc.possibilities:
             message = exc.message     # without click's "(Possible options: ...)"
             hint = f"did you mean {' or '.join(sorted(exc.possibilities))}? {hint}"
+        if isinstance(exc, NoSuchOption) and _takes_script_args(exc):
+            hint = (f"options meant for the script go after `--`: {command} SCRIPT -- "
+                    f"{exc.option_name} ...; {hint}")
         message, _, guess = message.partition(". Did you mean ")   # typer's, for commands
         if guess:
             hint = f"did you mean {guess} {hint}"
@@ -46,6 +49,12 @@ def usage_error(exc: ClickException) -> IadeepError:
     err = IadeepError(message[:1].lower() + message[1:], hint)
     err.exit_code = exc.exit_code
     return err
+
+
+def _takes_script_args(exc: UsageError) -> bool:
+    """Whether the command passes arguments on to a job script (``queue add``)."""
+    params = exc.ctx.command.params if exc.ctx is not None else []
+    return any(p.name == "args" and getattr(p, "nargs", 1) == -1 for p in params)
 
 
 def run(app: Callable[..., object]) -> None:

@@ -28,11 +28,12 @@ class _Log:
     def __init__(self, job_id: int, stream: str = "output"):
         self.job_id, self.size, self.finished = job_id, 0, False
         self.stream = stream
+        self.state: m.JobState | None = None
 
     def read(self, offset: int, max_bytes: int) -> m.LogChunk:
         reply = client.ask(m.LogsRequest(self.job_id, offset, max_bytes, self.stream))
         self.size = max(self.size, reply.size or reply.offset)
-        self.finished = reply.finished
+        self.finished, self.state = reply.finished, reply.state
         return reply
 
 
@@ -110,6 +111,18 @@ def _check(head: int | None, tail: int | None, all_: bool, follow: bool) -> None
                              hint=f"e.g. {name} 50")
 
 
+def _not_started(log: _Log, follow: bool) -> None:
+    """A job still waiting has no log yet: say so, rather than print nothing."""
+    if log.size or log.state not in (m.JobState.QUEUED, m.JobState.HELD):
+        return
+    what = f"job {log.job_id} has not started yet ({log.state.value}): it has no log"
+    if follow:
+        print(f"note: {what}; waiting for it to start", file=sys.stderr)
+        return
+    raise InputError(what, hint=f"`iadeep queue why {log.job_id}` says what it waits for; "
+                                f"`iadeep logs {log.job_id} --follow` waits for its output")
+
+
 @app.command("logs")
 def logs(job_id: int = typer.Argument(..., help="Job id.", autocompletion=complete.job_ids),
          follow: bool = typer.Option(False, "--follow", "-f",
@@ -128,7 +141,8 @@ def logs(job_id: int = typer.Argument(..., help="Job id.", autocompletion=comple
     --error file): by default its end (the CLI never opens SSH itself; the controller does)."""
     _check(head, tail, all_, follow)
     log = _Log(job_id, "error" if stderr else "output")
-    log.read(0, 1)                   # learns the size
+    log.read(0, 1)                   # learns the size and the job's state
+    _not_started(log, follow)
     end, skip, keep = log.size, 0, head
     if head is not None or all_:
         start = 0

@@ -1,9 +1,12 @@
 """``iadeep nodes``: check that every node answers, and trust a node's SSH host key."""
 from __future__ import annotations
 
+import shlex
+
 import typer
 
-from ..errors import IadeepError
+from ..errors import ConfigError, IadeepError
+from ..paths import StateDir, iadeep_home_set
 from ..snapshot import to_dict
 from . import complete, render
 
@@ -61,6 +64,24 @@ def check(inventory: str | None = INVENTORY,
         raise typer.Exit(1)
 
 
+def _controllers_state_dir(command: str) -> None:
+    """Refuse to write where no controller reads: without IADEEP_HOME the state directory is
+    this account's own default, which a lab's controller (IADEEP_HOME=/var/lib/iadeep) never
+    reads. One that holds a controller's database or an inventory is someone's own: fine."""
+    if iadeep_home_set():
+        return
+    state = StateDir.default()
+    if state.install_id.exists() or state.inventory.exists():
+        return
+    raise ConfigError(
+        f"IADEEP_HOME is not set, and no controller uses this account's default state "
+        f"directory {state.root}: what this records there would never be read",
+        hint=f"run it as the controller's account in a login shell, which reads IADEEP_HOME and "
+             f"IADEEP_INVENTORY from /etc/profile.d/iadeep.sh: sudo -u iadeep sh -lc "
+             f"{shlex.quote(command)} (README 'Running the controller on the head node'); for a "
+             "controller of your own, set IADEEP_HOME")
+
+
 def _confirmed(question: str) -> bool:
     """Ask yes/no; end of input (no terminal, Ctrl-D) or Ctrl-C count as no."""
     try:
@@ -82,6 +103,7 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory",
     from ..inventory import load_inventory
     from ..nodes.check import scan_node_key, trust_key
 
+    _controllers_state_dir(f"iadeep nodes trust {node}")
     scanned = scan_node_key(load_inventory(inventory), node)
     typer.echo(f"{scanned.node} ({scanned.known_hosts_name}): {scanned.key_type} "
                f"{scanned.fingerprint}")
@@ -100,8 +122,13 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory",
 @app.command("fence")
 def fence(node: str = typer.Argument(..., help="node name from the inventory",
                                     autocompletion=complete.node_names),
-          yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation")):
+          yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+          force: bool = typer.Option(False, "--force", help="fence a node heard from within "
+                                                            "node_grace too")):
     """Declare NODE's jobs dead (admins): the node is powered off or gone for good.
+
+    A node the controller heard from within ``node_grace`` is refused (its jobs most likely
+    still run) unless --force; the refusal lists the jobs fencing would requeue or fail.
 
     Jobs lost on a silent node are never started again while their first attempt might still
     run there. Fencing says it cannot: they are requeued (if they allow retries) or failed, and
@@ -114,6 +141,6 @@ def fence(node: str = typer.Argument(..., help="node name from the inventory",
                                   "would run twice"):
         raise IadeepError(f"node {node} not fenced; nothing changed",
                           hint="fence a node only once it is powered off or its jobs are dead")
-    result = ask(m.FenceRequest(node))
+    result = ask(m.FenceRequest(node, force=force or None))
     ids = ", ".join(map(str, result.jobs)) or "none"
     typer.echo(f"node {result.node} fenced; its jobs requeued or failed: {ids}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -18,6 +19,7 @@ from typer._click.exceptions import MissingParameter, UsageError
 
 from ..errors import InputError
 from ..jobs import (
+    DIRECTIVE,
     EXPORT_DEFAULT,
     MAX_DIRECTIVE_SCAN,
     JobSpec,
@@ -33,7 +35,17 @@ from ..jobs import (
     validate_spec,
 )
 from ..paths import file_problem
-from ..text import clock, duration, hms, when
+from ..text import (
+    clock,
+    column_widths,
+    duration,
+    field_text,
+    hms,
+    job_label,
+    newest_runs,
+    shorten,
+    when,
+)
 from . import complete, render
 from .errors import report
 from .lazy import client, messages as m
@@ -210,13 +222,26 @@ def _job_script(script: str | None, wrap: str | None, args: list[str] | None
             raise InputError("no job script given", hint="iadeep queue add SCRIPT [ARGS...], "
                              "or iadeep queue add --wrap 'python train.py'")
         path = _script_path(script)
-        return Path(path).read_bytes(), path
+        content = Path(path).read_bytes()
+        _check_line_endings(path, content)
+        return content, path
     if script is not None or args:
         raise InputError("--wrap takes the whole command; give a script or --wrap, not both",
                          hint="e.g. iadeep queue add --wrap 'python train.py --lr 3'")
     if not wrap.strip():
         raise InputError("--wrap needs a command", hint="e.g. --wrap 'python train.py'")
     return f"#!/bin/sh\n{wrap}\n".encode(), os.path.join(_here() or "/", WRAP_PATH)
+
+
+def _check_line_endings(path: str, content: bytes) -> None:
+    """A ``#!`` line ending in CR (a script saved with Windows line endings) names an
+    interpreter that does not exist (``/bin/sh\r``): the job would fail on its node."""
+    first = content.split(b"\n", 1)[0]
+    if first.startswith(b"#!") and first.endswith(b"\r"):
+        raise InputError(f"{path}: its #! line ends in a carriage return (Windows line "
+                         "endings), so the node would not find its interpreter",
+                         hint=f"convert the file: sed -i 's/\\r$//' {shlex.quote(path)} "
+                              "(or dos2unix)")
 
 
 def _here() -> str | None:
@@ -253,8 +278,13 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes)
     command line does not set an option, as sbatch does with #SBATCH (--env adds to them).
     Each line is parsed as this command's options; one it does not take is an error naming
     the script's line."""
-    lines = directives(content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace"))
+    text = content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace")
+    try:
+        lines = directives(text)
+    except InputError as exc:   # names the line: add the file
+        raise InputError(f"{path}: {exc.message}", hint=exc.hint) from None
     if not lines:
+        _sbatch_note(path, text)
         return given
     command = ctx.command
     from_lines: dict = {}
@@ -286,6 +316,53 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes)
         elif key == "env":   # both: the command line's come last, and win on the node
             out[key] = [*value, *(given[key] or ())]
     return out
+
+
+# sbatch options with an `iadeep queue add` equivalent of the same meaning (sbatch's -e, -w,
+# -p, -n differ from iadeep's: they are mapped by meaning, never by spelling).
+SBATCH_SAME = {"-J": "--job-name", "--job-name": "--job-name", "-t": "--time",
+               "--time": "--time", "-D": "--chdir", "--chdir": "--chdir", "-o": "--output",
+               "--output": "--output", "-e": "--error", "--error": "--error",
+               "-C": "--constraint", "--constraint": "--constraint", "-w": "--nodelist",
+               "--nodelist": "--nodelist", "-x": "--exclude", "--exclude": "--exclude",
+               "-a": "--array", "--array": "--array", "--export": "--export",
+               "-G": "--gpus", "--gpus": "--gpus", "--gpus-per-node": "--gpus",
+               "--exclusive": "--exclusive"}
+
+
+def _sbatch_equivalent(words: list[str]) -> str | None:
+    """``#SBATCH WORDS`` as an ``#IADEEP`` line, or None where iadeep has no equivalent."""
+    if not words or not words[0].startswith("-"):
+        return None
+    opt, eq, value = words[0].partition("=")
+    rest = words[1:]
+    if not eq and len(opt) > 2 and not opt.startswith("--"):      # -t2:00:00
+        opt, value, eq = opt[:2], opt[2:], "="
+    if opt == "--gres":
+        gpus = re.fullmatch(r"gpu(?::[\w.-]+)?:(\d+)", value if eq else (rest or [""])[0])
+        return f"#IADEEP --gpus {gpus.group(1)}" if gpus else None
+    if opt not in SBATCH_SAME or len(rest) > (0 if eq or opt == "--exclusive" else 1):
+        return None
+    args = [value] if eq else rest
+    return f"{DIRECTIVE} {shlex.join([SBATCH_SAME[opt], *args])}"
+
+
+def _sbatch_note(path: str, text: str) -> None:
+    """A script with #SBATCH lines and no #IADEEP line expects them read: warn that iadeep
+    does not, naming each one's #IADEEP equivalent (or that it has none)."""
+    try:
+        found = directives(text.replace("#SBATCH", DIRECTIVE))   # same length, same rules
+    except InputError:
+        return
+    if not found:
+        return
+    said = []
+    for number, words in found:
+        equivalent = _sbatch_equivalent(words)
+        said.append(f"line {number}: {equivalent}" if equivalent else
+                    f"line {number}: no equivalent for {shlex.join(words)}")
+    print(f"warning: {path} has #SBATCH lines, which iadeep does not read; as #IADEEP lines: "
+          + "; ".join(said), file=sys.stderr)
 
 
 def _ids(text: str | None, option: str) -> tuple[int, ...]:
@@ -347,19 +424,21 @@ def list_(
 
 
 def _fold(jobs: list[m.JobView]) -> list[tuple[str, m.JobView]]:
-    """(ID as shown, job) per line: an array's task reads ARRAY_INDEX (12_3), as in Slurm, and
-    its queued tasks fold into one line where the first of them was (12_[3-5,9]), so a
-    thousand-task array takes one line while it waits."""
+    """(ID as shown, job) per line: an array's task reads ARRAY_INDEX (12_3), as in Slurm (an
+    earlier run of a task run again: its own id, ``text.job_label``), and its queued tasks
+    fold into one line where the first of them was (12_[3-5,9]), so a thousand-task array
+    takes one line while it waits."""
     queued: dict[int, list[m.JobView]] = {}
     for j in jobs:
         if j.array_id is not None and j.state == JobState.QUEUED:
             queued.setdefault(j.array_id, []).append(j)
     out: list[tuple[str, m.JobView]] = []
+    newest = newest_runs(jobs)
     for j in jobs:
         if j.array_id is None:
             out.append((str(j.id), j))
         elif j.state != JobState.QUEUED or len(queued[j.array_id]) == 1:
-            out.append((f"{j.array_id}_{j.array_index}", j))
+            out.append((job_label(j, newest), j))
         elif queued[j.array_id][0] is j:
             indices = [t.array_index for t in queued[j.array_id] if t.array_index is not None]
             out.append((f"{j.array_id}_[{_ranges(indices)}]", j))
@@ -414,16 +493,13 @@ def _time_used(job: m.JobView, now: float) -> str:
 
 
 def _fit(headers: list[str], rows: list[list[str]], columns: int) -> list[list[str]]:
-    """One job a line on a terminal: NAME cut to 28 characters and REASON to the rest of the
-    line (at least 20), each marked "...". A pipe gets them whole, so grep finds them."""
-    rows = [[r[0], _shorten(r[1], 28), *r[2:]] for r in rows]
-    used = sum(max([len(h)] + [len(r[i]) for r in rows]) + 2 for i, h in enumerate(headers[:-1]))
-    room = max(20, columns - used)
-    return [[*r[:-1], _shorten(r[-1], room)] for r in rows]
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    """One job a line on a terminal ``columns`` wide: NAME and REASON as wide as they are where
+    the terminal has room, else NAME cut to 28 characters first, then REASON to the rest of the
+    line (at least 20), then NAME further, each marked "..." (``text.column_widths``, as the
+    monitor does). A pipe gets them whole, so grep finds them."""
+    last = len(headers) - 1
+    widths = column_widths(headers, rows, columns, [(1, 28), (last, 20), (1, 12)])
+    return [[r[0], shorten(r[1], widths[1]), *r[2:-1], shorten(r[-1], widths[-1])] for r in rows]
 
 
 def _where(job: m.JobView) -> str:
@@ -444,26 +520,7 @@ SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_i
                "checkpoints", "opportunistic")
 
 
-def _field(name: str, value) -> str:
-    """A job field as a person reads it: '-' for nothing, yes/no, speeds to 2 decimals, the
-    arguments and environment as they would be typed in a shell."""
-    if value is None or (isinstance(value, (str, tuple, dict)) and not value):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if name == "time_limit_s":
-        return hms(value)
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    if name == "args":
-        return shlex.join(value)
-    if name in ("env", "exported"):
-        return " ".join(f"{k}={shlex.quote(v)}" for k, v in value.items())
-    if name == "constraint":
-        return "&".join(value)
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
+_field = field_text   # the monitor's details pane shows fields the same way
 
 
 @app.command("show")

@@ -5,14 +5,13 @@ It reads the controller's database directly, read-only, rather than asking the c
 its socket: accounting is wanted most when something went wrong (the controller is down, or
 busy), a read-only SQLite reader in WAL mode never blocks the controller's writes, and the
 database is the only place the whole history is kept (the public snapshot holds the last 200
-finished jobs). The price is that only the controller's account and root may run it: the
-database holds every job's env values and arguments, so it is private, and the report says so
-in one line instead of showing partial figures. The definitions are in ``store/report.py``.
+finished jobs). Only the controller's account and root may read it (it holds every job's env
+values and arguments); anyone else gets the report from the running controller (admins the
+lab's, members their own jobs'). The definitions are in ``store/report.py``.
 """
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from datetime import datetime
@@ -21,8 +20,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError, NotFoundError, PermissionDenied
-from ..paths import StateDir
-from ..text import clock, duration, pyplot, save_plot
+from ..paths import SET_IADEEP_HOME, StateDir
+from ..text import DURATION_FORMS, clock, duration, parse_duration, pyplot, save_plot
 from . import render
 from .root import app
 
@@ -33,11 +32,9 @@ if TYPE_CHECKING:
 # stays as it was (tests/integration/test_startup.py).
 GROUPINGS = ("user", "workload", "node", "day")   # as store/report.py's
 
-_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
             "%Y-%m-%d %H:%M:%S")
-_TIME_HINT = ("a time ago (30m, 12h, 7d, 2w) or a local date and time "
+_TIME_HINT = (f"a time ago ({DURATION_FORMS}) or a local date and time "
               "(2026-11-01, 2026-11-01T14:30)")
 
 
@@ -45,9 +42,9 @@ def parse_time(text: str, option: str, now: float) -> float:
     """``7d`` (that long before ``now``) or a local date/time, as a Unix time; anything else
     is a one-line InputError naming the option."""
     value = text.strip()
-    ago = _AGO.fullmatch(value)
-    if ago:
-        return now - float(ago[1]) * _UNIT_S[ago[2]]
+    ago = parse_duration(value, bare_s=None)   # as --time and nodes.yaml write durations
+    if ago is not None:
+        return now - ago
     if value == "now":
         return now
     for fmt in _FORMATS:
@@ -70,7 +67,7 @@ def open_database() -> Store:
         readable = os.access(db, os.R_OK)
     except FileNotFoundError:
         raise NotFoundError(f"no database at {db}: no controller has run with this state "
-                            "directory", hint="set IADEEP_HOME to the lab's state directory"
+                            "directory", hint=SET_IADEEP_HOME
                             ) from None
     except PermissionError:   # the state directory itself is closed to this account
         readable = False
@@ -78,7 +75,8 @@ def open_database() -> Store:
         raise PermissionDenied(
             f"`iadeep report` reads the controller's database {db}, which only the "
             "controller's account and root may read (it holds every job's env values)",
-            hint="ask an admin, or run it as that account (e.g. sudo -u <account> iadeep report)")
+            hint="start the controller (it reports to admins and members), or run it as that "
+                 "account (e.g. sudo -u iadeep sh -lc 'iadeep report')")
     return Store(db, readonly=True)
 
 
@@ -144,9 +142,9 @@ def _blank(x: float | None) -> object:
 
 
 def _as_dict(rep: accounting.Report) -> dict:
-    return {"since": rep.since, "until": rep.until, "now": rep.now, "by": rep.by,
-            "running_included": rep.running,
-            "groups": [g.to_dict() for g in rep.groups], "total": rep.total.to_dict()}
+    from ..store import report as accounting
+
+    return accounting.report_to_dict(rep)
 
 
 @app.command("report")
@@ -165,8 +163,8 @@ def report(
     """Accounting for finished jobs: jobs by final state, GPU-hours, queue wait, work done in
     exclusive-GPU-hours, GPU-hours saved, impact factor, speed while sharing, energy.
 
-    Reads the controller's database read-only (works while it is down); only its account and
-    root may run it.
+    Reads the controller's database read-only (works while it is down) as its account or root;
+    others get it from the controller: admins the lab's, members their own jobs'.
     """
     now = time.time()
     start, end = parse_time(since, "--since", now), parse_time(until, "--until", now)
@@ -182,15 +180,19 @@ def report(
         plot = _plot_target(plot)
     from ..store import report as accounting
 
-    store = open_database()
     try:
-        with store.tx() as conn:
-            rep = accounting.report(conn, start, end, by=by, user=user, running=running,
-                                    now=now)
-            daily = rep if by == "day" or plot is None else accounting.report(
-                conn, start, end, by="day", user=user, running=running, now=now)
-    finally:
-        store.close()
+        store = open_database()
+    except PermissionDenied as private:
+        rep, daily = _from_controller(private, start, end, by, user, running, plot is not None)
+    else:
+        try:
+            with store.tx() as conn:
+                rep = accounting.report(conn, start, end, by=by, user=user, running=running,
+                                        now=now)
+                daily = rep if by == "day" or plot is None else accounting.report(
+                    conn, start, end, by="day", user=user, running=running, now=now)
+        finally:
+            store.close()
     if plot is not None:
         _draw(daily, plot)
         sys.stdout.flush()   # the table first, then where the plot went
@@ -201,6 +203,31 @@ def report(
         _print_csv(rep)
     else:
         _print_table(rep)
+
+
+def _from_controller(private: PermissionDenied, start: float, end: float, by: str | None,
+                     user: str | None, running: bool, plot: bool
+                     ) -> tuple[accounting.Report, accounting.Report]:
+    """The report from the controller, for an account that may not read its database: the
+    whole lab's for admins, the caller's own jobs' for other members (said on stderr)."""
+    from ..errors import ControllerUnavailable
+    from ..store import report as accounting
+    from .lazy import client, messages as m
+
+    request = m.ReportRequest(start, end, by=by, owner=user, running=running or None,
+                              daily=(plot and by != "day") or None)
+    try:
+        reply = client.ask(request)
+    except ControllerUnavailable:
+        raise PermissionDenied(private.message + "; the controller, which reports to admins "
+                               "and members, is not running either",
+                               hint=private.hint) from None
+    rep = accounting.report_from_dict(reply["report"])
+    if reply.get("only"):
+        print(f"note: from the controller: only {reply['only']}'s own jobs (lab admins see "
+              "everyone's)", file=sys.stderr)
+    return rep, rep if reply.get("daily") is None else \
+        accounting.report_from_dict(reply["daily"])
 
 
 def _plot_target(path: str) -> str:

@@ -13,3 +13,18 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"iadeep {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                       is_eager=True, help="Print iadeep's version and exit.")
+          ) -> None:
+    """iadeep: interference-aware GPU scheduling for a small lab's servers."""

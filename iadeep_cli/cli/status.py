@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import typer
 
+from ..paths import SET_IADEEP_HOME, iadeep_home_set
 from ..text import duration, gib, impact, when
 from . import render
 from .lazy import client, messages as m
@@ -48,6 +49,9 @@ def _print(data: m.StatusView, live: bool) -> None:
             print(f"  DEGRADED: {ctl.degraded.message} (hint: {ctl.degraded.hint})")
     elif ctl.ran:
         print(f"controller: NOT running; last heartbeat {when(ctl.heartbeat_at, data.now)}")
+    elif not iadeep_home_set():   # a member looking in their own default directory
+        print("controller: NOT running in your default state directory "
+              f"(IADEEP_HOME is not set): {SET_IADEEP_HOME}")
     else:
         print("controller: NOT running (it has never run with this state directory)")
     for node in data.nodes:

@@ -8,6 +8,7 @@ its one-line reason, which it sends before closing: it is read even if sending f
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -23,6 +24,12 @@ R = TypeVar("R")
 
 
 def _not_running(path: Path) -> ControllerUnavailable:
+    if not paths.iadeep_home_set():   # this account's own directory, not the lab's
+        return ControllerUnavailable(
+            f"no iadeep controller answers in your default state directory ({path.parent}); "
+            "IADEEP_HOME is not set",
+            hint=f"{paths.SET_IADEEP_HOME}, or start one of your own with "
+                 "`iadeep controller run`")
     return ControllerUnavailable(
         f"the iadeep controller is not running (no answer on {path})",
         hint="start it with `iadeep controller run` (or `systemctl start iadeep-controller`)")
@@ -79,6 +86,11 @@ def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
     """Send one request as JSON (``ask`` is the typed way); return the JSON result or raise
     the controller's error."""
     path = socket_path or paths.StateDir.default().socket
+    if len(os.fsencode(path)) >= 108:   # sun_path: connect() would fail with OSError
+        raise ControllerUnavailable(
+            f"the controller's socket path {path} is too long for a Unix socket (over 107 "
+            "bytes), so no controller can listen there", hint="use a shorter state directory "
+            "(IADEEP_HOME)" if paths.iadeep_home_set() else paths.SET_IADEEP_HOME)
     args = dict(args or {})
     deadline = time.monotonic() + RETRY_WINDOW_S
     reached_once = False

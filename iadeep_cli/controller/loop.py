@@ -40,7 +40,7 @@ from ..scheduler.gpumodels import ModelSpeeds, model_speeds
 from ..scheduler.remaining import Durations
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
-from ..text import hms
+from ..text import clock, hms
 from .fairshare import FairShareRound
 
 log = logging.getLogger("iadeep.controller")
@@ -414,11 +414,29 @@ class SchedulingLoop:
                 return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
-            if job.spec.retry_on_fail and self._requeue(job, f"exited with code {code}"):
+            why = self._open_failure(job, code) or f"exited with code {code}"
+            if job.spec.retry_on_fail and self._requeue(job, why):
                 return
-            new, why = JobState.FAILED, f"exited with code {code}"
+            new = JobState.FAILED
         self._samples.pop(job.id, None)
         self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
+
+    def _open_failure(self, job: Job, code: int) -> str | None:
+        """Why a job whose --output/--error could not be opened failed: the shell's message,
+        which the wrapper wrote to the job directory's log (read only for its exit code)."""
+        from ..nodes import launcher
+
+        if code != launcher.OPEN_FAILED or job.node is None or not (job.spec.output
+                                                                     or job.spec.error):
+            return None
+        try:
+            data = launcher.read_log(self.pool, job.node, job.id, 0, 4096, owner=job.owner).data
+        except IadeepError:
+            return None
+        line = next((x for x in data.decode("utf-8", "replace").splitlines()
+                     if x.startswith(launcher.OPEN_FAILED_LINE)), None)
+        said = None if line is None else line[len(launcher.OPEN_FAILED_LINE):][:300]
+        return said and f"could not open its output (exit code {code}): {said}"
 
     def _requeue(self, job: Job, why: str) -> bool:
         """Queue a job's next attempt, if it has retries left; its previous attempt must be
@@ -495,6 +513,9 @@ class SchedulingLoop:
         with self.store.tx() as conn:   # re-read: the job may have moved meanwhile
             fresh = jobrows.get(conn, job_id)
             jobrows.update(conn, job_id, orphans=fresh.orphans_without(node))
+            jobrows.add_event(conn, job_id, self.clock(), fresh.state, fresh.state,
+                              f"its abandoned attempt on {node} was stopped and its directory "
+                              "set aside", ACTOR)
         log.info("stopped the abandoned attempt of job %s on %s", job_id, node)
 
     def _clean_old_dirs(self, snapshot: ClusterSnapshot, now: float) -> None:
@@ -696,7 +717,7 @@ class SchedulingLoop:
             active = self._jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
-        waits.update(decided.waits)
+        waits.update(self._with_skipped_nodes(decided.waits))
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
@@ -768,6 +789,20 @@ class SchedulingLoop:
         return dataclasses.replace(snapshot, nodes=tuple(
             dataclasses.replace(n, error=f"launches failing: {failing[n.name].reason}")
             if n.name in failing else n for n in snapshot.nodes))
+
+    def _with_skipped_nodes(self, waits: dict[int, str]) -> dict[int, str]:
+        """Waiting reasons that name the nodes skipped because their launches fail (sudo
+        refusing, a broken workdir), why, and when they are tried again: plan() saw those nodes
+        only as offering no GPUs, which reads like nodes that are down."""
+        now = self.clock()
+        skipped = "; ".join(
+            f"node {n} is skipped until {clock(h.until)} (in {h.until - now:.0f} s): its last "
+            f"launch failed: {h.reason}" for n, h in sorted(self._launch_health.items())
+            if h.until > now)
+        if not skipped:
+            return waits
+        return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
+                for i, why in waits.items()}
 
     def _start(self, job: Job, placement) -> None:
         """Record the placement (committed before anything happens on the node), then launch

@@ -46,7 +46,7 @@ from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, jobs as jobrows, profiles as profrows
-from ..text import MIB_PER_GIB, hms
+from ..text import MIB_PER_GIB, duration, hms
 from . import admission, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
@@ -373,9 +373,61 @@ class Service(views.StoreReader):
         if self.fencer is None:
             raise InputError("this controller schedules no nodes",
                              hint="start it with an inventory that lists nodes")
+        if not req.force:
+            self._refuse_fencing_a_live_node(req.node)
         jobs = self.fencer(req.node, user)
         self.wake()
         return m.FenceResult(req.node, tuple(jobs))
+
+    def _refuse_fencing_a_live_node(self, node: str) -> None:
+        """A node heard from within ``node_grace`` answers, so its jobs most likely still run:
+        fencing it would start them a second time (or fail them). Says what fencing would do."""
+        with self.store.tx() as conn:
+            seen = {n.name: (n, since) for n, since in cluster.load_nodes(conn)}
+            jobs = jobrows.select(conn, states=ACTIVE | {JobState.LOST}, node=node)
+        if node not in seen:
+            return                      # never heard from: nothing says it is alive
+        snap, down_since = seen[node]
+        ago = max(self.clock() - (snap.taken_at if down_since is None else down_since), 0.0)
+        grace = self.inventory.node_grace_s
+        if ago >= grace:
+            return
+        would = ", ".join(
+            f"{j.id} ({'requeued' if j.attempts - j.checkpoints <= j.spec.retries else 'failed'})"
+            for j in jobs) or "none"
+        raise InputError(
+            f"node {node} was heard from {duration(ago)} ago, within node_grace "
+            f"({duration(grace)}): it looks alive; fencing it would end its jobs' attempts while "
+            f"they may still run there (jobs: {would})",
+            hint=f"fence only a node that is powered off; if it is, `iadeep nodes fence {node} "
+                 "--force`")
+
+    def op_report(self, user: str, req: m.ReportRequest) -> dict:
+        """`iadeep report` for those who may not read the database: admins (and root) see the
+        whole lab's accounting, every other member their own jobs' only."""
+        from ..store import report as accounting
+
+        if not self.inventory.is_admin(user):
+            if req.owner not in (None, user):
+                raise PermissionDenied(
+                    f"{user} may see only their own jobs' accounting, not {req.owner}'s",
+                    hint="lab admins (lab.admins in nodes.yaml) see everyone's")
+            req = dataclasses.replace(req, owner=user)
+        if req.by is not None and req.by not in accounting.GROUPINGS:
+            raise InputError(f"by must be one of {', '.join(accounting.GROUPINGS)}",
+                             hint="e.g. --by user")
+        if not req.since < req.until:
+            raise InputError("since must be before until", hint="the window is [since, until)")
+        now = self.clock()
+        with self.store.tx() as conn:
+            rep = accounting.report(conn, req.since, req.until, by=req.by, user=req.owner,
+                                    running=bool(req.running), now=now)
+            daily = None if not req.daily else accounting.report(
+                conn, req.since, req.until, by="day", user=req.owner, running=bool(req.running),
+                now=now)
+        return {"report": accounting.report_to_dict(rep),
+                "daily": None if daily is None else accounting.report_to_dict(daily),
+                "only": req.owner}
 
     def op_ping(self, user: str, req: m.PingRequest) -> m.PingResult:
         return m.PingResult(user, self.inventory.is_admin(user))
@@ -422,7 +474,16 @@ class Service(views.StoreReader):
             raise InputError("this controller has no node connections to read logs from",
                              hint="start it with an inventory: "
                                   "iadeep controller run --inventory FILE")
-        data, offset, size = self.log_reader(job, req.offset, req.max_bytes, req.stream)
+        try:
+            data, offset, size = self.log_reader(job, req.offset, req.max_bytes, req.stream)
+        except NotFoundError:
+            if (job.spec.output if req.stream == "output" else job.spec.error) is None:
+                raise
+            # its --output/--error was never opened (the job failed before it ran, saying why
+            # in its job directory's log): that log, rather than nothing
+            own = dataclasses.replace(job, spec=dataclasses.replace(job.spec, output=None,
+                                                                    error=None))
+            data, offset, size = self.log_reader(own, req.offset, req.max_bytes, "output")
         return m.LogChunk(data=data, offset=offset, size=size,
                           finished=job.state in FINISHED, state=job.state)
 
@@ -533,6 +594,7 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.FenceRequest, Service.op_fence,
               admin_only="only a lab admin may fence a node; {user} is not one"),
     Operation(m.PingRequest, Service.op_ping),
+    Operation(m.ReportRequest, Service.op_report),
     Operation(m.ListRequest, views.list_jobs, offline=True),
     Operation(m.ShowRequest, views.show_job, offline=True),
     Operation(m.StatusRequest, views.status, offline=True),

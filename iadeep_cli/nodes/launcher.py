@@ -64,13 +64,20 @@ done; }
 # Before that, whatever the job left running is stopped (TERM, then KILL a second later), so an
 # ended job holds no GPU through a daemon it forked.
 # Its own stdout and stderr are the job directory's ``log``; the job's go to --output/--error
-# ($o, $e) when given, opened after the cd (relative names start in the working directory), so
-# a file that cannot be opened fails the job with the shell's message in ``log``.
+# ($o, $e) when given, opened after the cd (relative names start in the working directory). A
+# file that cannot be opened fails the job before it runs, with exit code OPEN_FAILED and the
+# shell's message in ``log`` on a line of its own after OPEN_FAILED_LINE (the controller reads
+# it into the failure reason).
+OPEN_FAILED = 122
+OPEN_FAILED_LINE = "iadeep: cannot open the job's output: "
 _WRAPPER = r"""d=$1; w=$2; o=$3; e=$4; shift 4
 trap : TERM HUP INT QUIT USR1 USR2 ALRM
 run() { if [ -n "$o" ] && [ -n "$e" ]; then "$@" >"$o" 2>"$e"
   elif [ -n "$o" ]; then "$@" >"$o" 2>&1; elif [ -n "$e" ]; then "$@" 2>"$e"; else "$@"; fi; }
-if cd "$w"; then run "$@"; rc=$?; else echo "iadeep: cannot cd to $w" >&2; rc=126; fi
+opened() { for f in "$o" "$e"; do [ -z "$f" ] || { : >>"$f"; } 2>&1 || return 1; done; }
+if ! cd "$w"; then echo "iadeep: cannot cd to $w" >&2; rc=126
+elif m=$(opened); then run "$@"; rc=$?
+else printf '%s\n' "iadeep: cannot open the job's output: ${m#*: [0-9]*: }" >&2; rc=122; fi
 i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
 """ + _TAGGED + r"""t=$(tagged)
 if [ -n "$t" ]; then kill -TERM $t 2>/dev/null; sleep 1; t=$(tagged); kill -KILL $t 2>/dev/null; fi

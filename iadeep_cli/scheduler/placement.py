@@ -401,7 +401,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ordered = order_queue(queue, policy, now, fairshare)
     mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
-    pressure = Pressure(ordered, tasks_active, usage, user_limits,
+    pressure = Pressure(ordered, tasks_active,
+                        {u: (len(held), n) for u, (held, n) in usage.items()}, user_limits,
                         lambda j: _could_run(rnd, j, profiles, policy))
     if durations is not None:
         rnd.rate = completion_rate(rnd.gpus, predict)
@@ -451,8 +452,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
-        usage[job.owner] = (usage.get(job.owner, (0, 0))[0] + job.spec.gpus,
-                            usage.get(job.owner, (0, 0))[1] + 1)
+        held, jobs = usage.get(job.owner, (frozenset(), 0))
+        usage[job.owner] = (held | {(got.node, i) for i in got.gpu_indices}, jobs + 1)
     return Plan(tuple(placements), waits)
 
 
@@ -558,11 +559,18 @@ def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy,
     return _Res(job.id, prof, floor, solo, index, bucket, age, left)
 
 
-def _usage(active: Sequence[Job]) -> dict[str, tuple[int, int]]:
-    usage: dict[str, tuple[int, int]] = {}
+Usage = dict[str, tuple[frozenset, int]]
+
+
+def _usage(active: Sequence[Job]) -> Usage:
+    """Per owner: the GPUs their jobs hold, each counted once (jobs sharing a GPU use one GPU,
+    not one each), and how many jobs."""
+    usage: Usage = {}
     for j in active:
-        g, n = usage.get(j.owner, (0, 0))
-        usage[j.owner] = (g + max(1, len(j.gpu_indices) or j.spec.gpus), n + 1)
+        held, n = usage.get(j.owner, (frozenset(), 0))
+        gpus: set[tuple] = {(j.node, i) for i in j.gpu_indices} or \
+            {("?", j.id, k) for k in range(max(1, j.spec.gpus))}   # where not known yet
+        usage[j.owner] = (held | gpus, n + 1)
     return usage
 
 
@@ -579,12 +587,13 @@ def _array_limit_reason(job: Job, tasks_active: Mapping[int, int]) -> str | None
             f"(--array %{limit})")
 
 
-def _user_limit_reason(job: Job, usage: Mapping[str, tuple[int, int]],
+def _user_limit_reason(job: Job, usage: Usage,
                        limits: Mapping[str, UserLimit]) -> str | None:
     lim = limits.get(job.owner)
     if lim is None:
         return None
-    gpus, jobs = usage.get(job.owner, (0, 0))
+    held, jobs = usage.get(job.owner, (frozenset(), 0))
+    gpus = len(held)
     if lim.max_gpus is not None and gpus + job.spec.gpus > lim.max_gpus:
         plural = "s" if lim.max_gpus != 1 else ""
         return (f"user limit: {job.owner} may use {lim.max_gpus} GPU{plural} at once; "

@@ -146,6 +146,32 @@ class Report:
     total: Group
 
 
+def report_to_dict(rep: Report) -> dict:
+    """The report as `iadeep report --json` prints it (and the controller sends it)."""
+    return {"since": rep.since, "until": rep.until, "now": rep.now, "by": rep.by,
+            "running_included": rep.running,
+            "groups": [g.to_dict() for g in rep.groups], "total": rep.total.to_dict()}
+
+
+def report_from_dict(d: dict) -> Report:
+    """``report_to_dict``'s inverse (figures as rounded there)."""
+    def group(g: dict) -> Group:
+        work = g["work_gpu_hours"]
+        return Group(key=g["key"], jobs=g["jobs"], states=dict(g["states"]),
+                     gpu_hours=g["gpu_hours"], wait_p50_s=g["wait_p50_s"],
+                     wait_p95_s=g["wait_p95_s"], predicted_speed=g["predicted_speed"],
+                     observed_speed=g["observed_speed"],
+                     with_predicted=g["jobs_with_predicted_speed"],
+                     with_observed=g["jobs_with_observed_speed"], work_gpu_hours=work,
+                     measured_gpu_hours=(g["measured_share"] or 0.0) * work,
+                     busy_gpu_hours=g["busy_gpu_hours"],
+                     sharing_gpu_hours=g["sharing_gpu_hours"], sharing_speed=g["sharing_speed"],
+                     energy_kwh=g["energy_kwh"])
+    return Report(since=d["since"], until=d["until"], now=d["now"], by=d["by"],
+                  running=d["running_included"], groups=tuple(group(g) for g in d["groups"]),
+                  total=group(d["total"]))
+
+
 def percentile(ordered: Sequence[float], pct: float) -> float | None:
     """The ``pct`` percentile of sorted values, interpolated linearly between the two nearest
     ranks (numpy's default, so a reader can check it by hand); None for no values."""

@@ -18,6 +18,7 @@ from typing import Any
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -38,9 +39,32 @@ def _set(widget, attr: str, value: str) -> None:
 
 
 class QueueTable(DataTable):
-    """The queue; Enter opens the selected job (shown in the footer, unlike DataTable's)."""
+    """The queue; Enter opens the selected job (shown in the footer, unlike DataTable's).
+    Its columns follow the terminal's width (``fit``)."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Details")]
+    rows_shown: tuple[vm.JobRow, ...] = ()
+
+    def on_resize(self) -> None:
+        self.fit()
+
+    def fit(self) -> None:
+        """Column widths for what the rows show on this width (``vm.fit_widths``), set as
+        DataTable sets its own (render widths, virtual size, caches) only when they change."""
+        room = self.scrollable_content_region.width - 2 * self.cell_padding
+        if room <= 0:
+            return
+        widths = vm.fit_widths(self.rows_shown, room)
+        columns = list(self.columns.values())
+        if [c.width for c in columns] == list(widths):
+            return
+        for column, width in zip(columns, widths):
+            column.width, column.auto_width = width, False
+        height = self.virtual_size.height
+        self.virtual_size = Size(sum(c.get_render_width(self) for c in columns)
+                                 + self._row_label_column_width, height)
+        self._clear_caches()
+        self.refresh()
 
 
 class MonitorApp(App[None]):
@@ -197,6 +221,8 @@ class MonitorApp(App[None]):
         keep = self.selected_job_id()
         old = self._rows or ()
         self._rows = rows
+        if isinstance(table, QueueTable):
+            table.rows_shown = rows
         keys, slots = self._column_keys, self._slot_keys
         # DataTable.update_cell repaints per call (~20 us): 20,000 changed cells when the
         # queue's head leaves would cost 400 ms. Write the cells into the table's data and
@@ -225,6 +251,8 @@ class MonitorApp(App[None]):
             table.remove_row(slots.pop())
         for slot in range(len(old), len(rows)):
             slots.append(table.add_row(*rows[slot].cells, key=str(slot)))
+        if isinstance(table, QueueTable):
+            table.fit()
         if keep is not None:
             at = next((i for i, r in enumerate(rows) if r.id == keep), None)
             if at is not None and at != table.cursor_row:

@@ -15,7 +15,7 @@ from ..controller.views import STALE_POLLS
 from ..inventory import Policy
 from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
-from ..text import duration
+from ..text import column_widths, duration, job_label, newest_runs
 from .source import MonitorData
 
 ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
@@ -23,11 +23,17 @@ ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
 SPEED_OK = 0.85
 SPEED_WARN = 0.6
 DEFAULT_POLL_S = 10.0
-# Fixed widths: the table never re-measures 3,000 rows; longer text is cut at the column edge.
+# Widths before the first rows are known; then ``fit_widths``: as `queue list` (one
+# formatter, ``text.column_widths``), the columns grow and shrink with the terminal. Text
+# longer than its column is cut at the column edge.
 COLUMNS_WIDTHS = (("#", 4), ("ID", 5), ("USER", 8), ("NAME", 16), ("STATE", 7), ("GPUS", 4),
                   ("AGE", 5), ("REASON / WHERE", 72))
 COLUMNS = tuple(label for label, _ in COLUMNS_WIDTHS)
 COLUMN_KEYS = ("pos", "id", "user", "name", "state", "gpus", "age", "reason")
+# What gives way on a narrow terminal, in order (column, the width it keeps): NAME first, then
+# REASON, then USER, then NAME again.
+SHRINK = [(3, 16), (7, 30), (2, 8), (3, 8), (7, 12)]
+CELL_GAP = 2   # the table's padding between two columns
 
 
 @dataclass(frozen=True)
@@ -213,15 +219,24 @@ def _where(job: JobView) -> str:
     return f"{job.node}:{','.join(str(i) for i in job.gpu_indices)}"
 
 
-def _row(job: JobView, position: str, now: float) -> JobRow:
+def fit_widths(rows: tuple[JobRow, ...], columns: int) -> tuple[int, ...]:
+    """The queue table's column widths on a terminal ``columns`` wide (``text.column_widths``
+    over what the rows show): nothing is cut where the terminal has room."""
+    if not rows:
+        return tuple(w for _, w in COLUMNS_WIDTHS)
+    return tuple(column_widths(COLUMNS, [r.cells for r in rows], columns, SHRINK, CELL_GAP))
+
+
+def _row(job: JobView, position: str, now: float, newest: dict[tuple[int, int], int]
+         ) -> JobRow:
     if job.state in ON_GPUS:
         since = job.started_at or job.submitted_at
         detail = f"on {_where(job)}" if job.node else job.reason
     else:
         since = job.submitted_at
         detail = job.reason or "not looked at yet"
-    cells = (position, str(job.id), job.owner, job.name, job.state.value, str(job.gpus),
-             duration(now - since), detail)
+    cells = (position, job_label(job, newest), job.owner, job.name, job.state.value,
+             str(job.gpus), duration(now - since), detail)
     return JobRow(job.id, job.owner, job.name, job.state, cells)
 
 
@@ -236,9 +251,11 @@ def job_rows(jobs: list[JobView], now: float, query: str = "",
                     key=lambda j: queue_key(j, now, aging_per_hour, fairshare))
     held = [j for j in jobs if j.state is JobState.HELD]
     active = [j for j in jobs if j.state in ON_GPUS]
-    rows = [_row(j, str(i), now) for i, j in enumerate(queued, 1) if job_matches(j, query)]
-    rows += [_row(j, "-", now) for j in held if job_matches(j, query)]
-    rows += [_row(j, "-", now) for j in active if job_matches(j, query)]
+    newest = newest_runs(jobs)
+    rows = [_row(j, str(i), now, newest) for i, j in enumerate(queued, 1)
+            if job_matches(j, query)]
+    rows += [_row(j, "-", now, newest) for j in held if job_matches(j, query)]
+    rows += [_row(j, "-", now, newest) for j in active if job_matches(j, query)]
     return tuple(rows)
 
 

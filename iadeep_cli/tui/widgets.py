@@ -17,7 +17,7 @@ from textual.widgets import Button, Footer, Static
 
 from .. import messages as m
 from ..errors import IadeepError
-from ..text import clock, duration, gib, when
+from ..text import clock, duration, field_text, gib, when
 from . import viewmodel as vm
 
 LEVEL_STYLE = {"ok": "green", "warn": "yellow", "bad": "bold red", "none": "cyan"}
@@ -199,11 +199,12 @@ FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir",
 
 
 def job_text(detail: m.JobDetail, now: float) -> Text:
-    """Every field as the JSON has it (labels and values), then the times and the events."""
+    """Every field, labelled as the JSON has it, valued as `queue show` prints it
+    (``text.field_text``), then the times and the events."""
     out, job = Text(), detail.job
     for name in FIELDS:
         out.append(f"{m.JobView.key(name):>16}: ", style="dim")
-        out.append(f"{m.encode(getattr(job, name))}\n")
+        out.append(f"{field_text(name, getattr(job, name))}\n")
     for name in ("submitted_at", "started_at", "ended_at"):
         out.append(f"{name:>16}: ", style="dim")
         out.append(f"{when(getattr(job, name), now)}\n")

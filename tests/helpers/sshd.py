@@ -2,7 +2,8 @@
 
 Each node is its own ``/usr/sbin/sshd -D -e -f CONFIG`` with a host key and an authorized user key
 generated in a temporary directory, a random free high port (so parallel test runs never clash),
-key-only login, and ``SetEnv PATH=tests/fakes:...`` so the stand-in ``nvidia-smi`` answers.
+key-only login, and ``SetEnv PATH=`` a readable copy of tests/fakes, so the stand-in ``nvidia-smi``
+answers (also when another OS account is the node's SSH account: see ``readable_fakes``).
 ``FAKE_SMI_STATE`` points each node at its own directory of behaviour files (see the stand-in).
 
 ``Cluster.home`` is a HOME for paramiko: ``.ssh/config`` with a Host alias per node and
@@ -25,6 +26,26 @@ SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/sf
                    "internal-sftp")
 HERE = Path(__file__).resolve().parents[1]   # tests/
 FAKES = HERE / "fakes"
+SMI_FIXTURES = HERE / "fixtures" / "nvidia-smi"
+
+
+def readable_fakes(under: Path) -> Path:
+    """A copy of the stand-in ``nvidia-smi`` and the real output it replays, in ``under/bin``
+    (0755 directories, 0755/0644 files), for ``PATH``: the node's SSH account may be another OS
+    account, which cannot execute the checkout's copy when the checkout lies under a private
+    directory (a clone in a 0700 home or ``mktemp -d``)."""
+    top = under / "smi-standin"
+    bin_dir, data = top / "bin", top / "fixtures" / "nvidia-smi"
+    for d in (top, bin_dir, top / "fixtures", data):
+        d.mkdir(exist_ok=True)
+        os.chmod(d, 0o755)
+    shutil.copy(FAKES / "nvidia-smi", bin_dir / "nvidia-smi")
+    os.chmod(bin_dir / "nvidia-smi", 0o755)
+    for f in SMI_FIXTURES.iterdir():
+        if f.is_file():
+            shutil.copy(f, data / f.name)
+            os.chmod(data / f.name, 0o644)
+    return bin_dir
 
 
 def sshd_available() -> bool:
@@ -82,11 +103,17 @@ def _descendants(root: int) -> list[int]:
 class SshdNode:
     """One sshd process; ``start``/``stop`` keep the same port, address and host key."""
 
-    def __init__(self, name: str, addr: str, root: Path, authorized_keys: Path):
+    def __init__(self, name: str, addr: str, root: Path, authorized_keys: Path | str,
+                 own_home: bool = True):
+        """``authorized_keys``: a file, or sshd's own pattern (``.ssh/authorized_keys``: each
+        account's, as on a real node). ``own_home``: sessions get HOME in this node's directory
+        (fast: no root .bashrc); False keeps each account's real home."""
         self.name, self.addr = name, addr
         self.dir = root / name
         self.state = self.dir / "smi"         # FAKE_SMI_STATE: mode/gpus/sleep files
         self.state.mkdir(parents=True)
+        fakes = readable_fakes(self.dir)
+        home = f" HOME={self.dir}/home" if own_home else ""
         # The remote HOME: bash sources ~/.bashrc for every SSH command; this machine's root
         # .bashrc (pyenv init) costs ~0.3 s, which would dominate every test and benchmark.
         (self.dir / "home").mkdir()
@@ -111,7 +138,7 @@ MaxStartups 100:30:200
 MaxSessions 100
 LogLevel ERROR
 Subsystem sftp {SFTP_SERVER}
-SetEnv PATH={FAKES}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state} HOME={self.dir}/home
+SetEnv PATH={fakes}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state}{home}
 """)
         self.proc: subprocess.Popen | None = None
 

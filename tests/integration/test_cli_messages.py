@@ -94,13 +94,16 @@ def test_long_reasons_are_shortened_with_dots_only_on_a_terminal(unreachable, sc
     piped = cli(home, "queue", "list", check=True).stdout
     assert piped.rstrip().endswith(reason) and "n" * 40 in piped       # nothing cut in a pipe
     lines = {}
-    for columns in (100, 80):                  # the other columns take ~66
+    for columns in (100, 80):                  # the other columns take ~38
         line = lines[columns] = _on_terminal(home, "queue", "list", columns=columns).splitlines()[1]
-        assert "n" * 25 + "..." in line and "n" * 26 not in line
         cut = line.rsplit("  ", 1)[1]
         assert cut.endswith("...") and reason.startswith(cut[:-3])
-    assert len(lines[100]) == 100                               # REASON: the rest of the line,
-    assert len(lines[80].rsplit("  ", 1)[1]) == 20              # but at least 20 characters
+        assert len(line) == columns                             # fills the line, never wraps
+    assert "n" * 25 + "..." in lines[100] and "n" * 26 not in lines[100]   # NAME: 28 first,
+    assert len(lines[80].rsplit("  ", 1)[1]) == 20              # then REASON down to 20,
+    assert "n" * 25 not in lines[80] and "n..." in lines[80]    # then NAME again
+    wide = _on_terminal(home, "queue", "list", columns=200).splitlines()[1]
+    assert reason in wide and "n" * 40 in wide                  # a wide terminal cuts nothing
     wide = _on_terminal(home, "queue", "list", "--wide")
     assert reason in wide and "n" * 40 in wide
 

@@ -63,3 +63,16 @@ def test_rerun_makes_a_new_job_that_names_the_old_one(home, script):
     shown = json.loads(cli(home, "queue", "show", again, "--json", check=True).stdout)
     assert (shown["rerun_of"], shown["args"], shown["state"]) == (int(first), ["x"], "queued")
     assert f"rerun_of: {first}" in cli(home, "queue", "show", again, check=True).stdout
+
+
+def test_a_rerun_task_alone_is_labelled_with_its_task(home, script):
+    """`queue rerun 12_3`: the new run is 12_3 (what the name refers to from now on); the
+    earlier run is listed by its own id, never a second 12_3."""
+    array = int(cli(home, "queue", "add", str(script), "--array", "0-1", check=True).stdout)
+    cli(home, "queue", "cancel", str(array), check=True)
+    again = int(cli(home, "queue", "rerun", f"{array}_1", check=True).stdout)
+    rows = [line.split()[0] for line in
+            cli(home, "queue", "list", "--all", check=True).stdout.splitlines()[1:]]
+    assert sorted(rows) == sorted([f"{array}_0", str(array + 1), f"{array}_1"]), rows
+    cancelled = cli(home, "queue", "cancel", f"{array}_1", check=True).stdout.strip()
+    assert cancelled == f"job {again}: cancelled"

@@ -66,6 +66,10 @@ def _watch(home, copies, done, limit=60.0):
     return wait_until(check, limit=limit, every=0.2)
 
 
+def _events(home, job_id):
+    return json.loads(cli(home, "queue", "show", str(job_id), "--json").stdout)["events"]
+
+
 def _node_data(home, name):
     status = json.loads(cli(home, "status", "--json", check=True).stdout)
     return {n["name"]: n for n in status["nodes"]}[name]
@@ -143,6 +147,9 @@ def test_network_gone_then_fenced_runs_the_job_again_once(lab, tmp_path):
     time.sleep(3 * GRACE)
     assert copies.sample() == 1 and copies.most == 1
     assert _job(lab.home, job)["node"] == other
+    # the old attempt's clean-up on the node that came back is in the job's history
+    stopped = f"its abandoned attempt on {first} was stopped"
+    wait_until(lambda: any(stopped in e["reason"] for e in _events(lab.home, job)), limit=60)
 
 
 def test_a_rebooted_node_runs_the_job_again_once(lab, tmp_path):
@@ -152,11 +159,27 @@ def test_a_rebooted_node_runs_the_job_again_once(lab, tmp_path):
     kill_attempt(job, first, lab.home)                      # the reboot: its processes are gone
     lab.cluster.start(first)                      # ...and it answers again
     again = _watch(lab.home, copies, lambda j: j["state"] == "running" and j["attempts"] == 2)
-    events = json.loads(cli(lab.home, "queue", "show", str(job), "--json").stdout)["events"]
+    events = [e for e in _events(lab.home, job) if "abandoned attempt" not in e["reason"]]
     assert [e["new_state"] for e in events][-4:] == ["lost", "queued", "starting", "running"]
     assert "without an exit code" in events[-3]["reason"]
     assert "attempt 2 of 2" in events[-3]["reason"]
     assert again["node"] in (first, other) and copies.most == 1
+
+
+def test_fencing_a_node_that_answers_is_refused_unless_forced(lab, tmp_path):
+    """The node was heard from within node_grace: its job most likely still runs, so fencing
+    is refused, saying what it would do; nothing moves. --force fences it all the same."""
+    job, _copies, first, _other = _start_job(lab, tmp_path)
+    out = cli(lab.home, "nodes", "fence", first, "--yes")
+    assert out.returncode == 1, out
+    assert f"node {first} was heard from" in out.stderr and "within node_grace" in out.stderr
+    assert f"jobs: {job} (requeued)" in out.stderr and "--force" in out.stderr, out.stderr
+    assert _job(lab.home, job)["state"] == "running" and _job(lab.home, job)["attempts"] == 1
+    out = cli(lab.home, "nodes", "fence", first, "--yes", "--force", check=True).stdout
+    assert f"node {first} fenced" in out and str(job) in out
+    events = json.loads(cli(lab.home, "queue", "show", str(job), "--json").stdout)["events"]
+    assert any(f"node {first} fenced by" in e["reason"] and e["new_state"] == "queued"
+               for e in events), events
 
 
 def test_fencing_an_unknown_node_is_refused(lab, tmp_path):

@@ -117,3 +117,21 @@ def test_status_json_from_a_real_controller_is_standard(lab):
         return gpus and gpus[0]["name"] == "NVIDIA H200?[2J" and gpus
     (gpu,) = wait_until(polled, limit=30)
     assert gpu["utilization_gpu"] is None and gpu["memory_total_mib"] == 143771
+
+
+def test_an_output_file_that_cannot_be_opened_fails_the_job_saying_why(lab, tmp_path):
+    """--output in a directory that does not exist on the node: the job fails before it runs,
+    with the shell's message in its reason, and `iadeep logs` shows the job directory's log."""
+    script = tmp_path / "out.sh"
+    script.write_text("#!/bin/sh\necho ran\n")
+    script.chmod(0o755)
+    missing = tmp_path / "no-such-dir"
+    job = int(cli(lab.home, "queue", "add", str(script), "--output", f"{missing}/out-%j.txt",
+                  check=True).stdout)
+    wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "failed", limit=120)
+    reason = jobs_by_id(lab.home)[job]["reason"]
+    assert reason == (f"could not open its output (exit code 122): cannot create "
+                      f"{missing}/out-{job}.txt: Directory nonexistent"), reason
+    log = cli(lab.home, "logs", str(job))
+    assert log.returncode == 0 and "iadeep: cannot open the job's output: cannot create" in \
+        log.stdout and "ran" not in log.stdout, log

@@ -65,7 +65,7 @@ def test_bad_input_is_one_line_error(controller, script, tmp_path):
                     "NAME=VALUE")
     _one_line_error(cli(home, "queue", "add", str(script), "--env", "1BAD=x"), "--env")
     _one_line_error(cli(home, "queue", "add", str(script), "--mem", "-3"), "--mem")
-    _one_line_error(cli(home, "queue", "add", str(script), "--time", "2h"), "--time '2h'",
+    _one_line_error(cli(home, "queue", "add", str(script), "--time", "2hours"), "--time '2hours'",
                     "2:00:00")
     _one_line_error(cli(home, "queue", "add", str(script), "--time", "0"), "--time")
     _one_line_error(cli(home, "queue", "add", str(script), "--signal", "USR1@60"),

@@ -4,6 +4,7 @@ computed by hand from the recorded events (`queue show --json`), while the contr
 after it stopped. Other accounts get one line saying the database is private."""
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -111,14 +112,43 @@ def test_bad_options_are_one_line_errors(state):
         assert proc.stderr.count("\n") == 1 and says in proc.stderr, (argv, proc.stderr)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a second OS account needs root")
-def test_other_accounts_are_told_the_database_is_private(state):
-    ctl = ControllerProcess(state / "home").start()
+@pytest.mark.skipif(os.geteuid() != 0, reason="second OS accounts need root")
+def test_admins_get_the_lab_report_and_members_their_own_through_the_controller(
+        monkeypatch, state):
+    """Only the controller's account may read its database; the others ask the controller:
+    an admin gets the whole lab's accounting, a member only their own jobs' (said on stderr,
+    and another user's refused). With the controller down too: one line saying both."""
+    for name in ("iadeep_cli.controller.client", "iadeep_cli.store.report"):
+        importlib.import_module(name)   # loaded before the forks (see cli_as)
+
+    admin, member = "iadeep-rp-admin", "iadeep-bob"
+    inventory = local_lab(monkeypatch, state / "nodes.yaml", state / "wd")
+    inventory.write_text(inventory.read_text().replace("lab:\n", f"lab:\n  admins: [{admin}]\n"))
+    ok_sh = state / "ok.sh"
+    ok_sh.write_text("#!/bin/sh\nexit 0\n")
+    ctl = ControllerProcess(state / "home", inventory).start()
     try:
         os.chmod(ctl.home, 0o755)
-        out = cli_as("iadeep-bob", ctl.home, "report")
+        job = int(cli(ctl.home, "queue", "add", str(ok_sh), check=True).stdout)
+        deadline = time.monotonic() + 90
+        while jobs_by_id(ctl.home)[job]["state"] not in FINISHED and time.monotonic() < deadline:
+            time.sleep(0.2)
+        owner = jobs_by_id(ctl.home)[job]["user"]
+        lab = cli_as(admin, ctl.home, "report", "--since", "1d", "--by", "user", "--json")
+        assert lab["rc"] == 0 and lab["err"] == "", lab
+        rep = json.loads(lab["out"])
+        assert [g["key"] for g in rep["groups"]] == [owner] and rep["total"]["jobs"] == 1
+        assert rep == _report(ctl.home) | {"now": rep["now"], "until": rep["until"],
+                                           "since": rep["since"]}
+        own = cli_as(member, ctl.home, "report", "--since", "1d", "--json")
+        assert own["rc"] == 0 and json.loads(own["out"])["total"]["jobs"] == 0, own
+        assert f"only {member}'s own jobs" in own["err"], own
+        other = cli_as(member, ctl.home, "report", "--user", owner)
+        assert other["rc"] == 1 and f"{member} may see only their own jobs' accounting" in \
+            other["err"], other
     finally:
         ctl.stop()
-    assert out["rc"] == 1 and out["out"] == "", out
-    assert out["err"].count("\n") == 1
+    out = cli_as(member, ctl.home, "report")
+    assert out["rc"] == 1 and out["out"] == "" and out["err"].count("\n") == 1, out
     assert "only the controller's account and root may read" in out["err"], out
+    assert "the controller, which reports to admins and members, is not running" in out["err"]

@@ -212,6 +212,27 @@ def test_nodes_check_says_whether_run_as_works(lab):
         _install_sudoers(saved.strip())
 
 
+def test_queue_why_says_sudo_refused_the_launch_and_when_it_is_tried_again(lab):
+    """The node answers but sudo refuses (its rule is gone): `queue why` names the refusal and
+    when the node is tried again, not a node that is down."""
+    saved = SUDOERS.read_text()
+    SUDOERS.unlink()
+    try:
+        job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add",
+                                   _script(lab, "w.sh", "#!/bin/sh\necho hi\n")))
+
+        def why() -> str:
+            out = cli_as(ALICE, lab.home, "queue", "why", str(job_id))["out"]
+            return out if "skipped until" in out else ""
+        said = wait_until(why, limit=60)
+        assert f"job {job_id} is queued: node ra1 is skipped until " in said, said
+        assert "its last launch failed: node ra1 cannot run jobs as their submitters" in said
+        assert "password is required" in said and "no node answered" not in said, said
+    finally:
+        _install_sudoers(saved.strip())
+    assert cli_as(ALICE, lab.home, "queue", "cancel", str(job_id))["rc"] == 0
+
+
 def test_sudo_never_runs_as_root_with_the_readme_line(lab):
     """The rule itself refuses root, whatever iadeep's own checks do."""
     out = subprocess.run(["su", CTL, "-s", "/bin/sh", "-c", "sudo -n -u root -- /bin/sh -c id"],

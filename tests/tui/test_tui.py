@@ -350,6 +350,10 @@ async def test_enter_opens_job_details_with_events_and_log_note(home):
         assert type(app.screen).__name__ == "JobDetailScreen"
         fields = str(app.screen.query_one("#fields").content)
         assert "ablation-7" in fields and "held by dana" in fields and "submitted" in fields
+        values = {line.split(": ", 1)[1] for line in fields.split("events")[0].splitlines()
+                  if ": " in line}                       # as `queue show` prints them
+        assert not {"None", "False", "True", "[]", "{}", "null"} & values, values
+        assert not any(v.startswith(("[", "{")) for v in values), values
         assert "controller is not running" in str(app.screen.query_one("#log").content)
         await pilot.press("escape")
         assert type(app.screen).__name__ != "JobDetailScreen"
@@ -392,3 +396,25 @@ def test_cli_imports_textual_only_inside_the_command():
             "import typer.main; names = [c.name for c in app.registered_commands]; "
             "assert 'monitor' in names, names")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_array_tasks_read_as_in_the_cli_and_a_rerun_task_is_labelled_once():
+    task = {"array_id": 12}
+    old = _job(14, "cancelled", array_index=3, **task)
+    rerun = _job(20, "queued", array_index=3, **task)
+    other = _job(15, "queued", array_index=4, **task)
+    rows = {r.id: r.cells[1] for r in vm.job_rows([old, rerun, other], NOW)}
+    assert rows == {20: "12_3", 15: "12_4"}               # finished ones are not in the queue
+    from iadeep_cli.text import job_label, newest_runs
+    assert job_label(old, newest_runs([old, rerun])) == "14"
+
+
+def test_queue_columns_grow_and_shrink_with_the_terminal():
+    jobs = [m.JobView.from_job(Job(1, "a-long-user-name", JobSpec("/j.sh", name="n" * 40),
+                                   JobState.QUEUED, NOW - 60, reason="r" * 90))]
+    rows = vm.job_rows(jobs, NOW)
+    wide = vm.fit_widths(rows, 200)
+    assert (wide[2], wide[3], wide[7]) == (16, 40, 90)    # nothing cut on 200 columns
+    narrow = vm.fit_widths(rows, 80)
+    assert sum(narrow) + vm.CELL_GAP * (len(narrow) - 1) <= 80
+    assert narrow[3] < 40 and narrow[7] < 90 and narrow[7] >= 12

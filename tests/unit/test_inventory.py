@@ -14,7 +14,7 @@ def test_example_inventory_is_valid_and_complete():
     assert [n.name for n in inv.nodes] == ["head", "gpu1", "gpu2"]
     head, gpu1, _ = inv.nodes
     assert head.local and head.gpus == (0, 1)
-    assert gpu1.port == 22 and gpu1.user == "iadeep" and gpu1.max_jobs_per_gpu == 3
+    assert gpu1.port == 22 and gpu1.user == "iadeep-jobs" and gpu1.max_jobs_per_gpu == 3
     assert inv.admins == ("pi", "sysadmin")
     assert inv.policy.share_threshold == 1.1 and inv.policy.max_jobs_per_gpu == 3
     assert inv.policy.reserve_after_s == 3600

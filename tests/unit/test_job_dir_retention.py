@@ -29,7 +29,7 @@ def test_durations(value, seconds):
     assert retention(value) == seconds
 
 
-@pytest.mark.parametrize("value", ["-1d", "soon", "7w", ".nan", "1e400", "true", "[1]"])
+@pytest.mark.parametrize("value", ["-1d", "soon", "7y", ".nan", "1e400", "true", "[1]"])
 def test_bad_durations_name_file_line_and_field(value):
     with pytest.raises(ConfigError) as info:
         retention(value)

@@ -18,11 +18,32 @@ def test_time_limits_in_sbatch_formats(text, seconds):
     assert parse_time_limit(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1h", "-5", "1:2:3:4", "1-", "2.5", "1-2-3"])
+@pytest.mark.parametrize("text", ["", "abc", "1x", "-5", "1:2:3:4", "1-", "2.5", "1-2-3", "h"])
 def test_a_time_limit_that_is_not_one_names_the_formats(text):
     with pytest.raises(InputError) as err:
         parse_time_limit(text)
     assert "is not a time limit" in err.value.message and "2:00:00" in err.value.hint
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("8d", 8 * 86400), ("12h", 43200), ("30m", 1800), ("90s", 90), ("1d12h", 129600),
+    ("2w", 14 * 86400), ("1.5h", 5400), ("8D", 8 * 86400),
+])
+def test_one_duration_format_for_time_since_and_nodes_yaml(text, seconds):
+    """What nodes.yaml takes (7d), --time takes too, and report's --since goes back as far."""
+    from pathlib import Path
+
+    from iadeep_cli.cli.report import parse_time
+    from iadeep_cli.inventory import parse_inventory
+
+    assert parse_time_limit(text) == seconds
+    lab = parse_inventory(f"lab:\n  max_time_limit: {text}\n", Path("nodes.yaml"))
+    assert lab.max_time_limit_s == seconds
+    assert parse_time(text, "--since", 1e9) == 1e9 - seconds
+    for sbatch, s in (("2:00:00", 7200), ("3-0", 3 * 86400), ("1-12:30", 131400)):
+        assert parse_inventory(f"lab:\n  max_time_limit: '{sbatch}'\n",
+                               Path("nodes.yaml")).max_time_limit_s == s
+        assert parse_time(sbatch, "--since", 1e9) == 1e9 - s
 
 
 @pytest.mark.parametrize("seconds", [0, -1, 366 * 86400])

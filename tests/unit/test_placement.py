@@ -416,3 +416,19 @@ def test_a_job_too_big_for_every_gpu_it_may_use_says_the_largest_it_could_have()
     unknown = [*slots, dataclasses.replace(slot("odd"), memory_total_mib=None)]
     p = run([job(2, mem=200)], unknown)
     assert "largest GPU" not in p.waits[2]
+
+
+def test_a_user_limit_counts_gpus_not_jobs_sharing_one():
+    """Four of alice's jobs on three GPUs (two share GPU 0) use 3 GPUs, not 4: with a limit
+    of 4 her next job starts on the idle GPU instead of waiting beside it."""
+    active = [job(1, "mlp", node="a", idx=(0,), owner="alice"),
+              job(2, "mlp", node="a", idx=(0,), owner="alice"),
+              job(3, "mlp", node="a", idx=(1,), owner="alice"),
+              job(4, "mlp", node="a", idx=(2,), owner="alice")]
+    q = [job(5, "mlp", owner="alice")]
+    slots = [slot(index=0, jobs=(1, 2)), slot(index=1, jobs=(3,)), slot(index=2, jobs=(4,)),
+             slot(index=3)]
+    p = run(q, slots, active=active, limits={"alice": UserLimit(max_gpus=4)})
+    assert where(p, 5) is not None, p.waits
+    p = run(q, slots, active=active, limits={"alice": UserLimit(max_gpus=3)})
+    assert p.waits[5] == "user limit: alice may use 3 GPUs at once; 3 in use, this job needs 1"
