@@ -6,6 +6,11 @@ queries, each a function of a connection, so they compose inside one transaction
     with store.tx() as conn:
         jobs.transition(conn, job_id, JobState.RUNNING, "started", "controller", now)
 
+Reads that answer requests (``queue list``, ``status``...) go through ``Store.read()``: a snapshot
+on a read-only connection of their own (a small pool), never the writer's lock, so a member
+reading a long history cannot hold up a round (in WAL mode a reader and the writer never block
+each other).
+
 The writer's store also guards the two ways a database goes bad under a running controller
 without SQLite noticing: a full disk (reported as one clear error, never half a transaction) and
 the file being removed or replaced (SQLite would keep writing into the unlinked inode, and
@@ -16,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -36,6 +42,7 @@ class Store:
         self._conn = db.connect(self.path, readonly=readonly)
         self._lock = threading.RLock()
         self._identity = None if readonly else _file_id(self.path)
+        self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         if not readonly:
             for suffix in _SIDE_FILES:   # SQLite gives -wal/-shm the database's mode
                 with contextlib.suppress(FileNotFoundError):
@@ -65,6 +72,38 @@ class Store:
                 if full is None:
                     raise
                 raise full from None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """One consistent read snapshot (a read transaction) on a read-only connection of its
+        own: it neither takes nor waits for the writer's lock, and sees only committed state.
+        Connections are pooled (one per read at once: requests are answered in a few places
+        at a time). A read-only store reads through its own connection, under its lock."""
+        if self.readonly:
+            with self._lock:
+                self._conn.execute("BEGIN")
+                try:
+                    yield self._conn
+                finally:
+                    self._conn.rollback()
+            return
+        lost = self.identity_problem()
+        if lost is not None:
+            raise lost
+        try:
+            conn = self._readers.get_nowait()
+        except queue.Empty:
+            conn = db.connect(self.path, readonly=True)
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            try:
+                conn.rollback()
+            except sqlite3.Error:
+                conn.close()
+            else:
+                self._readers.put(conn)
 
     def identity_problem(self) -> StoreError | None:
         """Why this store must stop writing: its file was removed or replaced, else None."""
@@ -97,6 +136,11 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        while True:
+            try:
+                self._readers.get_nowait().close()
+            except queue.Empty:
+                break
 
 
 def rescue_path(path: Path) -> Path:
