@@ -75,6 +75,7 @@ class Controller:
         self._published_at = float("-inf")
         self._rescued, self._rescue_failed = False, ""
         self._round_stopped: str | None = None
+        self._beat_failed = ""
 
     def _make_loop(self, inventory: Inventory):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
@@ -303,7 +304,7 @@ class Controller:
                     if self.metrics is not None:
                         self.metrics.round_done(time.monotonic() - round_began, self.clock())
                 self.notifier.wake()   # jobs that ended in this round, or by a request
-                self.heartbeat()
+                self._beat()
                 # a fixed rate: a round that took long does not also delay the next one
                 self._wake.wait(max(0.0, self.inventory.poll_interval_s -
                                     (time.monotonic() - began)))
@@ -320,6 +321,22 @@ class Controller:
                 self.loop.close()
             self.store.close()
             log.info("controller stopped")
+
+    def _beat(self) -> None:
+        """The heartbeat between rounds; an error it did not expect (no file descriptor left:
+        EMFILE from SQLite or a file) is logged once and tried again next round, never allowed
+        to end the controller."""
+        try:
+            self.heartbeat()
+        except Exception as exc:
+            if str(exc) != self._beat_failed:
+                log.error("heartbeat not recorded: %s: %s; trying again next round",
+                          type(exc).__name__, exc)
+            self._beat_failed = str(exc)
+            return
+        if self._beat_failed:
+            log.warning("heartbeat recorded again")
+            self._beat_failed = ""
 
     def _tick(self) -> None:
         """One round; a bug in one round is logged, not allowed to stop the controller. A
