@@ -488,12 +488,16 @@ def _write_script(directory: Path, original: str, content: bytes) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / Path(original).name
     tmp = target.with_suffix(target.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o700)
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, target)
+    except BaseException:   # a full disk: no half-written copy left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)
