@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from ..errors import ConfigError, IadeepError, NodeError, StoreError
 from ..inventory import Inventory, load_inventory
 from ..nodes.connection import Pool
 from ..paths import StateDir
-from ..store import cluster, statedir
+from ..store import cluster, is_damage, statedir
 from . import offline
 from .notify import Notifier
 
@@ -35,6 +36,7 @@ from .server import ControllerSocket
 from .service import Service
 
 log = logging.getLogger("iadeep.controller")
+DAMAGE_CHECK_POLLS = 10   # a quick_check of the database on disk every this many polls
 RELOAD_WAIT_S = 30.0   # a reload request waits this long for the current round to end
 PUBLISH_EVERY_S = 30.0   # the public snapshot is read only while we are down; stop forces one
 
@@ -76,6 +78,7 @@ class Controller:
         self._rescued, self._rescue_failed = False, ""
         self._round_stopped: str | None = None
         self._beat_failed = ""
+        self._damage_checked = float("-inf")
 
     def _make_loop(self, inventory: Inventory):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
@@ -218,7 +221,7 @@ class Controller:
         """Record that we live (and publish the views), or degrade if the state directory
         cannot take it; never raises for a sick state directory."""
         lost = self.store.identity_problem()
-        problem = lost or statedir.room_problem(self.state.root)
+        problem = lost or self._damage() or statedir.room_problem(self.state.root)
         if lost is None:
             try:
                 now = self.clock()
@@ -232,7 +235,21 @@ class Controller:
                 self._publish(now, force=stopped_at is not None)
             except StoreError as exc:
                 problem = problem or exc
+            except sqlite3.DatabaseError as exc:
+                if not is_damage(exc):
+                    raise
+                self._damage_checked = float("-inf")
+                problem = problem or self._damage() or StoreError(str(exc))
         self._degrade(problem, lost)
+
+    def _damage(self) -> StoreError | None:
+        """The database found damaged on disk, checked every ``DAMAGE_CHECK_POLLS`` poll
+        intervals (at most every 5 min) and at once after an error that said so."""
+        every = min(300.0, DAMAGE_CHECK_POLLS * self.inventory.poll_interval_s)
+        if self.store.damaged is None and time.monotonic() - self._damage_checked >= every:
+            self._damage_checked = time.monotonic()
+            self.store.check_damage()
+        return self.store.damaged
 
     def _publish(self, now: float, force: bool) -> None:
         if not force and now - self._published_at < PUBLISH_EVERY_S:
@@ -349,7 +366,9 @@ class Controller:
                 log.warning("scheduling round stopped: %s", exc.message)
             self._round_stopped = exc.message
             return
-        except Exception:
+        except Exception as exc:
+            if is_damage(exc):   # checked at this heartbeat
+                self._damage_checked = float("-inf")
             log.exception("scheduling round failed; retrying next interval")
             return
         if self._round_stopped:

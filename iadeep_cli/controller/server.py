@@ -47,6 +47,7 @@ from collections.abc import Callable
 
 from ..errors import ControllerBusy, ControllerUnavailable, IadeepError, InputError
 from ..paths import StateDir
+from ..store import is_damage
 from . import protocol
 from .service import Service
 
@@ -321,6 +322,10 @@ class ControllerSocket:
         except IadeepError as exc:
             return _failure(exc)
         except Exception as exc:  # a bug: log it, and still answer the client in one line
+            if is_damage(exc):   # not a bug: the database is damaged (the heartbeat says so)
+                damaged = self.service.store.check_damage()
+                if damaged is not None:
+                    return _failure(damaged)
             log.exception("request failed")
             return {"ok": False, "error": {
                 "type": "IadeepError", "message": f"the controller failed: {type(exc).__name__}: "
