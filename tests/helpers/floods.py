@@ -103,3 +103,28 @@ def stall_uploads(path: str, n: int, ready_w: int, stop_r: int) -> int:
     for t in threads:
         t.join(30)
     return len(read)
+
+
+def read_history(path: str, n: int, ready_w: int, stop_r: int) -> int:
+    """``n`` clients each asking for the longest page of every job (``queue list --all
+    --limit 10000``) back to back until told to stop; how many answers they read."""
+    from iadeep_cli.controller import client
+
+    stop = threading.Event()
+    answers: list[int] = []
+
+    def loop() -> None:
+        while not stop.is_set():
+            client.call("list", {"all_states": True, "limit": 10000}, socket_path=path,
+                        timeout=120)
+            answers.append(1)
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    os.write(ready_w, b"r")
+    os.read(stop_r, 1)
+    stop.set()
+    for t in threads:
+        t.join(120)
+    return len(answers)
