@@ -68,6 +68,13 @@ class RunAsRefused(IadeepError):
         self.node_wide = node_wide
 
 
+class OwnerFilesError(NodeError):
+    """On a ``run_as: submitter`` node, a launch's first steps (its directory, the script's
+    copy), run as the job's owner in the owner's home, failed: the home is full or not
+    writable. The owner's problem, not the node's: nothing of the job ran, and the node stays
+    in use for everyone else."""
+
+
 class HostKeyError(NodeError):
     """A node's SSH host key is unknown or changed; we never trust it silently."""
 

@@ -417,6 +417,9 @@ def validate_spec(spec: JobSpec) -> None:
                   "the CLI resolves relative paths; pass an absolute path to the API")
     checks.text("the script's path", spec.script, max_len=MAX_PATH,
                 hint="rename the script (or its folder) to printable characters")
+    if spec.script.rsplit("/", 1)[-1] in ("", ".", ".."):
+        raise bad(f"script path {spec.script[:200]!r} does not name a file",
+                  "give the path of the script file itself")
     checks.text("--name", spec.name, max_len=MAX_NAME, hint="e.g. --name resnet-lr3")
     for label, value, limit in (("--workload", spec.workload, MAX_NAME),
                                 ("--workdir", spec.workdir, MAX_PATH)):

@@ -401,10 +401,19 @@ def list_(
     owner: str | None = typer.Option(None, "--user", "-u", help="Only this user's jobs."),
     wide: bool = typer.Option(False, "--wide", help="Never shorten NAME and REASON (they are "
                               "shortened only on a terminal)."),
+    limit: int | None = typer.Option(None, "--limit", "-n", help="Only the newest N jobs "
+                                     "(--all: 1000 unless given)."),
+    before: int | None = typer.Option(None, "--before", help="Only jobs with ids below this "
+                                      "(the next page back)."),
     json_: bool = JSON,
 ) -> None:
-    """List unfinished jobs (all with --all)."""
-    jobs, stale = client.read(m.ListRequest(all_states=all_, owner=owner))
+    """List unfinished jobs (all with --all: the newest 1000, --before ID for older ones)."""
+    request = m.ListRequest(all_states=all_, owner=owner, limit=limit, before=before)
+    shown, _ = request.page()
+    jobs, stale = client.read(request)
+    if shown is not None and len(jobs) >= shown and jobs:
+        print(f"note: showing the newest {len(jobs)} jobs; older ones: --before {jobs[0].id}",
+              file=sys.stderr)
     if json_:
         render.as_json(m.encode(jobs))
         return
@@ -471,7 +480,7 @@ def _job_id(text: str) -> int:
     job_id, index = _job_ref(text)
     if index is None:
         return job_id
-    jobs, _ = client.read(m.ListRequest(all_states=True))
+    jobs, _ = client.read(m.ListRequest(all_states=True, limit=m.LIST_MAX))
     found = [j.id for j in jobs if j.array_id == job_id and j.array_index == index]
     if not found:
         raise InputError(f"array {job_id} has no task {index}",

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from ..errors import IadeepError, InvalidTransition, NodeError, RunAsRefused
+from ..errors import IadeepError, InvalidTransition, NodeError, OwnerFilesError, RunAsRefused
 from ..inventory import Inventory
 from ..jobs import ACTIVE, Job, JobState, dependencies, parse_signal, run_dir_note
 from ..model.data import shipped_profiles
@@ -839,6 +839,9 @@ class SchedulingLoop:
         except RunAsRefused as exc:
             self._run_as_refused(started, node, exc)
             return
+        except OwnerFilesError as exc:
+            self._owner_files_failed(started, node, exc)
+            return
         except NodeError as exc:
             # Unknown whether it started: the next poll's reconcile finds out.
             skipped = self._launch_failed(node, exc.message)
@@ -885,6 +888,23 @@ class SchedulingLoop:
         log.warning("launch of job %s on %s refused: %s; %s is skipped for %.0f s",
                     started.id, node, exc.message, node, skipped)
         self._not_started(started)
+
+    def _owner_files_failed(self, started: Job, node: str, exc: OwnerFilesError) -> None:
+        """The owner's home on ``node`` took neither the job's directory nor its script (full,
+        not writable): nothing of it ran. That counts against this owner's job, not the node
+        (which stays in use for everyone else): the job is held with the reason, for its
+        owner to see in `queue why` and release once the home is fixed."""
+        log.warning("job %s of %s held: %s", started.id, started.owner, exc.message)
+        if started.cancel_requested_by:
+            self._not_started(started)
+            return
+        now = self.clock()
+        with self.store.tx() as conn:
+            jobrows.transition(conn, started.id, JobState.QUEUED, "launch did not happen",
+                               ACTOR, now, node=None, gpu_indices=(),
+                               attempts=max(0, started.attempts - 1))
+            jobrows.transition(conn, started.id, JobState.HELD,
+                               f"{exc.message} (hint: {exc.hint})", ACTOR, now)
 
     def _launch_failed(self, node: str, reason: str) -> float:
         """A launch on ``node`` failed or was refused node-wide: back off; the seconds it is

@@ -13,6 +13,11 @@ Why it is built this way:
   off, on, and on while scraped continuously.
 - **The same numbers as ``iadeep status``.** Nodes, GPUs, jobs on them and the count per state
   come from ``views.status_view``, the function that answers ``status --json``.
+- **Bounded like the socket.** Anyone who can reach the port can connect, so connections are
+  capped per peer address (``METRICS_PER_PEER``) and in total (``METRICS_CONNECTIONS``), one
+  that sends nothing for ``METRICS_IDLE_S`` is closed, and an accept that fails for want of
+  descriptors waits a moment instead of spinning (before, ~1,000 idle connections took the
+  controller to its 1,024 open files and ended it).
 - **Loaded only when asked for.** This module imports ``prometheus_client``; the runtime imports
   it only when metrics are on, so a controller without them (and every client) never loads it.
 
@@ -23,6 +28,7 @@ is fresh (node state ``up``): a down node's last reading is history, not the pre
 """
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import socket
@@ -30,8 +36,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -254,6 +262,101 @@ class LabCollector(Collector):
             sum_value=self._wait_sum)
 
 
+METRICS_PER_PEER = 4        # connections one address may hold (a Prometheus server needs one)
+METRICS_CONNECTIONS = 16    # in total; one more is closed at once
+METRICS_IDLE_S = 10.0       # a connection that sends (or reads) nothing this long is closed
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):
+        """A scrape is not worth a log line."""
+
+
+class _CappedServer(ThreadingMixIn, WSGIServer):
+    """prometheus_client's threaded WSGI server, with the caps above."""
+
+    daemon_threads = True
+    per_peer = METRICS_PER_PEER
+    total = METRICS_CONNECTIONS
+    idle_s = METRICS_IDLE_S
+
+    def server_activate(self) -> None:
+        self._open: collections.Counter[str] = collections.Counter()
+        self._count_lock = threading.Lock()
+        self._warned_at: dict[str, float] = {}
+        super().server_activate()
+
+    def _warn(self, key: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at.get(key, -60.0) >= 60.0:   # a flood must not flood the log
+            self._warned_at[key] = now
+            log.warning("metrics: %s", message)
+
+    def get_request(self):
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in _NO_DESCRIPTORS:   # wait for some to be freed; never spin
+                self._warn("accept", f"cannot accept a connection: {exc}")
+                time.sleep(0.1)
+            raise
+
+    def verify_request(self, request, client_address) -> bool:
+        peer = str(client_address[0]) if isinstance(client_address, tuple) else ""
+        with self._count_lock:
+            if self._open[peer] >= self.per_peer or sum(self._open.values()) >= self.total:
+                refused = True
+            else:
+                refused = False
+                self._open[peer] += 1
+        if refused:
+            self._warn(peer, f"refusing connections from {peer or 'a peer'}: at most "
+                       f"{self.per_peer} per address and {self.total} in total")
+            return False
+        request.settimeout(self.idle_s)
+        return True
+
+    def _release(self, client_address) -> None:
+        peer = str(client_address[0]) if isinstance(client_address, tuple) else ""
+        with self._count_lock:
+            self._open[peer] -= 1
+            if self._open[peer] <= 0:
+                del self._open[peer]
+
+    def process_request(self, request, client_address) -> None:
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:   # no thread to be had
+            self.shutdown_request(request)
+            self._release(client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(client_address)
+
+    def handle_error(self, request, client_address) -> None:
+        """An idle or vanished client (its timeout, a reset): closed, not a traceback."""
+        log.debug("metrics: connection from %s ended badly", client_address, exc_info=True)
+
+
+def _start_server(host: str, port: int, registry: CollectorRegistry
+                  ) -> tuple[_CappedServer, threading.Thread]:
+    family, _, _, _, sockaddr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                    flags=socket.AI_PASSIVE)[0]
+
+    class Server(_CappedServer):
+        address_family = family
+
+    httpd = make_server(str(sockaddr[0]), port, make_wsgi_app(registry), Server,
+                        handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="iadeep-metrics", daemon=True)
+    thread.start()
+    return httpd, thread
+
+
 class MetricsServer:
     """The HTTP endpoint (``/metrics``, any path answers the same) and the round timer."""
 
@@ -269,7 +372,7 @@ class MetricsServer:
         host, port = address
         shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
         try:
-            self._httpd, self._thread = start_http_server(port, host, registry=self.registry)
+            self._httpd, self._thread = _start_server(host, port, self.registry)
         except OSError as exc:
             collector.close()
             if exc.errno == errno.EADDRINUSE:

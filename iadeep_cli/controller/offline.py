@@ -104,10 +104,13 @@ class SnapshotReader(views.Reader):
         self._status = m.StatusView.from_dict(public["status"])
         self.since = self._status.controller.heartbeat_at or 0.0
 
-    def jobs(self, all_states: bool, owner: str | None) -> list[m.JobView]:
+    def jobs(self, all_states: bool, owner: str | None, last: int | None = None,
+             before: int | None = None) -> list[m.JobView]:
         jobs = [m.JobView.from_dict(j) for j in self.public["jobs"]]
-        return [j for j in jobs if (all_states or j.state not in FINISHED)
-                and (owner is None or j.owner == owner)]
+        found = [j for j in jobs if (all_states or j.state not in FINISHED)
+                 and (owner is None or j.owner == owner)
+                 and (before is None or j.id < before)]
+        return found[-last:] if last is not None else found
 
     def job(self, job_id: int) -> m.JobDetail:
         for job in self.jobs(all_states=True, owner=None):
@@ -132,7 +135,8 @@ class NeverRan(views.Reader):
     """No controller ever ran with this state directory: no jobs, no nodes, the shipped
     profiles."""
 
-    def jobs(self, all_states: bool, owner: str | None) -> list[m.JobView]:
+    def jobs(self, all_states: bool, owner: str | None, last: int | None = None,
+             before: int | None = None) -> list[m.JobView]:
         return []
 
     def job(self, job_id: int) -> m.JobDetail:

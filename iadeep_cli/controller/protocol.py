@@ -11,6 +11,7 @@ the controller and is read as it is.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -23,6 +24,9 @@ MAX_REQUEST = 6 * 2**20
 SMALL_REQUEST = 64 * 1024   # every request but a submission with its script
 MAX_REPLY = 512 * 2**20   # `queue list --all` of a long-lived lab; the controller is trusted
 _CHUNK = 65536
+# JSON may escape half of a UTF-16 pair alone ("\ud800"): no text, and nothing that SQLite, a
+# file name or a node's shell could take (it failed deep inside as a "bug" before).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def encode(obj: object) -> bytes:
@@ -49,10 +53,30 @@ def read_request(sock: socket.socket, deadline: float,
     if line is None:
         return None
     try:
-        return json.loads(line, parse_constant=_no_constant, parse_int=_int, parse_float=_float)
+        request = json.loads(line, parse_constant=_no_constant, parse_int=_int,
+                             parse_float=_float)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"malformed request: not valid JSON ({exc})",
                          hint="send one JSON object per line, as `iadeep` does") from None
+    _check_text(request, "request")
+    return request
+
+
+def _check_text(value: object, where: str) -> None:
+    """InputError if any string in ``value`` (keys too) holds a lone surrogate."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        if found:
+            raise InputError(f"malformed request: {where} holds {found.group()!r}, half of a "
+                             "UTF-16 pair, which is not text",
+                             hint="send text as UTF-8 (file names too)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, where)
+            _check_text(item, f"{where}.{key}" if _SURROGATE.search(key) is None else where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_text(item, f"{where}[{i}]")
 
 
 def parse_request(request: object) -> tuple[str, dict]:

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from ..errors import ConfigError, IadeepError, NodeError, StoreError
 from ..inventory import Inventory, load_inventory
 from ..nodes.connection import Pool
 from ..paths import StateDir
-from ..store import cluster, statedir
+from ..store import cluster, is_damage, statedir
 from . import offline
 from .notify import Notifier
 
@@ -35,6 +36,7 @@ from .server import ControllerSocket
 from .service import Service
 
 log = logging.getLogger("iadeep.controller")
+DAMAGE_CHECK_POLLS = 10   # a quick_check of the database on disk every this many polls
 RELOAD_WAIT_S = 30.0   # a reload request waits this long for the current round to end
 PUBLISH_EVERY_S = 30.0   # the public snapshot is read only while we are down; stop forces one
 
@@ -75,6 +77,8 @@ class Controller:
         self._published_at = float("-inf")
         self._rescued, self._rescue_failed = False, ""
         self._round_stopped: str | None = None
+        self._beat_failed = ""
+        self._damage_checked = float("-inf")
 
     def _make_loop(self, inventory: Inventory):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
@@ -217,7 +221,7 @@ class Controller:
         """Record that we live (and publish the views), or degrade if the state directory
         cannot take it; never raises for a sick state directory."""
         lost = self.store.identity_problem()
-        problem = lost or statedir.room_problem(self.state.root)
+        problem = lost or self._damage() or statedir.room_problem(self.state.root)
         if lost is None:
             try:
                 now = self.clock()
@@ -231,7 +235,21 @@ class Controller:
                 self._publish(now, force=stopped_at is not None)
             except StoreError as exc:
                 problem = problem or exc
+            except sqlite3.DatabaseError as exc:
+                if not is_damage(exc):
+                    raise
+                self._damage_checked = float("-inf")
+                problem = problem or self._damage() or StoreError(str(exc))
         self._degrade(problem, lost)
+
+    def _damage(self) -> StoreError | None:
+        """The database found damaged on disk, checked every ``DAMAGE_CHECK_POLLS`` poll
+        intervals (at most every 5 min) and at once after an error that said so."""
+        every = min(300.0, DAMAGE_CHECK_POLLS * self.inventory.poll_interval_s)
+        if self.store.damaged is None and time.monotonic() - self._damage_checked >= every:
+            self._damage_checked = time.monotonic()
+            self.store.check_damage()
+        return self.store.damaged
 
     def _publish(self, now: float, force: bool) -> None:
         if not force and now - self._published_at < PUBLISH_EVERY_S:
@@ -303,7 +321,7 @@ class Controller:
                     if self.metrics is not None:
                         self.metrics.round_done(time.monotonic() - round_began, self.clock())
                 self.notifier.wake()   # jobs that ended in this round, or by a request
-                self.heartbeat()
+                self._beat()
                 # a fixed rate: a round that took long does not also delay the next one
                 self._wake.wait(max(0.0, self.inventory.poll_interval_s -
                                     (time.monotonic() - began)))
@@ -321,6 +339,22 @@ class Controller:
             self.store.close()
             log.info("controller stopped")
 
+    def _beat(self) -> None:
+        """The heartbeat between rounds; an error it did not expect (no file descriptor left:
+        EMFILE from SQLite or a file) is logged once and tried again next round, never allowed
+        to end the controller."""
+        try:
+            self.heartbeat()
+        except Exception as exc:
+            if str(exc) != self._beat_failed:
+                log.error("heartbeat not recorded: %s: %s; trying again next round",
+                          type(exc).__name__, exc)
+            self._beat_failed = str(exc)
+            return
+        if self._beat_failed:
+            log.warning("heartbeat recorded again")
+            self._beat_failed = ""
+
     def _tick(self) -> None:
         """One round; a bug in one round is logged, not allowed to stop the controller. A
         round that cannot write (full disk) is logged once, and again when rounds resume."""
@@ -332,7 +366,9 @@ class Controller:
                 log.warning("scheduling round stopped: %s", exc.message)
             self._round_stopped = exc.message
             return
-        except Exception:
+        except Exception as exc:
+            if is_damage(exc):   # checked at this heartbeat
+                self._damage_checked = float("-inf")
             log.exception("scheduling round failed; retrying next interval")
             return
         if self._round_stopped:

@@ -45,7 +45,7 @@ from ..jobs import (
 from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, jobs as jobrows, profiles as profrows
+from ..store import Store, cluster, is_damage, jobs as jobrows, profiles as profrows
 from ..text import MIB_PER_GIB, duration, hms
 from . import admission, views
 
@@ -88,7 +88,17 @@ class Service(views.StoreReader):
         return lambda owner: owner == user or self.inventory.is_admin(user)
 
     def status(self) -> m.StatusView:
-        view = super().status()
+        try:
+            view = super().status()
+        except Exception as exc:
+            damaged = self.store.check_damage() if is_damage(exc) else None
+            if damaged is None:
+                raise
+            # Nothing recorded can be read: say what is wrong, and that it runs.
+            now = self.clock()
+            return m.StatusView(now=now, nodes=(), queue={}, controller=m.ControllerView(
+                pid=os.getpid(), heartbeat_at=now, poll_interval_s=self.inventory.poll_interval_s,
+                nodes=tuple(n.name for n in self.inventory.nodes), degraded=damaged))
         return dataclasses.replace(view, controller=dataclasses.replace(
             view.controller, degraded=self.degraded))
 
@@ -557,12 +567,16 @@ def _write_script(directory: Path, original: str, content: bytes) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / Path(original).name
     tmp = target.with_suffix(target.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o700)
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, target)
+    except BaseException:   # a full disk: no half-written copy left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)

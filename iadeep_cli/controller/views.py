@@ -60,8 +60,10 @@ class Reader(abc.ABC):
         return everyone
 
     @abc.abstractmethod
-    def jobs(self, all_states: bool, owner: str | None) -> list[JobView]:
-        """Unfinished jobs (all with ``all_states``), of ``owner`` only if given."""
+    def jobs(self, all_states: bool, owner: str | None, last: int | None = None,
+             before: int | None = None) -> list[JobView]:
+        """Unfinished jobs (all with ``all_states``), of ``owner`` only if given, oldest
+        first; the newest ``last`` of those with ids below ``before`` if given."""
 
     @abc.abstractmethod
     def job(self, job_id: int) -> JobDetail:
@@ -77,7 +79,8 @@ class Reader(abc.ABC):
 # ------------------------------------------------------------------ the read-only operations
 def list_jobs(reader: Reader, user: str, req: ListRequest) -> list[JobView]:
     reveal = reader.reveal(user)
-    return [for_reader(j, reveal) for j in reader.jobs(req.all_states, req.owner)]
+    last, before = req.page()
+    return [for_reader(j, reveal) for j in reader.jobs(req.all_states, req.owner, last, before)]
 
 
 def show_job(reader: Reader, user: str, req: ShowRequest) -> JobDetail:
@@ -113,22 +116,27 @@ class StoreReader(Reader):
         self.clock = clock
         self.inventory = inventory
 
-    def jobs(self, all_states: bool, owner: str | None) -> list[JobView]:
-        with self.store.tx() as conn:
-            return select_jobs(conn, all_states=all_states, owner=owner)
+    # Each read is a snapshot on a connection of its own (Store.read), never the writer's
+    # lock: a member reading a long history does not hold up the scheduling round.
+    def jobs(self, all_states: bool, owner: str | None, last: int | None = None,
+             before: int | None = None) -> list[JobView]:
+        with self.store.read() as conn:
+            rows = jobrows.select(conn, states=None if all_states else UNFINISHED,
+                                  owner=owner, last=last, before=before)
+        return [JobView.from_job(j) for j in rows]
 
     def job(self, job_id: int) -> JobDetail:
-        with self.store.tx() as conn:
+        with self.store.read() as conn:
             detail = job_detail(conn, job_id)
             return dataclasses.replace(detail, priority=priority_view(
                 conn, detail.job, self.clock(), self.inventory))
 
     def status(self) -> StatusView:
-        with self.store.tx() as conn:
+        with self.store.read() as conn:
             return status_view(conn, self.clock(), self.inventory)
 
     def profiles(self) -> list[ProfileView]:
-        with self.store.tx() as conn:
+        with self.store.read() as conn:
             return profile_list(conn)
 
 

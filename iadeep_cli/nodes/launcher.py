@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import jobs
-from ..errors import InputError, NodeError, NotFoundError
+from ..errors import InputError, NodeError, NotFoundError, OwnerFilesError
 from ..jobs import SIGNALS, Job
 from ..snapshot import RemoteJob
 from . import runas
@@ -122,10 +122,11 @@ def workdir(pool: NodeAccess, node: str) -> str:
 
 
 def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
-        owner: str | None = None, stdin: bytes | None = None) -> str:
+        owner: str | None = None, stdin: bytes | None = None, setup: bool = False) -> str:
     """Run a POSIX sh script on the node (whatever the login shell is), as the job's
     ``owner`` on a submitter node; stdout, or NodeError (RunAsRefused: it could not run as
-    the owner, and nothing of it ran)."""
+    the owner, and nothing of it ran; OwnerFilesError: a ``setup`` script run as the owner, in
+    the owner's home, failed there)."""
     if pool.node(node).submitter:
         if owner is None:
             raise InputError(f"node {node} runs jobs as their submitters; the job's owner is "
@@ -133,6 +134,9 @@ def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
         rc, out, err = runas.run(pool, node, owner, script, timeout=timeout, stdin=stdin)
     else:
         rc, out, err = pool.run(node, ["sh", "-c", script], timeout=timeout, stdin=stdin)
+    if rc != 0 and setup and owner is not None and pool.node(node).submitter:
+        raise OwnerFilesError(f"exit {rc}: "
+                              f"{' '.join((err.strip() or out.strip()).splitlines()[-1:])}")
     if rc != 0:
         raise NodeError(f"node {node}: remote command failed (exit {rc}): "
                         f"{(err.strip() or out.strip()).splitlines()[-1:] or ''}",
@@ -193,23 +197,31 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
     owner = job.owner
-    found = _sh(pool, node, f"umask 077; d={remote_path(job_dir(workdir(pool, node), job.id))}; "
-                          'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
-                          "{ cat pid 2>/dev/null; true; }",   # a failed mkdir is a NodeError
-                owner=owner)
-    lines = found.splitlines()
-    jdir = lines[0]
-    if len(lines) > 1 and lines[1].strip():
-        pid, st = _pid_line(lines[1])
-        return LaunchResult(pid, pid, jdir, already_started=True, start=st)
-    # In its own folder: a script named like a control file (pid, exit, log...) can't clobber it.
-    remote_script = f"{jdir}/bin/{script.name}"
-    if pool.node(node).submitter:   # into the owner's directory, as the owner
-        q = shlex.quote(remote_script)
-        _sh(pool, node, f"umask 077; cat > {q} && chmod 700 {q}", owner=owner,
-            stdin=script.read_bytes())
-    else:
-        pool.connection(node).put(script, remote_script, 0o700)
+    d = remote_path(job_dir(workdir(pool, node), job.id))
+    try:
+        found = _sh(pool, node, f"umask 077; d={d}; "
+                    'mkdir -p "$d/bin" && chmod 700 "$d" && cd "$d" && pwd && '
+                    "{ cat pid 2>/dev/null; true; }",   # a failed mkdir is a NodeError
+                    owner=owner, setup=True)
+        lines = found.splitlines()
+        jdir = lines[0]
+        if len(lines) > 1 and lines[1].strip():
+            pid, st = _pid_line(lines[1])
+            return LaunchResult(pid, pid, jdir, already_started=True, start=st)
+        # In its own folder: a script named like a control file (pid, exit, log...) can't
+        # clobber it.
+        remote_script = f"{jdir}/bin/{script.name}"
+        if pool.node(node).submitter:   # into the owner's directory, as the owner
+            q = shlex.quote(remote_script)
+            _sh(pool, node, f"umask 077; cat > {q} && chmod 700 {q}", owner=owner,
+                stdin=script.read_bytes(), setup=True)
+        else:
+            pool.connection(node).put(script, remote_script, 0o700)
+    except OwnerFilesError as exc:   # nothing started: say so in the owner's words
+        raise OwnerFilesError(
+            f"could not prepare job {job.id} in {owner}'s home on node {node}: {exc.message}",
+            hint=f"free space in your home directory on {node} (or make ~/.iadeep writable "
+                 f"there), then `iadeep queue release {job.id}`") from None
     where = run_dir(pool, node, job)
     cwd = remote_path(where) if where else shlex.quote(jdir)
     spec = job.spec

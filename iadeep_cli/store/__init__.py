@@ -6,6 +6,11 @@ queries, each a function of a connection, so they compose inside one transaction
     with store.tx() as conn:
         jobs.transition(conn, job_id, JobState.RUNNING, "started", "controller", now)
 
+Reads that answer requests (``queue list``, ``status``...) go through ``Store.read()``: a snapshot
+on a read-only connection of their own, never the writer's lock, so a member
+reading a long history cannot hold up a round (in WAL mode a reader and the writer never block
+each other).
+
 The writer's store also guards the two ways a database goes bad under a running controller
 without SQLite noticing: a full disk (reported as one clear error, never half a transaction) and
 the file being removed or replaced (SQLite would keep writing into the unlinked inode, and
@@ -26,6 +31,7 @@ from ..errors import StoreError
 from . import db
 
 PRIVATE = 0o600   # the database holds every job's env values and arguments
+_DAMAGE_CODES = (11, 26)   # SQLITE_CORRUPT, SQLITE_NOTADB
 _SIDE_FILES = ("", "-wal", "-shm")
 
 
@@ -36,6 +42,7 @@ class Store:
         self._conn = db.connect(self.path, readonly=readonly)
         self._lock = threading.RLock()
         self._identity = None if readonly else _file_id(self.path)
+        self.damaged: StoreError | None = None   # check_damage found it damaged (for good)
         if not readonly:
             for suffix in _SIDE_FILES:   # SQLite gives -wal/-shm the database's mode
                 with contextlib.suppress(FileNotFoundError):
@@ -65,6 +72,59 @@ class Store:
                 if full is None:
                     raise
                 raise full from None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """One consistent read snapshot (a read transaction) on a read-only connection of its
+        own: it neither takes nor waits for the writer's lock, and sees only committed state.
+        A connection per read (opening one costs well under a millisecond; one kept open
+        across a replaced database, see ``rescue``, would later write into the new one). A
+        read-only store reads through its own connection, under its lock."""
+        if self.readonly:
+            with self._lock:
+                self._conn.execute("BEGIN")
+                try:
+                    yield self._conn
+                finally:
+                    self._conn.rollback()
+            return
+        lost = self.identity_problem()
+        if lost is not None:
+            raise lost
+        conn = db.connect(self.path, readonly=True)
+        try:
+            conn.execute("BEGIN")
+            yield conn
+        finally:
+            conn.close()
+
+    def check_damage(self) -> StoreError | None:
+        """A StoreError if the database on disk is damaged (``PRAGMA quick_check`` through a
+        fresh read-only connection: what is on disk, not what a connection has cached), else
+        None; once found it stays (``damaged``). An error that is no verdict on the file (no
+        descriptor left, busy) is None."""
+        if self.damaged is not None or self.readonly:
+            return self.damaged
+        detail = None
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            try:
+                row = conn.execute("PRAGMA quick_check(1)").fetchone()
+            finally:
+                conn.close()
+            if row is None or row[0] != "ok":
+                detail = str(row[0]) if row else "no answer"
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                return None
+            detail = str(exc)
+        if detail is None:
+            return None
+        self.damaged = StoreError(
+            f"the controller's database {self.path} is damaged ({detail[:200]}); it refuses "
+            "new jobs and keeps the running ones", hint=f"stop the controller and restore "
+            f"{self.path} from a backup (or `sqlite3 {self.path} .recover`)")
+        return self.damaged
 
     def identity_problem(self) -> StoreError | None:
         """Why this store must stop writing: its file was removed or replaced, else None."""
@@ -97,6 +157,14 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying the file is damaged (not busy, not out of files)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    return (getattr(exc, "sqlite_errorcode", None) in _DAMAGE_CODES
+            or "malformed" in str(exc) or "not a database" in str(exc))
 
 
 def rescue_path(path: Path) -> Path:

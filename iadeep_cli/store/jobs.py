@@ -144,10 +144,15 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job:
 
 def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
            owner: str | None = None, limit: int | None = None,
-           node: str | None = None, last: int | None = None) -> list[Job]:
-    """Jobs filtered by state, owner and node, oldest first (the queue's natural order);
-    ``limit`` keeps the oldest, ``last`` the newest of them."""
-    where, params = [], []
+           node: str | None = None, last: int | None = None,
+           before: int | None = None) -> list[Job]:
+    """Jobs filtered by state, owner and node (and ids below ``before``), oldest first (the
+    queue's natural order); ``limit`` keeps the oldest, ``last`` the newest of them."""
+    where: list[str] = []
+    params: list[object] = []
+    if before is not None:
+        where.append("id < ?")
+        params.append(int(before))
     if states is not None:
         states = list(states)
         where.append(f"state IN ({', '.join('?' * len(states))})")

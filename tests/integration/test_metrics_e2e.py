@@ -309,3 +309,44 @@ def test_a_scrape_never_waits_for_the_writer_and_sees_only_committed_state(tmp_p
         ctl.metrics.close()
         ctl.socket.close()
         ctl.store.close()
+
+
+def test_idle_connections_to_the_metrics_port_cannot_take_the_controller_down(tmp_path):
+    """One address opens 300 connections to the metrics port and sends nothing, against a
+    controller with 128 open files: it gets its few (dropped once idle), the rest are closed at
+    once, and the controller keeps running: its heartbeat goes on, `status` answers, and a
+    scrape from another address is served."""
+    import resource
+
+    from iadeep_cli.controller.metrics import METRICS_PER_PEER
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    ctl = ControllerProcess(tmp_path / "home", None, "--metrics", "127.0.0.1:0",
+                            preexec_fn=low_limit).start()
+    url = _metrics_url(ctl)
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0])
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.settimeout(60)
+            s.connect((host, port))
+            flood.append(s)
+        beat = _status(ctl.home)["controller"]["heartbeat_at"]
+        wait_until(lambda: _status(ctl.home)["controller"]["heartbeat_at"] > beat, limit=120)
+        assert series(scrape(url), "iadeep_controller_degraded") == 0.0
+        assert ctl.proc.poll() is None
+        # all but the few it kept were closed at once; the few, once idle
+        closed = [s for s in flood if s.recv(1) == b""]
+        assert len(closed) == len(flood)
+        assert ctl.proc.poll() is None and cli(ctl.home, "status").returncode == 0
+        log = ctl.log.read_text()
+        assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
+        assert f"at most {METRICS_PER_PEER} per address" in log
+    finally:
+        for s in flood:
+            s.close()
+        ctl.stop()

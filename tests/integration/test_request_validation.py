@@ -119,6 +119,12 @@ POISON = [
     ({"min_speed": 0}, "--min-speed must be in (0, 1]"),
     ({"retries": 10**6}, "--retries must be between 0 and 100"),
     ({"priority": 2**40}, "--priority must be between"),
+    ({"name": "a\ud800b"}, "spec.name holds '\\ud800', half of a UTF-16 pair"),
+    ({"script": "/tmp/x\udcff.sh"}, "spec.script holds '\\udcff', half of a UTF-16 pair"),
+    ({"env": [["A", "\udc80"]]}, "spec.env[0][1] holds '\\udc80'"),
+    ({"script": "/x/.."}, "script path '/x/..' does not name a file"),
+    ({"script": "/"}, "script path '/' does not name a file"),
+    ({"script": "/tmp/."}, "script path '/tmp/.' does not name a file"),
 ]
 
 
@@ -138,6 +144,13 @@ def test_an_ill_typed_request_is_the_callers_error_in_one_line(ctl, line, expect
 @pytest.mark.parametrize("spec,expected", POISON, ids=range(len(POISON)))
 def test_poison_values_are_refused_at_the_socket(ctl, spec, expected):
     _refused(raw(ctl, add_line(**spec)), expected)
+
+
+def test_refused_submissions_leave_no_file_behind(ctl):
+    for spec, _ in POISON[-6:]:
+        raw(ctl, add_line(**spec))
+    left = [p.name for p in (ctl.home / "scripts").rglob("*") if p.name.endswith(".tmp")]
+    assert left == []
 
 
 def test_ids_sent_as_a_string_act_on_no_job(ctl):

@@ -398,3 +398,34 @@ def test_a_member_may_raise_priority_only_up_to_the_lab_cap(lab):
     finally:
         Path(f"{home}/ra-go-{job_id}").touch()
     wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+
+
+def test_an_owner_whose_home_takes_no_files_holds_only_their_own_job(lab):
+    """Alice's home on the node is not writable: her launch fails in her own files, so her job
+    is held with the reason (hers to fix), and the node is not taken out of scheduling: Bob's
+    job, submitted after hers failed, starts on it at once."""
+    home = Path(pwd.getpwnam(ALICE).pw_dir)
+    shutil.rmtree(home / ".iadeep", ignore_errors=True)
+    home.chmod(0o500)
+    try:
+        hers = _submitted(cli_as(ALICE, lab.home, "queue", "add",
+                                 _script(lab, "full.sh", "#!/bin/sh\necho never\n")))
+        wait_until(lambda: _job(lab, hers)["state"] == "held", limit=60)
+        why = cli_as(ALICE, lab.home, "queue", "why", str(hers))
+        assert why["rc"] == 0 and f"in {ALICE}'s home on node ra1" in why["out"], why
+        assert f"iadeep queue release {hers}" in why["out"], why
+        his = _submitted(cli_as(BOB, lab.home, "queue", "add",
+                                _script(lab, "quick.sh", "#!/bin/sh\necho quick\n")))
+        wait_until(lambda: _job(lab, his)["state"] == "succeeded", limit=60)
+        assert "is skipped for" not in lab.log.read_text()   # the node was never backed off
+        events = json.loads(cli(lab.home, "queue", "show", str(his), "--json",
+                                check=True).stdout)["events"]
+        waited = next(e["at"] for e in events if e["new_state"] == "running") - events[0]["at"]
+        print(f"measured: bob's job started {waited:.2f} s after submission (poll 0.5 s)")
+        assert _job(lab, hers)["state"] == "held" and _job(lab, hers)["attempts"] == 0
+        # Fixed, released: it runs.
+        home.chmod(0o700)
+        assert cli_as(ALICE, lab.home, "queue", "release", str(hers))["rc"] == 0
+        wait_until(lambda: _job(lab, hers)["state"] == "succeeded", limit=60)
+    finally:
+        home.chmod(0o700)

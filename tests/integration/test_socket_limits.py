@@ -15,7 +15,15 @@ import pytest
 
 from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, warm_cli
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
-from iadeep_cli.controller.server import MAX_PER_USER, REQUEST_TIMEOUT_S
+from helpers.floods import hold_idle, stall_uploads
+from iadeep_cli.controller import server
+from iadeep_cli.controller.server import (
+    MAX_PER_USER,
+    REQUEST_TIMEOUT_S,
+    connection_cap,
+    per_user_cap,
+    reserve,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 and os.environ.get("CI") != "true",
@@ -141,19 +149,91 @@ def test_total_connections_are_capped_by_the_open_file_limit_and_freed(shared_st
     ctl = ControllerProcess(shared_state / "home", shared_state / "empty.yaml",
                             preexec_fn=_nofile(64)).start()
     try:
-        cap = 64 // 4   # a quarter of the limit; below MAX_PER_USER, so the total cap shows
-        idle = [_connect(ctl.home / "controller.sock") for _ in range(cap)]
+        cap = 64 // 4   # a quarter of the limit
+        mine = per_user_cap(cap)   # one account's share, below the total and MAX_PER_USER
+        assert mine < cap - reserve(cap) and mine < MAX_PER_USER
+        idle = [_connect(ctl.home / "controller.sock") for _ in range(mine)]
         # asked in this process: a new interpreter's start-up could outlast the idle timeout
         # on a loaded machine, and the idle connections would be gone before it asked
         refused = cli_here(ctl.home, "status")
         assert refused["rc"] == 1
-        assert refused["err"].startswith(f"Error: the controller is serving {cap} connections")
+        assert refused["err"].startswith(f"Error: root already has {mine} connections")
         # Each is dropped for idling (one may have been refused instead if the connection of
         # start()'s own status check had not been counted out yet), and its place given back.
-        assert sum(TIMED_OUT in _reply_of(s) for s in idle) >= cap - 1
+        assert sum(TIMED_OUT in _reply_of(s) for s in idle) >= mine - 1
         assert cli(ctl.home, "status").returncode == 0
     finally:
         ctl.stop()
+
+
+@pytest.mark.os_global   # creates OS accounts
+def test_a_few_accounts_holding_their_share_never_lock_another_member_out(shared_state):
+    """Four accounts each keep 40 idle connections open (at systemd's 1,024 open files): each
+    holds its share, and another member's commands still get in, every time."""
+    ctl = ControllerProcess(shared_state / "home", shared_state / "empty.yaml",
+                            preexec_fn=_nofile(SYSTEMD_NOFILE)).start()
+    cap = connection_cap(SYSTEMD_NOFILE)
+    assert 4 * per_user_cap(cap) <= cap - reserve(cap)
+    ensure_user(OTHER)
+    warm_cli("status")
+    stop_r, stop_w = os.pipe()
+    floods, readies = [], []
+    try:
+        for i in range(4):
+            ready_r, ready_w = os.pipe()
+            floods.append(AsUser(f"iadeep-flood{i}", hold_idle, str(ctl.home / "controller.sock"),
+                                 40, ready_w, stop_r))
+            os.close(ready_w)
+            readies.append(ready_r)
+        for ready_r in readies:
+            assert os.read(ready_r, 1) == b"r", "a flooding process failed"
+        for _ in range(5):
+            other = cli_as(OTHER, ctl.home, "status")
+            assert other["rc"] == 0 and "controller: running" in other["out"], other
+    finally:
+        os.write(stop_w, b"s" * 4)
+        results = [f.result() for f in floods]
+        ctl.stop()
+    for result in results:
+        assert result.get("other", 0) == 0 and result.get("refused", 0) >= 40 - per_user_cap(cap)
+
+
+@pytest.mark.os_global   # creates OS accounts
+def test_two_accounts_stalling_uploads_never_make_another_members_status_wait(
+        shared_state, monkeypatch):
+    """Two accounts' stalled uploads hold every upload place they may (here they would hold
+    them for minutes); another member's `status` is answered all the same: uploads and
+    answers have places of their own, per account and with a reserve."""
+    from iadeep_cli.controller.runtime import Controller
+    from iadeep_cli.inventory import Inventory
+
+    monkeypatch.setattr(server, "REQUEST_TIMEOUT_S", 300.0)   # the stall outlasts the test
+    monkeypatch.setattr(server, "PLACE_WAIT_S", 3.0)   # a request with no place: busy, soon
+    ctl = Controller(Inventory(nodes=()), shared_state / "home")
+    ctl.heartbeat()
+    ctl.socket.start()
+    ensure_user(OTHER)
+    warm_cli("status")
+    stop_r, stop_w = os.pipe()
+    floods, readies = [], []
+    try:
+        for i in range(2):
+            ready_r, ready_w = os.pipe()
+            floods.append(AsUser(f"iadeep-flood{i}", stall_uploads, str(ctl.socket.path), 4,
+                                 ready_w, stop_r))
+            os.close(ready_w)
+            readies.append(ready_r)
+        for ready_r in readies:
+            assert os.read(ready_r, 1) == b"r", "an uploading process failed"
+        for _ in range(3):
+            other = cli_as(OTHER, ctl.state.root, "status")
+            assert other["rc"] == 0 and "controller: running" in other["out"], other
+    finally:
+        os.write(stop_w, b"s" * 2)
+        read = [f.result() for f in floods]
+        ctl.socket.close()
+        ctl.store.close()
+    assert sum(read) >= 2   # each account had one read that far, and held it
 
 
 def test_a_slow_client_is_dropped(shared_state):

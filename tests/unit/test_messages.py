@@ -109,7 +109,8 @@ def test_the_controller_record_is_written_and_read_as_one_type():
 def test_a_jobs_owner_travels_as_user_and_nowhere_else_by_that_name():
     assert m.JobView.key("owner") == m.GpuJob.key("owner") == "user"
     request = m.ListRequest(owner="bob")
-    assert request.to_dict() == {"all_states": False, "owner": "bob"}
+    assert request.to_dict() == {"all_states": False, "owner": "bob", "limit": None,
+                                 "before": None}
     assert m.ListRequest.from_dict(request.to_dict()) == request
 
 
