@@ -15,7 +15,8 @@ import pytest
 
 from helpers.accounts import cli_as, ensure_user
 from helpers.controllers import cli, wait_until
-from helpers.slurm import USER, add as _add, show as _show, slurm_jobs as _slurm_jobs
+from helpers.slurm import SHARDS, USER, add as _add, show as _show, slurm_jobs as _slurm_jobs
+from iadeep_cli.inventory import Policy
 from iadeep_cli.nodes import slurm
 
 pytestmark = pytest.mark.os_global
@@ -65,10 +66,13 @@ def test_two_light_jobs_share_one_gpu_through_shards_a_heavy_one_gets_its_own(la
     (l_gpu,) = l_gpus
     sq = _slurm_jobs(cluster)
     assert sq[jobs[heavy]["remote_pid"]]["gres_detail"] == [f"gpu:g{h_gpu}:1(IDX:{h_gpu})"]
-    for i in light:   # both running at once, on shards of the same GPU
+    # both running at once, on shards of the same GPU: as many as the lab's default group size
+    # leaves each (4 shards, up to 3 jobs a GPU: 1 shard a job)
+    per_job = SHARDS // Policy().max_jobs_per_gpu
+    for i in light:
         s = sq[jobs[i]["remote_pid"]]
         assert s["job_state"] == "RUNNING"
-        assert s["gres_detail"] == [f"shard:g{l_gpu}:2(IDX:{l_gpu})"]
+        assert s["gres_detail"] == [f"shard:g{l_gpu}:{per_job}(IDX:{l_gpu})"]
     go.touch()
     for i in (heavy, *light):
         wait_until(lambda i=i: _show(ctl, i)["state"] == "succeeded", limit=120)

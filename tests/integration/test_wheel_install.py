@@ -101,7 +101,7 @@ def test_sim_runs_on_the_shipped_data_from_the_installed_wheel(installed):
         pairs = sum(1 for row in csv.reader(f) if row and not row[0].startswith("#")) - 1
     with (PACKAGE / "data" / "h200" / "profiles.csv").open() as f:
         workloads = sum(1 for row in csv.reader(f) if row and not row[0].startswith("#")) - 1
-    assert (f"300 jobs, load 1.2, seed 0; 8 GPUs; model: fitted on {pairs} pair measurements "
+    assert (f"300 jobs, load 1.2, seed 0; 8 GPUs; model: fitted on {pairs} distinct pairs "
             f"of {workloads} workloads (NVIDIA H200)") in r.stdout
     assert "iadeep's average JCT: " in lines[-1]
 
