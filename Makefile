@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint sshd slurm torch-cpu bench check-min-deps clean
+.PHONY: demo test docs cli-reference lint sshd slurm torch-cpu bench check-min-deps clean
 
 # iadeep_cli/__init__.py holds the version, which the installed metadata (--version) copies
 $(STAMP): pyproject.toml iadeep_cli/__init__.py
@@ -35,6 +35,20 @@ slurm:
 demo: $(STAMP)
 	$(BIN)/iadeep sim
 
+# The documentation site (mkdocs.yml, pages in docs/) into site/. --strict: a broken link or
+# anchor fails the build (CI runs it after the tests). The `docs` extra is installed on first use.
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[test,plot,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# docs/reference/cli.md from the CLI itself (tests/unit/test_docs.py fails when it is stale)
+cli-reference: $(STAMP)
+	$(BIN)/python tests/cli_reference.py docs/reference/cli.md
+
 # The PyTorch example job is tested when a CPU build of torch can be installed from this
 # machine's disk (never a multi-GB download); elsewhere that one test is skipped and says why.
 torch-cpu: $(STAMP)
@@ -43,14 +57,14 @@ torch-cpu: $(STAMP)
 	  $(BIN)/pip install -q "$$whl" || echo "note: $$whl did not install; the PyTorch example test is skipped"; \
 	fi
 
-# Style checks (README "Style checks"); `make test` runs them first, so CI fails on them.
+# Style checks (docs/contributing.md "Style checks"); `make test` runs them first, so CI fails on them.
 lint: $(STAMP)
 	$(BIN)/ruff check iadeep_cli tests benchmarks
 	$(BIN)/mypy
 
 # The suite runs in parallel (pytest-xdist): its tests mostly wait on sshd nodes, controller
 # processes and polls, not on the CPU, so more workers than cores pays. Workers: twice the cores,
-# at least 4, at most 8 (README "Tests" has the times measured); `make test TEST_WORKERS=3`
+# at least 4, at most 8 (docs/contributing.md "Tests" has the times measured); `make test TEST_WORKERS=3`
 # chooses, `.venv/bin/pytest -q` (no -n) runs it serially. --dist loadgroup keeps the os_global tests
 # (accounts, sudoers, mounts, system daemons) in one worker, one after another.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
@@ -62,7 +76,7 @@ test: $(STAMP) lint sshd slurm torch-cpu
 # The lower bounds in pyproject.toml, tested: the oldest allowed version of every dependency
 # (pins from tests/min_deps.py) in a fresh .venv-min, then there the in-process tests, the
 # monitor's and two SSH ones (paramiko). Not part of `make test` (pip fetches old releases);
-# README "Install for real use" has its time.
+# docs/administration.md "Install for real use" has its time.
 MIN_VENV  := .venv-min
 MIN_TESTS := tests/unit tests/tui/test_tui.py tests/integration/test_ssh_hostkeys.py \
              tests/integration/test_poller_sshd.py
@@ -82,4 +96,4 @@ bench: $(STAMP) sshd
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache site

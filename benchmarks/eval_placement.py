@@ -10,7 +10,7 @@ Runs, in one process (the inputs and, in --lowo mode, the held-out models fitted
 * ``phase``: ``iadeep`` (run-time adaptation) against ``iadeep-static`` on the phase-shift grid.
 
 Seeds: ``--split tune`` is seeds 10-19 (the only ones any setting was chosen on), ``--split
-report`` seeds 0-9 (the figures the README quotes). ``--set key=value`` changes iadeep's
+report`` seeds 0-9 (the figures docs/simulator.md quotes). ``--set key=value`` changes iadeep's
 ``Policy`` for a what-if (tuning); ``--json`` prints every per-seed ratio.
 
   .venv/bin/python benchmarks/eval_placement.py peers --lowo --split report

@@ -37,7 +37,7 @@ class Node:
     labels: tuple[str, ...] = ()
     local: bool = False
     workdir: str = "~/.iadeep"       # where job directories are created on the node
-    # Whose account a job runs as (README "Security model"): "account" (the SSH account, as
+    # Whose account a job runs as (docs/security.md): "account" (the SSH account, as
     # always) or "submitter" (the submitting user's account of the same name, through sudo),
     # who may be run as (the names listed, or members of the group on the node), and the
     # installation's part of a job directory's path (set by the controller; see
@@ -66,10 +66,11 @@ class Node:
 class FairShare:
     """``lab.policy.fairshare``: a user's recent GPU use lowers their waiting jobs' priority.
 
-    Slurm's classic fair-share factor (README "Fair share"): F = 2^(-usage_norm/share_norm),
-    worth ``weight * F`` priority points. Usage is GPU-seconds held, decayed with
-    ``half_life_days``; a user not in ``shares`` has share ``DEFAULT_SHARE``. Kept as a tuple
-    of pairs, not a dict, so the policy stays a hashable value."""
+    Slurm's classic fair-share factor (docs/scheduling.md "Fair share"):
+    F = 2^(-usage_norm/share_norm), worth ``weight * F`` priority points. Usage is GPU-seconds
+    held, decayed with ``half_life_days``; a user not in ``shares`` has share
+    ``DEFAULT_SHARE``. Kept as a tuple of pairs, not a dict, so the policy stays a hashable
+    value."""
 
     half_life_days: float = 7.0
     weight: float = 10.0
@@ -88,9 +89,10 @@ class FairShare:
 @dataclass(frozen=True)
 class AdaptPolicy:
     """``lab.policy.adapt``: when a running shared GPU counts as gone wrong, and what is done
-    about it (README 'Adapting at run time').  The defaults are conservative: a surprise must
-    last ``observe_s`` *and* ``polls`` consecutive polls, and the margins are several times the
-    +-2% spread of the shipped measurements, so ordinary jitter never acts on a job."""
+    about it (docs/scheduling.md 'Adapting at run time').  The defaults are conservative: a
+    surprise must last ``observe_s`` *and* ``polls`` consecutive polls, and the margins are
+    several times the +-2% spread of the shipped measurements, so ordinary jitter never acts on
+    a job."""
 
     enabled: bool = True
     observe_s: float = 300.0        # how long a surprise must last before anything is done
@@ -118,7 +120,7 @@ SHARING_RULES = ("jct", "threshold")   # Policy.sharing (scheduler/sharing.py)
 
 @dataclass(frozen=True)
 class Policy:
-    """Placement settings; see README 'How placement decides'."""
+    """Placement settings; see docs/scheduling.md 'How placement decides'."""
 
     # how sharing is judged (scheduler/sharing.py): "jct", by the rate jobs finish (speeds x
     # completion indexes from run times); "threshold", by combined speed >= share_threshold
@@ -126,7 +128,7 @@ class Policy:
     share_threshold: float = 1.1     # predicted combined speed needed before two jobs share
     # default floor for any job's predicted speed when sharing, and jobs per GPU: groups of
     # three, each job at 0.3 or more, cut the mean JCT by 8-13% against pairs at 0.5 under load
-    # (leave-one-workload-out, seeds 10-19: README 'The simulator')
+    # (leave-one-workload-out, seeds 10-19: docs/simulator.md)
     min_speed: float = 0.3
     max_jobs_per_gpu: int = 3
     memory_margin_gib: float = 2.0   # added to a profile's peak memory (CUDA context, cache)
@@ -172,7 +174,7 @@ class NotifySettings:
 
 @dataclass(frozen=True)
 class SlurmSettings:
-    """``slurm:``: a Slurm partition whose nodes iadeep places jobs on (README "Slurm backend").
+    """``slurm:``: a Slurm partition whose nodes iadeep places jobs on (docs/slurm.md).
 
     Nodes and GPUs come from Slurm; GPU ``K`` of a node must be the typed GRES ``gpu:<prefix>K``
     (and ``shard:<prefix>K`` for sharing), so that a job can be pinned to the GPU iadeep chose.
@@ -363,7 +365,7 @@ def _list_of(item_conv, what: str):
 
 _str_list = _list_of(_word, "strings")
 # A user or group name a node's shell and sudo will see (Debian's useradd accepts these); root
-# is refused by name: iadeep never runs a job as root (README "Security model").
+# is refused by name: iadeep never runs a job as root (docs/security.md).
 ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 _account = _within(_str, lambda v: ACCOUNT_NAME.fullmatch(v) is not None and v != "root",
                    "an account name (lower-case letters, digits, '_', '.', '-'), never root")

@@ -97,7 +97,7 @@ class JobSpec:
     time_limit_s: float | None = None   # stopped once it has run this long (--time); None: never
     signal: str | None = None         # "USR1@60": sent that long before the time limit (--signal)
     notify: str = "none"              # when to tell its owner (--notify): see NOTIFY_WHEN
-    # Submitting like sbatch (README "Coming from Slurm"):
+    # Submitting like sbatch (docs/submitting.md "Coming from Slurm"):
     submit_dir: str | None = None     # where `queue add` ran: the working directory on nodes
                                       # that share it (shared_paths; see run_dir)
     output: str | None = None         # --output: stdout's file (%j %u %x), relative to the
@@ -195,7 +195,7 @@ MAX_COMMAND_BYTES = 64 * 1024
 
 
 # Variables that change how a program loads or starts, refused in --env and --export on every
-# backend (README "Security model"): a job's variables must reach only the job, and one that
+# backend (docs/security.md): a job's variables must reach only the job, and one that
 # reached a privileged program by mistake (a root `sbatch`, sudo, a shell) would run a member's
 # code there. The dynamic loader's (LD_*, and glibc's list of variables it ignores for setuid
 # programs, TMPDIR aside), the shells' start-up and parsing, the interpreters' code paths and
@@ -239,7 +239,7 @@ def check_env_names(pairs: typing.Iterable[tuple[str, str]], option: str = "--en
         if unsafe_env(key):
             raise InputError(f"{option} {key}: iadeep does not pass variables that change how "
                              "programs load or start (the dynamic loader's, shell start-up, "
-                             "interpreters' paths; README \"Security model\")",
+                             "interpreters' paths; docs/security.md)",
                              hint=f"set it inside the job script instead (export {key}=...)")
 
 

@@ -274,7 +274,8 @@ class EventView(Message):
 
 @dataclass(frozen=True)
 class FairShareView(Message):
-    """A user's fair share as the last scheduling round worked it out (README "Fair share"):
+    """A user's fair share as the last scheduling round worked it out (docs/scheduling.md
+    "Fair share"):
     ``factor`` = 2^(-usage_norm/share_norm), worth ``points`` = weight x factor."""
 
     user: str

@@ -78,8 +78,8 @@ def _controllers_state_dir(command: str) -> None:
         f"directory {state.root}: what this records there would never be read",
         hint=f"run it as the controller's account in a login shell, which reads IADEEP_HOME and "
              f"IADEEP_INVENTORY from /etc/profile.d/iadeep.sh: sudo -u iadeep sh -lc "
-             f"{shlex.quote(command)} (README 'Running the controller on the head node'); for a "
-             "controller of your own, set IADEEP_HOME")
+             f"{shlex.quote(command)} (docs/administration.md 'Running the controller on the "
+             "head node'); for a controller of your own, set IADEEP_HOME")
 
 
 def _confirmed(question: str) -> bool:

@@ -159,14 +159,15 @@ def add(
         None, "--checkpoint-signal", metavar="SIG",
         help="The job saves a checkpoint and exits on SIG: when its shared GPU runs worse than "
              "serial it gets SIG instead of being suspended, and is requeued to resume from "
-             "its checkpoint in the same working directory (README 'Adapting at run time')."),
+             "its checkpoint in the same working directory (docs/scheduling.md 'Adapting at "
+             "run time')."),
     opportunistic: bool = typer.Option(
         False, "--opportunistic",
         help="Use spare GPUs; suspended (or checkpointed) first when a regular job waits for "
-             "its GPU, resumed when that job leaves (README 'Adapting at run time')."),
+             "its GPU, resumed when that job leaves (docs/scheduling.md 'Adapting at run time')."),
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
-                                       "than serial (README 'Adapting at run time')."),
+                                       "than serial (docs/scheduling.md 'Adapting at run time')."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -588,7 +589,7 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
 
 
 def priority_lines(p: m.PriorityView, owner: str) -> list[str]:
-    """A waiting job's effective priority as a sum, then its owner's fair share (README
+    """A waiting job's effective priority as a sum, then its owner's fair share (docs/scheduling.md
     "Fair share"): ``3.40 = base 0 + aging 0.90 (54m x 1/h) + fair share 2.50``."""
     waited = duration(p.aging / p.aging_per_hour * 3600) if p.aging_per_hour else "-"
     parts = [f"{p.effective:.2f} = base {p.base} + aging {p.aging:.2f} "

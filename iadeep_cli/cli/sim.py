@@ -35,7 +35,8 @@ def sim(
     jobs: int = typer.Option(300, "--jobs", "-n", help="Number of jobs to generate."),
     gpus: str = typer.Option("8", "--gpus", "-g", help="GPUs in the cluster (nodes of up to "
                              "8): a number of H200s, or GPU models and counts, e.g. "
-                             "h200:8,a100:8 (a100: derived from the H200 data, see README)."),
+                             "h200:8,a100:8 (a100: derived from the H200 data, see "
+                             "docs/simulator.md)."),
     load: float = typer.Option(1.2, "--load", help="Arrival rate relative to what the cluster "
                                "serves with one job per GPU (1.0 = saturated)."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),

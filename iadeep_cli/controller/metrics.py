@@ -21,7 +21,7 @@ Why it is built this way:
 - **Loaded only when asked for.** This module imports ``prometheus_client``; the runtime imports
   it only when metrics are on, so a controller without them (and every client) never loads it.
 
-Series (the README lists them for Grafana): ``iadeep_`` first, base units (bytes, seconds,
+Series (docs/accounting.md lists them for Grafana): ``iadeep_`` first, base units (bytes, seconds,
 watts, ratios 0..1) and the unit in the name, as Prometheus' naming conventions ask. GPU
 readings (utilisation, memory, power, temperature) are exported only while their node's data
 is fresh (node state ``up``): a down node's last reading is history, not the present.
@@ -213,8 +213,8 @@ class LabCollector(Collector):
         return family
 
     def _impact(self, view: StatusView) -> Iterator[Metric]:
-        """The impact factor and its parts (README "The impact factor"), as `status` shows
-        them: window="1h" the last hour, window="start" since the controller started. A window
+        """The impact factor and its parts (docs/accounting.md "The impact factor"), as `status`
+        shows them: window="1h" the last hour, window="start" since the controller started. A window
         in which no GPU was busy has no impact factor, so that series is left out, not 0."""
         factor = GaugeMetricFamily("iadeep_impact_factor", "Work done in exclusive-GPU-hours "
                                    "per busy GPU-hour (1.00: as one job per GPU).",

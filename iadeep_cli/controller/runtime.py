@@ -96,7 +96,7 @@ class Controller:
         for node in inventory.nodes:
             if node.local:
                 log.warning("node %s is local: its jobs run as the controller's own account and "
-                            "could change its state; see README 'Security model'", node.name)
+                            "could change its state; see docs/security.md", node.name)
         # A node that stopped answering is retried at least once per grace period, and a hung
         # nvidia-smi gives up well inside it, so that its node, which still answers, is never
         # taken for a silent one.

@@ -225,7 +225,7 @@ class Service(views.StoreReader):
     def _hold_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
         """A queued job is held here; a `starting` one only on a Slurm node, where Slurm may
         keep it pending: it is committed `held` first, then the loop holds it in Slurm
-        (``scontrol hold``), or finds Slurm had started it (README "The Slurm backend")."""
+        (``scontrol hold``), or finds Slurm had started it (docs/slurm.md)."""
         job = self._owned(conn, user, job_id)
         if job.state == JobState.STARTING:
             node = self.inventory.node(job.node or "")

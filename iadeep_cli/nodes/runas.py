@@ -13,7 +13,7 @@ about their own jobs.
 The account is checked twice, by whoever sees it first: here (a valid name, never root, one
 of ``allowed_users`` or else checked on the node for ``allowed_group``), and on the node by
 ``GUARD`` (it exists, its uid is not 0, it is not the SSH account itself, it is in the group),
-before sudo's own rule (README "Security model") decides.  ``GUARD`` exits 90 (this user
+before sudo's own rule (docs/security.md) decides.  ``GUARD`` exits 90 (this user
 cannot be run as here), 91 (sudo refuses: nobody can be run as here) or 92 (the user has no
 home directory there); anything else is the script's own exit status.
 """
@@ -101,7 +101,7 @@ def refusal(node: str, user: str, rc: int, err: str) -> RunAsRefused:
                 if ln.startswith("iadeep-runas: ")), err.strip()[-200:] or f"exit {rc}")
     if rc == SUDO_REFUSED:
         return RunAsRefused(f"node {node} cannot run jobs as their submitters: {why}",
-                            hint="add the sudoers line from README 'Security model' on the node "
+                            hint="add the sudoers line from docs/security.md on the node "
                                  "(check with `iadeep nodes check`)", node_wide=True)
     return RunAsRefused(f"cannot run a job as {user} on node {node}: {why}",
                         hint="ask an admin to create the account (with its home directory) on "

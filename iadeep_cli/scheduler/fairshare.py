@@ -4,7 +4,7 @@ Pure functions and one pure accumulator, shared by the controller (fed from its 
 events) and the simulator (fed from its own starts and ends), so both rank a queue the same way.
 Nothing here reads a clock or a file: the caller says what ran and when, and what "now" is.
 
-The model is Slurm's classic fair-share factor (README "Fair share"):
+The model is Slurm's classic fair-share factor (docs/scheduling.md "Fair share"):
 
     usage_u    = sum over u's jobs of  GPUs x integral over the time they held them of
                  2^(-(now - t) / half_life) dt         (decayed GPU-seconds)

@@ -32,7 +32,7 @@ allocate by throughput normalised across the job's alternatives) reduced to one 
   Only among the models where the job keeps at least ``KEEP`` (0.8) of its best speed: Gavel
   re-allocates every round, but a placement here is final (no migration), so a job sent to a
   model where it runs at 0.5x pays for it for its whole run. Measured in the simulator (10
-  seeds, h200:8,a100:8, README 'Mixed GPU models'): without the bound the comparative
+  seeds, h200:8,a100:8, docs/simulator.md 'Mixed GPU models'): without the bound the comparative
   advantage lost to always taking the fastest model (0.805 vs 0.788 at load 0.9); with it,
   it is level with it.
 

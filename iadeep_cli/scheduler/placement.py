@@ -3,7 +3,7 @@
 No I/O, no clock, no globals: the controller and the simulator call the same ``plan()``, so what
 the simulator measures says something about the real scheduler.
 
-How a round decides (README 'How placement decides'):
+How a round decides (docs/scheduling.md 'How placement decides'):
 
 1. Queue order: effective priority = priority + ``aging_per_hour`` x hours waited (+ the
    owner's fair-share points, when the lab turns fair share on), then submission time, then

@@ -1,7 +1,7 @@
 """A mixed cluster in the simulator: ``--gpus h200:8,a100:8``, and the second model's truth.
 
 The shipped measurements are H200 only. A GPU model with no measurement gets a *derived*
-truth (README 'The simulator', 'Mixed GPU models'; derived, not measured):
+truth (docs/simulator.md, 'Mixed GPU models'; derived, not measured):
 
 * **Solo speed** relative to the H200, from the workload's H200 profile. A job's time is
   ``(1 - u)`` outside kernels (host work, launches: the same on any GPU) plus ``u`` in kernels,

@@ -8,7 +8,7 @@ may return a ``SimPlan`` whose ``preempt`` lists running jobs to stop and requeu
 preemptive; the engine keeps their remaining work, as a checkpoint/restart would).
 
 Each peer is implemented from its paper's description. Where the description leaves a choice,
-the choice is written next to the code and in the README ('The simulator'):
+the choice is written next to the code and in docs/simulator.md:
 
 * ``tiresias`` (Tiresias, NSDI'19): discretised two-dimensional least-attained-service (2D-LAS)
   without sharing: attained service = GPUs x seconds run; two queues split at

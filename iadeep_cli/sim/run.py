@@ -225,7 +225,7 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
 
 
 def format_table(report: SimReport) -> str:
-    """The comparison table the README shows (hours; ratios against 'exclusive')."""
+    """The comparison table of the README and docs (hours; ratios against 'exclusive')."""
     base = report.baseline()
     pw = max([10, *(len(r.name) for r in report.results)])   # "exclusive+fs" with --fairshare
     head = (f"{'policy':<{pw}} {'avg JCT':>9} {'p95 JCT':>9} {'makespan':>9} {'GPU busy':>9} "

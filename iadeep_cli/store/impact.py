@@ -2,7 +2,7 @@
 busy GPUs were busy. The one place it is recorded and computed; `iadeep status`, the monitor,
 `iadeep report` (and the metrics) all read it from here.
 
-Definitions (the README repeats them):
+Definitions (docs/accounting.md repeats them):
 
 - A GPU is **busy** while at least one iadeep job *runs* on it (``running``; not ``starting``,
   not ``lost``). **Busy GPU-seconds** are shared out among the jobs on it: a job on a GPU with

@@ -10,7 +10,7 @@ So the report is one GROUP BY over the jobs in the window and one sort of their 
 pass over the events; Python sees one line per group and state, never one per job
 (benchmarks/bench_report.py).
 
-Definitions (the README repeats them):
+Definitions (docs/accounting.md repeats them):
 
 - **in the window**: a finished job (succeeded, failed, cancelled, timeout) whose ``ended_at``
   is in [since, until). With ``running``, also jobs starting or running now that started

@@ -1,4 +1,4 @@
-"""Seeded state databases for the monitor's tests, benchmark and README screenshot.
+"""Seeded state databases for the monitor's tests, benchmark and the docs' screenshot.
 
 Each scenario writes through the real store API (``jobs.insert``/``transition``,
 ``cluster.save_nodes``, ``set_meta``) so what the monitor shows went through the same code the

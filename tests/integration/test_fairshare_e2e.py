@@ -5,7 +5,7 @@ iadeep-alice ran 100 GPU-hours in the past week (a finished job in the controlle
 as a previous run of the controller would have left it); iadeep-bob ran nothing. Both queue a
 job while the GPU is busy, alice first. With lab.policy.fairshare on, bob's job must start
 first, and `queue why` / `queue show --json` must show each part of the priority, matching a
-hand computation from the formula in the README.
+hand computation from the formula in docs/scheduling.md.
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
             return out["out"] if "= 33% of the shares" in out["out"] else None
         bob_why = wait_until(lambda: why(BOB, second), limit=30)
         alice_why = wait_until(lambda: why(ALICE, first), limit=30)
-        print(alice_why, bob_why, sep="")   # the README's example comes from here
+        print(alice_why, bob_why, sep="")   # docs/scheduling.md's example comes from here
 
         # `queue show --json`: each part, checked against the formula by hand
         shown = json.loads(cli(home, "queue", "show", str(first), "--json",

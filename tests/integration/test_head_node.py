@@ -1,4 +1,5 @@
-"""README's head-node set-up, run as written on this machine: the real accounts (`iadeep` on the
+"""The head-node set-up of docs/administration.md, run as written on this machine: the real
+accounts (`iadeep` on the
 head node, `iadeep-jobs` on the node), a real sshd node that accepts the controller's new key
 from the job account's own authorized_keys, the sudoers step through visudo, /etc/iadeep,
 /etc/profile.d, and `nodes trust` as the controller's account in a login shell; then the unit's
@@ -45,8 +46,8 @@ MARK = Path("/run/iadeep-head-node-test")   # what exists was made by this test 
 
 
 def checklist() -> list[str]:
-    """The commands of README's set-up block, comments left out, in order."""
-    text = (ROOT / "README.md").read_text()
+    """The commands of the set-up block in docs/administration.md, comments left out, in order."""
+    text = (ROOT / "docs" / "administration.md").read_text()
     block = text.split("The whole set-up, as root, in order", 1)[1].split("```\n", 2)[1]
     return [line for line in block.splitlines() if line.strip() and
             not line.lstrip().startswith("#")]
@@ -254,7 +255,7 @@ def machine():
     shutil.rmtree(top, ignore_errors=True)
 
 
-def test_the_readme_head_node_checklist_as_written_ends_with_a_job_on_a_trusted_node(machine):
+def test_the_documented_head_node_checklist_as_written_ends_with_a_job_on_a_trusted_node(machine):
     top = machine
     lines = checklist()
     node = SshdNode("gpu1", "127.0.0.61", top, ".ssh/authorized_keys", own_home=False)

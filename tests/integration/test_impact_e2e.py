@@ -128,5 +128,5 @@ def test_impact_factor_matches_the_events_in_report_and_status(lab, tmp_path):
     line = [x for x in cli(home, "status", check=True).stdout.splitlines()
             if x.startswith("impact factor: ")]
     assert len(line) == 1
-    print(line[0])   # for the README (pytest -s)
+    print(line[0])   # for docs/accounting.md (pytest -s)
     assert float(line[0].split()[2]) == pytest.approx(factor, abs=0.01 + 0.01 * factor)

@@ -80,9 +80,9 @@ def _account(name: str, shell: str = "/usr/sbin/nologin") -> Path:
     return home
 
 
-def _readme_sudoers_line() -> str:
+def _docs_sudoers_line() -> str:
     found = re.findall(r"^ *(\S+ ALL=\(%\S+,!root\) NOPASSWD: /bin/sh)$",
-                       (ROOT / "README.md").read_text(), re.M)
+                       (ROOT / "docs" / "security.md").read_text(), re.M)
     assert len(found) == 1, found
     return found[0]
 
@@ -107,7 +107,7 @@ def lab():
         _account(user)
         with accounts_lock():
             subprocess.run(["usermod", "-aG", GROUP, user], check=True)
-    _install_sudoers(_readme_sudoers_line().replace("iadeep ", f"{CTL} ", 1)
+    _install_sudoers(_docs_sudoers_line().replace("iadeep ", f"{CTL} ", 1)
                      .replace("%gpu-lab", f"%{GROUP}"))
     top = Path(tempfile.mkdtemp(prefix="iadeep-jf-", dir="/tmp"))
     os.chmod(top, 0o755)

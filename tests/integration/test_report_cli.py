@@ -23,7 +23,7 @@ FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 
 
 def _by_hand(home: Path, ids: list[int]) -> dict[str, dict]:
-    """Per user: jobs, GPU-hours and queue waits, from each job's events (README's
+    """Per user: jobs, GPU-hours and queue waits, from each job's events (docs/accounting.md's
     definitions: GPUs x time in starting/running over all attempts; submit -> first start)."""
     users: dict[str, dict] = {}
     for job_id in ids:

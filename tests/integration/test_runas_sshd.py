@@ -1,6 +1,6 @@
 """``run_as: submitter`` with real parts: OS accounts, an sshd node logged into as an
-unprivileged SSH account, real sudo with the README's sudoers line, a real controller, and the
-real CLI run as each user (issue 12, "Run as the submitter")."""
+unprivileged SSH account, real sudo with the sudoers line of docs/security.md, a real controller,
+and the real CLI run as each user (issue 12, "Run as the submitter")."""
 from __future__ import annotations
 
 import json
@@ -31,10 +31,10 @@ GROUP = "iadeep-ra-lab"
 SUDOERS = Path("/etc/sudoers.d/iadeep-runas-test")
 
 
-def readme_sudoers_line() -> str:
-    """The sudoers line exactly as README 'Security model' gives it."""
+def docs_sudoers_line() -> str:
+    """The sudoers line exactly as docs/security.md gives it."""
     found = re.findall(r"^ *(\S+ ALL=\(%\S+,!root\) NOPASSWD: /bin/sh)$",
-                       (ROOT / "README.md").read_text(), re.M)
+                       (ROOT / "docs" / "security.md").read_text(), re.M)
     assert len(found) == 1, found
     return found[0]
 
@@ -86,7 +86,7 @@ def lab():
             subprocess.run(["usermod", "-aG", GROUP, user], check=True)
     with accounts_lock():   # a left-over from a killed run
         subprocess.run(["userdel", GHOST], capture_output=True)
-    line = readme_sudoers_line().replace("iadeep ", f"{CTL} ", 1).replace("%gpu-lab",
+    line = docs_sudoers_line().replace("iadeep ", f"{CTL} ", 1).replace("%gpu-lab",
                                                                           f"%{GROUP}")
     _install_sudoers(line)
     top = Path(tempfile.mkdtemp(prefix="iadeep-runas-", dir="/tmp"))
@@ -233,7 +233,7 @@ def test_queue_why_says_sudo_refused_the_launch_and_when_it_is_tried_again(lab):
     assert cli_as(ALICE, lab.home, "queue", "cancel", str(job_id))["rc"] == 0
 
 
-def test_sudo_never_runs_as_root_with_the_readme_line(lab):
+def test_sudo_never_runs_as_root_with_the_documented_line(lab):
     """The rule itself refuses root, whatever iadeep's own checks do."""
     out = subprocess.run(["su", CTL, "-s", "/bin/sh", "-c", "sudo -n -u root -- /bin/sh -c id"],
                          capture_output=True, text=True)

@@ -3,8 +3,8 @@ files, install it into a fresh virtualenv outside the repository (its dependenci
 package index, as pip or pipx would), and run the installed `iadeep` from a directory that is
 not the repository. It finds its shipped data and the monitor's stylesheet inside the wheel.
 
-Cost on the 2-core machine: 55-82 s in four runs under other load (README "Install for real
-use"), most of it pip unpacking numpy, scipy and scikit-learn into the new environment.
+Cost on the 2-core machine: 55-82 s in four runs under other load (docs/administration.md),
+most of it pip unpacking numpy, scipy and scikit-learn into the new environment.
 """
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # Declared though no module imports it today: scikit-learn, kept for fitting the model (the
 # numpy and scipy the model does import are declared on their own).
 DECLARED_NOT_IMPORTED = {"scikit-learn"}
+# Extras for working on iadeep, not for running it: the test tools and the docs site's builder.
+DEV_EXTRAS = ("test", "docs")
 
 
 @functools.cache
@@ -60,7 +62,7 @@ def _distribution(module: str) -> str:
 def test_every_import_is_declared():
     runtime = {_name(r) for r in PROJECT["dependencies"]}
     optional = {_name(r) for extra, reqs in PROJECT["optional-dependencies"].items()
-                if extra != "test" for r in reqs}
+                if extra not in DEV_EXTRAS for r in reqs}
     undeclared = {f"{_distribution(m)} (import {m} in {where})"
                   for m, where in _imported_modules().items()
                   if _distribution(m) not in runtime | optional}
@@ -76,5 +78,12 @@ def test_only_what_is_imported_is_declared():
 @pytest.mark.parametrize("requirement", PROJECT["dependencies"]
                          + PROJECT["optional-dependencies"]["plot"])
 def test_every_dependency_has_a_lower_bound(requirement):
+    name, version = lower_bound(requirement)
+    assert _name(name) == _name(requirement) and re.fullmatch(r"\d+(\.\d+)*", version)
+
+
+@pytest.mark.parametrize("requirement", [r for extra in DEV_EXTRAS
+                                         for r in PROJECT["optional-dependencies"][extra]])
+def test_every_dev_tool_has_a_lower_bound(requirement):
     name, version = lower_bound(requirement)
     assert _name(name) == _name(requirement) and re.fullmatch(r"\d+(\.\d+)*", version)

@@ -1,7 +1,7 @@
 """Fair share (lab.policy.fairshare): the inventory's settings, the decayed usage, the factor,
 the queue order it gives plan() and the simulator, and what `queue why` is told.
 
-Expected figures are worked out here by hand from the formula in the README (closed-form
+Expected figures are worked out here by hand from the formula in docs/scheduling.md (closed-form
 integrals and powers of two), never taken from the code under test; the usage comes from a real
 SQLite database written through the store's own transitions.
 """

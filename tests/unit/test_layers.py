@@ -2,7 +2,7 @@
 circle. The rule is read from the source (``ast``), lazy imports inside functions included: a
 function-level import is how a cycle or an upward dependency usually sneaks in.
 
-The layers (docs/ARCHITECTURE.md explains each one and where new code goes):
+The layers (docs/architecture.md explains each one and where new code goes):
 
     layer  units                                   may import
     0      vocabulary: errors, paths, checks,      each other (no cycles)
@@ -218,7 +218,7 @@ def test_every_unit_has_a_layer():
     modules, _, _ = read_imports(PACKAGE)
     unknown = sorted({unit(m) for m in modules} - set(LAYERS))
     assert not unknown, (f"no layer for {unknown}: add each to LAYERS in "
-                         "tests/unit/test_layers.py and to the table in docs/ARCHITECTURE.md")
+                         "tests/unit/test_layers.py and to the table in docs/architecture.md")
 
 
 def test_imports_point_down_the_layers():

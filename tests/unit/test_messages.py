@@ -1,7 +1,7 @@
 """The typed protocol (iadeep_cli/messages.py) and the one operations table.
 
 Views are computed from real seeded state databases by the same code the controller runs;
-the JSON they make is pinned key by key, because `--json` users and the README depend on it.
+the JSON they make is pinned key by key, because `--json` users and the docs depend on it.
 """
 from __future__ import annotations
 

@@ -340,7 +340,7 @@ def _lab_pair_case():
 @pytest.mark.parametrize("noise", [0.0, 0.02])
 def test_lab_observations_win_after_two(noise):
     """A pair the model gets wrong by 0.3 is within 0.03 after N = 2 observations with
-    measurement noise of std 0.02 (after one without noise): the README's N."""
+    measurement noise of std 0.02 (after one without noise): the N of docs/scheduling.md."""
     profs, lab, _base, truth = _lab_pair_case()
     rng = np.random.default_rng(1)
     errors, widths = [], []

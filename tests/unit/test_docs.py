@@ -1,0 +1,63 @@
+"""The documentation stays true to the code: the command reference is the CLI's own, the Grafana
+dashboard asks only for series the controller exports, and the README stays a front page
+(short, no internal issue numbers) with every page of the docs site one link away."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from cli_reference import COMMAND, REFERENCE, generate, recorded_version
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+
+
+def test_cli_reference_matches_the_cli(tmp_path):
+    checked_in = REFERENCE.read_text()
+    version = recorded_version(checked_in)
+    if version != typer.__version__:
+        pytest.skip(f"docs/reference/cli.md was written by typer {version}, this is "
+                    f"{typer.__version__} (another version words the same CLI differently)")
+    fresh = tmp_path / "cli.md"
+    generate(fresh)
+    assert fresh.read_text() == checked_in, (
+        f"docs/reference/cli.md is out of date with the CLI: run `{COMMAND}` and commit it")
+
+
+def _exported_series() -> set[str]:
+    source = (REPO / "iadeep_cli" / "controller" / "metrics.py").read_text()
+    return set(re.findall(r'"(iadeep_[a-z_]+)"', source))
+
+
+def test_grafana_dashboard_uses_only_exported_series():
+    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(bucket|sum|count)$", "", name)
+            for e in exprs for name in re.findall(r"\biadeep_[a-z_]+", e)}
+    exported = _exported_series()
+    assert len(exported) > 20   # the collector's names were found at all
+    assert used - exported == set()
+    # every family the collector exports has a panel, except those a table reads better
+    assert exported - used <= {"iadeep_controller_start_time_seconds", "iadeep_gpu_info",
+                               "iadeep_node_state", "iadeep_node_reachable"}
+
+
+def test_readme_is_a_front_page_linking_every_docs_page():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert "make demo" in readme and "make test" in readme   # CI and the quick start use them
+    pages = {p.relative_to(REPO).as_posix() for p in DOCS.rglob("*.md")} - {"docs/index.md"}
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)(?:#[^)]*)?\)", readme))
+    assert pages - linked == set()
+
+
+@pytest.mark.parametrize("path", ["README.md", *sorted(
+    p.relative_to(REPO).as_posix() for p in DOCS.rglob("*.md"))])
+def test_no_internal_issue_numbers(path):
+    text = (REPO / path).read_text()
+    found = re.findall(r"(?i)\b(?:issue|ticket) #?\d+|\bthe issue\b|\bas the issue\b", text)
+    assert found == [], f"{path}: {found}"
