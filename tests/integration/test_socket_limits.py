@@ -6,7 +6,6 @@ import os
 import resource
 import select
 import shutil
-import socket
 import tempfile
 import threading
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, warm_cli
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
-from helpers.floods import hold_idle, stall_uploads
+from helpers.floods import connect as _connect, hold_idle, reply_of as _reply_of, stall_uploads
 from iadeep_cli.controller import server
 from iadeep_cli.controller.server import (
     MAX_PER_USER,
@@ -46,25 +45,6 @@ def shared_state():
     (state / "empty.yaml").write_text("nodes: []\n")
     yield state
     shutil.rmtree(state, ignore_errors=True)
-
-
-def _connect(path) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(str(path))   # blocking: waits while the listen backlog is full
-    s.settimeout(60)
-    return s
-
-
-def _reply_of(s: socket.socket) -> str:
-    """Everything the controller sends on ``s`` until it closes it (a reset, not an end of
-    file, when it closes with part of the request unread)."""
-    data = b""
-    try:
-        while chunk := s.recv(65536):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data.decode()
 
 
 def _flood(path: str, n: int, home: str, ready_w: int, stop_r: int) -> dict:
