@@ -242,7 +242,7 @@ class SchedulingLoop:
                 self._clean_orphans(node.name)
         self._lose_silent_nodes(now)
         self._stop_overdue(now)
-        self._cancel_requested()
+        self._cancel_requested(snapshot)
         shipped, lab = shipped_profiles(), self.lab_profiles()
         lab.update(self._profile_new_workloads(snapshot, {**shipped, **lab}))
         profiles = {**shipped, **lab}
@@ -596,13 +596,23 @@ class SchedulingLoop:
         except IadeepError as exc:
             log.warning("signalling job %s on %s failed: %s", job_id, node, exc.message)
 
-    def _cancel_requested(self) -> None:
+    def _cancel_requested(self, snapshot: ClusterSnapshot) -> None:
         """Stop cancelled jobs on their node's worker; the poll then sees them exit (a held job
-        with a node is one Slurm keeps pending and held: its Slurm job is cancelled too)."""
+        with a node is one Slurm keeps pending and held: its Slurm job is cancelled too).
+
+        A stop is sent again only once a poll that began after the last one ended has been
+        reconciled and still shows the job: sending it every round would, when a stop takes
+        longer than the gap between polls (a loaded node), end each one after the next poll
+        began, and reconcile (which waits for a poll newer than the job's last action) would
+        never see the job exit."""
+        polled = {node.name: node.taken_at for node in snapshot.nodes if node.reached}
         for job in self._jobs(ACTIVE | {JobState.HELD}):
-            if job.cancel_requested_by and job.node is not None:
-                self.actions.submit(job.node, ("cancel", job.id),
-                                    partial(self._stop, job.node, job.id, job.owner))
+            if not job.cancel_requested_by or job.node is None:
+                continue
+            if self.actions.acted_at(job.id) >= polled.get(job.node, float("inf")):
+                continue   # its last action is newer than this poll: the next poll tells
+            self.actions.submit(job.node, ("cancel", job.id),
+                                partial(self._stop, job.node, job.id, job.owner))
 
     def _stop(self, node: str, job_id: int, owner: str) -> None:
         from ..nodes import launcher

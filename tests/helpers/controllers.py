@@ -98,7 +98,10 @@ def wait_jobs(home: Path, done: Callable[[dict], object], timeout: float = 240.0
         if done(jobs):
             return jobs
         time.sleep(0.2)
-    raise AssertionError(f"timed out; jobs now: {json.dumps(jobs_by_id(home), indent=1)}")
+    log = home / "controller.log"
+    tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no controller log)"
+    raise AssertionError(f"timed out; jobs now: {json.dumps(jobs_by_id(home), indent=1)}\n"
+                         f"controller log (end):\n{tail}")
 
 
 # What a look at something not there yet raises: a list of nodes still empty before the first

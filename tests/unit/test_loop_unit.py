@@ -284,6 +284,34 @@ def test_a_job_past_its_time_limit_is_stopped_and_timed_out_saying_why(lab):
     assert ended.exit_code is not None and ended.exit_code != 0
 
 
+def test_a_cancel_ends_the_job_when_each_stop_outlasts_the_gap_between_polls(lab):
+    """A loaded node: every poll takes longer than a stop, so a stop sent at the end of one
+    round ends while the next poll runs. Reconcile waits for a poll newer than the job's last
+    action; were the stop sent again each round, no poll would ever be newer (CI saw a
+    cancelled job run on for 30 s). Rounds here are not drained: actions overlap polls as in
+    the controller."""
+    lab = lab(n1=1)
+    job_id = lab.submit()
+    lab.round()
+    job = _running(lab, job_id)
+    polls = lab.pool.poll_all
+
+    def slow_poll(*args, **kwargs):
+        snapshot = polls(*args, **kwargs)
+        time.sleep(0.3)   # the answer comes late; its taken_at is when it began
+        return snapshot
+
+    lab.pool.poll_all = slow_poll
+    with lab.store.tx() as conn:
+        jobrows.update(conn, job_id, cancel_requested_by="alice")
+    for _ in range(40):
+        lab.loop.tick()
+        if lab.job(job_id).state != JobState.RUNNING:
+            break
+    assert lab.job(job_id).state == JobState.CANCELLED, lab.reasons(job_id)
+    assert not _alive(job.remote_pid)
+
+
 def test_the_time_limit_counts_from_each_attempts_start(lab):
     lab = lab(n1=1)
     job_id = lab.submit(retries=1, time_limit_s=300)
