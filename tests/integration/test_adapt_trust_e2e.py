@@ -147,7 +147,7 @@ def test_one_members_phase_change_stays_theirs_until_another_member_agrees(sshd_
         def reported(job_id: int):
             wait_jobs(home, lambda js: js[job_id]["state"] in ("succeeded", "failed")
                       or _sample_of(home, job_id) is not None)
-            return wait_until(lambda: _sample_of(home, job_id), limit=60)
+            return wait_until(lambda: _sample_of(home, job_id), limit=120)
 
         alice = _submitted(cli_as(ALICE, home, "queue", "add", phased("alice"),
                                   "--workload", "emu"))

@@ -23,15 +23,15 @@ def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path
 
     try:
         # Running, its progress read over SFTP every poll (paramiko's INFO lines, each time).
-        wait_until(lambda: state()["observed_speed"] is not None, limit=60)
+        wait_until(lambda: state()["observed_speed"] is not None, limit=120)
         cluster.stop("node01")
-        wait_until(lambda: state()["state"] == "lost", limit=60)
+        wait_until(lambda: state()["state"] == "lost", limit=120)
         kill_attempt(job, "node01", home)           # it reboots: the attempt is gone...
         cluster.start("node01")                     # ...and it answers: requeued
         wait_until(lambda: state()["state"] == "running" and state()["attempts"] == 2,
                    limit=60)                        # its second attempt
         cli(home, "queue", "cancel", str(job), check=True)
-        wait_until(lambda: state()["state"] == "cancelled", limit=30)
+        wait_until(lambda: state()["state"] == "cancelled", limit=120)
     finally:
         ctl.stop()
     log = ctl.log.read_text()

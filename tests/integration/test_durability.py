@@ -88,13 +88,13 @@ def test_a_full_state_directory_degrades_the_controller_and_it_recovers(
             return int(cli(home, "queue", "add", str(ROOT / "jobs/hello.sh"), "--exclusive",
                            *args, check=True).stdout)
         running, waiting = add("--env", "SLEEP_S=600"), add("--env", "SLEEP_S=0")
-        wait_until(lambda: jobs_by_id(home)[running]["state"] == "running", limit=60)
+        wait_until(lambda: jobs_by_id(home)[running]["state"] == "running", limit=120)
         low = _fill(small_fs, leave=statedir.RESERVE_BYTES // 2)
 
         def degraded():
             status = json.loads(cli(home, "status", "--json", check=True).stdout)
             return status["live"] and status["controller"].get("degraded")
-        assert FULL in wait_until(degraded, limit=30)["message"]
+        assert FULL in wait_until(degraded, limit=120)["message"]
         refused = cli(home, "queue", "add", str(ROOT / "jobs/hello.sh"))
         assert refused.returncode == 1 and refused.stderr.count("\n") == 1
         assert refused.stderr.startswith(f"Error: {FULL} ({home})") and \
@@ -102,7 +102,7 @@ def test_a_full_state_directory_degrades_the_controller_and_it_recovers(
         # What it accepted is still scheduled, run and recorded (from the reserve).
         assert jobs_by_id(home)[waiting]["state"] == "queued"
         cli(home, "queue", "cancel", str(running), check=True)
-        wait_until(lambda: jobs_by_id(home)[waiting]["state"] == "succeeded", limit=60)
+        wait_until(lambda: jobs_by_id(home)[waiting]["state"] == "succeeded", limit=120)
 
         last = _fill(small_fs)   # now nothing at all is left
         wait_until(lambda: "scheduling round stopped: " + FULL in ctl.log.read_text(),
@@ -110,9 +110,9 @@ def test_a_full_state_directory_degrades_the_controller_and_it_recovers(
         assert ctl.proc.poll() is None and degraded()
         last.unlink()
         low.unlink()
-        wait_until(lambda: not degraded(), limit=30)
+        wait_until(lambda: not degraded(), limit=120)
         later = add("--env", "SLEEP_S=0")
-        wait_until(lambda: jobs_by_id(home)[later]["state"] == "succeeded", limit=60)
+        wait_until(lambda: jobs_by_id(home)[later]["state"] == "succeeded", limit=120)
         states = {i: j["state"] for i, j in jobs_by_id(home).items()}
         assert states == {1: "cancelled", 2: "succeeded", 3: "succeeded"}
         assert "state directory healthy again" in ctl.log.read_text()

@@ -93,7 +93,7 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
         blocker = int(cli(home, "queue", "add", "--exclusive", _script(
             top, "block.sh", f"n=0; while [ ! -e {go} ] && [ $n -lt 900 ]; do sleep 0.1; "
                              "n=$((n+1)); done"), check=True).stdout)
-        wait_until(lambda: jobs_by_id(home)[blocker]["state"] == "running", limit=60)
+        wait_until(lambda: jobs_by_id(home)[blocker]["state"] == "running", limit=120)
         short = _script(top, "short.sh", "sleep 0.5")
         first = _submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", short))
         second = _submitted(cli_as(BOB, home, "queue", "add", "--exclusive", short))
@@ -101,8 +101,8 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
         def why(user, job_id):   # once a round counted all three users (bob submitted last)
             out = cli_as(user, home, "queue", "why", str(job_id))
             return out["out"] if "= 33% of the shares" in out["out"] else None
-        bob_why = wait_until(lambda: why(BOB, second), limit=30)
-        alice_why = wait_until(lambda: why(ALICE, first), limit=30)
+        bob_why = wait_until(lambda: why(BOB, second), limit=120)
+        alice_why = wait_until(lambda: why(ALICE, first), limit=120)
         print(alice_why, bob_why, sep="")   # docs/scheduling.md's example comes from here
 
         # `queue show --json`: each part, checked against the formula by hand

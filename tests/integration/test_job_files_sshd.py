@@ -183,7 +183,7 @@ def _kill_all(user: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    wait_until(lambda: _processes_of(user) == [], limit=30)
+    wait_until(lambda: _processes_of(user) == [], limit=120)
 
 
 def _quick_start_delays(lab, count: int) -> list[float]:
@@ -213,7 +213,7 @@ def test_a_progress_file_swapped_with_a_fifo_delays_no_one(lab):
     (home / f"jf-stop-{swapper}").touch()
     wait_until(lambda: _job(lab, swapper)["state"] == "succeeded", limit=120)
     # nothing of alice's is left on the node: no reader blocked on the FIFO
-    wait_until(lambda: _processes_of(ALICE) == [], limit=60)
+    wait_until(lambda: _processes_of(ALICE) == [], limit=120)
 
 
 def test_a_fifo_exit_file_neither_keeps_a_job_running_nor_stops_its_cancel(lab):
@@ -231,4 +231,4 @@ def test_a_fifo_exit_file_neither_keeps_a_job_running_nor_stops_its_cancel(lab):
     wait_until(lambda: _job(lab, waiting)["state"] == "cancelled", limit=120)
     # the node's data stays fresh: another member's job starts within two poll intervals
     assert max(_quick_start_delays(lab, 2)) <= 2 * POLL_S
-    wait_until(lambda: _processes_of(ALICE) == [], limit=60)
+    wait_until(lambda: _processes_of(ALICE) == [], limit=120)

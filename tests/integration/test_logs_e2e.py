@@ -51,7 +51,7 @@ def test_a_multi_megabyte_log(lab, tmp_path):
     script.write_text(SCRIPT)
     home = lab.home
     job = int(cli(home, "queue", "add", str(script), check=True).stdout)
-    wait_until(lambda: jobs_by_id(home)[job]["state"] == "failed", limit=60)
+    wait_until(lambda: jobs_by_id(home)[job]["state"] == "failed", limit=120)
     whole = log_file(lab, job).read_bytes()
     lines = [LINE.format(i) + "\n" for i in range(1, LINES + 1)] + [ERROR + "\n"]
     assert whole.decode() == "".join(lines) and len(whole) > 10 * 2 ** 20
@@ -77,7 +77,7 @@ def test_a_log_of_one_long_line_still_shows_its_end(lab, tmp_path):
     script.write_text("#!/bin/sh\ni=0; while [ $i -lt 20000 ]; do printf '\\r%06d' $i; "
                       "i=$((i+1)); done\n")
     job = int(cli(lab.home, "queue", "add", str(script), check=True).stdout)
-    wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "succeeded", limit=60)
+    wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "succeeded", limit=120)
     out = cli(lab.home, "logs", str(job), check=True)
     # (text mode reads the carriage returns as newlines)
     assert out.stdout.endswith("019999") and len(out.stdout) == 64 * 1024
@@ -115,7 +115,7 @@ def test_status_json_from_a_real_controller_is_standard(lab):
             return None
         gpus = node["nodes"][0]["gpus"]
         return gpus and gpus[0]["name"] == "NVIDIA H200?[2J" and gpus
-    (gpu,) = wait_until(polled, limit=30)
+    (gpu,) = wait_until(polled, limit=120)
     assert gpu["utilization_gpu"] is None and gpu["memory_total_mib"] == 143771
 
 

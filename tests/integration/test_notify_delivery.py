@@ -210,13 +210,13 @@ def test_a_hung_webhook_delays_neither_mail_nor_the_caller(store, mail):
         notifier.start()
         try:
             first = _run_job(store)
-            wait_until(lambda: hook.got()[0], limit=30)   # the webhook is now stuck on it
+            wait_until(lambda: hook.got()[0], limit=120)   # the webhook is now stuck on it
             second = _run_job(store)
             notifier.wake()
-            wait_until(lambda: len(mail.received()) == 2, limit=30)
+            wait_until(lambda: len(mail.received()) == 2, limit=120)
             assert hook.got()[1] == []
             hook.hold.set()
-            wait_until(lambda: len(hook.got()[1]) == 2, limit=30)
+            wait_until(lambda: len(hook.got()[1]) == 2, limit=120)
             assert [b["job"]["id"] for b in hook.got()[1]] == [first, second]
         finally:
             notifier.close()

@@ -43,7 +43,7 @@ def test_finished_jobs_are_announced_by_mail_and_webhook(sshd_cluster, tmp_path)
                             'for i in $(seq 1 40); do echo "line $i"; done\n'
                             "printf 'red \\033[31malert\\033[0m\\n'\nexit 3\n")
             failed = _add(home, str(noisy), "--name", "noisy")     # the lab default: fail
-            wait_until(lambda: hook.got()[0], limit=60)            # its webhook call hangs...
+            wait_until(lambda: hook.got()[0], limit=120)            # its webhook call hangs...
             ok = _add(home, str(_script(tmp_path, "ok.sh", "echo fine\n")), "--notify", "end")
             quiet = _add(home, str(_script(tmp_path, "quiet.sh", "echo shh\n")))
             jobs = wait_until(lambda: (lambda js: js if all(
@@ -52,7 +52,7 @@ def test_finished_jobs_are_announced_by_mail_and_webhook(sshd_cluster, tmp_path)
             assert [jobs[i]["state"] for i in (failed, ok, quiet)] == \
                 ["failed", "succeeded", "succeeded"]
             assert [jobs[i]["notify"] for i in (failed, ok, quiet)] == ["fail", "end", "fail"]
-            wait_until(lambda: len(mail.received()) == 2, limit=60)
+            wait_until(lambda: len(mail.received()) == 2, limit=120)
             assert hook.got()[1] == []
             hook.hold.set()          # it answers 500 once, then the retry gets through
             # (a set: on a slow machine the hung call may also time out on our side and be
@@ -124,8 +124,8 @@ def test_a_notification_owed_when_the_controller_is_killed_is_sent_once_after(ss
         ctl.kill(signal.SIGKILL)
         with mail:
             ctl.start()
-            wait_until(mail.received, limit=60)
-            wait_until(lambda: _outbox(ctl.home, job)[0]["sent_at"] is not None, limit=30)
+            wait_until(mail.received, limit=120)
+            wait_until(lambda: _outbox(ctl.home, job)[0]["sent_at"] is not None, limit=120)
             [row] = _outbox(ctl.home, job)
             assert row["attempts"] == 2 and row["channel"] == "email"
             [msg] = mail.received()

@@ -53,9 +53,9 @@ def test_reload_adds_a_node_keeps_running_jobs_and_refuses_a_broken_file(sshd_cl
     home = ctl.home
     try:
         first = _add(home, *LONG_JOB, "--name", "first")
-        wait_until(lambda: _job(home, first)["state"] == "running", limit=60)
+        wait_until(lambda: _job(home, first)["state"] == "running", limit=120)
         second = _add(home, *LONG_JOB, "--name", "second")   # node01's only GPU is taken
-        wait_until(lambda: _job(home, second)["reason"], limit=30)
+        wait_until(lambda: _job(home, second)["reason"], limit=120)
         before = _job(home, first)
 
         line = _broken(inventory, cluster)
@@ -63,13 +63,13 @@ def test_reload_adds_a_node_keeps_running_jobs_and_refuses_a_broken_file(sshd_cl
         assert error.startswith(f"Error: {inventory}:{line}: nodes[1].port: expected a port "
                                 "number from 1 to 65535, got 99999")
         # the old configuration runs on (a round whose poll was slow reads down for a while)
-        wait_until(lambda: _status_nodes(home) == {"node01": "up"}, limit=60)
+        wait_until(lambda: _status_nodes(home) == {"node01": "up"}, limit=120)
         assert _job(home, second)["state"] == "queued"
 
         inventory.write_text(LAB + cluster.inventory_yaml())
         out = cli(home, "controller", "reload", check=True).stdout
         assert out == f"reloaded {inventory}: 2 nodes (added node02)\n"
-        wait_until(lambda: _job(home, second)["state"] == "running", limit=60)
+        wait_until(lambda: _job(home, second)["state"] == "running", limit=120)
         assert _job(home, second)["node"] == "node02"
         after = _job(home, first)                               # untouched by the reload
         assert (after["state"], after["node"], after["remote_pid"], after["attempts"]) == \
@@ -92,7 +92,7 @@ def test_sighup_reloads_a_good_file_keeps_the_old_one_on_a_bad_one(sshd_cluster,
         job = _add(home, *LONG_JOB)
         inventory.write_text(LAB + cluster.inventory_yaml(["node01"]))
         ctl.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: _job(home, job)["state"] == "running", limit=60)
+        wait_until(lambda: _job(home, job)["state"] == "running", limit=120)
         assert _job(home, job)["node"] == "node01"
 
         line = _broken(inventory, cluster)
@@ -101,16 +101,16 @@ def test_sighup_reloads_a_good_file_keeps_the_old_one_on_a_bad_one(sshd_cluster,
         assert f"the running configuration stays: {inventory}:{line}: nodes[1].port" in \
             ctl.log.read_text()
         assert ctl.proc.poll() is None
-        wait_until(lambda: _status_nodes(home) == {"node01": "up"}, limit=60)
+        wait_until(lambda: _status_nodes(home) == {"node01": "up"}, limit=120)
 
         # A node taken out: its connection closes, its job is lost (it may still run there).
         sshd = cluster.node("node01").proc.pid
         assert _descendants(sshd), "the controller should hold a connection to node01"
         inventory.write_text(LAB + "nodes: []\n")
         ctl.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: _job(home, job)["state"] == "lost", limit=30)
+        wait_until(lambda: _job(home, job)["state"] == "lost", limit=120)
         assert _job(home, job)["reason"] == "node node01 is no longer in the inventory"
-        wait_until(lambda: not _descendants(sshd), limit=30)
+        wait_until(lambda: not _descendants(sshd), limit=120)
         wait_until(lambda: _status_nodes(home) == {})
     finally:
         ctl.stop()

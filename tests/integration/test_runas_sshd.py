@@ -152,7 +152,7 @@ echo done
 def test_a_job_runs_as_its_submitter_and_only_they_see_its_log(lab):
     home = pwd.getpwnam(ALICE).pw_dir
     job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", _script(lab, "a.sh", JOB)))
-    wait_until(lambda: os.path.exists(f"{home}/ra-made-{job_id}"), limit=60)
+    wait_until(lambda: os.path.exists(f"{home}/ra-made-{job_id}"), limit=120)
     made = os.stat(f"{home}/ra-made-{job_id}")
     assert pwd.getpwuid(made.st_uid).pw_name == ALICE
     jdir = Path(home, ".iadeep", StateDir(lab.home).install_id.read_text().strip(), "ra1", "jobs",
@@ -160,7 +160,7 @@ def test_a_job_runs_as_its_submitter_and_only_they_see_its_log(lab):
     assert (jdir.stat().st_mode & 0o777, pwd.getpwuid(jdir.stat().st_uid).pw_name) == \
         (0o700, ALICE)
     assert pwd.getpwuid((jdir / "log").stat().st_uid).pw_name == ALICE
-    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=30)
+    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=120)
 
     # bob can neither read alice's log through iadeep nor cancel her job
     refused = cli_as(BOB, lab.home, "logs", str(job_id))
@@ -170,16 +170,16 @@ def test_a_job_runs_as_its_submitter_and_only_they_see_its_log(lab):
     assert refused["rc"] != 0 and f"belongs to {ALICE}" in refused["out"] + refused["err"]
 
     Path(f"{home}/ra-go-{job_id}").touch()
-    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=120)
     log = cli_as(ALICE, lab.home, "logs", str(job_id))
     assert log["rc"] == 0 and f"whoami: {ALICE}\n" in log["out"] and "done" in log["out"], log
 
 
 def test_the_owner_cancels_their_own_running_job(lab):
     job_id = _submitted(cli_as(BOB, lab.home, "queue", "add", _script(lab, "b.sh", JOB)))
-    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=120)
     assert cli_as(BOB, lab.home, "queue", "cancel", str(job_id))["rc"] == 0
-    wait_until(lambda: _job(lab, job_id)["state"] == "cancelled", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "cancelled", limit=120)
 
 
 def test_a_job_for_a_user_missing_on_the_node_fails_with_the_reason(lab):
@@ -192,7 +192,7 @@ def test_a_job_for_a_user_missing_on_the_node_fails_with_the_reason(lab):
         subprocess.run(["userdel", GHOST], check=True)
     lab.inventory.write_text(re.sub(r"  user_limits:.*\n", "", lab.inventory.read_text()))
     assert cli(lab.home, "controller", "reload").returncode == 0
-    wait_until(lambda: _job(lab, job_id)["state"] == "failed", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "failed", limit=120)
     why = cli(lab.home, "queue", "show", str(job_id), "--json", check=True).stdout
     reason = json.loads(why)["reason"]
     assert f"user {GHOST} does not exist on this node" in reason, reason
@@ -224,7 +224,7 @@ def test_queue_why_says_sudo_refused_the_launch_and_when_it_is_tried_again(lab):
         def why() -> str:
             out = cli_as(ALICE, lab.home, "queue", "why", str(job_id))["out"]
             return out if "skipped until" in out else ""
-        said = wait_until(why, limit=60)
+        said = wait_until(why, limit=120)
         assert f"job {job_id} is queued: node ra1 is skipped until " in said, said
         assert "its last launch failed: node ra1 cannot run jobs as their submitters" in said
         assert "password is required" in said and "no node answered" not in said, said
@@ -259,7 +259,7 @@ def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
 
     home = pwd.getpwnam(ALICE).pw_dir
     job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", _script(lab, "p.sh", JOB)))
-    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "running", limit=120)
     install = StateDir(lab.home).install_id.read_text().strip()
     inventory = _scoped_workdirs(load_inventory(lab.inventory), install)
     with NodePool(inventory, known_hosts=[lab.home / "known_hosts"], connect_timeout=3,
@@ -270,7 +270,7 @@ def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
         assert launcher.pause(pool, "ra1", job_id, False, owner=ALICE) is True
         wait_until(lambda: states() and "T" not in states(), limit=10)
     Path(f"{home}/ra-go-{job_id}").touch()
-    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=120)
 
 
 def _scan_for(stop: str, secrets: list[str]) -> dict:
@@ -367,7 +367,7 @@ def test_who_may_never_run_is_refused_at_submission_arrays_included(lab):
     assert set(jobs_by_id(lab.home)) == before
     # a member of the group is admitted as before
     member = _submitted(cli_as(BOB, lab.home, "queue", "add", script))
-    wait_until(lambda: _job(lab, member)["state"] == "succeeded", limit=60)
+    wait_until(lambda: _job(lab, member)["state"] == "succeeded", limit=120)
 
 
 def _has_uid(uid: int) -> bool:
@@ -397,7 +397,7 @@ def test_a_member_may_raise_priority_only_up_to_the_lab_cap(lab):
         assert _job(lab, job_id)["priority"] == 1000000
     finally:
         Path(f"{home}/ra-go-{job_id}").touch()
-    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=60)
+    wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=120)
 
 
 def test_an_owner_whose_home_takes_no_files_holds_only_their_own_job(lab):
@@ -413,13 +413,13 @@ def test_an_owner_whose_home_takes_no_files_holds_only_their_own_job(lab):
     try:
         hers = _submitted(cli_as(ALICE, lab.home, "queue", "add",
                                  _script(lab, "full.sh", "#!/bin/sh\necho never\n")))
-        wait_until(lambda: _job(lab, hers)["state"] == "held", limit=60)
+        wait_until(lambda: _job(lab, hers)["state"] == "held", limit=120)
         why = cli_as(ALICE, lab.home, "queue", "why", str(hers))
         assert why["rc"] == 0 and f"in {ALICE}'s home on node ra1" in why["out"], why
         assert f"iadeep queue release {hers}" in why["out"], why
         his = _submitted(cli_as(BOB, lab.home, "queue", "add",
                                 _script(lab, "quick.sh", "#!/bin/sh\necho quick\n")))
-        wait_until(lambda: _job(lab, his)["state"] == "succeeded", limit=60)
+        wait_until(lambda: _job(lab, his)["state"] == "succeeded", limit=120)
         # the node was never backed off for her files
         assert "is skipped for" not in lab.log.read_text()[log_from:]
         events = json.loads(cli(lab.home, "queue", "show", str(his), "--json",
@@ -430,6 +430,6 @@ def test_an_owner_whose_home_takes_no_files_holds_only_their_own_job(lab):
         # Fixed, released: it runs.
         home.chmod(0o700)
         assert cli_as(ALICE, lab.home, "queue", "release", str(hers))["rc"] == 0
-        wait_until(lambda: _job(lab, hers)["state"] == "succeeded", limit=60)
+        wait_until(lambda: _job(lab, hers)["state"] == "succeeded", limit=120)
     finally:
         home.chmod(0o700)

@@ -162,7 +162,7 @@ def test_a_foreign_slurm_job_is_foreign_load(lab):
     foreign = cluster.run("sbatch", "--parsable", f"--uid={uid}", f"--gid={uid}",
                           "--export=NONE", "--gres=gpu:g0:1", "-o", "/dev/null",
                           "--wrap", f"while [ ! -e {work}/go-6 ]; do sleep 0.1; done").strip()
-    wait_until(lambda: _slurm_jobs(cluster)[int(foreign)]["job_state"] == "RUNNING", limit=30)
+    wait_until(lambda: _slurm_jobs(cluster)[int(foreign)]["job_state"] == "RUNNING", limit=120)
     # (in status from the controller's next read of the partition)
     wait_until(lambda: f"slurm job {foreign}" in cli(ctl.home, "status", "--json",
                                                      check=True).stdout, limit=60)

@@ -137,18 +137,18 @@ def test_suspend_and_resume_are_slurms_own_and_repeatable(lab):
     job = _job(work, 901, str(work / "go-s"))
     sid, _ = slurm.launch(pool, cluster.node, job, (0,), work / "job.sh")
     try:
-        wait_until(lambda: slurm_jobs(cluster)[sid]["job_state"] == "RUNNING", limit=60)
-        wait_until(lambda: _proc_states(sid), limit=30)
+        wait_until(lambda: slurm_jobs(cluster)[sid]["job_state"] == "RUNNING", limit=120)
+        wait_until(lambda: _proc_states(sid), limit=120)
         assert launcher.pause(pool, cluster.node, 901, stop=True, owner=USER)
         assert slurm_jobs(cluster)[sid]["job_state"] == "SUSPENDED"
-        wait_until(lambda: _proc_states(sid) == {"T"}, limit=30)
+        wait_until(lambda: _proc_states(sid) == {"T"}, limit=120)
         assert launcher.pause(pool, cluster.node, 901, stop=True, owner=USER)   # again: no-op
         assert slurm_jobs(cluster)[sid]["job_state"] == "SUSPENDED"
         (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((901, sid, None),)})
         assert snap.job(901) is not None and snap.job(901).state == "running"
         assert launcher.pause(pool, cluster.node, 901, stop=False, owner=USER)
         assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
-        wait_until(lambda: "T" not in _proc_states(sid), limit=30)
+        wait_until(lambda: "T" not in _proc_states(sid), limit=120)
         assert launcher.pause(pool, cluster.node, 901, stop=False, owner=USER)  # again: no-op
         assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
     finally:
@@ -242,7 +242,7 @@ def test_a_slurm_node_listed_under_nodes_gets_nvidia_smi_telemetry(lab, sshd_clu
                               "--wrap", f"while [ ! -e {work}/go-t ]; do sleep 0.1; done")
                   .strip())
     try:
-        wait_until(lambda: slurm_jobs(cluster)[foreign]["job_state"] == "RUNNING", limit=60)
+        wait_until(lambda: slurm_jobs(cluster)[foreign]["job_state"] == "RUNNING", limit=120)
         total, used, apps = _fixture_gpu0()
         snap = pool.poll_all().node(cluster.node)
         assert snap is not None and snap.ok, snap

@@ -23,7 +23,7 @@ def test_stale_and_no_longer_polled_nodes_do_not_read_up(sshd_cluster, tmp_path)
                          cluster.inventory_yaml())
     ctl = ControllerProcess(home, inventory).start()
     try:
-        wait_until(lambda: _states(home) == {"node01": "up", "node02": "up"}, limit=30)
+        wait_until(lambda: _states(home) == {"node01": "up", "node02": "up"}, limit=120)
         # While it runs, data is fresh for 3 polls or the node grace, whichever is longer
         # (a round waiting on a hung node can outlast several poll intervals).
         assert _status(home)["stale_after_s"] == 3

@@ -44,7 +44,7 @@ def test_a_job_larger_than_every_node_is_refused_with_the_reason(sshd_cluster, s
         def seen():
             nodes = json.loads(cli(ctl.home, "status", "--json").stdout)["nodes"]
             return len(nodes) == 2 and all(len(n["gpus"]) == 2 for n in nodes)
-        wait_until(seen, limit=60, every=0.3)
+        wait_until(seen, limit=120, every=0.3)
         script = str(shared / "job.sh")
         _refused(cli(ctl.home, "queue", "add", script, "--gpus", "3"),
                  "the job needs 3 GPUs on one node; the largest node here has 2",
