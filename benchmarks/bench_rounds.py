@@ -34,7 +34,6 @@ GPUS = 8
 def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
     """Job ``index``: recorded, started on its node by the launcher, recorded running."""
     from iadeep_cli.jobs import JobSpec, JobState
-    from iadeep_cli.nodes import launcher
     from iadeep_cli.store import jobs as jobrows
 
     node, gpu = nodes[index % len(nodes)], (index // len(nodes)) % GPUS
@@ -44,7 +43,7 @@ def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
                                                                     name=f"bench{index}"), now)
         job = jobrows.transition(conn, job_id, JobState.STARTING, "placed", "bench", now,
                                  node=node, gpu_indices=(gpu,))
-    got = launcher.launch(ctl.loop.pool, node, job, (gpu,), script)
+    got = ctl.loop.pool.backend(node).launch(job, (gpu,), script)
     with ctl.store.tx() as conn:
         jobrows.transition(conn, job_id, JobState.RUNNING, "running", "bench", time.time(),
                            remote_pid=got.pid, remote_start=got.start, started_at=now)

@@ -6,6 +6,7 @@ the field, e.g. ``nodes.yaml:12: nodes[1].port: expected an integer, got 'twenty
 """
 from __future__ import annotations
 
+import enum
 import ipaddress
 import os
 import re
@@ -21,6 +22,17 @@ import yaml
 from .errors import ConfigError, NotFoundError
 from .jobs import NOTIFY_WHEN
 from .paths import inventory_path
+
+
+class BackendKind(str, enum.Enum):
+    """How a node's jobs are run (``Node.backend``): ``nodes.backend`` has one implementation
+    per kind (docs/backends.md)."""
+
+    SSH = "ssh"       # a shell over SSH (or the controller's own machine): nodes/shell/
+    SLURM = "slurm"   # sbatch into a Slurm partition: nodes/slurm/
+
+    def __str__(self) -> str:  # so f-strings print 'ssh', not 'BackendKind.SSH'
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -50,8 +62,9 @@ class Node:
     # job submitted from below one runs there by default, as with sbatch (``jobs.run_dir``).
     shared_paths: tuple[str, ...] = ()
     # "ssh" (this file's nodes) or "slurm" (found in the ``slurm:`` partition at start and
-    # reload; its jobs go through sbatch, see ``nodes.slurm``).
-    backend: str = "ssh"
+    # reload; its jobs go through sbatch, see ``nodes.slurm``): which ``nodes.backend.Backend``
+    # controls its jobs.
+    backend: BackendKind = BackendKind.SSH
     # A Slurm node also listed under ``nodes:`` (same name): its GPUs' telemetry (utilisation,
     # memory, processes) is read with nvidia-smi over SSH, as for an SSH node; its jobs still
     # go through Slurm. False: Slurm's GRES and the profiles alone.

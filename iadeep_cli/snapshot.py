@@ -7,6 +7,7 @@ An unreachable node is a ``NodeSnapshot`` with ``error`` set, never an exception
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -59,6 +60,20 @@ class GpuSample:
         return tuple(p for p in self.processes if p.foreign)
 
 
+class RemoteState(str, enum.Enum):
+    """What a node's backend says of one job (``RemoteJob.state``; see there)."""
+
+    RUNNING = "running"
+    EXITED = "exited"
+    MISSING = "missing"
+    CLAIMED = "claimed"
+    PENDING = "pending"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:  # so f-strings print 'running', not 'RemoteState.RUNNING'
+        return self.value
+
+
 @dataclass(frozen=True)
 class RemoteJob:
     """What a job's session and directory on its node say.
@@ -76,11 +91,14 @@ class RemoteJob:
     so it is not counted as running before it runs.
     """
 
-    state: str
+    state: RemoteState
     exit_code: int | None = None
     pid: int | None = None
     start: int | None = None
     reason: str | None = None
+
+    def __post_init__(self) -> None:   # a stored snapshot gives the state as its string
+        object.__setattr__(self, "state", RemoteState(self.state))
 
 
 @dataclass(frozen=True)

@@ -325,20 +325,17 @@ class Adapter:
                                      partial(self._signal, job.node, job.id, name, job.owner))
 
     def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
-        from ..nodes import launcher
-
         try:
-            launcher.signal(self.loop.pool, node, job_id, name, owner=owner)
+            self.loop.pool.backend(node).signal(job_id, name, owner=owner)
         except IadeepError as exc:   # not repeated: past the grace it is stopped anyway
             log.warning("checkpoint signal to job %s on %s failed: %s", job_id, node,
                         exc.message)
 
     def _stop_checkpointing(self, node: str, job_id: int, owner: str) -> None:
-        from ..nodes import launcher
-
         try:
-            launcher.cancel(self.loop.pool, node, job_id,
-                            grace_s=self.loop.inventory.kill_grace_s, owner=owner)
+            self.loop.pool.backend(node).cancel(job_id,
+                                                grace_s=self.loop.inventory.kill_grace_s,
+                                                owner=owner)
         except IadeepError as exc:
             log.warning("stopping checkpointing job %s on %s failed: %s", job_id, node,
                         exc.message)
@@ -377,10 +374,9 @@ class Adapter:
 
     def _pause(self, node: str, job_id: int, owner: str, stop: bool, why: str = "") -> None:
         """On the node's worker: the signal, then (resume) the commit."""
-        from ..nodes import launcher
-
         try:
-            launcher.pause(self.loop.pool, node, job_id, stop, owner=owner)
+            backend = self.loop.pool.backend(node)
+            (backend.suspend if stop else backend.resume)(job_id, owner=owner)
         except IadeepError as exc:
             log.warning("%s job %s on %s failed: %s (tried again next round)",
                         "suspending" if stop else "resuming", job_id, node, exc.message)

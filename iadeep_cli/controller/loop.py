@@ -34,7 +34,6 @@ from ..inventory import Inventory
 from ..jobs import ACTIVE, Job, JobState, dependencies, parse_signal, run_dir_note
 from ..model.data import shipped_profiles
 from ..nodes.connection import Pool
-from ..nodes.slurm import held_in_slurm
 from ..profiles import Profile
 from ..scheduler.gpumodels import ModelSpeeds, model_speeds
 from ..scheduler.remaining import Durations
@@ -324,7 +323,7 @@ class SchedulingLoop:
         if remote is None or remote.state == "unknown":
             return   # Slurm did not answer: nothing is known
         if remote.state == "pending":
-            if not held_in_slurm(remote.reason):
+            if not self.pool.backend(job.node or "").is_held(remote):
                 self._slurm_hold(job, True)
         elif remote.state == "running":   # back to starting, then running as any start
             job = self._move(job, JobState.STARTING, "not held: Slurm had started it before "
@@ -339,11 +338,10 @@ class SchedulingLoop:
 
     def _slurm_hold(self, job: Job, held: bool) -> None:
         """``scontrol hold``/``release`` of the job's pending Slurm job, on its node's worker."""
-        from ..nodes import launcher
-
         def act() -> None:
             try:
-                launcher.hold(self.pool, job.node or "", job.id, held)
+                backend = self.pool.backend(job.node or "")
+                (backend.hold if held else backend.release)(job.id, owner=job.owner)
             except IadeepError as exc:
                 log.warning("%s job %s in Slurm failed: %s", "holding" if held else "releasing",
                             job.id, exc.message)
@@ -365,7 +363,7 @@ class SchedulingLoop:
             # Slurm has it but has not started it: still `starting` (it holds its place on the
             # GPU iadeep chose), with Slurm's reason for `queue show/why`; running only once
             # squeue says RUNNING
-            if job.state == JobState.STARTING and held_in_slurm(remote.reason):
+            if job.state == JobState.STARTING and self.pool.backend(job.node or "").is_held(remote):
                 self._slurm_hold(job, False)   # iadeep says it should start (released)
             if job.state == JobState.STARTING:
                 why = f"submitted to Slurm as job {remote.pid}; waiting for Slurm " \
@@ -424,18 +422,18 @@ class SchedulingLoop:
     def _open_failure(self, job: Job, code: int) -> str | None:
         """Why a job whose --output/--error could not be opened failed: the shell's message,
         which the wrapper wrote to the job directory's log (read only for its exit code)."""
-        from ..nodes import launcher
+        from ..nodes.backend import OPEN_FAILED, OPEN_FAILED_LINE
 
-        if code != launcher.OPEN_FAILED or job.node is None or not (job.spec.output
+        if code != OPEN_FAILED or job.node is None or not (job.spec.output
                                                                      or job.spec.error):
             return None
         try:
-            data = launcher.read_log(self.pool, job.node, job.id, 0, 4096, owner=job.owner).data
+            data = self.pool.backend(job.node).read_log(job.id, 0, 4096, owner=job.owner).data
         except IadeepError:
             return None
         line = next((x for x in data.decode("utf-8", "replace").splitlines()
-                     if x.startswith(launcher.OPEN_FAILED_LINE)), None)
-        said = None if line is None else line[len(launcher.OPEN_FAILED_LINE):][:300]
+                     if x.startswith(OPEN_FAILED_LINE)), None)
+        said = None if line is None else line[len(OPEN_FAILED_LINE):][:300]
         return said and f"could not open its output (exit code {code}): {said}"
 
     def _requeue(self, job: Job, why: str) -> bool:
@@ -502,11 +500,9 @@ class SchedulingLoop:
                                 partial(self._stop_orphan, node, job.id, job.owner))
 
     def _stop_orphan(self, node: str, job_id: int, owner: str) -> None:
-        from ..nodes import launcher
-
         try:
-            launcher.cancel(self.pool, node, job_id, grace_s=5, owner=owner)
-            launcher.set_aside(self.pool, node, job_id, "abandoned", owner=owner)
+            self.pool.backend(node).cancel(job_id, grace_s=5, owner=owner)
+            self.pool.backend(node).set_aside(job_id, "abandoned", owner=owner)
         except IadeepError as exc:
             log.warning("stopping old attempt of job %s on %s: %s", job_id, node, exc.message)
             return
@@ -538,8 +534,6 @@ class SchedulingLoop:
                                 partial(self._clean, node.name, ids, cutoff, owners))
 
     def _clean(self, node: str, ids: list[int], until: float, owners: dict[int, str]) -> None:
-        from ..nodes import launcher
-
         try:
             # One batch per owner: on a run_as: submitter node each owner's are theirs to remove.
             batches = ({"": ids} if not self.pool.node(node).submitter else
@@ -547,8 +541,8 @@ class SchedulingLoop:
                         for o in sorted(set(owners.values()))})
             for owner, mine in batches.items():
                 for start in range(0, len(mine), 200):   # bounded command lines
-                    launcher.clean_finished(self.pool, node, mine[start:start + 200],
-                                            owner=owner or None)
+                    self.pool.backend(node).clean(mine[start:start + 200],
+                                                  owner=owner or None)
         except IadeepError as exc:
             log.warning("cleaning old job directories on %s: %s", node, exc.message)
             return
@@ -587,10 +581,8 @@ class SchedulingLoop:
                                reason=f"time limit {hms(limit)} reached; stopping it")
 
     def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
-        from ..nodes import launcher
-
         try:
-            sent = launcher.signal(self.pool, node, job_id, name, owner=owner)
+            sent = self.pool.backend(node).signal(job_id, name, owner=owner)
             log.info("job %d: SIG%s before its time limit%s", job_id, name,
                      "" if sent else " not sent: nothing of it runs")
         except IadeepError as exc:
@@ -615,11 +607,9 @@ class SchedulingLoop:
                                 partial(self._stop, job.node, job.id, job.owner))
 
     def _stop(self, node: str, job_id: int, owner: str) -> None:
-        from ..nodes import launcher
-
         try:
-            launcher.cancel(self.pool, node, job_id, grace_s=self.inventory.kill_grace_s,
-                            owner=owner)
+            self.pool.backend(node).cancel(job_id, grace_s=self.inventory.kill_grace_s,
+                                           owner=owner)
         except IadeepError as exc:
             log.warning("cancel of job %s on %s failed: %s", job_id, node, exc.message)
 
@@ -840,12 +830,10 @@ class SchedulingLoop:
         return " " + run_dir_note(job.spec, job.node or "", node.shared_paths if node else ())
 
     def _launch(self, started: Job, placement) -> None:
-        from ..nodes import launcher
-
         node = placement.node
         try:
-            result = launcher.launch(self.pool, node, started, placement.gpu_indices,
-                                     self.script_copy(started))
+            result = self.pool.backend(node).launch(started, placement.gpu_indices,
+                                                    self.script_copy(started))
         except RunAsRefused as exc:
             self._run_as_refused(started, node, exc)
             return

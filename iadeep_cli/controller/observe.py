@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..errors import IadeepError
 from ..jobs import Job
-from ..nodes.connection import NodeAccess
+from ..nodes.connection import Pool
 from ..profiles import CoLocation
 from ..progress import parse_progress, rate
 from ..snapshot import ClusterSnapshot
@@ -34,7 +34,7 @@ class _Track:
 
 
 class SpeedObserver:
-    def __init__(self, pool: NodeAccess):
+    def __init__(self, pool: Pool):
         self.pool = pool
         self.window_s = WINDOW_S   # lab.policy.adapt.window_s, set by the loop each round
         self._tracks: dict[int, _Track] = {}
@@ -121,11 +121,10 @@ class SpeedObserver:
         track = self._tracks.setdefault(job.id, _Track(node=job.node))
         if track.node != job.node:   # a new attempt elsewhere: its own file
             track = self._tracks[job.id] = _Track(node=job.node)
-        if getattr(self.pool.node(job.node), "backend", "ssh") == "slurm":
-            from ..nodes.launcher import read_progress
+        if not self.pool.backend(job.node).progress_in_poll:
             try:
-                data, size = read_progress(self.pool, job.node, job, track.offset, 1 << 20) \
-                    or (b"", 0)
+                data, size = self.pool.backend(job.node).read_progress(job, track.offset,
+                                                                       1 << 20) or (b"", 0)
             except IadeepError:
                 return None
             _feed(track, track.offset, size, data.decode("latin-1"))   # a byte a character

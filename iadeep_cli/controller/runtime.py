@@ -111,8 +111,8 @@ class Controller:
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
         if inventory.slurm is None:
             return pool
-        from ..nodes.slurm import SlurmPool
-        return SlurmPool(inventory, pool, self.install_id, self._attempts)
+        from ..nodes.pools import with_backends
+        return with_backends(inventory, pool, self.install_id, self._attempts)
 
     def _attempts(self, ids) -> dict[int, int]:
         """Each job's current attempt: how the Slurm backend names its Slurm job."""
@@ -122,12 +122,10 @@ class Controller:
 
     def _read_log(self, job, offset: int, max_bytes: int, stream: str = "output"
                   ) -> tuple[str, int, int | None]:
-        from ..nodes.launcher import read_log
-
         assert self.loop is not None   # this reader is set only with a loop
         pool = self.loop.pool   # the current one: a reload may have replaced it
-        return read_log(pool, job.node, job.id, offset, max_bytes, owner=job.owner, job=job,
-                        stream=stream).text()
+        return pool.backend(job.node).read_log(job.id, offset, max_bytes, owner=job.owner,
+                                               job=job, stream=stream).text()
 
     def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         """The notifier's way to a job's log: through the node pool of the moment."""
@@ -392,8 +390,8 @@ def _with_slurm(inventory: Inventory) -> Inventory:
                           "owner (sbatch --uid), which only root may do",
                           hint="run the controller as root on a Slurm submit host, or remove "
                                "the slurm: section")
-    from ..nodes.slurm import with_slurm_nodes
-    return with_slurm_nodes(inventory)
+    from ..nodes.pools import with_backend_nodes
+    return with_backend_nodes(inventory)
 
 
 def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:

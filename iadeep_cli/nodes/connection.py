@@ -1,10 +1,11 @@
 """The seams between the controller and its nodes, named as Protocols.
 
 ``NodeConnection`` is what one node's connection does: ``SshConnection`` (paramiko) and
-``LocalConnection`` (the controller's own machine, no SSH) both are one, so the launcher's shell
-code is the same everywhere. ``NodeAccess`` is what the launcher needs of a pool of nodes;
-``Pool`` adds what the scheduling loop needs: every node polled at once. ``NodePool`` is the
-real pool; the loop's in-process tests drive it with a pool that replays snapshots.
+``LocalConnection`` (the controller's own machine, no SSH) both are one, so the shell backend's
+code is the same everywhere. ``NodeAccess`` is what the shell backend needs of a pool of nodes;
+``Pool`` adds what the scheduling loop needs: every node polled at once, and each node's
+``Backend``. ``NodePool`` is the real pool (``SlurmPool`` wraps it when the inventory has a
+Slurm partition); the loop's in-process tests drive it with a pool that replays snapshots.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Protocol
 
 from ..inventory import Node
 from ..snapshot import ClusterSnapshot
+from .backend import Backend
 from .gpu import Expect
 
 
@@ -49,6 +51,10 @@ class NodeAccess(Protocol):
 
 
 class Pool(NodeAccess, Protocol):
+    def backend(self, name: str) -> Backend:
+        """Job control on node ``name`` (``nodes.backend``): the implementation its
+        ``Node.backend`` names; NotFoundError for a name the inventory does not list."""
+
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
                  wait_s: float | None = None,
                  owners: Mapping[int, str] | None = None,
@@ -65,3 +71,4 @@ class Pool(NodeAccess, Protocol):
 def as_command(cmd: str | Sequence[str]) -> str:
     """An argv list becomes a safely quoted command line; a string is used as given."""
     return cmd if isinstance(cmd, str) else " ".join(shlex.quote(str(a)) for a in cmd)
+

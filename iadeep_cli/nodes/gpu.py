@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob
+from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob, RemoteState
 
 GPU_FIELDS = (
     "index", "uuid", "name", "pci.bus_id", "driver_version", "memory.total", "memory.used",
@@ -426,11 +426,12 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
             continue
         pid = _int(parts[2]) if len(parts) > 2 else None
         if parts[1] == "running":
-            job = RemoteJob("running", None, pid, _int(parts[3]) if len(parts) > 3 else None)
+            job = RemoteJob(RemoteState.RUNNING, None, pid,
+                            _int(parts[3]) if len(parts) > 3 else None)
         elif parts[1] == "exited":
-            job = RemoteJob("exited", _int(parts[3]) if len(parts) > 3 else None, pid)
+            job = RemoteJob(RemoteState.EXITED, _int(parts[3]) if len(parts) > 3 else None, pid)
         else:
-            job = RemoteJob(parts[1])
+            job = RemoteJob(RemoteState(parts[1]))
         out.append((int(parts[0]), job))
     return tuple(out)
 
@@ -525,7 +526,7 @@ def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str
                     and owner_of.get(int(parts[1])) == user:
                 tags[int(parts[0])] = (int(parts[1]), user)
     answered = {j for j, _ in states}
-    states.extend((j, RemoteJob("unknown")) for j in owners if j not in answered)
+    states.extend((j, RemoteJob(RemoteState.UNKNOWN)) for j in owners if j not in answered)
     return UserStates(tuple(states), owner_of, sessions, tags, errors, tuple(progress))
 
 
@@ -569,7 +570,7 @@ def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
         progress += by_user.progress
     if states is not None:
         told = {j for j, _ in states}
-        states += tuple((int(j), RemoteJob("unknown")) for j in dict.fromkeys(expected)
+        states += tuple((int(j), RemoteJob(RemoteState.UNKNOWN)) for j in dict.fromkeys(expected)
                         if int(j) not in told)
 
     def snap(gpus=(), error=None, driver=None):

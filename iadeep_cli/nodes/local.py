@@ -1,10 +1,10 @@
 """The controller's own machine as a node: a ``NodeConnection`` like ``SshConnection``, no SSH.
 
-The launcher and ``NodePool.run`` talk to a ``NodeConnection`` (``run``/``put``/``read``/``close``);
-for ``Node.local`` that is a subprocess running ``sh -c`` and plain file copies, so a one-machine
-lab needs no sshd and the launcher's shell code is the same everywhere.  Like an SSH session,
-commands start in the home directory, so a relative ``workdir`` means the same on every node
-(not "relative to wherever the controller was started").
+The shell backend and ``NodePool.run`` talk to a ``NodeConnection`` (``run``/``put``/``read``/
+``close``); for ``Node.local`` that is a subprocess running ``sh -c`` and plain file copies, so
+a one-machine lab needs no sshd and the shell backend's code is the same everywhere.  Like an
+SSH session, commands start in the home directory, so a relative ``workdir`` means the same on
+every node (not "relative to wherever the controller was started").
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob
+from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob, RemoteState
 from .gpu import (
     MAX_APPS,
     SAMPLE_FIELDS,
@@ -166,7 +166,7 @@ def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | No
         return NodeSnapshot(name, start, error=f"cannot read the jobs' states: {exc}")
     if states is not None:
         told = {j for j, _ in states}
-        states += tuple((int(j), RemoteJob("unknown")) for j, _, _ in expect
+        states += tuple((int(j), RemoteJob(RemoteState.UNKNOWN)) for j, _, _ in expect
                         if int(j) not in told)
     read = parse_progress(sec)
     snap = partial(NodeSnapshot, name, start, jobs=states, progress=read)

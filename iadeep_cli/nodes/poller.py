@@ -18,6 +18,7 @@ from ..errors import IadeepError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
 from . import runas
+from .backend import Backend
 from .connection import NodeConnection
 from .gpu import (
     SMI_TIMEOUT_S,
@@ -73,6 +74,11 @@ class NodePool:
     def connection(self, name: str) -> NodeConnection:
         self.node(name)
         return self._conns[name]
+
+    def backend(self, name: str) -> Backend:
+        """Job control on node ``name``: the shell's, over its pooled connection."""
+        from .shell import ShellBackend
+        return ShellBackend(self, name)
 
     def run(self, node_name: str, cmd, timeout: float | None = None,
             stdin: bytes | None = None) -> tuple[int, str, str]:

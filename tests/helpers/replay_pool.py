@@ -15,9 +15,11 @@ from collections.abc import Mapping, Sequence
 
 from iadeep_cli.errors import IadeepError, NotFoundError
 from iadeep_cli.inventory import Inventory, Node
+from iadeep_cli.nodes.backend import Backend
 from iadeep_cli.nodes.connection import NodeConnection
 from iadeep_cli.nodes.gpu import Expect, parse_progress, parse_states, split_sections, state_script
 from iadeep_cli.nodes.local import LocalConnection
+from iadeep_cli.nodes.shell import ShellBackend
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
 
 H200_MIB = 143771.0
@@ -59,6 +61,9 @@ class ReplayPool:
         return self.connection(node_name).run(cmd, timeout=timeout, stdin=stdin)
 
     # -- Pool
+    def backend(self, name: str) -> Backend:
+        return ShellBackend(self, name)   # the real shell backend, on this machine
+
     def poll_all(self, expect: Mapping[str, Expect] | None = None,
                  wait_s: float | None = None,
                  owners: Mapping[int, str] | None = None,

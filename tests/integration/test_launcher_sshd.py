@@ -5,8 +5,8 @@ import pytest
 
 from iadeep_cli.errors import NotFoundError
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.nodes import launcher as L
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.nodes.shell import backend as L
 
 pytestmark = pytest.mark.sshd
 

@@ -20,8 +20,8 @@ from helpers.controllers import wait_until
 from helpers.sshd import _descendants, proc_files
 from iadeep_cli.errors import InputError, NodeError
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.nodes import launcher as L
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.nodes.shell import backend as L
 
 pytestmark = pytest.mark.sshd
 

@@ -20,10 +20,10 @@ from helpers.local_node import FAKE_PYNVML, local_lab
 from iadeep_cli.errors import NodeError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.nodes import launcher as L
 from iadeep_cli.nodes.local import on_node
 from iadeep_cli.nodes.nvml import poll_local
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.nodes.shell import backend as L
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = FAKE_PYNVML

@@ -245,13 +245,13 @@ def test_sudo_never_runs_as_root_with_the_documented_line(lab):
 
 
 def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
-    """Run-time adaptation's SIGSTOP/SIGCONT (``launcher.pause``) reach a job on a ``run_as:
-    submitter`` node through the owner's sudo, as cancel does: every process of it stopped,
-    then continued, and the job still ends normally. Another user's identity reaches nothing."""
+    """Run-time adaptation's SIGSTOP/SIGCONT (``Backend.suspend``/``resume``) reach a job on a
+    ``run_as: submitter`` node through the owner's sudo, as cancel does: every process of it
+    stopped, then continued, and the job still ends normally. Another user's identity reaches
+    nothing."""
     from helpers.controllers import attempt_processes, process_states
     from iadeep_cli.controller.runtime import _scoped_workdirs
     from iadeep_cli.inventory import load_inventory
-    from iadeep_cli.nodes import launcher
     from iadeep_cli.nodes.poller import NodePool
 
     def states() -> set[str]:   # the job's `sleep 0.1`s come and go (and may be zombies)
@@ -264,10 +264,10 @@ def test_adaptation_suspends_and_resumes_a_job_as_its_owner(lab):
     inventory = _scoped_workdirs(load_inventory(lab.inventory), install)
     with NodePool(inventory, known_hosts=[lab.home / "known_hosts"], connect_timeout=3,
                   command_timeout=10, backoff_base=0) as pool:
-        assert launcher.pause(pool, "ra1", job_id, False, owner=BOB) is False
-        assert launcher.pause(pool, "ra1", job_id, True, owner=ALICE) is True
+        assert pool.backend("ra1").resume(job_id, owner=BOB) is False
+        assert pool.backend("ra1").suspend(job_id, owner=ALICE) is True
         wait_until(lambda: states() == {"T"}, limit=10)
-        assert launcher.pause(pool, "ra1", job_id, False, owner=ALICE) is True
+        assert pool.backend("ra1").resume(job_id, owner=ALICE) is True
         wait_until(lambda: states() and "T" not in states(), limit=10)
     Path(f"{home}/ra-go-{job_id}").touch()
     wait_until(lambda: _job(lab, job_id)["state"] == "succeeded", limit=120)

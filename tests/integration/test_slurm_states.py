@@ -22,7 +22,7 @@ from helpers.controllers import cli, wait_until
 from helpers.slurm import USER, add, show, slurm_jobs
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.nodes import launcher, slurm
+from iadeep_cli.nodes import slurm
 
 pytestmark = pytest.mark.os_global
 # fixtures (tests/integration/conftest.py): slurm_cluster, a real Slurm for the session;
@@ -128,9 +128,9 @@ def _proc_states(slurm_id: int) -> set[str]:
 
 
 def test_suspend_and_resume_are_slurms_own_and_repeatable(lab):
-    """What controller/adapt.py calls to suspend and resume a job (``launcher.pause``) is
-    ``scontrol suspend``/``resume`` for a Slurm job: Slurm says SUSPENDED and the job's
-    processes are stopped; repeating either (a controller after a crash) changes nothing; the
+    """What controller/adapt.py calls to suspend and resume a job (``Backend.suspend`` and
+    ``resume``) is ``scontrol suspend``/``resume`` for a Slurm job: Slurm says SUSPENDED and the
+    job's processes are stopped; repeating either (a controller after a crash) changes nothing; the
     poll keeps reporting it as there (iadeep's `suspended` is its own state)."""
     _ctl, work, cluster = lab
     pool = _pool(cluster)
@@ -139,21 +139,21 @@ def test_suspend_and_resume_are_slurms_own_and_repeatable(lab):
     try:
         wait_until(lambda: slurm_jobs(cluster)[sid]["job_state"] == "RUNNING", limit=120)
         wait_until(lambda: _proc_states(sid), limit=120)
-        assert launcher.pause(pool, cluster.node, 901, stop=True, owner=USER)
+        assert pool.backend(cluster.node).suspend(901, owner=USER)
         assert slurm_jobs(cluster)[sid]["job_state"] == "SUSPENDED"
         wait_until(lambda: _proc_states(sid) == {"T"}, limit=120)
-        assert launcher.pause(pool, cluster.node, 901, stop=True, owner=USER)   # again: no-op
+        assert pool.backend(cluster.node).suspend(901, owner=USER)   # again: no-op
         assert slurm_jobs(cluster)[sid]["job_state"] == "SUSPENDED"
         (snap,) = pool.poll_slurm([pool.node(cluster.node)], {cluster.node: ((901, sid, None),)})
         assert snap.job(901) is not None and snap.job(901).state == "running"
-        assert launcher.pause(pool, cluster.node, 901, stop=False, owner=USER)
+        assert pool.backend(cluster.node).resume(901, owner=USER)
         assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
         wait_until(lambda: "T" not in _proc_states(sid), limit=120)
-        assert launcher.pause(pool, cluster.node, 901, stop=False, owner=USER)  # again: no-op
+        assert pool.backend(cluster.node).resume(901, owner=USER)  # again: no-op
         assert slurm_jobs(cluster)[sid]["job_state"] == "RUNNING"
     finally:
         slurm.cancel(pool, 901)
-    assert not launcher.pause(pool, cluster.node, 902, stop=True, owner=USER)  # no such job
+    assert not pool.backend(cluster.node).suspend(902, owner=USER)  # no such job
 
 
 def test_signal_before_the_time_limit_reaches_the_slurm_job(lab):

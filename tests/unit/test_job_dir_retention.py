@@ -1,5 +1,5 @@
 """``lab.job_dir_retention``: how long finished jobs' directories stay on the nodes (issue 9.5).
-Removing them is ``launcher.clean_finished``, tested on a real sshd node in
+Removing them is ``Backend.clean`` (the shell's ``clean_finished``), tested on a real sshd node in
 test_node_untrusted_sshd.py."""
 from pathlib import Path
 

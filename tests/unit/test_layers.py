@@ -15,8 +15,11 @@ The layers (docs/architecture.md explains each one and where new code goes):
     5      cli (and ``python -m iadeep_cli``)      layers 0-4 (`iadeep monitor` starts the tui)
 
 A unit is a top-level module or subpackage of ``iadeep_cli``; inside a unit any import is
-allowed as long as it makes no cycle. UI libraries stay in their layer: typer in cli, textual
-and rich in tui (core modules are used as a library and by the fast commands).
+allowed as long as it makes no cycle. Jobs on nodes are controlled through the ``Backend`` seam
+(``nodes/backend.py``, docs/backends.md): no module outside ``nodes`` imports a backend's
+implementation (``nodes.shell``, ``nodes.slurm``); the pool hands each node's backend out.
+UI libraries stay in their layer: typer in cli, textual and rich in tui (core modules are used
+as a library and by the fast commands).
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ LAYERS: dict[str, int] = {
 NAMES = {0: "vocabulary", 1: "store/model/nodes", 2: "scheduler", 3: "controller/sim", 4: "tui",
          5: "cli"}
 UI_LIBRARIES = {"typer": {"cli"}, "textual": {"tui"}, "rich": {"tui"}}
+# The backends' implementations: only ``nodes`` itself (its pools) may import them.
+BACKEND_IMPLEMENTATIONS = ("iadeep_cli.nodes.shell", "iadeep_cli.nodes.slurm")
 HINT = ("move what both need down a layer (shared values to the vocabulary, formatting to "
         "iadeep_cli/text.py), or pass it in from above")
 
@@ -128,6 +133,14 @@ def layer_problems(imports: list[Import]) -> list[str]:
         out.append(f"{imp} ({way}: {src}, layer {LAYERS[src]} {NAMES[LAYERS[src]]}, may not "
                    f"import {dst}, layer {LAYERS[dst]} {NAMES[LAYERS[dst]]}); {HINT}")
     return out
+
+
+def backend_reach_ins(imports: list[Import]) -> list[str]:
+    """One line per import of a backend's implementation from outside ``nodes``."""
+    return [f"{imp}, a backend's implementation: use the node's ``Backend`` from its pool "
+            "(``pool.backend(node)``, nodes/backend.py) or add what is missing to that seam"
+            for imp in imports if unit(imp.source) != "nodes" and any(
+                imp.target == b or imp.target.startswith(b + ".") for b in BACKEND_IMPLEMENTATIONS)]
 
 
 def cycles(imports: list[Import]) -> list[tuple[list[str], list[Import]]]:
@@ -227,6 +240,12 @@ def test_imports_point_down_the_layers():
     assert not problems, "imports against the layers:\n" + "\n".join(problems)
 
 
+def test_only_nodes_imports_a_backend_implementation():
+    _, inner, _ = read_imports(PACKAGE)
+    problems = backend_reach_ins(inner)
+    assert not problems, "\n".join(problems)
+
+
 def test_no_import_cycles():
     _, inner, _ = read_imports(PACKAGE)
     found = cycles(inner)
@@ -292,3 +311,14 @@ def test_the_checker_refuses_the_imports_that_were_removed(source, target):
     """The offenders issue 11 found: tui -> cli.render, store.profiles <-> model, and siblings."""
     imp = Import(f"iadeep_cli.{source}.a", f"iadeep_cli.{target}.b", (), "x.py:1")
     assert len(layer_problems([imp])) == 1
+
+
+@pytest.mark.parametrize("target", ["iadeep_cli.nodes.slurm", "iadeep_cli.nodes.slurm.pool",
+                                    "iadeep_cli.nodes.shell.backend"])
+def test_the_checker_refuses_a_backend_implementation_outside_nodes(target):
+    """The controller once imported ``nodes.slurm`` (held_in_slurm, SlurmPool) and the shell
+    code (``nodes.launcher``) directly; a pool of nodes may, a controller may not."""
+    assert len(backend_reach_ins([Import("iadeep_cli.controller.loop", target, (), "x:1")])) == 1
+    assert backend_reach_ins([Import("iadeep_cli.nodes.pools", target, (), "x:1"),
+                              Import("iadeep_cli.controller.loop", "iadeep_cli.nodes.backend",
+                                     (), "x:1")]) == []

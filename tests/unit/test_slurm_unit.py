@@ -6,7 +6,7 @@ import pytest
 
 from iadeep_cli.errors import ConfigError
 from iadeep_cli.inventory import parse_inventory
-from iadeep_cli.nodes.slurm import ENDED, _exit_code, gpu_types, tag
+from iadeep_cli.nodes.slurm.commands import ENDED, _exit_code, gpu_types, tag
 
 
 def test_slurm_section_is_read_with_defaults():

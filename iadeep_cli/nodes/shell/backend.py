@@ -1,4 +1,6 @@
-"""Start, cancel, inspect and read jobs on nodes (the controller calls these).
+"""The shell backend (``BackendKind.SSH``): jobs run by a POSIX shell on the node, over SSH
+(or on the controller's own machine), as ``ShellBackend`` (a ``nodes.backend.Backend``) hands
+them to the controller; the functions below do the work, one node at a time.
 
 A job lives in ``{Node.workdir}/jobs/{job_id}/`` (0700) on its node:
   ``bin/<script>`` (uploaded by SFTP), ``launched`` (created atomically before start: the launch
@@ -23,20 +25,27 @@ the script is then sent on stdin, not by SFTP (the SSH account cannot write ther
 from __future__ import annotations
 
 import base64
-import codecs
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from .. import jobs
-from ..errors import InputError, NodeError, NotFoundError, OwnerFilesError
-from ..jobs import SIGNALS, Job
-from ..snapshot import RemoteJob
-from . import runas
-from .connection import NodeAccess
-from .gpu import (
+from ... import jobs
+from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
+from ...inventory import BackendKind
+from ...jobs import SIGNALS, Job
+from ...snapshot import RemoteJob
+from .. import runas
+from ..backend import (
+    MAX_LOG_READ,
+    OPEN_FAILED,
+    OPEN_FAILED_LINE,
+    LaunchResult,
+    LogBytes,
+    log_bytes,
+)
+from ..connection import NodeAccess
+from ..gpu import (
     _READ_PIDFILE,
     IS_OURS,
     READ_CONTROL,
@@ -65,11 +74,9 @@ done; }
 # ended job holds no GPU through a daemon it forked.
 # Its own stdout and stderr are the job directory's ``log``; the job's go to --output/--error
 # ($o, $e) when given, opened after the cd (relative names start in the working directory). A
-# file that cannot be opened fails the job before it runs, with exit code OPEN_FAILED and the
-# shell's message in ``log`` on a line of its own after OPEN_FAILED_LINE (the controller reads
-# it into the failure reason).
-OPEN_FAILED = 122
-OPEN_FAILED_LINE = "iadeep: cannot open the job's output: "
+# file that cannot be opened fails the job before it runs, with exit code OPEN_FAILED (122) and
+# the shell's message in ``log`` on a line of its own after OPEN_FAILED_LINE (the controller
+# reads it into the failure reason; both are the backends' contract, in ``nodes.backend``).
 _WRAPPER = r"""d=$1; w=$2; o=$3; e=$4; shift 4
 trap : TERM HUP INT QUIT USR1 USR2 ALRM
 run() { if [ -n "$o" ] && [ -n "$e" ]; then "$@" >"$o" 2>"$e"
@@ -83,32 +90,72 @@ i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
 if [ -n "$t" ]; then kill -TERM $t 2>/dev/null; sleep 1; t=$(tagged); kill -KILL $t 2>/dev/null; fi
 echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
-MAX_LOG_READ = 1 << 20      # bytes per log read: the controller's to bound, not the caller's
+assert OPEN_FAILED_LINE in _WRAPPER and f"rc={OPEN_FAILED};" in _WRAPPER   # the contract's
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Sets $p (the pid) and $ours (1 or 0) from "$d/pid", read bounded, without blocking and
 # checked (see gpu.py).
 _IS_OURS = READ_CONTROL + _READ_PIDFILE + IS_OURS
 
 
-@dataclass(frozen=True)
-class LaunchResult:
-    pid: int
-    pgid: int
-    job_dir: str
-    already_started: bool = False   # True: a pid file was there; nothing was started now
-    start: int | None = None        # the session leader's start time (ticks since boot)
-    waiting: bool = False           # Slurm: submitted (pid: its Slurm id), not started yet
+class ShellBackend:
+    """``nodes.backend.Backend`` for one node whose jobs a shell runs (see the module's
+    docstring for the job directory), over the pool's connection to it."""
 
+    kind = BackendKind.SSH
+    keeps_jobs_pending = False   # a launched job runs at once; a held one is never launched
+    progress_in_poll = True      # the poll's state script reads new progress bytes
+    job_dirs = True
 
-def _slurm(pool: NodeAccess, node: str):
-    """The Slurm pool when ``node`` is a Slurm node (its jobs go through sbatch: ``slurm``),
-    else None (the shell code below, over SSH)."""
-    if getattr(pool.node(node), "backend", "ssh") != "slurm":
-        return None
-    from .slurm import SlurmPool
-    if not isinstance(pool, SlurmPool):
-        raise NodeError(f"node {node} is a Slurm node but the pool has no Slurm access")
-    return pool
+    def __init__(self, pool: NodeAccess, node: str):
+        """NotFoundError for a node the inventory does not list; NodeError for one whose jobs
+        another backend runs (a pool of shell nodes cannot reach it)."""
+        kind = pool.node(node).backend
+        if kind != BackendKind.SSH:
+            raise NodeError(f"node {node} is a {kind} node but the pool has no {kind} access")
+        self.pool, self.node = pool, node
+
+    def launch(self, job: Job, gpu_indices: Sequence[int], script: str | Path) -> LaunchResult:
+        return launch(self.pool, self.node, job, gpu_indices, script)
+
+    def cancel(self, job_id: int, grace_s: float = 10.0, owner: str | None = None) -> str:
+        return cancel(self.pool, self.node, job_id, grace_s, owner)
+
+    def signal(self, job_id: int, name: str, owner: str | None = None) -> bool:
+        return signal(self.pool, self.node, job_id, name, owner)
+
+    def suspend(self, job_id: int, owner: str | None = None) -> bool:
+        return pause(self.pool, self.node, job_id, True, owner)
+
+    def resume(self, job_id: int, owner: str | None = None) -> bool:
+        return pause(self.pool, self.node, job_id, False, owner)
+
+    def hold(self, job_id: int, owner: str | None = None) -> bool:
+        return False   # no queue of its own: nothing waits here
+
+    def release(self, job_id: int, owner: str | None = None) -> bool:
+        return False
+
+    def is_held(self, remote: RemoteJob) -> bool:
+        return False
+
+    def states(self, expect: Sequence[int] | Expect, owner: str | None = None
+               ) -> dict[int, RemoteJob]:
+        return reconcile(self.pool, self.node, expect, owner)
+
+    def read_log(self, job_id: int, offset: int = 0, max_bytes: int = 65536,
+                 owner: str | None = None, job: Job | None = None,
+                 stream: str = "output") -> LogBytes:
+        return read_log(self.pool, self.node, job_id, offset, max_bytes, owner, job, stream)
+
+    def read_progress(self, job: Job, offset: int, max_bytes: int
+                      ) -> tuple[bytes, int] | None:
+        return read_progress(self.pool, self.node, job, offset, max_bytes)
+
+    def set_aside(self, job_id: int, suffix: str, owner: str | None = None) -> None:
+        set_aside(self.pool, self.node, job_id, suffix, owner)
+
+    def clean(self, job_ids: Sequence[int], owner: str | None = None) -> None:
+        clean_finished(self.pool, self.node, job_ids, owner)
 
 
 def job_dir(workdir: str, job_id: int) -> str:
@@ -189,10 +236,6 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     racing cannot both start it.
     """
     script = Path(script_path_local)
-    if (sp := _slurm(pool, node)) is not None:
-        from . import slurm
-        slurm_id, before = slurm.launch(sp, node, job, gpu_indices, script)
-        return LaunchResult(slurm_id, slurm_id, "", already_started=before, waiting=True)
     if not script.is_file():
         raise NotFoundError(f"job {job.id}: script {script} not found on the controller",
                             hint="submit the job again with an existing script")
@@ -288,9 +331,6 @@ def cancel(pool: NodeAccess, node: str, job_id: int, grace_s: float = 10.0,
     same), KILL what is left after ``grace_s``.  Safe to call for an ended job (it stops its
     leftovers).  Returns "terminated" | "killed" | "not-running" | "missing" (no pid file and
     nothing of the job runs: never launched)."""
-    if (sp := _slurm(pool, node)) is not None:
-        from . import slurm
-        return slurm.cancel(sp, job_id)
     steps = max(1, int(grace_s * 5))
     script = (
         _find_job(pool, node, job_id) +
@@ -317,9 +357,6 @@ def signal(pool: NodeAccess, node: str, job_id: int, name: str,
     """Send signal ``name`` (one of ``jobs.SIGNALS``) once to each of the job's processes: its
     process group, and every process tagged with it outside that group (see ``cancel``); the
     wrapper survives it (its trap). True if anything of the job was there to get it."""
-    if (sp := _slurm(pool, node)) is not None:
-        from . import slurm
-        return slurm.signal(sp, job_id, name)
     if name not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
     return _send(pool, node, job_id, name, owner)
@@ -350,20 +387,7 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
     are idempotent, so the controller may repeat either after a crash.  STOP and CONT are not
     in ``jobs.SIGNALS``: users cannot ask for them, only run-time adaptation sends them.
     True if anything of the job was there to get it."""
-    if (sp := _slurm(pool, node)) is not None:   # Slurm's own suspend/resume (scontrol)
-        from . import slurm
-        return slurm.pause(sp, job_id, stop)
     return _send(pool, node, job_id, "STOP" if stop else "CONT", owner)
-
-
-def hold(pool: NodeAccess, node: str, job_id: int, held: bool) -> bool:
-    """Hold or release the job where its node's scheduler keeps it waiting: on a Slurm node,
-    ``scontrol hold``/``release`` of its pending Slurm job (``slurm.hold``); an SSH node has
-    no such queue (a held iadeep job is never started there), so nothing. True if acted on."""
-    if (sp := _slurm(pool, node)) is not None:
-        from . import slurm
-        return slurm.hold(sp, job_id, held)
-    return False
 
 
 def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
@@ -376,30 +400,8 @@ def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
     if not job_ids:
         return {}
     expect = [j if isinstance(j, tuple) else (int(j), None, None) for j in job_ids]
-    if (sp := _slurm(pool, node)) is not None:
-        snap = sp.poll_slurm([sp.node(node)], {node: tuple(expect)},
-                             {int(j): owner for j, _, _ in expect} if owner else None)[0]
-        return dict(snap.jobs or ())
     out = _sh(pool, node, state_script(workdir(pool, node), expect), owner=owner)
     return dict(parse_states(split_sections(out).get("state", (None, ""))[1]))
-
-
-@dataclass(frozen=True)
-class LogBytes:
-    """Bytes of a job's log as read from its node: the bytes, the offset where the next read
-    starts, and the log's size.  ``messages.LogChunk`` is what a client gets: see ``text``."""
-
-    data: bytes
-    offset: int
-    size: int
-
-    def text(self) -> tuple[str, int, int]:
-        """(text, next offset, size): text ending at a whole UTF-8 character (a character cut by
-        the read's limit comes whole with the next read, so the offset stops before it)."""
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        text = decoder.decode(self.data, final=self.offset >= self.size)
-        pending = len(decoder.getstate()[0])
-        return text, self.offset - pending, self.size
 
 
 def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
@@ -417,22 +419,11 @@ def read_log(pool: NodeAccess, node: str, job_id: int, offset: int = 0,
     if offset < 0 or max_bytes <= 0:
         raise InputError(f"invalid log range offset={offset} max_bytes={max_bytes}",
                          hint="offset must be >= 0 and max_bytes > 0")
-    if (sp := _slurm(pool, node)) is not None:
-        from . import slurm
-        if job is None:
-            raise InputError(f"job {job_id} runs on Slurm node {node}: its log is read by job")
-        path = slurm.stream_path(job, stream)
-        got = slurm.read_file(sp, node, job, path, offset, min(max_bytes, MAX_LOG_READ))
-    else:
-        path = f"{job_dir(workdir(pool, node), job_id)}/log" if job is None else \
-            stream_path(pool, node, job, stream)
-        got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
-    if got is None:
-        raise NotFoundError(f"job {job_id} has no {'log' if stream == 'output' else 'stderr'} "
-                            f"on node {node} ({path})",
-                            hint="the job may not have started yet; see `iadeep queue show ID`")
-    data, size = got
-    return LogBytes(data, offset + len(data), size)
+    path = f"{job_dir(workdir(pool, node), job_id)}/log" if job is None else \
+        stream_path(pool, node, job, stream)
+    got = read_node_file(pool, node, path, offset, min(max_bytes, MAX_LOG_READ), owner)
+    return log_bytes(got, job_id, node, path, offset, stream)
+
 
 
 def read_progress(pool: NodeAccess, node: str, job: Job, offset: int, max_bytes: int
@@ -440,10 +431,7 @@ def read_progress(pool: NodeAccess, node: str, job: Job, offset: int, max_bytes:
     """(up to ``max_bytes`` of the job's progress file from ``offset``, its size), None if
     there is none: its job directory's ``progress`` over SFTP as the SSH account, or on a
     submitter node read by the owner (so a link the owner put there reaches only what the
-    owner may read); on a Slurm node ``slurm.progress_path``, read as its output is."""
-    if (sp := _slurm(pool, node)) is not None:
-        from . import slurm
-        return slurm.read_file(sp, node, job, slurm.progress_path(job), offset, max_bytes)
+    owner may read)."""
     return read_node_file(pool, node, f"{job_dir(workdir(pool, node), job.id)}/progress",
                           offset, max_bytes, job.owner)
 
@@ -488,8 +476,6 @@ def set_aside(pool: NodeAccess, node: str, job_id: int, suffix: str,
     attempt of the same job on this node starts fresh instead of finding the old pid file."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
         raise InputError(f"bad directory suffix {suffix!r}")
-    if _slurm(pool, node) is not None:
-        return   # a Slurm job has no directory of iadeep's: each attempt has its own name
     d = job_dir(workdir(pool, node), job_id)
     _sh(pool, node, f'd={remote_path(d)}; [ -d "$d" ] || exit 0; '
                     f'mv "$d" "$d.{suffix}.$(date +%s).$$"', owner=owner)
@@ -506,7 +492,7 @@ def clean_finished(pool: NodeAccess, node: str, job_ids: Sequence[int],
     """
     if any(isinstance(j, bool) or not isinstance(j, int) or j < 0 for j in job_ids):
         raise InputError(f"clean_finished: job ids must be integers >= 0, got {list(job_ids)}")
-    if not job_ids or _slurm(pool, node) is not None:
+    if not job_ids:
         return
     jobs = remote_path(workdir(pool, node).rstrip("/") + "/jobs")
     _sh(pool, node,
