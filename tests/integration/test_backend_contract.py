@@ -154,7 +154,7 @@ def test_launch_runs_the_job_once_and_states_follow_it_to_its_end(rig):
     wait_until(lambda: running(rig, got, job), limit=120)
     again = rig.backend.launch(job, (0,), job.spec.script)
     assert again.already_started and again.pid == got.pid
-    wait_until(lambda: f"started {job.id}" in rig.log(job), limit=60)
+    wait_until(lambda: f"started {job.id}" in rig.log(job), limit=120)
     (rig.work / "go-1").touch()
     ended = wait_until(lambda: (s := rig.state(got, job)).state == RemoteState.EXITED and s,
                        limit=120)
@@ -170,7 +170,7 @@ def test_cancel_stops_the_job_and_is_safe_again_and_on_a_job_never_launched(rig)
     assert rig.backend.cancel(job.id, grace_s=2, owner=rig.owner) in (Stopped.TERMINATED,
                                                                       Stopped.KILLED)
     wait_until(lambda: rig.state(got, job).state == RemoteState.EXITED, limit=120)
-    wait_until(lambda: not process_states(rig.processes(job)), limit=60)
+    wait_until(lambda: not process_states(rig.processes(job)), limit=120)
     # again, once it ended (a controller repeating a stop after a crash): nothing to stop
     assert rig.backend.cancel(job.id, grace_s=2, owner=rig.owner) in (Stopped.NOT_RUNNING,
                                                                       Stopped.MISSING)
@@ -194,11 +194,11 @@ def test_suspend_stops_every_process_and_resume_continues_them_repeatably(rig):
     got = rig.backend.launch(job, (0,), job.spec.script)
     wait_until(lambda: running(rig, got, job) and rig.processes(job), limit=120)
     assert rig.backend.suspend(job.id, owner=rig.owner) is True
-    wait_until(lambda: process_states(rig.processes(job)) == {"T"}, limit=60)
+    wait_until(lambda: process_states(rig.processes(job)) == {"T"}, limit=120)
     assert rig.backend.suspend(job.id, owner=rig.owner) is True   # again: no change
     assert rig.state(got, job).state == RemoteState.RUNNING       # suspended is still there
     assert rig.backend.resume(job.id, owner=rig.owner) is True
-    wait_until(lambda: "T" not in process_states(rig.processes(job)), limit=60)
+    wait_until(lambda: "T" not in process_states(rig.processes(job)), limit=120)
     assert rig.backend.resume(job.id, owner=rig.owner) is True    # again: no change
     (rig.work / "go-4").touch()
     wait_until(lambda: rig.state(got, job).state == RemoteState.EXITED, limit=120)
@@ -222,10 +222,10 @@ def test_hold_and_release_act_only_where_the_backend_keeps_jobs_pending(rig):
                          and s, limit=60)
     assert not rig.backend.is_held(waiting)
     assert rig.backend.hold(second.id, owner=rig.owner) is True
-    wait_until(lambda: rig.backend.is_held(rig.state(got2, second)), limit=60)
+    wait_until(lambda: rig.backend.is_held(rig.state(got2, second)), limit=120)
     assert rig.backend.hold(second.id, owner=rig.owner) is True   # again: already held
     assert rig.backend.release(second.id, owner=rig.owner) is True
-    wait_until(lambda: not rig.backend.is_held(rig.state(got2, second)), limit=60)
+    wait_until(lambda: not rig.backend.is_held(rig.state(got2, second)), limit=120)
     assert rig.backend.hold(first.id, owner=rig.owner) is False   # running: not pending
     (rig.work / "go-5").touch()
     wait_until(lambda: running(rig, got2, second), limit=120)      # released: it starts
