@@ -23,6 +23,7 @@ from iadeep_cli.controller.server import (
     per_user_cap,
     reserve,
 )
+from iadeep_cli.jobs import SubmitSpec
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 and os.environ.get("CI") != "true",
@@ -292,7 +293,8 @@ def test_the_largest_script_is_accepted_even_many_at_once(shared_state, monkeypa
 
         def submit(i: int) -> None:
             try:
-                ids.append(client.submit({"script": str(script), "name": f"big{i}"}, biggest).id)
+                spec = SubmitSpec.from_dict({"script": str(script), "name": f"big{i}"})
+                ids.append(client.submit(spec, biggest).id)
             except Exception as exc:   # reported below
                 errors.append(repr(exc))
 
