@@ -63,11 +63,12 @@ def _fill(ctl, jobs: int) -> None:
     """One sleeping job per GPU, through the service as `queue add` would, then rounds until
     they all run."""
     from iadeep_cli import messages as m
-    from iadeep_cli.jobs import JobSpec, JobState, spec_to_dict
+    from iadeep_cli.jobs import JobSpec, JobState, SubmitSpec
 
     for i in range(jobs):
-        spec = json.loads(json.dumps(spec_to_dict(JobSpec(   # as it travels
-            "/bench/sleep.sh", name=f"sleep{i}", workload="resnet50", exclusive=True))))
+        spec = SubmitSpec.from_dict(json.loads(json.dumps(SubmitSpec.of(JobSpec(   # as it travels
+            "/bench/sleep.sh", name=f"sleep{i}", workload="resnet50", exclusive=True),
+            retries=0, notify="none").to_dict())))
         ctl.service.op_add("root", m.AddRequest(spec, token=f"t{i}",
                                                 script_b64=base64.b64encode(JOB).decode()))
     for _ in range(200):

@@ -14,6 +14,7 @@ starting a held one) is refused with a clear message instead of corrupting the q
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import re
@@ -486,15 +487,78 @@ def spec_from_dict(data: object) -> JobSpec:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise InputError(f"malformed request: spec has an unknown field {unknown[0][:40]!r}",
-                         hint=hint)
+                         hint="a newer client's option this controller does not know: upgrade "
+                              "the controller, or leave the option out")
     if "script" not in data:
         raise InputError("malformed request: spec.script is missing", hint=hint)
     return JobSpec(**{k: checks.typed(f"spec.{k}", v, fields[k]) for k, v in data.items()})
 
 
+# The JobSpec fields a submission may leave to the lab: absent from the submission, they take
+# the inventory's value (``SubmitSpec.resolve``: lab.default_retries, lab.notify.default). Any
+# other absent field takes JobSpec's own default.
+LAB_DEFAULTED = ("retries", "notify")
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    """A job's spec as `queue add` sends it (``messages.AddRequest.spec``): the fields given,
+    and which of ``LAB_DEFAULTED`` the submitter left to the lab (``lab_defaults``; whatever
+    ``spec`` holds for those is a placeholder, never sent).
+
+    On the wire: JobSpec's fields by name (``to_dict``/``from_dict``), under the protocol's
+    rule (messages.py): an unknown key is refused with an error naming it, never dropped (a
+    newer client's option, ignored, would run the job otherwise than asked), and a missing key
+    takes its default, so an older client's spec, without the fields added since, still
+    works. ``to_dict`` leaves out the fields at JobSpec's default, so a newer client reaches
+    an older controller too while it uses no option that controller lacks."""
+
+    spec: JobSpec
+    lab_defaults: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, spec: JobSpec, *, retries: int | None = None, notify: str | None = None
+           ) -> SubmitSpec:
+        """``spec`` with the ``LAB_DEFAULTED`` fields the submitter gave (None: not given, the
+        lab's default applies)."""
+        given: dict[str, typing.Any] = {k: v for k, v in (("retries", retries),
+                                                          ("notify", notify)) if v is not None}
+        return cls(dataclasses.replace(spec, **given), frozenset(LAB_DEFAULTED) - given.keys())
+
+    def gave(self, name: str) -> bool:
+        """Whether the submitter chose field ``name`` (not left to the lab)."""
+        return name not in self.lab_defaults
+
+    def resolve(self, *, retries: int, notify: str) -> JobSpec:
+        """The spec to queue: the lab's ``retries``/``notify`` where the submitter left them."""
+        lab: dict[str, typing.Any] = {"retries": retries, "notify": notify}
+        return dataclasses.replace(self.spec, **{k: lab[k] for k in self.lab_defaults})
+
+    def to_dict(self) -> dict:
+        defaults = _spec_defaults()
+        return {k: v for k, v in spec_to_dict(self.spec).items()
+                if k not in self.lab_defaults
+                and (k == "script" or k in LAB_DEFAULTED or v != defaults[k])}
+
+    @classmethod
+    def from_dict(cls, data: object) -> SubmitSpec:
+        """A submission from an untrusted client: ``spec_from_dict``'s checks (an InputError
+        naming an unknown, missing or mistyped field)."""
+        spec = spec_from_dict(data)
+        sent = data.keys() if isinstance(data, dict) else ()   # a dict: spec_from_dict checked
+        return cls(spec, frozenset(k for k in LAB_DEFAULTED if k not in sent))
+
+
 @functools.cache
 def _spec_fields() -> dict[str, object]:
     return typing.get_type_hints(JobSpec)
+
+
+@functools.cache
+def _spec_defaults() -> dict[str, object]:
+    """Each JobSpec field's default (the script, which has none: absent)."""
+    return {f.name: f.default for f in dataclasses.fields(JobSpec)
+            if f.default is not dataclasses.MISSING}
 
 
 # --------------------------------------------------------------------------- like sbatch

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from . import checks
 from .errors import IadeepError, InputError, error_from_dict
-from .jobs import FINISHED, Job, JobState
+from .jobs import FINISHED, Job, JobState, SubmitSpec
 from .profiles import Profile
 from .snapshot import GpuSample, NodeSnapshot, gpu_from_dict, node_from_dict, to_dict
 
@@ -120,7 +120,7 @@ def encode(value: Any) -> Any:
     """``value`` (a message, an error, or lists and dicts of them) as JSON-able data."""
     if type(value) in _PLAIN:
         return value
-    if isinstance(value, Message):
+    if isinstance(value, (Message, SubmitSpec)):   # SubmitSpec: a payload with its own form
         return value.to_dict()
     if isinstance(value, IadeepError):
         return value.to_dict()
@@ -169,7 +169,7 @@ def _decoder(hint: Any) -> Callable[[Any], Any]:
     if origin is dict:
         key, value = _decoder(args[0]), _decoder(args[1])
         return lambda d: {key(k): value(v) for k, v in d.items()}
-    if isinstance(hint, type) and issubclass(hint, Message):
+    if isinstance(hint, type) and issubclass(hint, (Message, SubmitSpec)):
         return hint.from_dict
     if hint is IadeepError:
         return error_from_dict
@@ -599,17 +599,19 @@ class Request(Message, Generic[R]):
                 raise InputError(f"malformed {cls.op!r} request: got an unexpected keyword "
                                  f"argument {name!r}", hint=_MALFORMED_HINT)
         hints = _hints(cls)
-        return cls(**{k: checks.typed(k, v, hints[k]) for k, v in args.items()})
+        return cls(**{k: SubmitSpec.from_dict(v) if hints[k] is SubmitSpec  # checks its own
+                      else checks.typed(k, v, hints[k]) for k, v in args.items()})
 
 
 @dataclass(frozen=True)
 class AddRequest(Request[AddResult]):
-    """Queue a job. ``spec``: the JobSpec's fields (``jobs.spec_from_dict`` checks them;
-    without "retries" the lab's default applies); ``script_b64``: the script's content, kept
-    with the job; ``token``: a retried submission returns the first one's id."""
+    """Queue a job. ``spec``: what was asked for (``jobs.SubmitSpec``: its own wire form and
+    checks; a field left out takes its default, the lab's for ``LAB_DEFAULTED``);
+    ``script_b64``: the script's content, kept with the job; ``token``: a retried submission
+    returns the first one's id."""
 
     op: ClassVar[str] = "add"
-    spec: dict[str, Any]
+    spec: SubmitSpec
     token: str | None = None
     script_b64: str | None = None
 

@@ -24,6 +24,7 @@ from ..jobs import (
     MAX_DIRECTIVE_SCAN,
     JobSpec,
     JobState,
+    SubmitSpec,
     check_interpreter,
     directives,
     exported_env,
@@ -31,7 +32,6 @@ from ..jobs import (
     parse_job_ids,
     parse_names,
     parse_time_limit,
-    spec_to_dict,
     validate_spec,
 )
 from ..paths import file_problem
@@ -183,10 +183,9 @@ def add(
                    name=o["name"] or ("wrap" if o["wrap"] is not None else ""), gpus=o["gpus"],
                    mem_gib=o["mem"], workload=o["workload"], priority=o["priority"],
                    exclusive=o["exclusive"], workdir=_chdir(o["workdir"]),
-                   env=parse_env(o["env"] or ()), retries=o["retries"] or 0,
-                   min_speed=o["min_speed"],
+                   env=parse_env(o["env"] or ()), min_speed=o["min_speed"],
                    time_limit_s=None if o["time"] is None else parse_time_limit(o["time"]),
-                   signal=o["signal"], notify=o["notify"] or "none", submit_dir=_here(),
+                   signal=o["signal"], submit_dir=_here(),
                    output=o["output"], error=o["error"],
                    constraint=() if o["constraint"] is None else
                    parse_names("--constraint", o["constraint"], "&"),
@@ -199,15 +198,12 @@ def add(
                    after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
                    checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"])
-    validate_spec(spec)
+    # --retries and --notify not given: the controller applies the lab's defaults
+    submission = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
+    validate_spec(submission.spec)
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
-    request = spec_to_dict(spec)
-    if o["retries"] is None:
-        del request["retries"]   # the controller applies the lab's default
-    if o["notify"] is None:
-        del request["notify"]    # likewise
-    print(client.submit(request, content).id)
+    print(client.submit(submission, content).id)
 
 
 WRAP_PATH = "wrap.sh"

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from .. import messages as m, paths
 from ..errors import ControllerUnavailable, error_from_dict
+from ..jobs import SubmitSpec
 from . import protocol
 
 RETRY_WINDOW_S = 30.0
@@ -114,7 +115,7 @@ def call(op: str, args: dict | None = None, *, timeout: float = 60.0,
     raise error_from_dict(reply.get("error") or {})
 
 
-def submit(spec: dict, script_content: bytes) -> m.AddResult:
+def submit(spec: SubmitSpec, script_content: bytes) -> m.AddResult:
     """Submit a job exactly once: the token makes a retried request return the same id."""
     import base64
 

@@ -8,7 +8,7 @@ and hands ``plan()`` the points per user. ``plan()`` never reads the database it
 
 ``priority_view`` is the other half: a waiting job's effective priority, part by part, from
 that record and the aging the reader knows (the running controller's inventory, else the
-controller's last heartbeat record), the same sum ``plan()`` ranks by.
+controller's last heartbeat record): ``scheduler.priority``, the sum ``plan()`` ranks by.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sqlite3
 from .. import messages as m
 from ..inventory import FairShare, Inventory, Policy
 from ..jobs import PENDING
-from ..scheduler import fairshare
+from ..scheduler import fairshare, priority
 from ..store import Store, cluster, usage
 
 META_KEY = "fairshare"
@@ -95,15 +95,17 @@ def priority_view(conn: sqlite3.Connection, job: m.JobView, now: float,
         aging_per_hour = inventory.policy.aging_per_hour
     else:
         heartbeat = m.ControllerView.from_dict(cluster.get_meta(conn, "controller", {}))
-        aging_per_hour = (Policy().aging_per_hour if heartbeat.aging_per_hour is None
-                          else heartbeat.aging_per_hour)
+        aging_per_hour = priority.recorded_aging(heartbeat.aging_per_hour)
     users = last_round(conn, inventory)
     mine = (users or {}).get(job.owner)
     share = m.FairShareView.from_dict(mine) if mine else None
     on = users is not None
-    aging = aging_per_hour * max(0.0, now - job.submitted_at) / 3600.0
-    return m.PriorityView(effective=job.priority + aging + (share.points if share else 0.0),
-                          base=job.priority, aging=aging, aging_per_hour=aging_per_hour,
+    bonus = {job.owner: share.points} if share else None
+    return m.PriorityView(effective=priority.effective(job.priority, job.owner, job.submitted_at,
+                                                       now, aging_per_hour, bonus),
+                          base=job.priority,
+                          aging=priority.aging(job.submitted_at, now, aging_per_hour),
+                          aging_per_hour=aging_per_hour,
                           fairshare_on=on, fairshare=share)
 
 

@@ -39,7 +39,6 @@ from ..jobs import (
     node_allowed,
     node_rules,
     parse_array,
-    spec_from_dict,
     validate_spec,
 )
 from ..model.data import shipped_profiles
@@ -108,12 +107,13 @@ class Service(views.StoreReader):
         job, like sbatch does: editing the file later does not change a queued job."""
         if self.degraded is not None:
             raise self.degraded
-        job_spec = spec_from_dict({"retries": self.inventory.default_retries,
-                                   "notify": self.inventory.notify.default, **req.spec})
+        job_spec = req.spec.resolve(retries=self.inventory.default_retries,
+                                    notify=self.inventory.notify.default)
         validate_spec(job_spec)
         admission.check_priority(self.inventory, user, job_spec.priority)
         job_spec = self._with_time_limit(job_spec)
-        if req.spec.get("notify", "none") != "none" and not self.inventory.notify.reaches(user):
+        if (req.spec.gave("notify") and job_spec.notify != "none"
+                and not self.inventory.notify.reaches(user)):
             # Asked for, so said at once; the lab's default is applied without this check (a
             # user without an address must still be able to submit).
             raise InputError(f"--notify {job_spec.notify}: no notification channel of this lab "

@@ -7,10 +7,11 @@ How a round decides (docs/scheduling.md 'How placement decides'):
 
 1. Queue order: effective priority = priority + ``aging_per_hour`` x hours waited (+ the
    owner's fair-share points, when the lab turns fair share on), then submission time, then
-   id. Jobs that cannot start do not block the ones behind them (backfill), except that the
-   first job that needs *whole* GPUs (multi-GPU, ``exclusive``, or not yet profiled) and is
-   blocked by busy GPUs reserves them: later jobs may not take or join those GPUs, so the GPUs
-   drain and it cannot starve behind a stream of small jobs.
+   id (``scheduler/priority.py``; a user or array over its limit waits:
+   ``scheduler/limits.py``). Jobs that cannot start do not block the ones behind them
+   (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``,
+   or not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or
+   join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
@@ -36,14 +37,16 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from ..inventory import Inventory, Policy, UserLimit
-from ..jobs import Job, node_allowed, node_rules, parse_array
+from ..jobs import Job, JobSpec, node_allowed, node_rules
 from ..profiles import Profile, gpu_model_key
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
 from .gpumodels import ModelSpeeds, preference, queue_means
+from .limits import array_limit_reason, charge, usage_of, user_limit_reason
+from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
+from .priority import effective_priority, order_queue  # noqa: F401  (re-exported)
 from .remaining import Durations
 from .sharing import Pressure, best_share, completion_rate
 
@@ -98,83 +101,21 @@ class Plan:
     waits: dict[int, str]
 
 
-class Predictor(Protocol):
-    """What ``plan`` needs of an interference model: ``model.predictor.InterferenceModel``,
-    the simulator's ``TruthModel`` (the oracle), or a ``CachedModel`` around either."""
-
-    def predict_group(self, profiles: Sequence[Profile]) -> Sequence[float]:
-        """Each job's speed (relative to running alone) when the jobs with these profiles
-        share one GPU, in the same order."""
-
-
-class CachedModel:
-    """Memoises ``predict_group`` by workload names: a round asks the same question many times.
-
-    Keyed on the workload labels, so it must only wrap a model whose answer depends on the
-    profiles alone (every model we ship). The simulator keeps one across rounds.
-    """
-
-    def __init__(self, model: Predictor):
-        self.model = model
-        self._cache: dict[tuple[str, ...], tuple[float, ...]] = {}
-
-    def predict_group(self, profiles: Sequence[Profile]) -> tuple[float, ...]:
-        key = tuple(p.workload for p in profiles)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = tuple(float(s) for s in self.model.predict_group(list(profiles)))
-            self._cache[key] = hit
-        return hit
-
-
-# Share less where the predictor is unsure (CautiousModel): predicted speeds are lowered toward
-# the lower end of their CAUTION_LEVEL interval by CAUTION_WEIGHT of the distance.
-CAUTION_LEVEL = 0.8
-CAUTION_WEIGHT = 0.5
-
-
-class CautiousModel:
-    """Share less where the predictor is unsure: each predicted speed is moved toward the lower
-    end of its ``CAUTION_LEVEL`` interval by ``CAUTION_WEIGHT`` of the distance (the largest
-    such gap over the job's partners). A measured pair has a narrow interval and is left almost
-    unchanged; a pair of workloads the model has not seen together is taken as slower, so plan()
-    shares it only when even the cautious estimate pays. A model without ``predict_interval``
-    (the truth) passes through. Wraps the model; plan() is unchanged."""
-
-    def __init__(self, model: Predictor, level: float = CAUTION_LEVEL,
-                 weight: float = CAUTION_WEIGHT):
-        self.model = model
-        self.level = level
-        self.weight = weight
-        self.note = getattr(model, "note", "")
-
-    def predict_group(self, profiles: Sequence[Profile]) -> tuple[float, ...]:
-        speeds = tuple(float(s) for s in self.model.predict_group(list(profiles)))
-        interval = getattr(self.model, "predict_interval", None)
-        if interval is None or self.weight <= 0 or len(profiles) < 2:
-            return speeds
-        out = []
-        for i, s in enumerate(speeds):
-            gap = 0.0
-            for j, other in enumerate(profiles):
-                if j == i:
-                    continue
-                (lo, _), _ = interval(profiles[i], other, self.level)
-                mid = self.model.predict_group([profiles[i], other])[0]
-                gap = max(gap, float(mid) - lo)
-            out.append(max(0.0, s - self.weight * gap))
-        return tuple(out)
-
-
 # --------------------------------------------------------------------------- snapshot -> slots
-def job_memory_mib(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> float | None:
-    """Expected GPU memory per GPU: ``--mem``, else profile peak + margin, else unknown (None)."""
-    if job.spec.mem_gib is not None:
-        return job.spec.mem_gib * MIB_PER_GIB
-    prof = profiles.get(job.spec.workload) if job.spec.workload else None
+def spec_memory_mib(spec: JobSpec, profiles: Mapping[str, Profile], policy: Policy
+                    ) -> float | None:
+    """Expected GPU memory per GPU: ``--mem``, else profile peak + margin, else unknown (None).
+    The one memory rule: the placer's and the simulator's (``sim.engine``)."""
+    if spec.mem_gib is not None:
+        return spec.mem_gib * MIB_PER_GIB
+    prof = profiles.get(spec.workload) if spec.workload else None
     if prof is None:
         return None
     return (prof.peak_mem_gib + policy.memory_margin_gib) * MIB_PER_GIB
+
+
+def job_memory_mib(job: Job, profiles: Mapping[str, Profile], policy: Policy) -> float | None:
+    return spec_memory_mib(job.spec, profiles, policy)
 
 
 def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
@@ -213,22 +154,6 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
                                  tuple(sorted(j.id for j in jobs_here)), max_jobs, foreign,
                                  node.labels, gpu_model_key(gpu.name)))
     return tuple(slots)
-
-
-# --------------------------------------------------------------------------- queue order
-def effective_priority(job: Job, policy: Policy, now: float,
-                       fairshare: Mapping[str, float] | None = None) -> float:
-    """Priority plus ageing, so a low-priority job eventually outranks newer high ones, plus
-    its owner's fair-share points (``scheduler.fairshare.points``; None or absent: 0)."""
-    waited_h = max(0.0, now - job.submitted_at) / 3600.0
-    bonus = fairshare.get(job.owner, 0.0) if fairshare else 0.0
-    return job.spec.priority + policy.aging_per_hour * waited_h + bonus
-
-
-def order_queue(queue: Sequence[Job], policy: Policy, now: float,
-                fairshare: Mapping[str, float] | None = None) -> list[Job]:
-    return sorted(queue, key=lambda j: (-effective_priority(j, policy, now, fairshare),
-                                        j.submitted_at, j.id))
 
 
 # --------------------------------------------------------------------------- round state
@@ -393,7 +318,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         durations = NO_HISTORY
     residents = {j.id: _resident(j, profiles, policy, durations, now) for j in active}
     rnd = _Round(slots, residents, closed)
-    usage = _usage(active)
+    usage = usage_of(active)
     total_gpus = len(slots)
     placements: list[Placement] = []
     waits: dict[int, str] = {}
@@ -401,16 +326,15 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ordered = order_queue(queue, policy, now, fairshare)
     mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
-    pressure = Pressure(ordered, tasks_active,
-                        {u: (len(held), n) for u, (held, n) in usage.items()}, user_limits,
+    pressure = Pressure(ordered, tasks_active, usage, user_limits,
                         lambda j: _could_run(rnd, j, profiles, policy))
     if durations is not None:
         rnd.rate = completion_rate(rnd.gpus, predict)
     ahead = 0     # startable jobs earlier in the order left waiting (``sharing: jct``'s wait)
     for i, job in enumerate(ordered):
         rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
-        limit = _array_limit_reason(job, tasks_active) or \
-            _user_limit_reason(job, usage, user_limits)
+        limit = array_limit_reason(job, tasks_active) or \
+            user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
             continue
@@ -452,8 +376,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
-        held, jobs = usage.get(job.owner, (frozenset(), 0))
-        usage[job.owner] = (held | {(got.node, i) for i in got.gpu_indices}, jobs + 1)
+        charge(usage, job.owner, {(got.node, i) for i in got.gpu_indices})
     return Plan(tuple(placements), waits)
 
 
@@ -557,50 +480,6 @@ def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy,
     bucket = round(math.log(index) / INDEX_STEP) if index > 0 else -10**6
     left = durations.expected_left(job.spec.workload, limit, age) if job.started_at else 0.0
     return _Res(job.id, prof, floor, solo, index, bucket, age, left)
-
-
-Usage = dict[str, tuple[frozenset, int]]
-
-
-def _usage(active: Sequence[Job]) -> Usage:
-    """Per owner: the GPUs their jobs hold, each counted once (jobs sharing a GPU use one GPU,
-    not one each), and how many jobs."""
-    usage: Usage = {}
-    for j in active:
-        held, n = usage.get(j.owner, (frozenset(), 0))
-        gpus: set[tuple] = {(j.node, i) for i in j.gpu_indices} or \
-            {("?", j.id, k) for k in range(max(1, j.spec.gpus))}   # where not known yet
-        usage[j.owner] = (held | gpus, n + 1)
-    return usage
-
-
-def _array_limit_reason(job: Job, tasks_active: Mapping[int, int]) -> str | None:
-    """``--array ...%N``: at most N of the array's tasks on GPUs at once (starting or
-    running; a lost task is not counted, its node is silent)."""
-    if job.array_id is None or job.spec.array is None:
-        return None
-    limit = parse_array(job.spec.array).limit
-    running = tasks_active.get(job.array_id, 0)
-    if limit is None or running < limit:
-        return None
-    return (f"array {job.array_id}: {running} of its tasks running, at most {limit} at once "
-            f"(--array %{limit})")
-
-
-def _user_limit_reason(job: Job, usage: Usage,
-                       limits: Mapping[str, UserLimit]) -> str | None:
-    lim = limits.get(job.owner)
-    if lim is None:
-        return None
-    held, jobs = usage.get(job.owner, (frozenset(), 0))
-    gpus = len(held)
-    if lim.max_gpus is not None and gpus + job.spec.gpus > lim.max_gpus:
-        plural = "s" if lim.max_gpus != 1 else ""
-        return (f"user limit: {job.owner} may use {lim.max_gpus} GPU{plural} at once; "
-                f"{gpus} in use, this job needs {job.spec.gpus}")
-    if lim.max_jobs is not None and jobs + 1 > lim.max_jobs:
-        return f"user limit: {job.owner} already runs {jobs} of {lim.max_jobs} jobs"
-    return None
 
 
 def _full_reason(job: Job, total: int) -> str:

@@ -29,6 +29,7 @@ from typing import Any, TypeAlias
 from ..inventory import Policy, UserLimit
 from ..jobs import Job, parse_array
 from ..text import gib
+from .limits import Usage
 
 # placement.py's round, GPU and resident types (not imported here: placement imports this)
 _Round: TypeAlias = Any
@@ -49,14 +50,14 @@ class Pressure:
     ever hold left out. ``behind(i)`` is then a lookup."""
 
     def __init__(self, ordered: Sequence[Job], tasks_active: Mapping[int, int],
-                 usage: Mapping[str, tuple[int, int]], limits: Mapping[str, UserLimit],
+                 usage: Usage, limits: Mapping[str, UserLimit],
                  could_run: Callable[[Job], bool]):
         room: dict[int, int | None] = {}          # array id -> tasks it may still start
         gpus_left: dict[str, float] = {}
         jobs_left: dict[str, float] = {}
         for user, lim in limits.items():
-            g, n = usage.get(user, (0, 0))
-            gpus_left[user] = math.inf if lim.max_gpus is None else lim.max_gpus - g
+            held, n = usage.get(user, (frozenset(), 0))   # each GPU once, shared or not
+            gpus_left[user] = math.inf if lim.max_gpus is None else lim.max_gpus - len(held)
             jobs_left[user] = math.inf if lim.max_jobs is None else lim.max_jobs - n
         want = [0] * len(ordered)
         for i, job in enumerate(ordered):

@@ -28,7 +28,7 @@ from ..jobs import Job, JobSpec, JobState
 from ..profiles import Profile
 from ..scheduler import fairshare as fs
 from ..scheduler.fairshare import UsageLedger
-from ..scheduler.placement import GpuSlot
+from ..scheduler.placement import GpuSlot, spec_memory_mib
 from .mixed import MEMORY_MIB, MixedTruth
 from .policies import Planner, SimPlanner, make_planner, policy_names
 from .truth import TruthModel
@@ -362,8 +362,10 @@ def _slots(gpu_keys, node_model: Mapping[str, str], memory_mib: float, on_gpu, m
 
 
 def _mem_mib(j: SimJob, profiles: Mapping[str, Profile], policy: Policy) -> float:
-    prof = profiles.get(j.workload)
-    return ((prof.peak_mem_gib if prof else 0.0) + policy.memory_margin_gib) * 1024.0
+    """What job ``j`` holds on each of its GPUs: the placer's rule
+    (``placement.spec_memory_mib``), an unknown need counted as 0 as the placer counts it on
+    the GPU a job runs on (``slots_from_snapshot``)."""
+    return spec_memory_mib(JobSpec("sim", workload=j.workload), profiles, policy) or 0.0
 
 
 def _update_speeds(running, on_gpu, truth: TruthModel, speed: dict, shared: set,

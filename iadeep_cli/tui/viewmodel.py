@@ -15,6 +15,7 @@ from ..controller.views import STALE_POLLS
 from ..inventory import Policy
 from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
+from ..scheduler import priority
 from ..text import column_widths, duration, job_label, newest_runs
 from .source import MonitorData
 
@@ -206,11 +207,10 @@ def node_card(node: NodeView, now: float, stale_s: float, query: str = "") -> No
 # --------------------------------------------------------------------------- queue rows
 def queue_key(job: JobView, now: float, aging_per_hour: float,
               fairshare: Mapping[str, float] | None = None) -> tuple:
-    """Mirrors scheduler.placement.order_queue: priority plus ageing plus the owner's
-    fair-share points (the last round's), then age, then id."""
-    waited_h = max(0.0, now - job.submitted_at) / 3600.0
-    bonus = fairshare.get(job.owner, 0.0) if fairshare else 0.0
-    return (-(job.priority + aging_per_hour * waited_h + bonus), job.submitted_at, job.id)
+    """The placer's order (``scheduler.priority.queue_key``), with the last round's fair-share
+    points."""
+    return priority.queue_key(job.priority, job.owner, job.submitted_at, job.id, now,
+                              aging_per_hour, fairshare)
 
 
 def _where(job: JobView) -> str:
@@ -270,9 +270,7 @@ def build_view(data: MonitorData, now: float, query: str = "") -> View:
     stale_s = (STALE_POLLS * poll_s if status.stale_after_s is None     # views.stale_after_s
                else status.stale_after_s)
     nodes = tuple(node_card(n, now, stale_s, query) for n in status.nodes)
-    aging = status.controller.aging_per_hour   # the lab's, as the controller runs it
+    aging = priority.recorded_aging(status.controller.aging_per_hour)   # as the lab runs it
     return View(banner(data, now), nodes,
-                job_rows(data.jobs, now, query,
-                         Policy().aging_per_hour if aging is None else aging,
-                         status.fairshare_points),
+                job_rows(data.jobs, now, query, aging, status.fairshare_points),
                 summary(status), poll_s)

@@ -9,6 +9,7 @@ import resource
 import select
 import socket
 import threading
+from collections.abc import Callable
 
 # What the controller says to a connection it drops for sending nothing (server.py).
 TIMED_OUT = "no complete request within"
@@ -38,19 +39,28 @@ def _room_for(n: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 512), hard))
 
 
-def hold_idle(path: str, n: int, ready_w: int, stop_r: int) -> dict:
-    """Keep ``n`` idle connections open (reopening each one dropped for idling) until told to
-    stop; what the controller answered them: refused / timed out / other."""
+def idle_connections(path: str, n: int) -> dict[int, socket.socket]:
+    """``n`` open connections that send nothing, by file descriptor (the open-file limit
+    raised to hold them)."""
     _room_for(n)
     live = {}
     for _ in range(n):
         s = connect(path)
         live[s.fileno()] = s
-    os.write(ready_w, b"r")
+    return live
+
+
+def keep_open(path: str, live: dict[int, socket.socket], stop_r: int,
+              classify: Callable[[str], str]) -> collections.Counter:
+    """Wait on the ``live`` idle connections until told to stop (a byte on ``stop_r``) and
+    every one is closed: each the controller drops is read to its end and counted under
+    ``classify(reply)``; one classified "timed out" (dropped for idling) is reopened while
+    not told to stop, so the controller's places stay full."""
     poller = select.poll()
     for fd in (*live, stop_r):
         poller.register(fd, select.POLLIN)
-    replies, stopping = collections.Counter(), False
+    seen: collections.Counter = collections.Counter()
+    stopping = False
     while live:
         for fd, _ in poller.poll(200):
             poller.unregister(fd)
@@ -60,13 +70,26 @@ def hold_idle(path: str, n: int, ready_w: int, stop_r: int) -> dict:
             s = live.pop(fd)
             reply = reply_of(s)
             s.close()
-            replies["refused" if "connections to the controller open" in reply else
-                    "timed out" if TIMED_OUT in reply else "other"] += 1
-            if TIMED_OUT in reply and not stopping:
+            kind = classify(reply)
+            seen[kind] += 1
+            if kind == "timed out" and not stopping:
                 s = connect(path)
                 live[s.fileno()] = s
                 poller.register(s, select.POLLIN)
-    return dict(replies)
+    return seen
+
+
+def hold_idle(path: str, n: int, ready_w: int, stop_r: int) -> dict:
+    """Keep ``n`` idle connections open (reopening each one dropped for idling) until told to
+    stop; what the controller answered them: refused / timed out / other."""
+    live = idle_connections(path, n)
+    os.write(ready_w, b"r")
+    return dict(keep_open(path, live, stop_r, _idle_reply))
+
+
+def _idle_reply(reply: str) -> str:
+    return ("refused" if "connections to the controller open" in reply else
+            "timed out" if TIMED_OUT in reply else "other")
 
 
 UPLOAD_HEAD = b'{"op": "add", "args": {"script_b64": "' + b"A" * 2**20   # 1 MiB, no end

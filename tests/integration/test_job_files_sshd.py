@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from helpers.accounts import accounts_lock, cli_as, ensure_user
-from helpers.controllers import ControllerProcess, jobs_by_id, wait_until
-from helpers.sshd import SshdNode, _keygen, proc_files, sshd_available
+from helpers.accounts import cli_as
+from helpers.controllers import jobs_by_id, wait_until
+from helpers.runas_lab import RunAsLab, need_tools
+from helpers.sshd import proc_files
 
 pytestmark = [
     pytest.mark.sshd,
@@ -26,10 +24,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="creating OS accounts and sudo rules needs root"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-CTL, ALICE, BOB = "iadeep-jf-ctl", "iadeep-jf-alice", "iadeep-jf-bob"
-GROUP = "iadeep-jf-lab"
-SUDOERS = Path("/etc/sudoers.d/iadeep-jobfiles-test")
+LAB = RunAsLab("jf")
+ALICE, BOB = LAB.users
 POLL_S = 3.0
 
 # Swaps its progress file between a regular file and a FIFO (atomic renames, a few ms each)
@@ -64,84 +60,14 @@ n=0; while [ $n -lt 600 ]; do sleep 1; n=$((n+1)); done
 QUICK = "#!/bin/sh\nsleep 1\n"
 
 
-def _account(name: str, shell: str = "/usr/sbin/nologin") -> Path:
-    ensure_user(name)
-    _kill_all(name)   # a killed earlier run's jobs
-    home = Path(f"/home/{name}")
-    with accounts_lock():
-        subprocess.run(["usermod", "-d", str(home), "-s", shell, "-p", "*", name], check=True)
-    home.mkdir(parents=True, exist_ok=True)
-    for left in home.iterdir():
-        shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink()
-    import pwd
-    entry = pwd.getpwnam(name)
-    os.chown(home, entry.pw_uid, entry.pw_gid)
-    os.chmod(home, 0o700)
-    return home
-
-
-def _docs_sudoers_line() -> str:
-    found = re.findall(r"^ *(\S+ ALL=\(%\S+,!root\) NOPASSWD: /bin/sh)$",
-                       (ROOT / "docs" / "security.md").read_text(), re.M)
-    assert len(found) == 1, found
-    return found[0]
-
-
-def _install_sudoers(line: str) -> None:
-    tmp = SUDOERS.with_name(".iadeep-jobfiles-test.tmp")
-    tmp.write_text(line + "\n")
-    os.chmod(tmp, 0o440)
-    subprocess.run(["visudo", "-cqf", str(tmp)], check=True)
-    tmp.replace(SUDOERS)
-
-
 @pytest.fixture(scope="module")
 def lab():
-    missing = [t for t in ("sudo", "visudo") if shutil.which(t) is None]
-    if missing or not sshd_available() or not os.path.exists("/usr/bin/python3"):
-        pytest.skip("needs sudo, sshd and /usr/bin/python3 (make sshd installs them)")
-    ctl_home = _account(CTL, shell="/bin/sh")
-    with accounts_lock():
-        subprocess.run(["groupadd", "-f", GROUP], check=True)
-    for user in (ALICE, BOB):
-        _account(user)
-        with accounts_lock():
-            subprocess.run(["usermod", "-aG", GROUP, user], check=True)
-    _install_sudoers(_docs_sudoers_line().replace("iadeep ", f"{CTL} ", 1)
-                     .replace("%gpu-lab", f"%{GROUP}"))
-    top = Path(tempfile.mkdtemp(prefix="iadeep-jf-", dir="/tmp"))
-    os.chmod(top, 0o755)
-    key = top / "client" / "id_ed25519"
-    key.parent.mkdir(mode=0o700)
-    _keygen(key)
-    authorized = top / "authorized_keys"
-    shutil.copy(str(key) + ".pub", authorized)
-    os.chmod(authorized, 0o644)
-    node = SshdNode("jf1", "127.0.0.43", top, authorized)
-    node.set_fake(gpus=4)   # a GPU each for alice's jobs, and one for bob's
-    node.start()
-    state = top / "state"
-    state.mkdir()
-    (state / "known_hosts").write_text(node.known_hosts_line() + "\n")
-    inventory = top / "nodes.yaml"
-    inventory.write_text(
-        f"lab:\n  poll_interval: {POLL_S}\n  node_grace: 600\n  admins: []\n"
-        f"  allowed_group: {GROUP}\n"
-        f"nodes:\n  - name: jf1\n    host: {node.addr}\n    port: {node.port}\n"
-        f"    user: {CTL}\n    identity_file: {key}\n    workdir: {ctl_home}/iadeep\n"
-        f"    run_as: submitter\n")
-    scripts = top / "scripts"
-    scripts.mkdir(mode=0o755)
-    ctl = ControllerProcess(state, inventory).start()
-    ctl.node, ctl.scripts = node, scripts
-    yield ctl
-    ctl.stop()
-    print(ctl.log.read_text()[-4000:])   # shown when a test failed
-    for user in (ALICE, BOB):
-        _kill_all(user)
-    node.stop()
-    SUDOERS.unlink(missing_ok=True)
-    shutil.rmtree(top, ignore_errors=True)
+    need_tools("/usr/bin/python3")
+    with LAB.running("jf1", "127.0.0.43",
+                     f"  poll_interval: {POLL_S}\n  node_grace: 600\n  admins: []\n",
+                     fake_gpus=4,   # a GPU each for alice's jobs, and one for bob's
+                     clean=_kill_all) as ctl:
+        yield ctl
 
 
 def _script(lab, name: str, body: str) -> str:

@@ -105,9 +105,10 @@ def test_without_controller_writes_fail_and_reads_show_age(tmp_path, script):
 SUBMITTER = textwrap.dedent("""
     import json, sys
     from iadeep_cli.controller import client
+    from iadeep_cli.jobs import SubmitSpec
     ids = []
     for i in range(int(sys.argv[2])):
-        spec = {"script": sys.argv[1], "name": f"w{sys.argv[3]}-{i}"}
+        spec = SubmitSpec.from_dict({"script": sys.argv[1], "name": f"w{sys.argv[3]}-{i}"})
         try:
             ids.append(client.submit(spec, b"#!/bin/sh\\ntrue\\n").id)
         except Exception as exc:  # the controller may be down for a moment in the crash test

@@ -9,14 +9,13 @@ import pwd
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from helpers.accounts import accounts_lock, cli_as, ensure_user
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
-from helpers.sshd import SshdNode, _keygen, sshd_available
+from helpers.controllers import cli, jobs_by_id, wait_until
+from helpers.runas_lab import RunAsLab, account, install_sudoers, need_tools
 from iadeep_cli.paths import StateDir
 
 pytestmark = [
@@ -25,102 +24,24 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="creating OS accounts and sudo rules needs root"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-CTL, ALICE, BOB, GHOST = "iadeep-ra-ctl", "iadeep-ra-alice", "iadeep-ra-bob", "iadeep-ra-ghost"
-GROUP = "iadeep-ra-lab"
-SUDOERS = Path("/etc/sudoers.d/iadeep-runas-test")
-
-
-def docs_sudoers_line() -> str:
-    """The sudoers line exactly as docs/security.md gives it."""
-    found = re.findall(r"^ *(\S+ ALL=\(%\S+,!root\) NOPASSWD: /bin/sh)$",
-                       (ROOT / "docs" / "security.md").read_text(), re.M)
-    assert len(found) == 1, found
-    return found[0]
-
-
-def _account(name: str, shell: str = "/usr/sbin/nologin") -> Path:
-    """A real account with its own home directory (0700, its own); no password, but not
-    locked ('*', not '!': sshd without PAM refuses a locked account even a key login)."""
-    ensure_user(name)
-    home = Path(f"/home/{name}")
-    with accounts_lock():
-        subprocess.run(["usermod", "-d", str(home), "-s", shell, "-p", "*", name], check=True)
-    home.mkdir(parents=True, exist_ok=True)
-    for left in home.iterdir():   # an earlier run's job directories and files
-        shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink()
-    entry = pwd.getpwnam(name)
-    os.chown(home, entry.pw_uid, entry.pw_gid)
-    os.chmod(home, 0o700)
-    return home
-
-
-def _need_tools() -> None:
-    missing = [t for t in ("sudo", "visudo") if shutil.which(t) is None]
-    if not sshd_available():
-        missing.append("sshd")
-    if missing:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{missing} missing; CI must install sudo and openssh-server (make sshd)")
-        pytest.skip(f"needs {', '.join(missing)} (make sshd installs them)")
-
-
-def _install_sudoers(line: str) -> None:
-    tmp = SUDOERS.with_name(".iadeep-runas-test.tmp")   # sudo ignores names with a '.'
-    tmp.write_text(line + "\n")
-    os.chmod(tmp, 0o440)
-    subprocess.run(["visudo", "-cqf", str(tmp)], check=True)
-    tmp.replace(SUDOERS)
-    subprocess.run(["visudo", "-cq"], check=True)
+LAB = RunAsLab("ra")
+CTL, (ALICE, BOB), GROUP = LAB.ctl, LAB.users, LAB.group
+GHOST = "iadeep-ra-ghost"
 
 
 @pytest.fixture(scope="module")
 def lab():
-    _need_tools()
-    ctl_home = _account(CTL, shell="/bin/sh")
-    with accounts_lock():
-        subprocess.run(["groupadd", "-f", GROUP], check=True)
-    for user in (ALICE, BOB):
-        _account(user)
-        with accounts_lock():
-            subprocess.run(["usermod", "-aG", GROUP, user], check=True)
+    need_tools()
     with accounts_lock():   # a left-over from a killed run
         subprocess.run(["userdel", GHOST], capture_output=True)
-    line = docs_sudoers_line().replace("iadeep ", f"{CTL} ", 1).replace("%gpu-lab",
-                                                                          f"%{GROUP}")
-    _install_sudoers(line)
-    top = Path(tempfile.mkdtemp(prefix="iadeep-runas-", dir="/tmp"))
-    os.chmod(top, 0o755)   # the node's files (sshd reads authorized_keys as the SSH account)
-    key = top / "client" / "id_ed25519"
-    key.parent.mkdir(mode=0o700)
-    _keygen(key)
-    authorized = top / "authorized_keys"
-    shutil.copy(str(key) + ".pub", authorized)
-    os.chmod(authorized, 0o644)
-    node = SshdNode("ra1", "127.0.0.41", top, authorized)
-    node.start()
-    state = top / "state"
-    state.mkdir()
-    (state / "known_hosts").write_text(node.known_hosts_line() + "\n")
-    inventory = top / "nodes.yaml"
-    inventory.write_text(
-        f"lab:\n  poll_interval: 0.5\n  node_grace: 30\n  admins: []\n"
-        f"  allowed_group: {GROUP}\n  allowed_users: [{GHOST}]\n"
-        f"  user_limits: {{{GHOST}: {{max_jobs: 0}}}}\n"
-        f"nodes:\n  - name: ra1\n    host: {node.addr}\n    port: {node.port}\n"
-        f"    user: {CTL}\n    identity_file: {key}\n    workdir: {ctl_home}/iadeep\n"
-        f"    run_as: submitter\n")
-    scripts = top / "scripts"
-    scripts.mkdir(mode=0o755)
-    ctl = ControllerProcess(state, inventory).start()
-    ctl.node, ctl.scripts, ctl.top = node, scripts, top
-    yield ctl
-    ctl.stop()
-    print(ctl.log.read_text()[-4000:])   # shown when a test failed
-    node.stop()
-    SUDOERS.unlink(missing_ok=True)
-    subprocess.run(["userdel", GHOST], capture_output=True)
-    shutil.rmtree(top, ignore_errors=True)
+    try:
+        with LAB.running("ra1", "127.0.0.41", (
+                f"  poll_interval: 0.5\n  node_grace: 30\n  admins: []\n"
+                f"  allowed_users: [{GHOST}]\n  user_limits: {{{GHOST}: {{max_jobs: 0}}}}\n")
+                ) as ctl:
+            yield ctl
+    finally:
+        subprocess.run(["userdel", GHOST], capture_output=True)
 
 
 def _script(lab, name: str, body: str) -> str:
@@ -201,22 +122,22 @@ def test_a_job_for_a_user_missing_on_the_node_fails_with_the_reason(lab):
 def test_nodes_check_says_whether_run_as_works(lab):
     ok = cli(lab.home, "nodes", "check", "--inventory", str(lab.inventory))
     assert ok.returncode == 0 and "run_as: submitter ok" in ok.stdout, ok.stdout + ok.stderr
-    saved = SUDOERS.read_text()
-    SUDOERS.unlink()
+    saved = LAB.sudoers.read_text()
+    LAB.sudoers.unlink()
     try:
         bad = cli(lab.home, "nodes", "check", "--inventory", str(lab.inventory), "--json")
         [node] = json.loads(bad.stdout)
         assert bad.returncode == 1 and node["run_as"]["ok"] is False
         assert "a password is required" in node["run_as"]["error"], node
     finally:
-        _install_sudoers(saved.strip())
+        install_sudoers(LAB.sudoers, saved.strip())
 
 
 def test_queue_why_says_sudo_refused_the_launch_and_when_it_is_tried_again(lab):
     """The node answers but sudo refuses (its rule is gone): `queue why` names the refusal and
     when the node is tried again, not a node that is down."""
-    saved = SUDOERS.read_text()
-    SUDOERS.unlink()
+    saved = LAB.sudoers.read_text()
+    LAB.sudoers.unlink()
     try:
         job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add",
                                    _script(lab, "w.sh", "#!/bin/sh\necho hi\n")))
@@ -229,7 +150,7 @@ def test_queue_why_says_sudo_refused_the_launch_and_when_it_is_tried_again(lab):
         assert "its last launch failed: node ra1 cannot run jobs as their submitters" in said
         assert "password is required" in said and "no node answered" not in said, said
     finally:
-        _install_sudoers(saved.strip())
+        install_sudoers(LAB.sudoers, saved.strip())
     assert cli_as(ALICE, lab.home, "queue", "cancel", str(job_id))["rc"] == 0
 
 
@@ -352,7 +273,7 @@ def test_who_may_never_run_is_refused_at_submission_arrays_included(lab):
     """On a lab whose only node runs jobs as their submitters: an account outside
     allowed_users and the group, root, and a uid without an account are refused when they
     submit (a 10,000-task array too), with one line saying why; nothing is queued."""
-    _account(OUTSIDER)
+    account(OUTSIDER)
     script = _script(lab, "o.sh", "#!/bin/sh\necho hi\n")
     before = set(jobs_by_id(lab.home))
     out = cli_as(OUTSIDER, lab.home, "queue", "add", "--array", "0-9999", script)

@@ -1,7 +1,6 @@
 """The controller's socket under hostile load: one account's flood of idle connections, slow
 and idle clients, oversized requests. Real controller processes (under systemd's default
 open-file limit where it matters), real second OS accounts, a real sshd node."""
-import collections
 import os
 import resource
 import select
@@ -14,7 +13,14 @@ import pytest
 
 from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, warm_cli
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
-from helpers.floods import connect as _connect, hold_idle, reply_of as _reply_of, stall_uploads
+from helpers.floods import (
+    connect as _connect,
+    hold_idle,
+    idle_connections,
+    keep_open,
+    reply_of as _reply_of,
+    stall_uploads,
+)
 from iadeep_cli.controller import server
 from iadeep_cli.controller.server import (
     MAX_PER_USER,
@@ -23,6 +29,7 @@ from iadeep_cli.controller.server import (
     per_user_cap,
     reserve,
 )
+from iadeep_cli.jobs import SubmitSpec
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 and os.environ.get("CI") != "true",
@@ -51,38 +58,19 @@ def _flood(path: str, n: int, home: str, ready_w: int, stop_r: int) -> dict:
     """As the flooding account: open ``n`` connections and send nothing; try the real CLI
     while they are open; then keep the controller's places for this account full (reopen
     each connection it drops for idling) until told to stop. Returns what it was told."""
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 512), hard))
-    live = {}
-    for _ in range(n):
-        s = _connect(path)
-        live[s.fileno()] = s
+    live = idle_connections(path, n)
     own_cli = cli_here(home, "status")
     os.write(ready_w, b"r")
-    poller = select.poll()
-    for fd in (*live, stop_r):
-        poller.register(fd, select.POLLIN)
-    replies, other, stopping = collections.Counter(), [], False
-    while live:
-        for fd, _ in poller.poll(200):
-            poller.unregister(fd)
-            if fd == stop_r:
-                stopping = True
-                continue
-            s = live.pop(fd)
-            reply = _reply_of(s)
-            s.close()
-            if f"{FLOODER} already has {MAX_PER_USER} connections" in reply:
-                replies["refused"] += 1
-            elif TIMED_OUT in reply:
-                replies["timed out"] += 1
-                if not stopping:
-                    s = _connect(path)
-                    live[s.fileno()] = s
-                    poller.register(s, select.POLLIN)
-            else:
-                other.append(reply[:300])
-    return {**replies, "other": other, "own_cli": own_cli}
+
+    def classify(reply: str) -> str:
+        if f"{FLOODER} already has {MAX_PER_USER} connections" in reply:
+            return "refused"
+        return "timed out" if TIMED_OUT in reply else "other: " + reply[:300]
+
+    seen = keep_open(path, live, stop_r, classify)
+    other = [kind.removeprefix("other: ") for kind in seen if kind.startswith("other: ")]
+    return {"refused": seen["refused"], "timed out": seen["timed out"], "other": other,
+            "own_cli": own_cli}
 
 
 def test_one_account_flooding_the_socket_cannot_take_the_controller_offline(
@@ -292,7 +280,8 @@ def test_the_largest_script_is_accepted_even_many_at_once(shared_state, monkeypa
 
         def submit(i: int) -> None:
             try:
-                ids.append(client.submit({"script": str(script), "name": f"big{i}"}, biggest).id)
+                spec = SubmitSpec.from_dict({"script": str(script), "name": f"big{i}"})
+                ids.append(client.submit(spec, biggest).id)
             except Exception as exc:   # reported below
                 errors.append(repr(exc))
 

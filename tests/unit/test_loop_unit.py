@@ -23,7 +23,7 @@ from iadeep_cli.controller.loop import SchedulingLoop
 from iadeep_cli.controller.service import Service
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import ACTIVE, Job, JobSpec, JobState
+from iadeep_cli.jobs import ACTIVE, Job, JobSpec, JobState, SubmitSpec
 from iadeep_cli.store import Store, jobs as jobrows
 
 GRACE_S = 60.0
@@ -66,7 +66,8 @@ class Lab:
         dependencies are made and checked there."""
         script = self.root / "task.sh"
         script.write_text(f"#!/bin/sh\n{body}\n")
-        request = m.AddRequest({"script": str(script), "workload": "resnet50", **spec},
+        request = m.AddRequest(SubmitSpec.from_dict({"script": str(script),
+                                                     "workload": "resnet50", **spec}),
                                token=token, script_b64=base64.b64encode(
                                    script.read_bytes()).decode())
         return self.service.op_add(user, request).id

@@ -14,8 +14,8 @@ from iadeep_cli import messages as m
 from iadeep_cli.controller import offline, views
 from iadeep_cli.controller.service import OPERATIONS, Service
 from iadeep_cli.errors import ControllerUnavailable, InputError, NotFoundError, PermissionDenied
-from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import FINISHED, JobState
+from iadeep_cli.inventory import Inventory, Node, NotifySettings
+from iadeep_cli.jobs import FINISHED, JobSpec, JobState, SubmitSpec
 from iadeep_cli.snapshot import GpuSample
 from iadeep_cli.store import Store, jobs as jobrows
 
@@ -130,11 +130,50 @@ def test_requests_are_checked_against_their_fields(request_type, args, message):
 
 
 def test_requests_cross_the_wire_unchanged():
-    for request in (m.AddRequest({"script": "/j.sh"}, "t", "IyEK"), m.CancelRequest((1, 2)),
+    for request in (m.AddRequest(SubmitSpec.from_dict({"script": "/j.sh"}), "t", "IyEK"),
+                    m.AddRequest(SubmitSpec.of(JobSpec("/j.sh", args=("a",), gpus=2),
+                                               retries=0), "t"),
+                    m.CancelRequest((1, 2)),
                     m.PriorityRequest(3, -5), m.FenceRequest("n1"), m.ListRequest(True, "a"),
                     m.LogsRequest(4, 10, 20), m.ProfileUnpinRequest("mlp")):
         wire = json.loads(json.dumps({"op": request.op, "args": request.to_dict()}))
         assert OPERATIONS[wire["op"]].request.from_dict(wire["args"]) == request
+
+
+def test_an_old_clients_spec_still_works_and_a_newer_clients_unknown_option_is_refused(seeded):
+    """The protocol's rule applied to the submission (``jobs.SubmitSpec``): a key left out
+    takes its default, the lab's for retries and notify; a key the controller does not know
+    is refused with an error naming it, never dropped."""
+    lab = Inventory(nodes=(Node("gpu-a", "gpu-a"),), default_retries=2,
+                    notify=NotifySettings(default="end", webhook="http://127.0.0.1:9/hook"))
+    service = Service(seeded, lab)
+    # what an early client sent: the fields it knew, none added since (--array, --chdir's
+    # submission directory, --opportunistic, ...), retries and notify left to the lab
+    old = {"script": "/bin/true", "args": ["a"], "name": "old", "gpus": 1, "mem_gib": None,
+           "workload": None, "priority": 0, "exclusive": False, "workdir": None, "env": []}
+
+    def add(spec: dict, token: str) -> m.JobView:
+        added = service.handle("add", {"spec": spec, "token": token, "script_b64": "IyEK"},
+                               "alice")
+        return views.StoreReader(seeded).job(added["id"]).job
+
+    job = add(old, "t1")
+    assert (job.name, job.args, job.retries, job.notify) == ("old", ("a",), 2, "end")
+    assert (job.array, job.submit_dir, job.opportunistic) == (None, None, None)
+    given = add({**old, "retries": 0, "notify": "none"}, "t2")   # JobSpec's defaults, but given
+    assert (given.retries, given.notify) == (0, "none")
+    # a newer client's option this controller does not know
+    with pytest.raises(InputError) as err:
+        add({**old, "gpu_kind": "h200"}, "t3")
+    assert err.value.message == "malformed request: spec has an unknown field 'gpu_kind'"
+    assert "upgrade the controller, or leave the option out" in (err.value.hint or "")
+    # ... while a newer client's spec sends only what differs from JobSpec's defaults, so
+    # an older controller takes it as long as it uses no option that controller lacks
+    spec = SubmitSpec.of(JobSpec("/bin/true", name="x", priority=0), notify="fail")
+    assert spec.to_dict() == {"script": "/bin/true", "name": "x", "notify": "fail"}
+    assert SubmitSpec.from_dict(spec.to_dict()) == spec
+    assert spec.resolve(retries=2, notify="end") == JobSpec("/bin/true", name="x", retries=2,
+                                                            notify="fail")
 
 
 def test_service_dispatches_by_the_table_and_refuses_non_admins_there(seeded):

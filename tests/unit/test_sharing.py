@@ -9,8 +9,10 @@ import random
 from iadeep_cli.inventory import Policy, UserLimit
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.scheduler.limits import usage_of
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.remaining import Durations, LogNormal, expected_left, gittins
+from iadeep_cli.scheduler.sharing import Pressure
 from iadeep_cli.sim.truth import TruthModel
 
 PROFILES = shipped_profiles()
@@ -146,3 +148,23 @@ def test_threshold_mode_is_the_old_rule():
     q = plan([job(1, "lstm")], slots(1, {0: (100,)}), active, PROFILES, TRUTH,
              Policy(sharing="threshold", min_speed=0.3), {}, now)
     assert q.placements == () and "combined speed 1.01" in q.waits[1]
+
+
+def test_pressure_counts_a_users_gpus_from_the_usage_the_limits_count():
+    """``Pressure`` reads the placer's ``limits.Usage`` itself: alice's two jobs sharing one
+    GPU hold one of her two GPUs, so one more of her one-GPU jobs could start now (and the
+    next could not); counted per job she would have none left."""
+    def running(job_id: int) -> Job:
+        return Job(job_id, "alice", JobSpec("/j.sh"), JobState.RUNNING, 0.0, node="n1",
+                   gpu_indices=(0,))
+
+    def queued(job_id: int) -> Job:
+        return Job(job_id, "alice", JobSpec("/j.sh"), JobState.QUEUED, float(job_id))
+
+    usage = usage_of([running(1), running(2)])
+    assert {u: (len(held), jobs) for u, (held, jobs) in usage.items()} == {"alice": (1, 2)}
+    bob = Job(5, "bob", JobSpec("/j.sh", gpus=2), JobState.QUEUED, 5.0)
+    pressure = Pressure([queued(3), queued(4), bob], {}, usage,
+                        {"alice": UserLimit(max_gpus=2)}, lambda job: True)
+    assert [pressure.wants(i) for i in range(3)] == [1, 0, 2]
+    assert pressure.behind(0) == 2

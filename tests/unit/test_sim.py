@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.inventory import Policy
+from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
-from iadeep_cli.sim.engine import SimJob, make_planner, simulate
+from iadeep_cli.scheduler.placement import job_memory_mib
+from iadeep_cli.sim.engine import SimJob, _mem_mib, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, run_sim
 from iadeep_cli.sim.truth import TruthModel
 
@@ -183,3 +185,17 @@ def test_cli_plot(tmp_path):
     out = cli("sim", "--jobs", "30", "--plot", str(png))
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_simulator_counts_memory_by_the_placers_rule():
+    """What a simulated job holds on its GPU is what the placer expects of it: profile peak
+    plus margin, and for a workload without a profile nothing (the placer does not know its
+    need, and counts nothing for it on the GPU it runs on), not the margin alone."""
+    policy = Policy(memory_margin_gib=3.0)
+    for workload in PROFILES:
+        placed = Job(1, "sim", JobSpec("sim", workload=workload), JobState.QUEUED, 0.0)
+        assert _mem_mib(SimJob(1, 0.0, workload, 60.0), PROFILES, policy) == \
+            job_memory_mib(placed, PROFILES, policy)
+    assert job_memory_mib(Job(1, "sim", JobSpec("sim", workload="unprofiled"),
+                              JobState.QUEUED, 0.0), PROFILES, policy) is None
+    assert _mem_mib(SimJob(1, 0.0, "unprofiled", 60.0), PROFILES, policy) == 0.0

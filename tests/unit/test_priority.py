@@ -1,0 +1,45 @@
+"""One effective priority: what `queue why` shows, the order the monitor numbers the queue in
+and the order the placer considers it are the same figure (``scheduler.priority``)."""
+from __future__ import annotations
+
+from iadeep_cli.controller.fairshare import FairShareRound
+from iadeep_cli.controller.views import StoreReader
+from iadeep_cli.inventory import FairShare, Inventory, Policy
+from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.scheduler import priority
+from iadeep_cli.scheduler.placement import effective_priority, order_queue
+from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.tui.viewmodel import job_rows, queue_key
+
+# A wait for which 3.0 x (wait / 3600) and 3.0 x wait / 3600 differ in the last bit (so do
+# the sums with priority 2 and 10 fair-share points): two spellings of the formula disagree.
+NOW, SUBMITTED, AGING = 1_700_714_338.0, 1_700_672_817.000281, 3.0
+
+
+def test_queue_why_the_monitor_and_the_placer_rank_by_one_figure(tmp_path):
+    store = Store(tmp_path / "s.db")
+    with store.tx() as c:
+        first, _ = jobrows.insert(c, "alice", JobSpec("/j.sh", priority=2), SUBMITTED)
+        second, _ = jobrows.insert(c, "bob", JobSpec("/j.sh", priority=2), SUBMITTED + 1)
+    policy = Policy(aging_per_hour=AGING, fairshare=FairShare())
+    points = FairShareRound().points(store, policy, NOW)
+    assert points == {"alice": 10.0, "bob": 10.0}   # nobody used anything: the full weight
+    reader = StoreReader(store, clock=lambda: NOW, inventory=Inventory(nodes=(), policy=policy))
+    shown = reader.job(first)
+    job = Job(first, "alice", JobSpec("/j.sh", priority=2), JobState.QUEUED, SUBMITTED)
+    placer = effective_priority(job, policy, NOW, points)
+    assert shown.priority is not None and shown.priority.effective == placer   # exactly
+    assert shown.priority.aging == priority.aging(SUBMITTED, NOW, AGING)
+    assert queue_key(shown.job, NOW, AGING, points) == (-placer, SUBMITTED, first)
+    # the monitor's rows and the placer's order agree, ties broken alike
+    views = [reader.job(i).job for i in (second, first)]
+    jobs = [Job(second, "bob", JobSpec("/j.sh", priority=2), JobState.QUEUED, SUBMITTED + 1),
+            job]
+    assert [r.id for r in job_rows(views, NOW, aging_per_hour=AGING, fairshare=points)] \
+        == [j.id for j in order_queue(jobs, policy, NOW, points)] == [first, second]
+    store.close()
+
+
+def test_an_older_heartbeat_without_aging_reads_as_the_default():
+    assert priority.recorded_aging(None) == Policy().aging_per_hour
+    assert priority.recorded_aging(0.0) == 0.0
