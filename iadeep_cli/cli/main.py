@@ -9,8 +9,20 @@ from __future__ import annotations
 
 import typer
 
-from . import controller, logs, model, monitor, nodes, profile, queue, report, sim, status  # noqa: F401  (they register on `app`)
-from .errors import run
+from . import (  # noqa: F401  (they register on `app`)
+    controller,
+    logs,
+    model,
+    monitor,
+    nodes,
+    profile,
+    queue,
+    report,
+    run,
+    sim,
+    status,
+)
+from .errors import run as run_app
 from .root import app
 
 app.add_typer(queue.app, name="queue")
@@ -46,4 +58,4 @@ def _options(_version: bool = typer.Option(False, "--version", is_eager=True,
 
 
 def main() -> None:
-    run(app)
+    run_app(app)

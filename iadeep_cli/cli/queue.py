@@ -179,8 +179,19 @@ def add(
     content, path = _job_script(o["script"], o["wrap"], o["args"])
     if o["wrap"] is None:
         o = _with_directives(ctx, o, path, content)
-    spec = JobSpec(script=path, args=tuple(o["args"] or ()),
-                   name=o["name"] or ("wrap" if o["wrap"] is not None else ""), gpus=o["gpus"],
+    request = submission(o, content, path, "wrap" if o["wrap"] is not None else "")
+    print(client.submit(request, content).id)
+
+
+# `queue add`'s options that are not the script: `iadeep run` takes them too (cli/run.py).
+SCRIPT_PARAMS = ("ctx", "script", "args", "wrap")
+
+
+def submission(o: dict, content: bytes, path: str, default_name: str = "") -> dict:
+    """The AddRequest spec of `queue add`'s options ``o`` (by parameter name) for the job
+    script ``content`` at ``path``; checks it and the workload label first (InputError)."""
+    spec = JobSpec(script=path, args=tuple(o.get("args") or ()),
+                   name=o["name"] or default_name, gpus=o["gpus"],
                    mem_gib=o["mem"], workload=o["workload"], priority=o["priority"],
                    exclusive=o["exclusive"], workdir=_chdir(o["workdir"]),
                    env=parse_env(o["env"] or ()), retries=o["retries"] or 0,
@@ -207,7 +218,7 @@ def add(
         del request["retries"]   # the controller applies the lab's default
     if o["notify"] is None:
         del request["notify"]    # likewise
-    print(client.submit(request, content).id)
+    return request
 
 
 WRAP_PATH = "wrap.sh"
