@@ -18,6 +18,7 @@ from . import (  # noqa: F401  (they register on `app`)
     profile,
     queue,
     report,
+    reserve,
     run,
     sim,
     status,
@@ -30,6 +31,7 @@ app.add_typer(controller.app, name="controller")
 app.add_typer(model.app, name="model")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(profile.app, name="profile")
+app.add_typer(reserve.app, name="reserve")
 
 
 def version() -> str:
