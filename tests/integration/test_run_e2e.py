@@ -1,5 +1,7 @@
 """`iadeep run -- COMMAND`, end to end: real sshd nodes, a real controller, the real CLI as a
 process whose output is read as it comes, signalled as a terminal would."""
+import os
+import pty
 import signal
 import subprocess
 from pathlib import Path
@@ -88,18 +90,58 @@ def test_run_with_error_file_prints_stderr_to_stderr(lab, tmp_path):
     assert "err\n" in client.stderr()
 
 
-def test_sigint_cancels_the_job_and_leaves_nothing_on_the_node(lab, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_a_closed_terminal_cancels_the_job_and_leaves_nothing_on_the_node(
+        lab, tmp_path, sig):
     home = lab.home
     client = Client(home, tmp_path, "c", "--", "sh", "-c", "echo started; sleep 600")
     wait_until(lambda: client.stdout() == "started\n", limit=120)
     job_id = client.job_id()
     [node] = lab.cluster.nodes
     assert attempt_processes(job_id, node, home)
-    client.proc.send_signal(signal.SIGINT)
-    assert client.wait() == 128 + signal.SIGINT
+    client.proc.send_signal(sig)
+    assert client.wait() == 128 + sig
     assert jobs_by_id(home)[job_id]["state"] == "cancelled"
     assert "cancelling job" in client.stderr()
     assert attempt_processes(job_id, node, home) == []
+
+
+def test_detach_leaves_the_job_running_as_a_batch_job(lab, tmp_path):
+    home = lab.home
+    gate, wait = _gate(tmp_path, "go")
+    client = Client(home, tmp_path, "d", "--detach", "--", "sh", "-c", f"echo on; {wait}")
+    wait_until(lambda: client.stdout() == "on\n", limit=120)
+    client.proc.send_signal(signal.SIGINT)
+    assert client.wait() == 0
+    job_id = client.job_id()
+    assert f"job {job_id} keeps going as a batch job" in client.stderr()
+    assert jobs_by_id(home)[job_id]["state"] == "running"
+    gate.touch()
+    wait_jobs(home, lambda js: js[job_id]["state"] == "succeeded")
+
+
+def test_on_a_terminal_the_waiting_line_is_rewritten_in_place(lab, tmp_path):
+    home = lab.home
+    gate, wait = _gate(tmp_path, "first-done")
+    first = Client(home, tmp_path, "1", "--exclusive", "--", "sh", "-c", f"echo one; {wait}")
+    wait_until(lambda: first.stdout() == "one\n", limit=120)
+    master, slave = pty.openpty()
+    second = subprocess.Popen([*IADEEP, "run", "--exclusive", "--", "true"],
+                              env=env_for(home), stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    os.set_blocking(master, False)   # nothing to read yet: BlockingIOError, "not yet"
+    seen = b""
+
+    def shown():
+        nonlocal seen
+        seen += os.read(master, 4096)
+        return b"\r\x1b[Kjob " in seen and b" queued: #1 of 1 waiting: " in seen
+
+    wait_until(shown, limit=120)
+    assert b"queued: #1 of 1 waiting: " in seen.split(b"\r\x1b[K")[-1]   # on one line
+    gate.touch()
+    assert second.wait(timeout=240) == 0 and first.wait() == 0
+    os.close(master)
 
 
 def test_second_run_waits_with_its_reason_then_starts_when_the_first_ends(lab, tmp_path):
