@@ -135,9 +135,11 @@ class _Waiter:
 
 def _position(jobs: list[m.JobView], job: m.JobView) -> tuple[int, int]:
     """(its place, of how many) among the waiting jobs by priority then age: the order the
-    queue is tried in before fair share and aging (which `queue why` shows)."""
+    queue is tried in before fair share and aging (which `queue why` shows); (0, 0) if it is
+    not among them (it moved since)."""
     waiting = sorted((j for j in jobs if j.state in WAITING), key=lambda j: (-j.priority, j.id))
-    return next(i for i, j in enumerate(waiting, 1) if j.id == job.id), len(waiting)
+    found = [i for i, j in enumerate(waiting, 1) if j.id == job.id]
+    return (found[0], len(waiting)) if found else (0, 0)
 
 
 def _job(job_id: int) -> tuple[m.JobView, list[m.JobView]]:
@@ -167,6 +169,7 @@ def wait_for(job_id: int, error_stream: bool, detach: bool) -> int:
     if error_stream:
         logs.append((_Log(job_id, "error"), sys.stderr))
     cancelled_on: int | None = None
+    attempt = 0                  # the job's attempt whose log is being printed
     while True:
         if interrupts.got and cancelled_on is None:
             sig = interrupts.got[0]
@@ -184,13 +187,21 @@ def wait_for(job_id: int, error_stream: bool, detach: bool) -> int:
                  f"{job_id}`)")
             return 128 + cancelled_on
         job, jobs = waiter.ask(_job, job_id)
-        if job.state in WAITING:
-            place, of = _position(jobs, job)
-            status.show(f"job {job_id} {job.state}: #{place} of {of} waiting: "
+        if job.state in WAITING or job.state == JobState.LOST:
+            place, of = _position(jobs, job) if job.state in WAITING else (0, 0)
+            where = f"#{place} of {of} waiting: " if place else ""
+            status.show(f"job {job_id} {job.state}: {where}"
                         f"{job.reason or 'not looked at yet'}")
             time.sleep(POLL_S)
             continue
         status.done()
+        if job.attempts != attempt:   # run again (its node was lost): a new log, from 0
+            if attempt:
+                _say(f"iadeep run: job {job_id} started again (attempt {job.attempts}); its "
+                     "output from the start")
+            attempt = job.attempts
+            for log, _ in logs:
+                log.offset = 0
         got = False
         if job.state != JobState.STARTING:
             for log, out in logs:
@@ -205,10 +216,10 @@ def _drain_quietly(log: _Log, out: Any) -> bool:
     """``logs.drain``, where a log not written yet (the job has only just started, or ended
     before it made one) is nothing yet; a terminal closed under us is no reason to stop
     waiting for the job's end (what is left is read, and not printed)."""
-    from ..errors import NotFoundError
+    from ..errors import NodeError, NotFoundError
     try:
         return drain(log, out)
-    except NotFoundError:
+    except (NotFoundError, NodeError):   # not written yet; its node does not answer just now
         return False
     except (OSError, ValueError):   # our stdout is gone (SIGHUP)
         with open(os.devnull, "w") as nowhere:

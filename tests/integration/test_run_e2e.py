@@ -13,6 +13,7 @@ from helpers.controllers import (
     attempt_processes,
     env_for,
     jobs_by_id,
+    kill_attempt,
     start_lab,
     wait_jobs,
     wait_until,
@@ -175,3 +176,22 @@ def test_sigkilled_controller_during_a_run_neither_loses_nor_doubles_the_job(lab
     assert "the controller answers again" in client.stderr()
     jobs = wait_jobs(home, lambda js: all(j["state"] in FINISHED for j in js.values()))
     assert len(jobs) == 1 and marks.read_text().split() == [str(client.job_id())]
+
+
+def test_a_job_run_again_after_its_node_was_lost_prints_its_new_output_from_the_start(
+        lab, tmp_path):
+    home = lab.home
+    tried = tmp_path / "tried"
+    client = Client(home, tmp_path, "r", "--retries", "1", "--", "sh", "-c",
+                    f"if [ -e {tried} ]; then echo second try; exit 0; fi; touch {tried}; "
+                    "echo first; sleep 600")
+    wait_until(lambda: client.stdout() == "first\n", limit=120)
+    job_id = client.job_id()
+    [node] = lab.cluster.nodes
+    lab.cluster.stop(node)                        # the node goes silent...
+    wait_jobs(home, lambda js: js[job_id]["state"] == "lost", timeout=60)
+    kill_attempt(job_id, node, home)              # ...it reboots: the attempt is gone...
+    lab.cluster.start(node)                       # ...and it answers: requeued, run again
+    assert client.wait() == 0, client.stderr()
+    assert client.stdout() == "first\nsecond try\n"
+    assert f"job {job_id} started again (attempt 2)" in client.stderr()
