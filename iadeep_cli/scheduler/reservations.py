@@ -113,8 +113,3 @@ def rule(reservations: Sequence[Reservation], held: Held, job: Job,
     note = f" (GPUs {'; '.join(notes)}{limit})"
     return (lambda g: g.name not in blocked and ok(g)), note
 
-
-def reserved_gpus(reservations: Sequence[Reservation], held: Held, now: float
-                  ) -> dict[str, Reservation]:
-    """GPU name -> the reservation holding it whose window is open ``now`` (the monitor's)."""
-    return {g: r for r in reservations if r.start <= now < r.end for g in held.get(r.id, ())}
