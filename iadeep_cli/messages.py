@@ -437,6 +437,21 @@ class ImpactView(Message):
 
 
 @dataclass(frozen=True)
+class ReservationView(Message):
+    """GPUs kept for ``user`` from ``start`` to ``end`` (`iadeep reserve`); ``held``: the GPUs
+    ("node:index") it holds as the last poll has them (empty while none is up)."""
+
+    id: int
+    user: str
+    gpus: int
+    node: str | None
+    start: float
+    end: float
+    created_by: str
+    held: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class StatusView(Message):
     """``iadeep status``: nodes and their GPUs, the queue's count per state, the controller,
     and how old a node's data may be and still say it is up (None: no controller ran)."""
@@ -451,6 +466,8 @@ class StatusView(Message):
     # each user's fair-share priority points from the last round (None: fair share is off),
     # so the monitor orders the queue as the controller does
     fairshare_points: dict[str, float] | None = optional()
+    # reservations not over yet and the GPUs each holds (the monitor marks them)
+    reservations: tuple[ReservationView, ...] | None = optional()
 
     def unfinished(self) -> dict[JobState, int]:
         """How many jobs wait or run, per state (states without any left out)."""
@@ -761,3 +778,28 @@ class ProfilePinRequest(Request[PinResult]):
 class ProfileUnpinRequest(Request[PinResult]):
     op: ClassVar[str] = "profile_unpin"
     label: str
+
+
+# Reservations (`iadeep reserve`, controller/reservations.py): add and delete are admins'.
+@dataclass(frozen=True)
+class ReserveAddRequest(Request[ReservationView]):
+    """Keep ``gpus`` GPUs (on ``node``, else on one node the scheduler picks) for user
+    ``for_user`` from ``start`` to ``end`` (epoch seconds; a request never names "user")."""
+
+    op: ClassVar[str] = "reserve_add"
+    for_user: str
+    gpus: int
+    start: float
+    end: float
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class ReserveListRequest(Request[list[ReservationView]]):
+    op: ClassVar[str] = "reserve_list"
+
+
+@dataclass(frozen=True)
+class ReserveDeleteRequest(Request[ReservationView]):
+    op: ClassVar[str] = "reserve_delete"
+    id: int

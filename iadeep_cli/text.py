@@ -61,6 +61,22 @@ def parse_duration(text: str, bare_s: float | None) -> float | None:
     return float(numbers[0] * 3600 + numbers[1] * 60 + numbers[2])   # H:M:S
 
 
+def parse_moment(text: str, now: float) -> float | None:
+    """Epoch seconds of ``text``: ``now``, or an ISO 8601 date and time (``2026-12-10T09:00``,
+    ``2026-12-10 09:00``, ``2026-12-10``: midnight), local time unless it names a zone
+    (``+01:00``, ``Z``); None if it is none of these."""
+    import datetime
+
+    value = text.strip()
+    if value.lower() == "now":
+        return now
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment.timestamp()   # a naive moment is local time
+
+
 def hms(seconds: float | None) -> str:
     """A time limit as Slurm prints one: ``2:00:00``, ``3-00:00:00`` ('-' when none)."""
     if seconds is None:

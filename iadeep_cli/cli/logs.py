@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 import typer
 
@@ -27,6 +28,7 @@ class _Log:
 
     def __init__(self, job_id: int, stream: str = "output"):
         self.job_id, self.size, self.finished = job_id, 0, False
+        self.offset = 0              # where ``drain`` goes on from
         self.stream = stream
         self.state: m.JobState | None = None
 
@@ -86,15 +88,29 @@ def _tail_start(log: _Log, end: int, lines: int, max_back: int | None) -> tuple[
 
 def _follow(log: _Log, offset: int) -> None:
     """Print what the job writes from ``offset`` on, until it has ended and nothing is left."""
+    log.offset = offset
     while True:
-        reply = log.read(offset, CHUNK)
-        sys.stdout.write(reply.data)
-        sys.stdout.flush()
-        offset = reply.offset
-        if reply.finished and not reply.data:
+        got = drain(log)
+        if log.finished and not got:
             return
-        if not reply.data:
+        if not got:
             time.sleep(1.0)
+
+
+def drain(log: _Log, out: TextIO | None = None) -> bool:
+    """Print (to ``out``, default stdout) what the log holds from ``log.offset`` now, a chunk
+    at a time, moving ``log.offset`` past each chunk printed (so a read that fails half way
+    is resumed where it stopped); whether there was any. ``iadeep run`` streams with it too."""
+    got = False
+    while True:
+        reply = log.read(log.offset, CHUNK)
+        if not reply.data:
+            log.offset = reply.offset
+            return got
+        stream = out or sys.stdout
+        stream.write(reply.data)
+        stream.flush()
+        log.offset, got = reply.offset, True
 
 
 def _check(head: int | None, tail: int | None, all_: bool, follow: bool) -> None:

@@ -9,8 +9,21 @@ from __future__ import annotations
 
 import typer
 
-from . import controller, logs, model, monitor, nodes, profile, queue, report, sim, status  # noqa: F401  (they register on `app`)
-from .errors import run
+from . import (  # noqa: F401  (they register on `app`)
+    controller,
+    logs,
+    model,
+    monitor,
+    nodes,
+    profile,
+    queue,
+    report,
+    reserve,
+    run,
+    sim,
+    status,
+)
+from .errors import run as run_app
 from .root import app
 
 app.add_typer(queue.app, name="queue")
@@ -18,6 +31,7 @@ app.add_typer(controller.app, name="controller")
 app.add_typer(model.app, name="model")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(profile.app, name="profile")
+app.add_typer(reserve.app, name="reserve")
 
 
 def version() -> str:
@@ -46,4 +60,4 @@ def _options(_version: bool = typer.Option(False, "--version", is_eager=True,
 
 
 def main() -> None:
-    run(app)
+    run_app(app)

@@ -179,8 +179,19 @@ def add(
     content, path = _job_script(o["script"], o["wrap"], o["args"])
     if o["wrap"] is None:
         o = _with_directives(ctx, o, path, content)
-    spec = JobSpec(script=path, args=tuple(o["args"] or ()),
-                   name=o["name"] or ("wrap" if o["wrap"] is not None else ""), gpus=o["gpus"],
+    request = submission(o, content, path, "wrap" if o["wrap"] is not None else "")
+    print(client.submit(request, content).id)
+
+
+# `queue add`'s options that are not the script: `iadeep run` takes them too (cli/run.py).
+SCRIPT_PARAMS = ("ctx", "script", "args", "wrap")
+
+
+def submission(o: dict, content: bytes, path: str, default_name: str = "") -> SubmitSpec:
+    """The AddRequest spec of `queue add`'s options ``o`` (by parameter name) for the job
+    script ``content`` at ``path``; checks it and the workload label first (InputError)."""
+    spec = JobSpec(script=path, args=tuple(o.get("args") or ()),
+                   name=o["name"] or default_name, gpus=o["gpus"],
                    mem_gib=o["mem"], workload=o["workload"], priority=o["priority"],
                    exclusive=o["exclusive"], workdir=_chdir(o["workdir"]),
                    env=parse_env(o["env"] or ()), min_speed=o["min_speed"],
@@ -199,11 +210,11 @@ def add(
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
                    checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"])
     # --retries and --notify not given: the controller applies the lab's defaults
-    submission = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
-    validate_spec(submission.spec)
+    submitted = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
+    validate_spec(submitted.spec)
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
-    print(client.submit(submission, content).id)
+    return submitted
 
 
 WRAP_PATH = "wrap.sh"

@@ -40,6 +40,7 @@ from ..scheduler.remaining import Durations
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import clock, hms
+from . import reservations  # `iadeep reserve`: what each round plans with
 from .fairshare import FairShareRound
 
 log = logging.getLogger("iadeep.controller")
@@ -709,7 +710,9 @@ class SchedulingLoop:
             return plan(jobs, slots, residents, profiles, CautiousModel(self.model),
                         self.inventory.policy, self.inventory.user_limits, now,
                         fairshare=fair, closed=closed, speeds=speeds[models],
-                        durations=durations)
+                        durations=durations, reservations=reserved)
+
+        reserved = reservations.load(self.store, now)   # `iadeep reserve` (read each round)
 
         durations = self._run_times(now)
 

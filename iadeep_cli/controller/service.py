@@ -46,7 +46,7 @@ from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, is_damage, jobs as jobrows, profiles as profrows
 from ..text import MIB_PER_GIB, duration, hms
-from . import admission, views
+from . import admission, reservations, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 # (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
@@ -616,4 +616,10 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.ProfilesRequest, views.profiles, offline=True),
     Operation(m.ProfilePinRequest, Service.op_profile_pin, admin_only=_PIN_REFUSAL),
     Operation(m.ProfileUnpinRequest, Service.op_profile_unpin, admin_only=_PIN_REFUSAL),
+    # Reservations (controller/reservations.py): they decide who may use which GPUs when.
+    Operation(m.ReserveAddRequest, reservations.op_add,
+              admin_only="only a lab admin may reserve GPUs; {user} is not one"),
+    Operation(m.ReserveListRequest, reservations.op_list),
+    Operation(m.ReserveDeleteRequest, reservations.op_delete,
+              admin_only="only a lab admin may delete a reservation; {user} is not one"),
 )}

@@ -132,8 +132,10 @@ class StoreReader(Reader):
                 conn, detail.job, self.clock(), self.inventory))
 
     def status(self) -> StatusView:
+        from . import reservations  # `iadeep reserve`: the GPUs reservations hold
         with self.store.read() as conn:
-            return status_view(conn, self.clock(), self.inventory)
+            view = status_view(conn, self.clock(), self.inventory)
+            return dataclasses.replace(view, reservations=reservations.status(conn, self.clock()))
 
     def profiles(self) -> list[ProfileView]:
         with self.store.read() as conn:

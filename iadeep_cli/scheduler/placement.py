@@ -43,6 +43,7 @@ from ..jobs import Job, JobSpec, node_allowed, node_rules
 from ..profiles import Profile, gpu_model_key
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
+from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
@@ -294,7 +295,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          fairshare: Mapping[str, float] | None = None,
          closed: Mapping[str, str] | None = None,
          speeds: ModelSpeeds | None = None,
-         durations: Durations | None = None) -> Plan:
+         durations: Durations | None = None,
+         reservations: Sequence[reserve.Reservation] = ()) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -309,6 +311,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     one-model lab's rounds are exactly what they were.
     ``durations``: the lab's run times (``scheduler.remaining``) that ``sharing: jct`` judges
     a group by; None: a broad prior alone (how long each job has run still counts).
+    ``reservations``: GPUs kept for one user over a window (``scheduler.reservations``).
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -331,6 +334,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     if durations is not None:
         rnd.rate = completion_rate(rnd.gpus, predict)
     ahead = 0     # startable jobs earlier in the order left waiting (``sharing: jct``'s wait)
+    # reservations: which GPUs each holds this round (scheduler/reservations.py)
+    kept_for = reserve.assign(reservations, slots, {j.id: j.owner for j in active}, now)
     for i, job in enumerate(ordered):
         rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
         limit = array_limit_reason(job, tasks_active) or \
@@ -346,10 +351,12 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             waits[job.id] = (f"no node it may run on ({node_rules(job.spec)}) has GPUs to "
                              "offer now (down, or not in the inventory)")
             continue
+        # reservations: ``ok`` less GPUs held for others (``rule``: the job's own node rules)
+        rule, (ok, kept) = ok, reserve.rule(reservations, kept_for, job, ok, now)
         if not rnd.has_room():
             got, why = None, _full_reason(job, total_gpus)
         else:
-            never = _never_fits(rnd, need, ok)
+            never = _never_fits(rnd, need, rule)
             if never:
                 waits[job.id] = never
                 continue
@@ -367,7 +374,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 why += note
             if not whole and rnd.closed:
                 why += _closed_note(rnd, ok)
-            if ok is not _anywhere:
+            why += kept   # the reservations that keep it off GPUs, if any
+            if rule is not _anywhere:
                 allowed = sorted({g.node for g in rnd.gpus if ok(g)})
                 why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
             waits[job.id] = why

@@ -193,6 +193,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE profile_samples ADD COLUMN kind TEXT NOT NULL DEFAULT 'job'
     """,
+    # v10: reservations (`iadeep reserve add`): GPUs an admin keeps for a user over a window
+    # (store/reservations.py, scheduler/reservations.py).
+    """
+    CREATE TABLE reservations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        user TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        node TEXT,
+        start REAL NOT NULL,
+        end REAL NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

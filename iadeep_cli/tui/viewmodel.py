@@ -16,7 +16,7 @@ from ..inventory import Policy
 from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
 from ..scheduler import priority
-from ..text import column_widths, duration, job_label, newest_runs
+from ..text import clock, column_widths, duration, job_label, newest_runs
 from .source import MonitorData
 
 ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
@@ -69,6 +69,7 @@ class GpuLine:
     jobs: tuple[JobChip, ...]
     foreign: tuple[Foreign, ...]
     gone: tuple[int, ...] = ()      # iadeep jobs the GPU last showed that no longer run there
+    reserved: str = ""              # "for alice until ...": a reservation holds it (reserve)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,19 @@ def banner(data: MonitorData, now: float) -> Banner:
 
 
 # --------------------------------------------------------------------------- cluster cards
-def _gpu_line(gpu: GpuView, query: str) -> GpuLine:
+def reserved_text(status: StatusView) -> dict[str, str]:
+    """GPU name ("node:index") -> what the monitor says of the reservation holding it: ``for
+    alice until 17:00`` while its window is open, ``for alice from Dec 10 09:00`` before."""
+    out: dict[str, str] = {}
+    for r in status.reservations or ():
+        moment = (f"until {clock(r.end)}" if r.start <= status.now
+                  else f"from {clock(r.start)}")
+        for name in r.held:
+            out.setdefault(name, f"reserved for {r.user} {moment} (#{r.id})")
+    return out
+
+
+def _gpu_line(gpu: GpuView, query: str, reserved: str = "") -> GpuLine:
     chips = tuple(
         JobChip(j.id, j.owner, j.name, j.predicted_speed, j.observed_speed,
                 speed_level(j.predicted_speed, j.observed_speed),
@@ -186,14 +199,17 @@ def _gpu_line(gpu: GpuView, query: str) -> GpuLine:
     gone = tuple(sorted({p.job_id for p in sample.processes
                          if p.job_id is not None and p.job_id not in running}))
     return GpuLine(sample.index, sample.name or "", sample.utilization_gpu,
-                   sample.memory_used_mib, sample.memory_total_mib, chips, foreign, gone)
+                   sample.memory_used_mib, sample.memory_total_mib, chips, foreign, gone,
+                   reserved)
 
 
-def node_card(node: NodeView, now: float, stale_s: float, query: str = "") -> NodeCard:
+def node_card(node: NodeView, now: float, stale_s: float, query: str = "",
+              reserved: Mapping[str, str] | None = None) -> NodeCard:
     """A node is up only while its data is younger than ``stale_s`` and the controller still
     polls it (a node removed from the inventory keeps its last snapshot); a node without fresh
     data that was not failing is stale, neither up nor down."""
-    gpus = tuple(_gpu_line(g, query) for g in node.gpus)
+    gpus = tuple(_gpu_line(g, query, (reserved or {}).get(f"{node.name}:{g.sample.index}", ""))
+                 for g in node.gpus)
     age = max(0.0, now - float(node.snapshot.taken_at or now))
     down_since = node.down_since
     visible = (not query or query.strip().lower() in node.name.lower()
@@ -269,7 +285,8 @@ def build_view(data: MonitorData, now: float, query: str = "") -> View:
     poll_s = poll_interval(status)
     stale_s = (STALE_POLLS * poll_s if status.stale_after_s is None     # views.stale_after_s
                else status.stale_after_s)
-    nodes = tuple(node_card(n, now, stale_s, query) for n in status.nodes)
+    held = reserved_text(status)
+    nodes = tuple(node_card(n, now, stale_s, query, held) for n in status.nodes)
     aging = priority.recorded_aging(status.controller.aging_per_hour)   # as the lab runs it
     return View(banner(data, now), nodes,
                 job_rows(data.jobs, now, query, aging, status.fairshare_points),

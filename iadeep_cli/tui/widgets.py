@@ -56,6 +56,8 @@ def _chips(gpu: vm.GpuLine) -> list[Text]:
                         style="magenta"))
     for job_id in gpu.gone:
         out.append(Text(f"#{job_id} (last seen here, not running)", style="dim"))
+    if gpu.reserved:
+        out.append(Text(gpu.reserved, style="cyan"))
     return out or [Text("idle", style="dim")]
 
 

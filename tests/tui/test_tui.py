@@ -134,6 +134,24 @@ def test_gpu_shows_foreign_processes_and_jobs_that_left():
     assert line.jobs[0].level == "bad"
 
 
+def test_a_reserved_gpu_says_for_whom_and_until_when():
+    from iadeep_cli.text import clock
+    from iadeep_cli.tui.widgets import card_text
+
+    gpu = {"index": 1, "uuid": "GPU-1", "name": "H200", "memory_total_mib": 100.0, "jobs": []}
+    node = m.NodeView.from_dict({"name": "n1", "taken_at": NOW - 1, "error": None,
+                                 "down_since": None, "state": "up", "age_s": 1,
+                                 "gpus": [{**gpu, "index": 0, "uuid": "GPU-0"}, gpu]})
+    held = m.ReservationView(3, "alice", 1, "n1", NOW - 60, NOW + 3600, "root", ("n1:1",))
+    status = m.StatusView(NOW, (node,), {}, m.ControllerView(poll_interval_s=5),
+                          reservations=(held,))
+    [card] = vm.build_view(MonitorData(status, [], None), NOW).nodes
+    assert [g.reserved for g in card.gpus] == ["", f"reserved for alice until "
+                                                   f"{clock(NOW + 3600)} (#3)"]
+    assert card_text(card).plain.splitlines()[1].endswith(f"until {clock(NOW + 3600)} (#3)")
+    assert "reserved" not in card_text(card).plain.splitlines()[0]
+
+
 # --------------------------------------------------------------------------- seeded stores
 _seed = seed.seed_state_dir
 

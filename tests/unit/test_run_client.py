@@ -1,0 +1,42 @@
+"""`iadeep run`'s client while the controller does not answer: said once, retried, and given
+up after a bound with the job's id (the end to end test restarts a real controller; this one
+checks the bound, which a test cannot wait out at its real length)."""
+from __future__ import annotations
+
+import pytest
+
+from iadeep_cli.cli import run
+from iadeep_cli.errors import ControllerUnavailable
+
+
+def _down():
+    raise ControllerUnavailable("the iadeep controller is not running (no answer on x.sock)")
+
+
+def test_a_controller_that_stays_down_ends_the_wait_with_the_job_id(monkeypatch, capsys):
+    monkeypatch.setattr(run, "RECONNECT_S", 0.2)
+    monkeypatch.setattr(run, "POLL_S", 0.01)
+    waiter = run._Waiter(42, run._Status(), run._Interrupts())
+    with pytest.raises(ControllerUnavailable) as raised:
+        waiter.ask(_down)
+    assert raised.value.message == ("the controller has not answered for 0 s; job 42 is still "
+                                    "in its queue (or running)")
+    assert "iadeep queue show 42" in (raised.value.hint or "")
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith("iadeep run: the controller is not answering "
+                                                 "(the iadeep controller is not running")
+
+
+def test_a_controller_that_answers_again_is_said_and_the_answer_used(monkeypatch, capsys):
+    monkeypatch.setattr(run, "POLL_S", 0.01)
+    answers = iter([_down, _down, lambda: "ok"])
+    waiter = run._Waiter(7, run._Status(), run._Interrupts())
+    assert waiter.ask(lambda: next(answers)()) == "ok"
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 2 and "not answering" in said[0]
+    assert said[1] == "iadeep run: the controller answers again; following job 7"
+
+
+def test_the_job_script_execs_the_words_exactly():
+    script = run.command_script(["python", "a b.py", "$(id)", "it's"]).decode()
+    assert script == "#!/bin/sh\nexec python 'a b.py' '$(id)' 'it'\"'\"'s'\n"
