@@ -29,9 +29,9 @@ class Launches(Step):
         why = f"; {placement.note}" if placement.note else ""   # the GPU model decided
         started = self._move(job, JobState.STARTING, f"placed on {placement.node}:"
                              f"{','.join(map(str, placement.gpu_indices))}{why}",
-                             node=placement.node, gpu_indices=placement.gpu_indices,
-                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id),
-                             remote_pid=None, remote_start=None)
+                             **{**jobrows.no_attempt(), "node": placement.node,   # afresh
+                                "gpu_indices": placement.gpu_indices},
+                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id))
         with self.store.tx() as conn:
             for other, speed in speeds.items():
                 if other != job.id:
