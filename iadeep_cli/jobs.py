@@ -125,8 +125,35 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One try at running a job: where it was placed and what of it runs there, kept apart from
+    what was asked (``JobSpec``) and from the job's own history (``Job``: its state, retries
+    spent, orphans), as dstack keeps ``JobSpec``, ``JobSubmission`` and ``Job`` apart.
+
+    A job going back to the queue (``store.jobs.requeue``) or losing its placement drops its
+    attempt whole: ``Attempt()`` is "no attempt", and a field added here is cleared with the
+    others. ``Job`` keeps these fields flat (one column or ``extra`` key each, as stored);
+    ``Job.attempt`` reads them as one value."""
+
+    node: str | None = None
+    gpu_indices: tuple[int, ...] = ()
+    remote_pid: int | None = None     # its process group leader (SSH), or its Slurm job id
+    remote_start: int | None = None   # the session leader's start time (ticks since boot)
+    started_at: float | None = None
+    signalled: bool = False           # it got its --signal before the time limit
+    suspended_at: float | None = None   # see Job's run-time adaptation fields
+    suspended_for: int | None = None
+    suspended_s: float = 0.0
+    checkpoint_at: float | None = None   # when its --checkpoint-signal was sent
+
+
+ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(Attempt))
+
+
+@dataclass(frozen=True)
 class Job:
-    """A job as stored: the spec plus who owns it and what has happened to it."""
+    """A job as stored: the spec plus who owns it and what has happened to it (its current
+    try's fields, flat here, are read as one value by ``attempt``)."""
 
     id: int
     owner: str
@@ -166,6 +193,11 @@ class Job:
     @property
     def name(self) -> str:
         return self.spec.name or self.spec.script.rsplit("/", 1)[-1]
+
+    @property
+    def attempt(self) -> Attempt:
+        """Its current try (``Attempt()`` when it is placed nowhere)."""
+        return Attempt(**{name: getattr(self, name) for name in ATTEMPT_FIELDS})
 
     def orphans_with(self, node: str | None) -> tuple[str, ...]:
         """``orphans`` plus ``node``: an abandoned attempt may still run there (the controller

@@ -266,7 +266,7 @@ def _run(ctx: typer.Context,
                                os.path.basename(command[0])[:64])
     job_id = client.submit(request, content).id
     _say(f"iadeep run: job {job_id} submitted")
-    raise typer.Exit(wait_for(job_id, request.get("error") is not None, detach))
+    raise typer.Exit(wait_for(job_id, request.spec.error is not None, detach))
 
 
 def _signature() -> inspect.Signature:

@@ -62,22 +62,37 @@ ACTOR = "controller"
 
 class Host(Protocol):
     """What the adapter needs of the scheduling loop (``controller/loop.SchedulingLoop``; a
-    protocol so this module need not import the loop, which imports it)."""
+    protocol so this module need not import the loop, which imports it): its public parts."""
 
-    store: Store
-    inventory: Inventory
-    pool: Any
-    actions: Any
-    clock: Callable[[], float]
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def inventory(self) -> Inventory: ...
+
+    @property
+    def pool(self) -> Any: ...
+
+    @property
+    def actions(self) -> Any: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
     model: Any
-
     observer: Any
 
-    def _jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]: ...
+    def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
+        """The jobs in ``states`` (on ``node``), oldest first."""
 
-    def _refit(self) -> None: ...
+    def refit(self) -> None:
+        """Refit the interference model (in the background) with the lab's measurements."""
 
-    def _move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job: ...
+    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
+        """``job`` to ``new`` as the controller, now (checked against the state machine)."""
+
+    def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
+        """``job`` back to the queue, its attempt dropped (``store.jobs.requeue``)."""
 
 
 class Adapter:
@@ -105,7 +120,7 @@ class Adapter:
     def step(self, now: float, speeds: dict[int, float], snapshot: Any = None) -> None:
         """Detect on this round's ``speeds`` (job id -> observed speed) and act; ``snapshot``:
         this round's poll (each GPU's own utilisation corroborates a suspension)."""
-        jobs = self.loop._jobs(ACTIVE)
+        jobs = self.loop.jobs(ACTIVE)
         self._recover(jobs, now)
         policy = self.policy
         if not policy.enabled:
@@ -116,7 +131,7 @@ class Adapter:
         self.findings = self.detector.observe(now, gpus, policy)
         by_id = {j.id: j for j in jobs}
         self._held = {}
-        for left in self.loop._jobs(PENDING | ACTIVE):
+        for left in self.loop.jobs(PENDING | ACTIVE):
             if left.yielded is not None:
                 gpu, stays = left.yielded
                 if stays in by_id and _gpu_of(by_id[stays]) == gpu:
@@ -149,7 +164,7 @@ class Adapter:
         """Feed the phase detector this round's jobs alone on their GPU (their progress rate,
         from the observer; their GPU's utilisation, from the poll) against their workload's
         profile in effect, and refresh the profile of each phase change it reports."""
-        jobs = self.loop._jobs(ACTIVE)
+        jobs = self.loop.jobs(ACTIVE)
         per_gpu: dict[str, list[Job]] = {}
         for job in jobs:
             if (gpu := _gpu_of(job)) is not None:
@@ -185,7 +200,7 @@ class Adapter:
             job, gpu, prof, learnt = samples[change.job_id]
             self._refresh(change, job, gpu, prof, learnt, now)
         if changes:
-            self.loop._refit()
+            self.loop.refit()
         return changes
 
     def _refresh(self, change: PhaseChange, job: Job, gpu: Any, prof: Profile,
@@ -256,7 +271,7 @@ class Adapter:
                                            f"{where}", now)
             return
         try:
-            moved = self.loop._move(job, JobState.SUSPENDED, f"suspended: {why}",
+            moved = self.loop.move(job, JobState.SUSPENDED, f"suspended: {why}",
                                     suspended_at=now, suspended_for=regular)
         except InvalidTransition:
             return
@@ -301,7 +316,7 @@ class Adapter:
                f"{partner} leaves {finding.gpu} (at most "
                f"{self.policy.max_suspend_s:g} s suspended in all)")
         try:
-            moved = self.loop._move(job, JobState.SUSPENDED, why, suspended_at=now,
+            moved = self.loop.move(job, JobState.SUSPENDED, why, suspended_at=now,
                                     suspended_for=partner)
         except InvalidTransition:
             return
@@ -351,14 +366,12 @@ class Adapter:
             return False
         where = job.spec.workdir or job.spec.submit_dir or "its job directory"
         try:
-            self.loop._move(
-                job, JobState.QUEUED, f"checkpointed on SIG{job.spec.checkpoint_signal} (exit "
+            self.loop.requeue(
+                job, f"checkpointed on SIG{job.spec.checkpoint_signal} (exit "
                 f"code {code}); requeued, to resume in {where} where it fits "
                 f"(attempt {job.attempts + 1}, checkpoint {job.checkpoints + 1})",
-                node=None, gpu_indices=(), remote_pid=None, remote_start=None, started_at=None,
-                signalled=False, orphans=job.orphans_with(job.node), checkpoint_at=None,
-                checkpoints=job.checkpoints + 1, suspended_at=None, suspended_for=None,
-                suspended_s=None, yielded=(_gpu_of(job), job.suspended_for)
+                started=True, checkpoints=job.checkpoints + 1,
+                yielded=(_gpu_of(job), job.suspended_for)
                 if _gpu_of(job) and job.suspended_for else None)
         except InvalidTransition:
             return False
@@ -393,7 +406,7 @@ class Adapter:
                   "suspended_s": job.suspended_s + took}
         try:
             if job.state == JobState.SUSPENDED:
-                self.loop._move(job, JobState.RUNNING, f"resumed after {took:.0f} s suspended "
+                self.loop.move(job, JobState.RUNNING, f"resumed after {took:.0f} s suspended "
                                 f"({job.suspended_s + took:.0f} s in all, not counted against "
                                 f"--time){why}", **fields)
             else:

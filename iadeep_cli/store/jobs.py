@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import NotFoundError
-from ..jobs import ACTIVE, Job, JobSpec, JobState, check_transition
+from ..jobs import ACTIVE, ATTEMPT_FIELDS, Job, JobSpec, JobState, check_transition
 from . import impact
 
 log = logging.getLogger("iadeep.jobs")
@@ -217,6 +217,32 @@ def transition(conn: sqlite3.Connection, job_id: int, new: JobState, reason: str
         impact.reprice(conn, now, only=gpus)   # their sharing changed; this job starts at now
     log.info("job %d (%s/%s): %s -> %s: %s", job_id, job.owner, job.name, job.state, new, reason)
     return get(conn, job_id)
+
+
+def no_attempt() -> dict[str, Any]:
+    """The fields that clear a job's attempt (``jobs.Attempt``): it is placed nowhere and
+    nothing of it runs. For ``update``/``transition``: None empties a column and removes a
+    key of ``extra`` (read back as the field's default); the GPU list is a column of its own."""
+    return {**dict.fromkeys(ATTEMPT_FIELDS), "gpu_indices": ()}
+
+
+def requeue(conn: sqlite3.Connection, job_id: int, reason: str, actor: str, now: float, *,
+            started: bool, **fields: Any) -> Job:
+    """Put a job back in the queue: the one way a job goes back there from a node.
+
+    Its attempt is dropped whole (``no_attempt``). ``started``: whether the attempt may have
+    run. If it may have, its node is remembered (``orphans``: the controller stops whatever of
+    it still runs there and sets its directory aside before a new attempt may start there)
+    and the attempt stays counted; if it provably never ran, it does not count (``attempts``
+    one less). ``fields``: anything else to set in the same transition (a checkpoint's
+    counters). Checked against the state machine like any ``transition``."""
+    job = get(conn, job_id)
+    if started:
+        fields.setdefault("orphans", job.orphans_with(job.node))
+    else:
+        fields.setdefault("attempts", max(0, job.attempts - 1))
+    return transition(conn, job_id, JobState.QUEUED, reason, actor, now,
+                      **{**no_attempt(), **fields})
 
 
 def _hold_time(conn: sqlite3.Connection, job_id: int, old: JobState, new: JobState,

@@ -23,7 +23,7 @@ from iadeep_cli.controller.loop import SchedulingLoop
 from iadeep_cli.controller.service import Service
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import ACTIVE, Job, JobSpec, JobState, SubmitSpec
+from iadeep_cli.jobs import ACTIVE, Attempt, Job, JobSpec, JobState, SubmitSpec
 from iadeep_cli.store import Store, jobs as jobrows
 
 GRACE_S = 60.0
@@ -230,6 +230,33 @@ def test_fencing_a_silent_node_requeues_its_job_and_stops_the_old_attempt_when_i
     lab.round()
     assert not _alive(first.remote_pid)    # its old attempt is stopped, the new one runs on
     assert lab.job(job_id).orphans == () and _running(lab, job_id).remote_pid == second.remote_pid
+
+
+def test_a_requeued_job_drops_its_whole_attempt_even_one_lost_while_checkpointing(lab):
+    """A job goes back to the queue with its attempt dropped whole (``jobs.Attempt``): one lost
+    while its checkpoint signal was out, then fenced, starts a next attempt that is not taken
+    for a checkpointing one (which the adapter stops once ``kill_grace`` has passed)."""
+    lab = lab(n1=1, n2=1)
+    job_id = lab.submit(retries=1, checkpoint_signal="USR1", signal="USR2@30",
+                        time_limit_s=3600.0)
+    lab.round()
+    first = _running(lab, job_id)
+    with lab.store.tx() as conn:   # as the adapter marks it before sending the signal
+        jobrows.update(conn, job_id, checkpoint_at=lab.loop.clock(), signalled=True)
+    lab.pool.set_mode(first.node, "silent")
+    lab.round()
+    lab.wait(GRACE_S + 1)
+    lab.round()
+    assert lab.loop.fence(first.node, "pi") == [job_id]
+    fenced = lab.job(job_id)
+    assert fenced.state == JobState.QUEUED and fenced.attempt == Attempt()
+    assert (fenced.orphans, fenced.attempts) == ((first.node,), 1)
+    lab.round()
+    second = _running(lab, job_id)
+    lab.wait(lab.inventory.kill_grace_s + 1)
+    for _ in range(3):
+        lab.round()
+    assert _running(lab, job_id).remote_pid == second.remote_pid
 
 
 def test_a_failing_gpu_query_keeps_the_nodes_jobs_and_places_nothing_there(lab):

@@ -31,8 +31,8 @@ def test_background_refit_runs_in_a_child_and_the_loop_loads_its_model(tmp_path)
         p = loop.model.predict_pair(lab, profs["vgg16"])
         assert p.method == "observed" and abs(p.speed_a - 0.3) < 0.05
         # a second request while one runs is not lost: it refits once more afterwards
-        loop._refit()
-        loop._refit()
+        loop.refit()
+        loop.refit()
         wait_until(lambda: not loop._fit_running, limit=120)
     finally:
         store.close()

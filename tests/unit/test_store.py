@@ -1,11 +1,12 @@
 """SQLite store: migrations, the job state machine and its event history."""
+import dataclasses
 import json
 import sqlite3
 
 import pytest
 
 from iadeep_cli.errors import InvalidTransition, NotFoundError, StoreError
-from iadeep_cli.jobs import TRANSITIONS, JobSpec, JobState
+from iadeep_cli.jobs import TRANSITIONS, Attempt, JobSpec, JobState
 from iadeep_cli.store import Store, db, jobs
 
 
@@ -152,3 +153,31 @@ def test_run_times_are_the_recent_finished_jobs_per_label(tmp_path):
         got = jobs.run_times(c, since=500.0)
     # newest first; cancelled jobs and those that ended before `since` say nothing
     assert got == [("w2", 300.0), ("w1", 200.0), ("w0", 100.0)]
+
+
+def test_requeue_drops_the_whole_attempt_and_counts_only_one_that_may_have_run(tmp_path):
+    """``jobs.requeue`` is the one way back to the queue: every field of ``Attempt`` is
+    cleared; an attempt that may have run leaves its node as an orphan and stays counted, one
+    that provably never ran does not count."""
+    store = Store(tmp_path / "s.db")
+    placed = {"node": "n1", "gpu_indices": (0, 1), "attempts": 1}
+    ran = Attempt(node="n1", gpu_indices=(0, 1), remote_pid=4242, remote_start=99,
+                  started_at=12.0, signalled=True, suspended_at=13.0, suspended_for=7,
+                  suspended_s=5.0, checkpoint_at=14.0)
+    assert {f.name for f in dataclasses.fields(Attempt)} == set(jobs.no_attempt())
+    with store.tx() as c:
+        i, _ = jobs.insert(c, "alice", JobSpec(script="/a.sh", retries=2), 1.0)
+        jobs.transition(c, i, JobState.STARTING, "placed", "controller", 2.0, **placed)
+        jobs.transition(c, i, JobState.RUNNING, "ran", "controller", 3.0,
+                        **dataclasses.asdict(ran))
+        assert jobs.get(c, i).attempt == ran
+        back = jobs.requeue(c, i, "retry", "controller", 20.0, started=True)
+        assert back.state == JobState.QUEUED and back.attempt == Attempt()
+        assert (back.orphans, back.attempts) == (("n1",), 1)
+        jobs.transition(c, i, JobState.STARTING, "placed", "controller", 21.0,
+                        **{**placed, "node": "n2", "attempts": 2})
+        never = jobs.requeue(c, i, "launch did not happen", "controller", 22.0, started=False)
+        assert never.attempt == Attempt() and (never.orphans, never.attempts) == (("n1",), 1)
+        assert [e["new_state"] for e in jobs.events(c, i)][-1] == "queued"
+        with pytest.raises(InvalidTransition):   # checked like any transition
+            jobs.requeue(c, i, "again", "controller", 23.0, started=False)

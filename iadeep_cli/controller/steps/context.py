@@ -1,0 +1,94 @@
+"""What every step of the round works with (``Context``), and the base of a step (``Step``)."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ...inventory import Inventory
+from ...jobs import Job, JobState, run_dir_note
+from ...nodes.connection import Pool
+from ...store import Store, jobs as jobrows
+from ..actions import NodeActions
+
+ACTOR = "controller"
+# Who asks to stop a job that ran past its --time, written where a user's name goes
+# (``cancel_requested_by``): no account can have this name (":" is not allowed in one).
+TIME_LIMIT = "iadeep:time-limit"
+
+
+@dataclasses.dataclass
+class Context:
+    """The controller's parts every step shares: the store, the lab (inventory) and its node
+    pool, the per-node action workers and the clock.  One object, owned by the loop: a reloaded
+    inventory replaces ``inventory`` and ``pool`` here (``SchedulingLoop.use``), so every step,
+    and every action already queued on a node's worker, uses the new ones from then on."""
+
+    store: Store
+    inventory: Inventory
+    pool: Pool
+    actions: NodeActions
+    clock: Callable[[], float]
+
+    def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
+        """The jobs in ``states`` (on ``node``), oldest first, read in a transaction of their
+        own."""
+        with self.store.tx() as conn:
+            return jobrows.select(conn, states=states, node=node)
+
+    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
+        """``job`` to ``new`` (checked against the state machine), as the controller, now; the
+        job as it is after."""
+        with self.store.tx() as conn:
+            return jobrows.transition(conn, job.id, new, reason, ACTOR, self.clock(), **fields)
+
+    def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
+        """``job`` back to the queue, its attempt dropped (``store.jobs.requeue``)."""
+        with self.store.tx() as conn:
+            return jobrows.requeue(conn, job.id, reason, ACTOR, self.clock(), started=started,
+                                   **fields)
+
+    def run_dir(self, job: Job) -> str:
+        """Where the job runs on its node and why (--chdir, the shared submission directory,
+        or its job directory), for `queue why`: '' or a part that starts with a space."""
+        if not (job.spec.workdir or job.spec.submit_dir):
+            return ""   # submitted through the API without either: as always
+        node = self.inventory.node(job.node or "")
+        return " " + run_dir_note(job.spec, job.node or "", node.shared_paths if node else ())
+
+
+class Step:
+    """A step of the round: its code reads the shared parts as ``self.store``, ``self.pool``,
+    ``self.inventory``, ``self.actions``, ``self.clock`` (always the context's current ones)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.ctx.inventory
+
+    @property
+    def pool(self) -> Pool:
+        return self.ctx.pool
+
+    @property
+    def actions(self) -> NodeActions:
+        return self.ctx.actions
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.ctx.clock
+
+    def _jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
+        return self.ctx.jobs(states, node)
+
+    def _move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
+        return self.ctx.move(job, new, reason, **fields)
+
+    def _run_dir(self, job: Job) -> str:
+        return self.ctx.run_dir(job)

@@ -1,0 +1,96 @@
+"""How an attempt ends: it never started, it exited, or it is requeued (``Ends``).
+
+Shared by the steps that find an attempt over: reconcile (the poll says so), lose (an admin
+fenced its node) and launch (the node refused to start it).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...errors import IadeepError
+from ...jobs import Job, JobState
+from ...text import hms
+from .backoff import Backoff
+from .context import TIME_LIMIT, Context, Step
+
+
+class Ends(Step):
+    def __init__(self, ctx: Context, adapt, launch_health: Backoff,
+                 forget: Callable[[int], None]):
+        super().__init__(ctx)
+        self.adapt = adapt   # controller/adapt.Adapter: a checkpointed job is requeued there
+        self._launch_health = launch_health
+        self._forget = forget   # drop a job's profiling samples (steps/profile.py)
+
+    def not_started(self, job: Job) -> None:
+        """A launch that provably never started: cancelled if that was asked, else queued
+        again without spending one of its retries."""
+        if job.cancel_requested_by:
+            self._move(job, JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
+                       " before it started", ended_at=self.clock())
+            return
+        why = "launch did not happen; back in the queue"
+        health = self._launch_health.get(job.node or "")
+        if health is not None and health.until > self.clock():
+            why = (f"launch on {job.node} failed ({health.reason}); back in the queue, "
+                   f"{job.node} is skipped for {health.until - self.clock():.0f} s")
+        self.ctx.requeue(job, why, started=False)
+
+    def finish(self, job: Job, code: int | None) -> None:
+        now = self.clock()
+        if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
+            return   # it checkpointed on its --checkpoint-signal: queued again
+        if job.cancel_requested_by:
+            new, why = stopped(job)
+        elif code == 0:
+            new, why = JobState.SUCCEEDED, "exited with code 0"
+        elif code is None:
+            if self.requeue(job, f"its attempt on {job.node} ended without an exit code "
+                                 "(killed, or the node rebooted)"):
+                return
+            new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
+        else:
+            why = self._open_failure(job, code) or f"exited with code {code}"
+            if job.spec.retry_on_fail and self.requeue(job, why):
+                return
+            new = JobState.FAILED
+        self._forget(job.id)
+        self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
+
+    def _open_failure(self, job: Job, code: int) -> str | None:
+        """Why a job whose --output/--error could not be opened failed: the shell's message,
+        which the wrapper wrote to the job directory's log (read only for its exit code)."""
+        from ...nodes.backend import OPEN_FAILED, OPEN_FAILED_LINE
+
+        if code != OPEN_FAILED or job.node is None or not (job.spec.output
+                                                                     or job.spec.error):
+            return None
+        try:
+            data = self.pool.backend(job.node).read_log(job.id, 0, 4096, owner=job.owner).data
+        except IadeepError:
+            return None
+        line = next((x for x in data.decode("utf-8", "replace").splitlines()
+                     if x.startswith(OPEN_FAILED_LINE)), None)
+        said = None if line is None else line[len(OPEN_FAILED_LINE):][:300]
+        return said and f"could not open its output (exit code {code}): {said}"
+
+    def requeue(self, job: Job, why: str) -> bool:
+        """Queue a job's next attempt, if it has retries left; its previous attempt must be
+        known dead or fenced.  The old attempt's node is remembered (an orphan): its directory
+        is set aside, and anything of it still running stopped, before a new attempt may start
+        there (else the new launch would find the old pid file)."""
+        if job.attempts - job.checkpoints > job.spec.retries:   # checkpoints spend no retry
+            return False
+        if job.state != JobState.LOST:
+            job = self._move(job, JobState.LOST, why)
+        self.ctx.requeue(job, f"{why}; requeued (attempt {job.attempts + 1} of "
+                         f"{job.spec.retries + 1} next)", started=True)
+        self._forget(job.id)
+        return True
+
+
+def stopped(job: Job) -> tuple[JobState, str]:
+    """The end of a job that was asked to stop: cancelled by a person, or timed out."""
+    if job.cancel_requested_by == TIME_LIMIT:
+        return JobState.TIMEOUT, f"time limit {hms(job.spec.time_limit_s)} reached"
+    return JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"

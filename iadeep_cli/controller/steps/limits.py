@@ -1,0 +1,51 @@
+"""Step: stop the running jobs past their time limit (``--time``), signalling first
+(``--signal``)."""
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from ...errors import IadeepError
+from ...jobs import JobState, parse_signal
+from ...store import jobs as jobrows
+from ...text import hms
+from .context import TIME_LIMIT, Step
+
+log = logging.getLogger("iadeep.controller")
+
+
+class Limits(Step):
+    def run(self, now: float) -> None:
+        """Ask to stop each running job that has run past its time limit (``--time``, counted
+        from this attempt's start). It is then stopped like a cancelled job (TERM, KILL after
+        ``lab.kill_grace``) and recorded as ``timeout``, saying why. A job that asked for a
+        ``--signal`` gets it first, its lead time before the limit (at most once an attempt:
+        it is marked sent before it is sent)."""
+        for job in self._jobs({JobState.RUNNING}):
+            limit, began = job.spec.time_limit_s, job.started_at
+            if limit is None or began is None or job.cancel_requested_by or job.node is None:
+                continue
+            began += job.suspended_s   # time suspended (controller/adapt.py) is not counted
+            if job.spec.signal and not job.signalled:
+                name, lead = parse_signal(job.spec.signal)
+                if now - began >= limit - lead:
+                    with self.store.tx() as conn:
+                        jobrows.update(conn, job.id, signalled=True)
+                    self.actions.submit(job.node, ("signal", job.id),
+                                        partial(self._signal, job.node, job.id, name,
+                                                job.owner))
+            if now - began < limit:
+                continue
+            log.info("job %d (%s/%s) reached its time limit %s; stopping it", job.id, job.owner,
+                     job.name, hms(limit))
+            with self.store.tx() as conn:
+                jobrows.update(conn, job.id, cancel_requested_by=TIME_LIMIT,
+                               reason=f"time limit {hms(limit)} reached; stopping it")
+
+    def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
+        try:
+            sent = self.pool.backend(node).signal(job_id, name, owner=owner)
+            log.info("job %d: SIG%s before its time limit%s", job_id, name,
+                     "" if sent else " not sent: nothing of it runs")
+        except IadeepError as exc:
+            log.warning("signalling job %s on %s failed: %s", job_id, node, exc.message)

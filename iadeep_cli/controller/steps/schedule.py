@@ -1,0 +1,162 @@
+"""Step: schedule: place the queued jobs (the pure ``plan()``) and start the placements."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...errors import InvalidTransition
+from ...jobs import ACTIVE, Job, JobState, dependencies
+from ...model.data import shipped_profiles
+from ...profiles import Profile
+from ...scheduler.gpumodels import ModelSpeeds, model_speeds
+from ...scheduler.remaining import Durations
+from ...snapshot import ClusterSnapshot
+from ...store import jobs as jobrows, profiles as profrows
+from ...text import clock
+from .. import reservations  # `iadeep reserve`: what each round plans with
+from ..fairshare import FairShareRound
+from .backoff import Backoff
+from .context import Context, Step
+from .launch import Launches
+
+# placement's run-time history (scheduler/remaining.py): the last 30 days' finished jobs,
+# re-read at most every 10 minutes (one indexed query)
+RUN_TIMES_WINDOW_S = 30 * 86400.0
+RUN_TIMES_REFRESH_S = 600.0
+
+
+class Schedule(Step):
+    def __init__(self, ctx: Context, adapt, launches: Launches, launch_health: Backoff,
+                 fairshare: FairShareRound, model: Callable[[], Any]):
+        super().__init__(ctx)
+        self.adapt = adapt   # controller/adapt.Adapter: closed GPUs, --opportunistic room
+        self.launches = launches
+        self._launch_health = launch_health
+        self.fairshare = fairshare   # lab.policy.fairshare: usage -> priority points
+        self._model = model   # the interference model in use (SchedulingLoop.model)
+        self._durations: tuple[float, Durations] | None = None   # (read at, run times)
+
+    def run(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
+        """Place the queued jobs whose dependencies are met (``plan()``), and start each
+        placement; record why each other queued job waits."""
+        from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
+
+        queue, waits = self._dependencies_met(self._jobs({JobState.QUEUED}))
+        if not queue:
+            with self.store.tx() as conn:
+                jobrows.set_reasons(conn, list(waits.items()))
+            return
+        active = self._jobs(ACTIVE)
+        snapshot = self._without_failing_nodes(snapshot)
+        now = self.clock()
+        fair = self.fairshare.points(self.store, self.inventory.policy, now)
+        closed = self.adapt.closed(now)
+        speeds: dict[tuple[str, ...], ModelSpeeds | None] = {}   # per set of GPU models
+
+        def decide(jobs: list[Job], slots: Sequence[GpuSlot], residents: list[Job]) -> Plan:
+            """plan() as this round asks it, also for the opportunistic jobs' trial: the same
+            cautious reading of the predictor as `iadeep sim`'s iadeep policy, the same
+            fair-share points, the same GPUs closed to partners and the same speeds per GPU
+            model (read once a round)."""
+            models = tuple(dict.fromkeys(s.gpu_model for s in slots))
+            if models not in speeds:
+                speeds[models] = self._model_speeds(models)
+            return plan(jobs, slots, residents, profiles, CautiousModel(self._model()),
+                        self.inventory.policy, self.inventory.user_limits, now,
+                        fairshare=fair, closed=closed, speeds=speeds[models],
+                        durations=durations, reservations=reserved)
+
+        reserved = reservations.load(self.store, now)   # `iadeep reserve` (read each round)
+        durations = self._run_times(now)
+
+        if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
+            active = self._jobs(ACTIVE)                                          # yielded
+        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        decided = decide(queue, slots, self.adapt.residents(active))
+        waits.update(self._with_skipped_nodes(decided.waits))
+        by_id = {j.id: j for j in queue}
+        for placement in decided.placements:
+            job = by_id[placement.job_id]
+            if placement.node in job.orphans:
+                waits[job.id] = f"waits for node {placement.node} to stop its lost attempt"
+                continue
+            try:
+                self.launches.start(job, placement)
+            except InvalidTransition:   # held or cancelled since the plan was made
+                waits.pop(job.id, None)
+        with self.store.tx() as conn:
+            jobrows.set_reasons(conn, list(waits.items()))
+
+    def _run_times(self, now: float) -> Durations:
+        """The lab's recent run times per workload label, for placement (re-read every
+        ``RUN_TIMES_REFRESH_S``)."""
+        if self._durations is None or now - self._durations[0] >= RUN_TIMES_REFRESH_S:
+            with self.store.tx() as conn:
+                runs = jobrows.run_times(conn, now - RUN_TIMES_WINDOW_S)
+            self._durations = (now, Durations(runs))
+        return self._durations[1]
+
+    def _model_speeds(self, models: tuple[str, ...]) -> ModelSpeeds | None:
+        """Each workload's solo speed per GPU model (scheduler/gpumodels.py), from every
+        profile known, shipped and the lab's of every model, when the round's GPUs are of more
+        than one model (``models``, in slot order); None otherwise (plan() then decides as on
+        one model)."""
+        if len(models) < 2:
+            return None
+        with self.store.tx() as conn:
+            lab = [p for p, _source, _at in profrows.load_profiles(conn)]
+        return model_speeds([*shipped_profiles().values(), *lab], models)
+
+    def _dependencies_met(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
+        """The queued jobs whose dependencies are met (only these go to ``plan()``), and why
+        each other one waits. A job whose dependencies can never be met is cancelled, saying
+        which one (``scheduler.depends``). Queued jobs come oldest first and a job can only
+        depend on older ones, so a chain whose head failed is cancelled in one round."""
+        from ...scheduler import depends
+
+        needed = {dep for job in queue for _, dep in dependencies(job.spec)}
+        if not needed:
+            return queue, {}
+        with self.store.tx() as conn:
+            states = jobrows.states(conn, needed)
+        ready, waits = [], {}
+        for job in queue:
+            waiting, never = depends.check(job.spec, states)
+            if never is not None:
+                try:
+                    self._move(job, JobState.CANCELLED, never, ended_at=self.clock())
+                except InvalidTransition:   # held or cancelled by its owner meanwhile
+                    continue
+                if job.id in states:
+                    states[job.id] = JobState.CANCELLED
+            elif waiting is not None:
+                waits[job.id] = waiting
+            else:
+                ready.append(job)
+        return ready, waits
+
+    def _without_failing_nodes(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """Nodes whose launches keep failing (full disk, broken workdir) offer no GPUs until
+        their back-off ends, so jobs go to the other nodes instead of looping on one."""
+        now = self.clock()
+        failing = {n: h for n, h in self._launch_health.items() if h.until > now}
+        if not failing:
+            return snapshot
+        return dataclasses.replace(snapshot, nodes=tuple(
+            dataclasses.replace(n, error=f"launches failing: {failing[n.name].reason}")
+            if n.name in failing else n for n in snapshot.nodes))
+
+    def _with_skipped_nodes(self, waits: dict[int, str]) -> dict[int, str]:
+        """Waiting reasons that name the nodes skipped because their launches fail (sudo
+        refusing, a broken workdir), why, and when they are tried again: plan() saw those nodes
+        only as offering no GPUs, which reads like nodes that are down."""
+        now = self.clock()
+        skipped = "; ".join(
+            f"node {n} is skipped until {clock(h.until)} (in {h.until - now:.0f} s): its last "
+            f"launch failed: {h.reason}" for n, h in sorted(self._launch_health.items())
+            if h.until > now)
+        if not skipped:
+            return waits
+        return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
+                for i, why in waits.items()}
