@@ -361,24 +361,60 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    gpu_model: str | None = None, *,
                    extra_profiles: Mapping[str, Profile] | None = None,
                    extra_observations: Sequence[CoLocation] | None = None,
-                   groups: Mapping[str, str] | None = None) -> dict:
+                   groups: Mapping[str, str] | None = None,
+                   previous: Mapping | None = None) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
-                               extra_observations=extra_observations, groups=groups)
+                               extra_observations=extra_observations, groups=groups,
+                               previous=previous)
+
+
+# An incremental refit reuses the previous fit's selected setting and calibration while the
+# distinct (self, partner) rows have grown by at most this share since that selection: the
+# controller adds a few observations at a time, and the selection (about 200 fits) is what a
+# refit costs, the final fit with the chosen setting one of them.
+RESELECT_GROWTH = 0.1
+
+
+def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int
+              ) -> tuple[Setting, tuple[float, ...], int, int] | None:
+    """The previous fit's (setting, calibration, rows and workloads at its selection) when
+    still valid here."""
+    sel = (previous or {}).get("selection")
+    if not isinstance(sel, Mapping) or not previous or previous.get("gpu_model") != gpu:
+        return None
+    try:
+        setting: Setting = (str(sel["base"]), None if sel["ridge"] is None
+                            else float(sel["ridge"]), float(sel["amplitude"]))
+        rows, workloads = int(sel["rows"]), int(sel["workloads"])
+        calibration = tuple(float(c) for c in previous["calibration"])
+        levels = tuple(previous["calibration_levels"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if (setting[0] not in BASE_RULES or levels != CAL_LEVELS
+            or not rows <= n_rows <= rows * (1.0 + RESELECT_GROWTH)
+            # the candidates differ on either side of these (prior fitted or not, offsets)
+            or (workloads >= MIN_PRIOR_WORKLOADS) != (n_workloads >= MIN_PRIOR_WORKLOADS)
+            or (workloads >= MIN_OFFSET_WORKLOADS) != (n_workloads >= MIN_OFFSET_WORKLOADS)):
+        return None
+    return setting, calibration, rows, workloads
 
 
 def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
                     gpu_model: str | None = None, *,
                     extra_profiles: Mapping[str, Profile] | None = None,
                     extra_observations: Sequence[CoLocation] | None = None,
-                    groups: Mapping[str, str] | None = None) -> dict:
+                    groups: Mapping[str, str] | None = None,
+                    previous: Mapping | None = None) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
     ``groups`` (workload -> group) are the units the inner cross-validation holds out
     (default: ``default_groups``). With fewer than MIN_PAIRS distinct measured pairs the result
-    is the analytic model, and its ``note`` says so.
+    is the analytic model, and its ``note`` says so. ``previous`` (an earlier result of this
+    function, e.g. the controller's last refit): its setting and calibration are reused while
+    the data grew by at most RESELECT_GROWTH since they were selected (incremental refit).
     """
     profiles, observations = merge_measurements(profiles, observations, extra_profiles,
                                                 extra_observations)
@@ -395,7 +431,13 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                           _observed_pairs(rows), fitted=False)
     d = _Data(rows)
     grouping = dict(groups) if groups is not None else default_groups(trained)
-    (base_name, ridge, amp), held_out, held_conf, held_w = _inner_cv(d, grouping)
+    reuse = _reusable(previous, gpu, len(rows), len(trained))
+    if reuse is not None:
+        (base_name, ridge, amp), calibration, selected_rows, selected_workloads = reuse
+    else:
+        (base_name, ridge, amp), held_out, held_conf, held_w = _inner_cv(d, grouping)
+        calibration = _calibration(held_out, held_conf, held_w)
+        selected_rows, selected_workloads = len(rows), len(trained)
     theta, offsets, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name],
                                          ridge, amp)
     prior = (f"prior: the {base_name} rule" if ridge is None
@@ -403,6 +445,9 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     note = (f"fitted on {n_pairs} distinct pairs of {len(trained)} workloads "
             f"({gpu or 'unknown GPU'}); {prior}; correction: "
             f"{', '.join(g.name for g in gps) or 'none'}"
-            f"{f' (amplitude {amp:g})' if gps else ''}")
-    return model_dict(gpu, gps, note, trained, theta, _calibration(held_out, held_conf, held_w),
-                      _observed_pairs(rows), fitted=True, offsets=offsets)
+            f"{f' (amplitude {amp:g})' if gps else ''}"
+            f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
+    selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "rows": selected_rows,
+                 "workloads": selected_workloads}
+    return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),
+                      fitted=True, offsets=offsets, selection=selection)

@@ -208,7 +208,8 @@ def merge_measurements(profiles: Mapping[str, Profile], observations: Sequence[C
 def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on: Sequence[str],
                theta: np.ndarray, calibration: Sequence[float],
                observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool,
-               offsets: Mapping[str, float] | None = None) -> dict:
+               offsets: Mapping[str, float] | None = None,
+               selection: Mapping | None = None) -> dict:
     """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it).
     ``offsets`` (workload -> its own speed offset) is optional in the file: a model saved
     without it predicts as before."""
@@ -218,4 +219,5 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
             "calibration_levels": list(CAL_LEVELS), "calibration": list(calibration),
             "observed": [[a, b, t, n] for (a, b), (t, n) in sorted(observed.items())],
             "gps": [g.to_dict() for g in gps],
-            "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())}}
+            "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())},
+            **({"selection": dict(selection)} if selection else {})}

@@ -497,3 +497,31 @@ def test_offsets_roundtrip_and_a_file_without_them_loads(tmp_path):
 def test_too_few_workloads_for_offsets():
     """Seven H200 workloads are too few to tell the spread between workloads from noise."""
     assert default_model().offsets == {}
+
+
+# -- incremental refit -----------------------------------------------------------------------
+def test_refit_after_a_few_observations_reuses_the_selection(monkeypatch):
+    """A few new observations: the previous fit's setting and calibration are reused (no
+    inner cross-validation) and the structure is refitted on all the data; after 10 % more
+    distinct rows the setting is selected afresh."""
+    from iadeep_cli.model import fit
+
+    profs, obs = _synthetic_lab(25, 240)
+    first = fit.fit_parameters(profs, obs[:200])
+    assert first["selection"]["rows"] > 0
+    calls = []
+    real = fit._inner_cv
+    monkeypatch.setattr(fit, "_inner_cv", lambda *a: calls.append(1) or real(*a))
+    few = fit.fit_parameters(profs, obs[:203], previous=first)
+    assert not calls
+    assert few["calibration"] == first["calibration"]
+    assert few["selection"] == first["selection"]
+    assert "selected on" in few["note"]
+    assert [list(o[:2]) for o in few["observed"]].count(list(obs[201].jobs)) == 1
+    many = fit.fit_parameters(profs, obs[:240], previous=first)
+    assert calls and many["selection"]["rows"] > first["selection"]["rows"]
+    # another GPU's or an unreadable previous model: a full fit
+    calls.clear()
+    fit.fit_parameters(profs, obs[:203], previous={**first, "gpu_model": "other"})
+    fit.fit_parameters(profs, obs[:203], previous={"selection": {"base": 1}})
+    assert len(calls) == 2
