@@ -88,6 +88,9 @@ class _Data:
         self.n = np.array([r.n for r in rows], dtype=float)
         self.self_names = [r.s.workload for r in rows]
         self.partner_names = [r.o.workload for r in rows]
+        self.workloads = sorted(set(self.self_names))
+        code = {w: i for i, w in enumerate(self.workloads)}
+        self.self_codes = np.array([code[w] for w in self.self_names], dtype=int)
         self.feats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, feats, _ls in FEATURE_SETS:
             x, ok = [], []
@@ -155,34 +158,33 @@ def _fit_gp(name: str, feats: tuple[str, ...], ls: tuple[float, ...], x: np.ndar
     return ResidualGP(name, feats, scales, z, alpha, k_inv, amplitude)
 
 
-Offsets = dict[str, float]
+Offsets = np.ndarray | None     # by workload code (_Data.workloads); None: no offsets
 
 
-def _self_offsets(names: Sequence[str], resid: np.ndarray) -> Offsets:
-    """Each workload's own offset: the mean residual of the rows where it is the job measured,
-    shrunk toward 0 as a random effect (empirical Bayes, one-way analysis of variance: the
-    between-workload variance of the means against the within-workload variance). Rows are
-    the unit, not samples: repeats of one pair are one partner's worth of evidence. No knob
-    to tune: with no spread between workloads beyond the within-workload noise every offset
-    is 0, and a workload measured next to few partners keeps little of its mean."""
-    by: dict[str, list[float]] = defaultdict(list)
-    for w, r in zip(names, resid):
-        by[w].append(float(r))
-    means = {w: float(np.mean(v)) for w, v in by.items()}
-    counts = {w: len(v) for w, v in by.items()}
-    dof = sum(counts.values()) - len(by)
-    if len(by) < 2 or dof <= 0:
-        return {}
-    within = sum(float(((np.asarray(v) - means[w]) ** 2).sum()) for w, v in by.items()) / dof
-    between = float(np.mean([m * m for m in means.values()])
-                    - np.mean([within / c for c in counts.values()]))
+def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndarray:
+    """Each workload's own offset (indexed by code; 0 for one without rows): the mean residual
+    of the rows where it is the job measured, shrunk toward 0 as a random effect (empirical
+    Bayes, one-way analysis of variance: the between-workload variance of the means against
+    the within-workload variance). Rows are the unit, not samples: repeats of one pair are one
+    partner's worth of evidence. No knob to tune: with no spread between workloads beyond the
+    within-workload noise every offset is 0, and a workload measured next to few partners
+    keeps little of its mean."""
+    zero = np.zeros(n_codes)
+    counts = np.bincount(codes, minlength=n_codes).astype(float)
+    seen = counts > 0
+    dof = float(counts.sum() - seen.sum())
+    if seen.sum() < 2 or dof <= 0:
+        return zero
+    means = np.bincount(codes, weights=resid, minlength=n_codes) / np.maximum(counts, 1.0)
+    within = float(((resid - means[codes]) ** 2).sum()) / dof
+    between = float(np.mean(means[seen] ** 2) - np.mean(within / counts[seen]))
     if between <= 0:
-        return {}
-    return {w: counts[w] * between / (counts[w] * between + within) * means[w] for w in by}
+        return zero
+    return np.where(seen, counts * between / (counts * between + within) * means, 0.0)
 
 
-def _offset_array(d: _Data, idx: np.ndarray, offsets: Offsets) -> np.ndarray:
-    return np.array([offsets.get(d.self_names[i], 0.0) for i in idx], dtype=float)
+def _offset_array(d: _Data, idx: np.ndarray, offsets: np.ndarray | None) -> np.ndarray:
+    return np.zeros(len(idx)) if offsets is None else offsets[d.self_codes[idx]]
 
 
 def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, ridge: float | None,
@@ -209,17 +211,19 @@ def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: flo
         pairs = {frozenset((d.self_names[i], d.partner_names[i])) for i in use}
         if len(pairs) >= MIN_PAIRS:
             gps.append(_fit_gp(name, feats, ls, x[use], resid[use], d.n[use], amplitude))
-    selves = [d.self_names[i] for i in idx]
-    if len(set(selves)) < MIN_OFFSET_WORKLOADS:
-        return {}, tuple(gps)
-    pred, _ = _predict_idx(d, idx, theta, {}, gps)
-    return _self_offsets(selves, d.y[idx] - pred), tuple(gps)
+    codes = d.self_codes[idx]
+    if len(np.unique(codes)) < MIN_OFFSET_WORKLOADS:
+        return None, tuple(gps)
+    pred, _ = _predict_idx(d, idx, theta, None, gps, confidence=False)
+    return _self_offsets(codes, d.y[idx] - pred, len(d.workloads)), tuple(gps)
 
 
 def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
-                 gps: Sequence[ResidualGP]) -> tuple[np.ndarray, np.ndarray]:
+                 gps: Sequence[ResidualGP], confidence: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Structural speeds (clipped) and confidences of rows ``idx``: the same numbers as
-    ``InterferenceModel.predict_pair``, batched."""
+    ``InterferenceModel.predict_pair``, batched (``confidence=False``: speeds only, the
+    confidences left at ANALYTIC_CONFIDENCE)."""
     out = prior_speed(theta, d.terms[idx]) + _offset_array(d, idx, offsets)
     conf = np.full(len(idx), ANALYTIC_CONFIDENCE)
     todo = np.ones(len(idx), dtype=bool)
@@ -227,9 +231,11 @@ def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
         ok, x = d.feats[gp.name]
         use = todo & ok[idx]
         if use.any():
-            mean, c = gp.correct(x[idx[use]])
+            if confidence:
+                mean, conf[use] = gp.correct(x[idx[use]])
+            else:
+                mean = gp.mean(x[idx[use]])
             out[use] += mean
-            conf[use] = c
         todo &= ~use
     return np.clip(out, MIN_SPEED, MAX_SPEED), conf
 
@@ -449,5 +455,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
             f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
     selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "rows": selected_rows,
                  "workloads": selected_workloads}
+    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets) if v != 0.0}
+           if offsets is not None else {})
     return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),
-                      fitted=True, offsets=offsets, selection=selection)
+                      fitted=True, offsets=own, selection=selection)

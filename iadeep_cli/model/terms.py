@@ -146,6 +146,10 @@ class ResidualGP:
         sq = (xs * xs).sum(1)[:, None] + (zs * zs).sum(1)[None, :] - 2.0 * xs @ zs.T
         return self.amplitude * np.exp(-0.5 * np.maximum(sq, 0.0))
 
+    def mean(self, x: np.ndarray) -> np.ndarray:
+        """Residual mean for rows x (``correct`` without the confidence)."""
+        return self._kernel(x) @ self.alpha
+
     def correct(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Residual mean and a 0..1 confidence (1 - posterior std / prior std) for rows x."""
         k = self._kernel(x)
