@@ -65,6 +65,8 @@ class Refits:
         from iadeep_cli.controller import refit
 
         while not self.stop.is_set():
+            # each refit a full one (the selection too): the worst case, not the incremental
+            self.out.unlink(missing_ok=True)
             t0 = time.perf_counter()
             done = refit.run(self.db, self.out)
             if done.returncode != 0:

@@ -7,7 +7,9 @@ speeds follow a time-slicing rule with per-pair noise. Cases:
 
 * 241 distinct pairs of 25 workloads (the baseline, lucid-part's size);
 * ~1,400 distinct pairs of 56 workloads (all of Lucid's public pairs' size);
-* 20,000 observations: repeats of ~1,400 pairs with measurement noise (a busy lab's year).
+* 20,000 observations: repeats of ~1,400 pairs with measurement noise (a busy lab's year);
+* the controller's incremental refit: those 20,000 and 10 more, given the previous fit (its
+  selected setting is reused; ``fit_parameters(..., previous=...)``).
 
     .venv/bin/python benchmarks/bench_fit.py [--runs 3]
 """
@@ -67,6 +69,19 @@ def timed_fit(profiles, obs, runs: int) -> float:
     return statistics.median(times)
 
 
+def timed_incremental(profiles, obs, runs: int) -> float:
+    """The refit after the last 10 observations, given the fit before them."""
+    from iadeep_cli.model.fit import fit_parameters
+
+    previous = fit_parameters(profiles, obs[:-10])
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fit_parameters(profiles, obs, previous=previous)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
@@ -84,7 +99,11 @@ def main() -> None:
         profiles, obs = synthetic_lab(w, f, p, n)
         t = timed_fit(profiles, obs, args.runs)
         base = base or t
-        print(f"{label:<40} fit {t:7.2f} s (median of {args.runs})  ratio {t / base:5.1f}x")
+        print(f"{label:<40} fit {t:7.2f} s (median of {args.runs})  ratio {t / base:5.1f}x",
+              flush=True)
+    t = timed_incremental(*synthetic_lab(56, 12, 1400, 20_010), args.runs)
+    label = "incremental: 20,000 + 10 observations"
+    print(f"{label:<40} fit {t:7.2f} s (median of {args.runs})  ratio {t / base:5.1f}x")
 
 
 if __name__ == "__main__":

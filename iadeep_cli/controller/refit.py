@@ -5,6 +5,8 @@ it would hold the interpreter lock against the scheduling rounds. The controller
 ``python -m iadeep_cli.controller.refit --db DB --out FILE`` instead: the child lowers its
 priority (``nice`` 10), reads the lab's profiles and pairs from the database read-only, fits on
 them and the shipped data, and writes the model's plain numbers to FILE (atomically). The
+previous FILE's selected setting is reused while the data grew by at most 10 % since it was
+selected (an incremental refit: one fit instead of the selection's ~200). The
 controller's waiting thread only loads that file (numpy, no scipy) and swaps the model in.
 """
 from __future__ import annotations
@@ -30,6 +32,16 @@ def run(db: Path, out: Path, timeout_s: float | None = None) -> subprocess.Compl
                           stdin=subprocess.DEVNULL)
 
 
+def _previous(path: Path) -> dict | None:
+    """The last refit's numbers (its selected setting is reused while the data grew little),
+    or None when there is none or it cannot be read (then a full fit)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="iadeep-refit")
     ap.add_argument("--db", type=Path, required=True)
@@ -53,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             store.close()
     params = fit_parameters(shipped_profiles(), shipped_pairs(), extra_profiles=lab_profiles,
-                            extra_observations=lab_pairs)
+                            extra_observations=lab_pairs, previous=_previous(args.out))
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(params), encoding="utf-8")
     tmp.replace(args.out)

@@ -97,6 +97,9 @@ class InterferenceModel:
     # the measured pairs: (self, partner) -> (sum of speed x samples, samples)
     observed: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     fitted: bool = False                 # False: the analytic fallback
+    # a trained workload's own speed offset (how much faster or slower it runs next to any
+    # partner than the prior and correction say), shrunk toward 0; 0 for a workload not seen
+    offsets: dict[str, float] = field(default_factory=dict)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -123,6 +126,7 @@ class InterferenceModel:
         """Speeds (a, b) from prior + correction, confidence per speed, method (no
         observations)."""
         prior = prior_speed(self.theta, np.vstack([prior_terms(a, b), prior_terms(b, a)]))
+        prior += np.array([self.offsets.get(a.workload, 0.0), self.offsets.get(b.workload, 0.0)])
         gp, fa, fb = self._choose(a, b)
         if gp is None:
             return (prior, np.full(2, ANALYTIC_CONFIDENCE),
@@ -219,7 +223,7 @@ class InterferenceModel:
     # -- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         return model_dict(self.gpu_model, self.gps, self.note, self.trained_on, self.theta,
-                          self.calibration, self.observed, self.fitted)
+                          self.calibration, self.observed, self.fitted, self.offsets)
 
     def save(self, path) -> None:
         p = Path(path)
@@ -263,7 +267,8 @@ class InterferenceModel:
             return cls(str(data.get("gpu_model", "")), gps, str(data.get("note", "")),
                        tuple(data.get("trained_on", ())), np.asarray(data["theta"], float),
                        tuple(float(c) for c in data["calibration"]), observed,
-                       bool(data["fitted"]))
+                       bool(data["fitted"]),
+                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})",
                              hint="refit it with `iadeep model fit -o FILE`") from None

@@ -36,6 +36,11 @@ INNER_FOLDS = 8         # at most this many inner folds (groups are dealt round-
 # (local) correction learns. With the seven H200 workloads a fitted prior extrapolates badly to
 # a kind of job it has not seen (mlp, the one launch-bound workload, held out: 0.27 vs 0.08).
 MIN_PRIOR_WORKLOADS = 12
+# A workload's own offset (a random effect, shrunk by empirical Bayes) needs the spread between
+# workloads told apart from the noise: with fewer measured workloads than this there are none.
+# With the seven H200 workloads (six in a leave-one-workload-out fold) offsets made the
+# held-out error worse (0.0469 -> 0.056-0.062): six means are too few to estimate that spread.
+MIN_OFFSET_WORKLOADS = MIN_PRIOR_WORKLOADS
 
 # The correction is a sparse GP: at most this many inducing points (distinct (self, partner)
 # feature rows; a seeded subset beyond that), so a fit costs O(rows x MAX_INDUCING^2) and a
@@ -141,6 +146,10 @@ class ResidualGP:
         sq = (xs * xs).sum(1)[:, None] + (zs * zs).sum(1)[None, :] - 2.0 * xs @ zs.T
         return self.amplitude * np.exp(-0.5 * np.maximum(sq, 0.0))
 
+    def mean(self, x: np.ndarray) -> np.ndarray:
+        """Residual mean for rows x (``correct`` without the confidence)."""
+        return self._kernel(x) @ self.alpha
+
     def correct(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Residual mean and a 0..1 confidence (1 - posterior std / prior std) for rows x."""
         k = self._kernel(x)
@@ -202,11 +211,17 @@ def merge_measurements(profiles: Mapping[str, Profile], observations: Sequence[C
 
 def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on: Sequence[str],
                theta: np.ndarray, calibration: Sequence[float],
-               observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool) -> dict:
-    """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it)."""
+               observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool,
+               offsets: Mapping[str, float] | None = None,
+               selection: Mapping | None = None) -> dict:
+    """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it).
+    ``offsets`` (workload -> its own speed offset) is optional in the file: a model saved
+    without it predicts as before."""
     return {"format": MODEL_FORMAT, "version": MODEL_VERSION, "gpu_model": gpu_model,
             "prior_terms": list(PRIOR_TERMS), "theta": np.asarray(theta, float).tolist(),
             "fitted": fitted, "note": note, "trained_on": list(trained_on),
             "calibration_levels": list(CAL_LEVELS), "calibration": list(calibration),
             "observed": [[a, b, t, n] for (a, b), (t, n) in sorted(observed.items())],
-            "gps": [g.to_dict() for g in gps]}
+            "gps": [g.to_dict() for g in gps],
+            "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())},
+            **({"selection": dict(selection)} if selection else {})}

@@ -273,6 +273,9 @@ def test_leave_one_family_out_on_another_gpu_beats_constant_and_covers():
     assert res.n_groups == 5
     assert res.mae_model < 0.85 * res.mae_mean_baseline       # clearly below the constant
     assert res.mae_model < res.mae_analytic_prior
+    # clearly below the utilisation-sum rule (level with it, 0.0752 / 0.0753, before a known
+    # workload's own offset carried to the partners it was not measured with)
+    assert res.mae_model < 0.95 * res.mae_util_sum_baseline
     assert 0.7 <= res.coverage <= 0.9                          # 80 % intervals cover ~80 %
 
 
@@ -442,3 +445,83 @@ def test_interval_widens_far_from_measured_pairs():
         width[p.workload] = hi - lo
     assert m.predict_pair(far, other).confidence < m.predict_pair(near, other).confidence
     assert width["far"] > 1.2 * width["near"]
+
+
+# -- a known workload's own offset ------------------------------------------------------------
+def test_a_known_workloads_own_offset_carries_to_new_partners():
+    """A workload that runs 0.1 faster than its utilisation says next to every partner (as
+    Lucid's VGG does): measured next to some partners, its speed next to a partner it was
+    never measured with keeps that offset; a new workload with the same profile does not."""
+    profs, obs = _synthetic_lab(25, 300)
+    odd = "fam0-v0"
+    obs = [dataclasses.replace(o, speeds=tuple(min(1.1, s + 0.1) if j == odd else s
+                                               for j, s in zip(o.jobs, o.speeds)))
+           for o in obs]
+    partners = sorted({j for o in obs if odd in o.jobs for j in o.jobs if j != odd})
+    held = set(partners[:3])
+    train = [o for o in obs if not (odd in o.jobs and held & set(o.jobs))]
+    m = fit_model(profs, train)
+    assert m.offsets.get(odd, 0.0) > 0.05
+    clone = dataclasses.replace(profs[odd], workload="new-clone")
+    errs, clone_gap = [], []
+    for o in obs:
+        if odd in o.jobs and held & set(o.jobs):
+            i = o.jobs.index(odd)
+            other = profs[o.jobs[1 - i]]
+            errs.append(abs(m.predict_pair(profs[odd], other).speed_a - o.speeds[i]))
+            clone_gap.append(m.predict_pair(profs[odd], other).speed_a
+                             - m.predict_pair(clone, other).speed_a)
+    assert errs and float(np.mean(errs)) < 0.05
+    assert float(np.mean(clone_gap)) > 0.05      # the offset belongs to the workload, by name
+
+
+def test_offsets_roundtrip_and_a_file_without_them_loads(tmp_path):
+    profs, obs = _synthetic_lab(25, 240)
+    m = fit_model(profs, obs)
+    assert m.offsets
+    f = tmp_path / "m.json"
+    m.save(f)
+    back = InterferenceModel.load(f)
+    a, b = profs["fam1-v0"], profs["fam2-v1"]
+    assert back.offsets == m.offsets
+    assert back.predict_pair(a, b) == m.predict_pair(a, b)
+    data = json.loads(f.read_text())
+    del data["offsets"]                     # written before offsets existed
+    old = InterferenceModel.from_dict(data)
+    assert old.offsets == {}
+    want = m._structural(a, b)[0] - [m.offsets.get(a.workload, 0.0),
+                                     m.offsets.get(b.workload, 0.0)]
+    assert old._structural(a, b)[0] == pytest.approx(want)
+
+
+def test_too_few_workloads_for_offsets():
+    """Seven H200 workloads are too few to tell the spread between workloads from noise."""
+    assert default_model().offsets == {}
+
+
+# -- incremental refit -----------------------------------------------------------------------
+def test_refit_after_a_few_observations_reuses_the_selection(monkeypatch):
+    """A few new observations: the previous fit's setting and calibration are reused (no
+    inner cross-validation) and the structure is refitted on all the data; after 10 % more
+    distinct rows the setting is selected afresh."""
+    from iadeep_cli.model import fit
+
+    profs, obs = _synthetic_lab(25, 240)
+    first = fit.fit_parameters(profs, obs[:200])
+    assert first["selection"]["rows"] > 0
+    calls = []
+    real = fit._inner_cv
+    monkeypatch.setattr(fit, "_inner_cv", lambda *a: calls.append(1) or real(*a))
+    few = fit.fit_parameters(profs, obs[:203], previous=first)
+    assert not calls
+    assert few["calibration"] == first["calibration"]
+    assert few["selection"] == first["selection"]
+    assert "selected on" in few["note"]
+    assert [list(o[:2]) for o in few["observed"]].count(list(obs[201].jobs)) == 1
+    many = fit.fit_parameters(profs, obs[:240], previous=first)
+    assert calls and many["selection"]["rows"] > first["selection"]["rows"]
+    # another GPU's or an unreadable previous model: a full fit
+    calls.clear()
+    fit.fit_parameters(profs, obs[:203], previous={**first, "gpu_model": "other"})
+    fit.fit_parameters(profs, obs[:203], previous={"selection": {"base": 1}})
+    assert len(calls) == 2

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from helpers.controllers import wait_until
 from helpers.replay_pool import ReplayPool
@@ -36,3 +37,25 @@ def test_background_refit_runs_in_a_child_and_the_loop_loads_its_model(tmp_path)
         wait_until(lambda: not loop._fit_running, limit=120)
     finally:
         store.close()
+
+
+def test_refit_child_reuses_its_last_selection(tmp_path, monkeypatch):
+    """The refit reads its previous output: with the same data it skips the selection."""
+    from iadeep_cli.controller import refit
+    from iadeep_cli.model import fit
+
+    monkeypatch.setattr(refit.os, "nice", lambda n: 0)
+    out = tmp_path / "interference-model.json"
+    assert refit.main(["--db", str(tmp_path / "none.db"), "--out", str(out)]) == 0
+    assert "selected on" not in json.loads(out.read_text())["note"]
+
+    def no_selection(*a):
+        raise AssertionError("selection ran again")
+
+    monkeypatch.setattr(fit, "_inner_cv", no_selection)
+    assert refit.main(["--db", str(tmp_path / "none.db"), "--out", str(out)]) == 0
+    assert "selected on" in json.loads(out.read_text())["note"]
+    out.write_text("not json")                   # unreadable: a full fit, not a crash
+    monkeypatch.undo()
+    monkeypatch.setattr(refit.os, "nice", lambda n: 0)
+    assert refit.main(["--db", str(tmp_path / "none.db"), "--out", str(out)]) == 0
