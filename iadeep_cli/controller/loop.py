@@ -41,6 +41,7 @@ from ..scheduler.remaining import Durations
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import clock, hms
+from . import oom
 from .fairshare import FairShareRound
 
 log = logging.getLogger("iadeep.controller")
@@ -415,7 +416,8 @@ class SchedulingLoop:
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
             why = self._open_failure(job, code) or f"exited with code {code}"
-            if job.spec.retry_on_fail and self._requeue(job, why):
+            why, alone = oom.named(self, job, code, why)   # out of GPU memory? (controller/oom.py)
+            if (alone or job.spec.retry_on_fail) and self._requeue(job, why):
                 return
             new = JobState.FAILED
         self._samples.pop(job.id, None)

@@ -28,7 +28,8 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
                       "remote_pid", "remote_start", "priority", "predicted_speed",
-                      "observed_speed", "workload"})
+                      "observed_speed", "workload",
+                      "exclusive"})   # set by the controller after an out-of-memory while sharing
 # Job fields added after the table's columns: kept in its JSON column ``extra`` (no migration),
 # read and written like the columns. An empty value (None, False, "", ()) removes its key; 0 is
 # a value (an array's task 0).
