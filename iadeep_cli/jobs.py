@@ -161,6 +161,10 @@ class Job:
     # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
     # is still there, so a restarted controller too keeps it from rejoining a bad pair
     yielded: tuple[str, int] | None = None
+    # controller/idle.py: since when this attempt's GPUs have been idle (set once it counts as
+    # idle, its owner told), and whether idleness already requeued it (that happens once)
+    idle_since: float | None = None
+    idle_requeued: bool = False
 
     @property
     def name(self) -> str:

@@ -41,7 +41,7 @@ from ..scheduler.remaining import Durations
 from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import clock, hms
-from . import oom
+from . import idle, oom
 from .fairshare import FairShareRound
 
 log = logging.getLogger("iadeep.controller")
@@ -154,6 +154,7 @@ class SchedulingLoop:
         self._fit_running = self._fit_again = False
         self._last_fit = clock()
         self._new_pairs = 0
+        self.idle = idle.IdleWatch()   # running jobs whose GPUs sit idle (controller/idle.py)
         self.actions = NodeActions()
         self._launch_health: dict[str, _LaunchHealth] = {}
         self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
@@ -243,6 +244,7 @@ class SchedulingLoop:
                 self._clean_orphans(node.name)
         self._lose_silent_nodes(now)
         self._stop_overdue(now)
+        self.idle.step(self, snapshot, now)   # idle GPU holders: mark, notify, act
         self._cancel_requested(snapshot)
         shipped, lab = shipped_profiles(), self.lab_profiles()
         lab.update(self._profile_new_workloads(snapshot, {**shipped, **lab}))
@@ -405,6 +407,8 @@ class SchedulingLoop:
         now = self.clock()
         if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
             return   # it checkpointed on its --checkpoint-signal: queued again
+        if idle.requeued(self, job):   # stopped for idleness with idle_action: requeue
+            return
         if job.cancel_requested_by:
             new, why = _stopped(job)
         elif code == 0:

@@ -232,6 +232,8 @@ def _row(job: JobView, position: str, now: float, newest: dict[tuple[int, int], 
     if job.state in ON_GPUS:
         since = job.started_at or job.submitted_at
         detail = f"on {_where(job)}" if job.node else job.reason
+        if job.node and job.reason.startswith("idle:"):   # controller/idle.py's mark
+            detail += f" - {job.reason}"
     else:
         since = job.submitted_at
         detail = job.reason or "not looked at yet"

@@ -1,0 +1,110 @@
+"""Idle GPU holders: a running job whose GPUs show (near) zero utilisation for too long.
+
+Every round, each running job on a node that answered is looked at: when every one of its GPUs
+reports a utilisation at or below ``lab.idle_util`` (default 5 %), its idle spell starts (or
+goes on); any poll above that ends it. A spell of ``lab.idle_after`` (default 30 min) makes the
+job idle, once per attempt:
+
+- it is marked: its reason reads ``idle: GPU node1:0 at or below 5% for 30m``, which `queue list`,
+  `queue why`, the monitor and the web page show, and an event records it (`queue show`);
+- its owner is told through the notification channels (``notify.py``: the event is a
+  ``running -> running`` one whose reason starts with ``idle:``; sent whatever ``--notify``);
+- ``lab.idle_action`` is taken: ``notify`` (only the above), ``cancel`` (stopped like a cancel,
+  "cancelled by iadeep:idle"), or ``requeue`` (stopped and queued again, once: a job that is
+  idle again on a later attempt is only marked and notified).
+
+Spells are kept in memory: a restarted controller starts counting again (a job is never called
+idle sooner than it is).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..jobs import Job, JobState
+from ..snapshot import ClusterSnapshot
+from ..store import jobs as jobrows
+from ..text import duration
+
+log = logging.getLogger("iadeep.controller")
+ACTOR = "controller"
+PREFIX = "idle:"
+# who asks to stop an idle job, written where a user's name goes (no account has a ":")
+CANCEL = "iadeep:idle"
+REQUEUE = "iadeep:idle-requeue"
+
+
+class Loop(Protocol):
+    """What this needs of the scheduling loop (controller/loop.py calls ``step``)."""
+
+    store: Any
+    inventory: Any
+    clock: Callable[[], float]
+
+    def _jobs(self, states, node: str | None = None) -> list[Job]: ...
+
+
+class IdleWatch:
+    """The running jobs' idle spells: (job id, attempt) -> when its GPUs went idle."""
+
+    def __init__(self) -> None:
+        self.since: dict[tuple[int, int], float] = {}
+
+    def step(self, loop: Loop, snapshot: ClusterSnapshot, now: float) -> list[int]:
+        """Look at every running job once; the ids of those that became idle this round."""
+        settings = loop.inventory.idle
+        answered = {n.name for n in snapshot.nodes if n.reached}
+        running = loop._jobs({JobState.RUNNING})
+        alive = {(j.id, j.attempts) for j in running}
+        self.since = {k: v for k, v in self.since.items() if k in alive}
+        became = []
+        for job in running:
+            if job.node not in answered or not job.gpu_indices or job.cancel_requested_by:
+                continue
+            gpus = [snapshot.gpu(job.node, i) for i in job.gpu_indices]
+            utils = [g.utilization_gpu if g is not None else None for g in gpus]
+            key = (job.id, job.attempts)
+            if any(u is None or u > settings.util for u in utils):
+                self.since.pop(key, None)
+                if job.idle_since is not None and job.reason.startswith(PREFIX):
+                    with loop.store.tx() as conn:   # busy again: the mark goes, the event stays
+                        jobrows.update(conn, job.id, reason="busy again after being idle")
+                continue
+            since = self.since.setdefault(key, now)
+            if now - since < settings.after_s or job.idle_since is not None:
+                continue
+            self._mark(loop, job, since, now, settings)
+            became.append(job.id)
+        return became
+
+    @staticmethod
+    def _mark(loop: Loop, job: Job, since: float, now: float, settings) -> None:
+        where = ",".join(f"{job.node}:{i}" for i in job.gpu_indices)
+        reason = (f"{PREFIX} GPU{'s' if len(job.gpu_indices) > 1 else ''} {where} at "
+                  f"or below {settings.util:g}% for {duration(now - since)}")
+        action = settings.action
+        if action == "requeue" and job.idle_requeued:
+            action = "notify"                       # requeued once already: only told
+        stop = {"cancel": CANCEL, "requeue": REQUEUE}.get(action)
+        said = reason + {"notify": "", "cancel": "; cancelling it",
+                         "requeue": "; requeueing it (once)"}[action]
+        with loop.store.tx() as conn:
+            jobrows.update(conn, job.id, idle_since=since, reason=said,
+                           **({"cancel_requested_by": stop} if stop else {}))
+            jobrows.add_event(conn, job.id, now, JobState.RUNNING, JobState.RUNNING, said, ACTOR)
+        log.warning("job %d (%s/%s) %s", job.id, job.owner, job.name, said)
+
+
+def requeued(loop: Any, job: Job) -> bool:
+    """For the loop's ``_finish``: queue a job stopped for idleness again (once); False for any
+    other job. Its attempt has ended on its node, so a new one may start."""
+    if job.cancel_requested_by != REQUEUE:
+        return False
+    loop._move(job, JobState.LOST, "stopped for idleness")
+    loop._move(job, JobState.QUEUED, f"{job.reason.split(';')[0]}; requeued once",
+               node=None, gpu_indices=(), remote_pid=None, remote_start=None, started_at=None,
+               signalled=False, cancel_requested_by=None, idle_since=None, idle_requeued=True,
+               orphans=job.orphans_with(job.node), suspended_at=None, suspended_for=None,
+               suspended_s=None)
+    return True
