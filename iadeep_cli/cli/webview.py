@@ -65,7 +65,8 @@ def _gpu(gpu: vm.GpuLine) -> dict[str, Any]:
             "mem_used_gib": _mib_gib(gpu.mem_used_mib),
             "mem_total_gib": _mib_gib(gpu.mem_total_mib),
             "jobs": [{"id": c.id, "owner": c.owner, "name": c.name, "predicted": c.predicted,
-                      "observed": c.observed, "level": c.level} for c in gpu.jobs],
+                      "observed": c.observed, "level": c.level, "idle": c.idle}
+                     for c in gpu.jobs],
             "foreign": [{"pid": p.pid, "name": p.name, "mem_gib": _mib_gib(p.mem_mib)}
                         for p in gpu.foreign],
             "gone": list(gpu.gone)}
@@ -113,7 +114,7 @@ h1{font-size:1.3em;margin:0 0 .3em}h2{font-size:1.1em;margin:1em 0 .3em}
 .bar span{display:block;height:100%;background:#4a90d9}
 .job{display:inline-block;margin:.1em .3em .1em 0;padding:0 .3em;border-radius:3px}
 .ok{background:#d7f0dc}.warn{background:#fff1c2}.bad{background:#f9c9cc}.none{background:#dde9f7}
-.foreign{background:#eddcf5}.gone{color:#888}
+.foreign{background:#eddcf5}.idle{outline:2px solid #b00}.gone{color:#888}
 table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;padding:.1em .5em;
 text-align:left;vertical-align:top}th{background:#f0f0f0}
 .muted{color:#777}
@@ -147,8 +148,10 @@ function gpuDiv(node, g) {
                                  " GiB"));
   const jobs = el("div");
   for (const j of g.jobs) {
-    const c = el("span", "job " + j.level, "#" + j.id + " " + j.owner + "/" + j.name +
-                 " predicted " + num(j.predicted, 2) + ", seen " + num(j.observed, 2));
+    const c = el("span", "job " + j.level + (j.idle ? " idle" : ""),
+                 "#" + j.id + " " + j.owner + "/" + j.name +
+                 " predicted " + num(j.predicted, 2) + ", seen " + num(j.observed, 2) +
+                 (j.idle ? " IDLE" : ""));
     c.dataset.job = j.id;
     jobs.appendChild(c);
   }

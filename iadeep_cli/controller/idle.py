@@ -72,7 +72,8 @@ class IdleWatch:
                         jobrows.update(conn, job.id, reason="busy again after being idle")
                 continue
             since = self.since.setdefault(key, now)
-            if now - since < settings.after_s or job.idle_since is not None:
+            after = job.spec.idle_after_s or settings.after_s      # --idle-after wins
+            if now - since < after or job.idle_since is not None:
                 continue
             self._mark(loop, job, since, now, settings)
             became.append(job.id)

@@ -47,6 +47,7 @@ class JobChip:
     observed: float | None
     level: str
     match: bool = True
+    idle: bool = False     # its GPUs sat idle past lab.idle_after (controller/idle.py)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def _gpu_line(gpu: GpuView, query: str) -> GpuLine:
     chips = tuple(
         JobChip(j.id, j.owner, j.name, j.predicted_speed, j.observed_speed,
                 speed_level(j.predicted_speed, j.observed_speed),
-                match=not query or job_matches(j, query))
+                match=not query or job_matches(j, query), idle=j.idle_since is not None)
         for j in gpu.jobs)
     sample = gpu.sample
     foreign = tuple(Foreign(p.pid, p.name or "", p.used_memory_mib)

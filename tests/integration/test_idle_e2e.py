@@ -17,9 +17,9 @@ LONG = "#!/bin/sh\nsleep 600\n"
 
 @pytest.fixture
 def idle_lab(sshd_cluster, tmp_path):
-    def make(hook: HookSink, action: str, util: int):
+    def make(hook: HookSink, action: str, util: int, gpus: int = 1):
         cluster = sshd_cluster(1)
-        next(iter(cluster.nodes.values())).set_fake(gpus=1, util=util)
+        next(iter(cluster.nodes.values())).set_fake(gpus=gpus, util=util)
         inventory = tmp_path / "nodes.yaml"
         inventory.write_text(
             f"lab:\n  poll_interval: 0.3\n  node_grace: 30\n  idle_after: 2\n"
@@ -65,6 +65,8 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
         moves = [(e["old_state"], e["new_state"]) for e in _events(home, job)]
         assert moves.count(("lost", "queued")) == 1              # requeued exactly once
         assert moves.count(("running", "running")) == 2          # marked once per attempt
+        status = cli(home, "status", check=True).stdout
+        assert f"#{job} " in status and " IDLE" in status
         listed = cli(home, "queue", "list", check=True).stdout
         assert "idle: GPU node01:0" in listed
         why = cli(home, "queue", "why", str(job), check=True).stdout
@@ -73,25 +75,36 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
         assert len(_idle_notices(hook, job)) == 2                # one a spell, not one a poll
 
 
-def test_a_busy_job_is_not_idle_and_cancel_stops_an_idle_one(idle_lab, tmp_path):
+def _heartbeat_after(home, at: float) -> None:
+    """Wait until the controller has finished a round that began after ``at``."""
+    wait_until(lambda: json.loads(cli(home, "status", "--json", check=True).stdout)
+               ["controller"]["heartbeat_at"] > at, limit=120)
+
+
+def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_path):
     script = tmp_path / "long.sh"
     script.write_text(LONG)
     with HookSink() as hook:
-        ctl = idle_lab(hook, "cancel", util=0)
+        ctl = idle_lab(hook, "cancel", util=0, gpus=2)
         home = ctl.home
-        job = int(cli(home, "queue", "add", str(script), check=True).stdout)
+        job = int(cli(home, "queue", "add", str(script), "--exclusive", check=True).stdout)
+        patient = int(cli(home, "queue", "add", str(script), "--exclusive", "--idle-after",
+                          "1h", check=True).stdout)
         jobs = wait_jobs(home, lambda js: js[job]["state"] == "cancelled", timeout=120)
         assert jobs[job]["reason"] == "cancelled by iadeep:idle"
         wait_until(lambda: _idle_notices(hook, job), limit=60)
-        # the same node reporting its GPU busy: a job running past idle_after is left alone
-        next(iter(ctl.cluster.nodes.values())).set_fake(gpus=1, util=60)
-        busy = int(cli(home, "queue", "add", str(script), check=True).stdout)
+        started = wait_jobs(home, lambda js: js[patient]["state"] == "running")[patient][
+            "started_at"]
+        _heartbeat_after(home, started + 6)         # idle three times the lab's idle_after
+        jobs = jobs_by_id(home)
+        assert jobs[patient]["state"] == "running"
+        assert not jobs[patient]["reason"].startswith("idle")   # its own --idle-after: 1h
+        # the same node reporting its GPUs busy: a job running past idle_after is left alone
+        next(iter(ctl.cluster.nodes.values())).set_fake(gpus=2, util=60)
+        busy = int(cli(home, "queue", "add", str(script), "--exclusive", check=True).stdout)
         started = wait_jobs(home, lambda js: js[busy]["state"] == "running")[busy]["started_at"]
-        later = wait_until(lambda: (lambda s: s if s["controller"]["heartbeat_at"]
-                                    > started + 6 else None)(json.loads(
-                                        cli(home, "status", "--json", check=True).stdout)),
-                           limit=120)
-        assert later
+        _heartbeat_after(home, started + 6)
         jobs = jobs_by_id(home)
         assert jobs[busy]["state"] == "running" and not jobs[busy]["reason"].startswith("idle")
-        assert not _idle_notices(hook, busy)
+        assert not _idle_notices(hook, busy) and not _idle_notices(hook, patient)
+        assert " IDLE" not in cli(home, "status", check=True).stdout
