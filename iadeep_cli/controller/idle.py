@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ..jobs import Job, JobState
 from ..snapshot import ClusterSnapshot
-from ..store import jobs as jobrows
+from ..store import cluster, jobs as jobrows
 from ..text import duration
 
 log = logging.getLogger("iadeep.controller")
@@ -33,6 +33,8 @@ PREFIX = "idle:"
 # who asks to stop an idle job, written where a user's name goes (no account has a ":")
 CANCEL = "iadeep:idle"
 REQUEUE = "iadeep:idle-requeue"
+# the meta key of each user's idle GPU-seconds, summed over every idle spell (metrics.py)
+IDLE_GPU_SECONDS = "idle_gpu_seconds"
 
 
 class Loop(Protocol):
@@ -50,6 +52,7 @@ class IdleWatch:
 
     def __init__(self) -> None:
         self.since: dict[tuple[int, int], float] = {}
+        self.seen: dict[tuple[int, int], float] = {}   # the spell's last poll, for GPU-hours
 
     def step(self, loop: Loop, snapshot: ClusterSnapshot, now: float) -> list[int]:
         """Look at every running job once; the ids of those that became idle this round."""
@@ -58,7 +61,9 @@ class IdleWatch:
         running = loop._jobs({JobState.RUNNING})
         alive = {(j.id, j.attempts) for j in running}
         self.since = {k: v for k, v in self.since.items() if k in alive}
+        self.seen = {k: v for k, v in self.seen.items() if k in self.since}
         became = []
+        wasted: dict[str, float] = {}     # user -> idle GPU-seconds this round
         for job in running:
             if job.node not in answered or not job.gpu_indices or job.cancel_requested_by:
                 continue
@@ -67,16 +72,27 @@ class IdleWatch:
             key = (job.id, job.attempts)
             if any(u is None or u > settings.util for u in utils):
                 self.since.pop(key, None)
+                self.seen.pop(key, None)
                 if job.idle_since is not None and job.reason.startswith(PREFIX):
                     with loop.store.tx() as conn:   # busy again: the mark goes, the event stays
                         jobrows.update(conn, job.id, reason="busy again after being idle")
                 continue
             since = self.since.setdefault(key, now)
+            if key in self.seen:      # idle at this poll and the last: the time between counts
+                wasted[job.owner] = (wasted.get(job.owner, 0.0)
+                                     + (now - self.seen[key]) * len(job.gpu_indices))
+            self.seen[key] = now
             after = job.spec.idle_after_s or settings.after_s      # --idle-after wins
             if now - since < after or job.idle_since is not None:
                 continue
             self._mark(loop, job, since, now, settings)
             became.append(job.id)
+        if wasted:
+            with loop.store.tx() as conn:
+                total = cluster.get_meta(conn, IDLE_GPU_SECONDS, {})
+                for user, seconds in wasted.items():
+                    total[user] = total.get(user, 0.0) + seconds
+                cluster.set_meta(conn, IDLE_GPU_SECONDS, total)
         return became
 
     @staticmethod

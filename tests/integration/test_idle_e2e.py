@@ -6,6 +6,8 @@ per attempt, and ``idle_action: requeue`` puts it back in the queue exactly once
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 
 import pytest
 
@@ -49,6 +51,7 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
     with HookSink() as hook:
         ctl = idle_lab(hook, "requeue", util=0)
         home = ctl.home
+        submitted = time.time()
         job = int(cli(home, "queue", "add", str(script), "--name", "holder",
                       check=True).stdout)
         wait_until(lambda: _idle_notices(hook, job), limit=120)
@@ -73,6 +76,12 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
         assert why.startswith(f"job {job} is running: idle: GPU node01:0 at or below 5% for ")
         assert jobs_by_id(home)[job]["state"] == "running"       # not stopped a second time
         assert len(_idle_notices(hook, job)) == 2                # one a spell, not one a poll
+        # the idle GPU-hours per user (metrics): counted between idle polls, one GPU
+        with sqlite3.connect(home / "iadeep.db") as db:
+            row = db.execute("SELECT value FROM meta WHERE key='idle_gpu_seconds'").fetchone()
+        wasted = json.loads(row[0])
+        owner = jobs_by_id(home)[job]["user"]
+        assert set(wasted) == {owner} and 2.0 <= wasted[owner] <= time.time() - submitted
 
 
 def _heartbeat_after(home, at: float) -> None:
