@@ -87,7 +87,9 @@ def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
         by = webdriver.common.by.By
 
         def text_of(css: str) -> str:
-            return browser.find_element(by.CSS_SELECTOR, css).text
+            """The element's text, "" while the page has not drawn it (yet)."""
+            found = browser.find_elements(by.CSS_SELECTOR, css)
+            return found[0].text if found else ""
 
         wait_until(lambda: all(text_of(f'[data-node="{n}"]') for n in lab.cluster.nodes))
         node_of = {j["id"]: j["node"] for j in json.loads(
@@ -97,11 +99,11 @@ def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
         assert len(browser.find_elements(by.TAG_NAME, "script")) == 1
         assert browser.execute_script("return document.querySelectorAll('.job script').length") \
             == 0
-        assert "second" in text_of(f'[data-gpu="{node_of[second]}:0"] [data-job="{second}"]')
-        row = text_of(f'#queue tr[data-job="{waiting}"]')
+        assert "second" in wait_until(
+            lambda: text_of(f'[data-gpu="{node_of[second]}:0"] [data-job="{second}"]'))
+        row = wait_until(lambda: text_of(f'#queue tr[data-job="{waiting}"]'))
         assert "waiter" in row and "queued" in row and reason in row
-        assert text_of("#impact")                                        # the impact factor
-        assert wait_until(lambda: "last hour" in text_of("#impact"))
+        assert wait_until(lambda: "last hour" in text_of("#impact"))     # the impact factor
         assert "hunter2" not in browser.page_source
         if os.environ.get("IADEEP_WEB_SCREENSHOT"):       # docs/img/web.png is made this way
             browser.save_screenshot(os.environ["IADEEP_WEB_SCREENSHOT"])
