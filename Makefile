@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test docs cli-reference lint sshd slurm torch-cpu bench check-min-deps clean
+.PHONY: demo test docs cli-reference lint sshd slurm chromium torch-cpu bench check-min-deps clean
 
 # iadeep_cli/__init__.py holds the version, which the installed metadata (--version) copies
 $(STAMP): pyproject.toml iadeep_cli/__init__.py
@@ -31,6 +31,13 @@ slurm:
 	  >/dev/null && command -v munged >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq slurmctld slurmd \
 	  slurm-client munge; }
+
+# `iadeep web`'s tests drive a real headless browser: Debian's Chromium and its driver
+# (Selenium, from the `test` extra, talks to /usr/bin/chromedriver; no browser download).
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
+	  -y -qq chromium chromium-driver; }
 
 demo: $(STAMP)
 	$(BIN)/iadeep sim
@@ -70,7 +77,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
                   [ $$n -lt 4 ] && n=4; [ $$n -gt 8 ] && n=8; echo $$n)
 
-test: $(STAMP) lint sshd slurm torch-cpu
+test: $(STAMP) lint sshd slurm chromium torch-cpu
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The lower bounds in pyproject.toml, tested: the oldest allowed version of every dependency

@@ -254,6 +254,19 @@ def metrics_address(settings: MetricsSettings, flag: str | None = None
     return listen
 
 
+IDLE_ACTIONS = ("notify", "requeue", "cancel")
+
+
+@dataclass(frozen=True)
+class IdleSettings:
+    """A running job whose GPUs all stay at or below ``util`` % for ``after_s`` is idle: it is
+    marked, its owner told once, and ``action`` taken (controller/idle.py)."""
+
+    after_s: float = 1800.0
+    action: str = "notify"       # IDLE_ACTIONS
+    util: float = 5.0
+
+
 @dataclass(frozen=True)
 class Inventory:
     nodes: tuple[Node, ...]
@@ -271,6 +284,7 @@ class Inventory:
     max_priority: int = 10           # the highest --priority a member may set (admins: any)
     notify: NotifySettings = field(default_factory=NotifySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    idle: IdleSettings = field(default_factory=IdleSettings)   # idle_after, idle_action, idle_util
     path: Path | None = None
     slurm: SlurmSettings | None = None
 
@@ -635,6 +649,9 @@ _LAB_FIELDS = {
     "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "kill_grace": _duration, "metrics": _metrics, "max_priority": _count,
+    "idle_after": _within(_duration, lambda v: v > 0, "a duration > 0 (e.g. 30m)"),
+    "idle_action": _within(_str, lambda v: v in IDLE_ACTIONS, " or ".join(IDLE_ACTIONS)),
+    "idle_util": _within(_num, lambda v: 0 <= v < 100, "a GPU utilisation in % (0-99)"),
     **RUN_AS_FIELDS,   # defaults for every node that does not say
     "shared_paths": _shared_paths,   # likewise
 }
@@ -754,6 +771,9 @@ def parse_inventory(text: str, path: Path) -> Inventory:
         kill_grace_s=lab.get("kill_grace", 10.0), max_priority=lab.get("max_priority", 10),
         notify=lab.get("notify", NotifySettings()),
         metrics=lab.get("metrics", MetricsSettings()),
+        idle=IdleSettings(after_s=lab.get("idle_after", IdleSettings.after_s),
+                          action=lab.get("idle_action", IdleSettings.action),
+                          util=lab.get("idle_util", IdleSettings.util)),
         path=path,
         slurm=top.get("slurm"),
     )

@@ -122,6 +122,9 @@ class JobSpec:
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
     # job waits for its GPU (AntMan's idea; controller/adapt.py)
     opportunistic: bool = False
+    # --idle-after: this job counts as idle after its GPUs sat idle this long (None: the lab's
+    # idle_after; controller/idle.py)
+    idle_after_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,10 @@ class Job:
     # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
     # is still there, so a restarted controller too keeps it from rejoining a bad pair
     yielded: tuple[str, int] | None = None
+    # controller/idle.py: since when this attempt's GPUs have been idle (set once it counts as
+    # idle, its owner told), and whether idleness already requeued it (that happens once)
+    idle_since: float | None = None
+    idle_requeued: bool = False
 
     @property
     def name(self) -> str:
@@ -340,6 +347,17 @@ def check_priority(priority: int) -> None:
                          f"got {priority}", hint="e.g. --priority 5 (higher runs first)")
 
 
+def parse_idle_after(text: str) -> float:
+    """``--idle-after``: a duration as ``--time`` takes it (a bare number is minutes)."""
+    from .text import DURATION_FORMS, parse_duration
+
+    seconds = parse_duration(text, bare_s=60)
+    if seconds is None:
+        raise InputError(f"--idle-after {text[:40]!r} is not a duration",
+                         hint=f"write {DURATION_FORMS}; a bare number is minutes")
+    return seconds
+
+
 def parse_time_limit(text: str) -> float:
     """A time limit in seconds, written as Slurm's ``--time`` takes it (``90`` minutes, ``90:30``
     M:S, ``2:00:00``, ``3-0``, ``1-12:30``, ``1-12:30:00``: a lab moving from Slurm keeps its
@@ -405,6 +423,9 @@ def validate_spec(spec: JobSpec) -> None:
     if spec.time_limit_s is not None and not 0 < spec.time_limit_s <= MAX_TIME_LIMIT_S:
         raise bad(f"--time must be more than 0 and at most {MAX_TIME_LIMIT_S // 86400} days, got "
                   f"{spec.time_limit_s:g} s", "e.g. --time 2:00:00 (two hours) or --time 3-0")
+    if spec.idle_after_s is not None and not 0 < spec.idle_after_s <= MAX_TIME_LIMIT_S:
+        raise bad(f"--idle-after must be more than 0 and at most {MAX_TIME_LIMIT_S // 86400} "
+                  f"days, got {spec.idle_after_s:g} s", "e.g. --idle-after 2h")
     if spec.signal is not None:
         parse_signal(spec.signal)
     if spec.checkpoint_signal is not None:

@@ -235,6 +235,7 @@ class JobView(Message):
     checkpoint_signal: str | None = optional()        # --checkpoint-signal
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
     opportunistic: bool | None = optional()           # --opportunistic
+    idle_after_s: float | None = optional()           # --idle-after
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -258,7 +259,7 @@ class JobView(Message):
             no_adapt=spec.no_adapt or None,
             suspended_s=round(job.suspended_s, 1) or None,
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
-            opportunistic=spec.opportunistic or None)
+            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s)
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,7 @@ class GpuJob(Message):
     state: JobState
     predicted_speed: float | None
     observed_speed: float | None
+    idle_since: float | None = optional()   # its GPUs sat idle since then (controller/idle.py)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from ..jobs import (
     directives,
     exported_env,
     parse_env,
+    parse_idle_after,
     parse_job_ids,
     parse_names,
     parse_time_limit,
@@ -165,6 +166,10 @@ def add(
         False, "--opportunistic",
         help="Use spare GPUs; suspended (or checkpointed) first when a regular job waits for "
              "its GPU, resumed when that job leaves (docs/scheduling.md 'Adapting at run time')."),
+    idle_after: str | None = typer.Option(
+        None, "--idle-after", metavar="DURATION",
+        help="Count this job as idle once its GPUs sat idle this long (e.g. 2h; a bare number "
+             "is minutes), instead of the lab's idle_after (docs/administration.md)."),
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
                                        "than serial (docs/scheduling.md 'Adapting at run time')."),
@@ -208,7 +213,9 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    after_any=_ids(o["after_any"], "--after-any"),
                    after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
-                   checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"])
+                   checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"],
+                   idle_after_s=None if o["idle_after"] is None else
+                   parse_idle_after(o["idle_after"]))
     # --retries and --notify not given: the controller applies the lab's defaults
     submitted = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
     validate_spec(submitted.spec)

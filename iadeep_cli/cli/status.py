@@ -23,7 +23,9 @@ def _speeds(job: m.GpuJob) -> str:
 
 
 def _gpu_line(gpu: m.GpuView) -> str:
-    jobs = ", ".join(f"#{j.id} {j.owner}/{j.name}{_speeds(j)}" for j in gpu.jobs) or "idle"
+    jobs = ", ".join(f"#{j.id} {j.owner}/{j.name}{_speeds(j)}"
+                     + (" IDLE" if j.idle_since is not None else "")   # controller/idle.py
+                     for j in gpu.jobs) or "idle"
     sample = gpu.sample
     foreign = sample.foreign_processes
     extra = f"  +{len(foreign)} foreign" if foreign else ""

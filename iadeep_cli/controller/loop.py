@@ -5,6 +5,7 @@
     (clean)    steps/clean.py      ...and that node's abandoned attempts stopped, set aside
     lose       steps/lose.py       jobs of nodes silent past their grace: lost (and fencing)
     limits     steps/limits.py     jobs past their --time asked to stop (--signal first)
+    idle       idle.py             running jobs whose GPUs sit idle: marked, owner told, acted on
     cancels    steps/cancels.py    stops sent for the jobs whose cancel was asked for
     profile    steps/profile.py    new workloads sampled alone on their GPU, then profiled
     observe    steps/observe.py    running jobs' speeds and co-location pairs recorded (refit)
@@ -49,6 +50,7 @@ from ..inventory import Inventory
 from ..jobs import Job, JobState
 from ..nodes.connection import Pool
 from ..store import Store
+from . import idle
 from .actions import NodeActions
 from .fairshare import FairShareRound
 from .steps.backoff import Backoff
@@ -98,10 +100,12 @@ class SchedulingLoop:
         # the round's steps, in the order tick() runs them (see the module docstring)
         self.poll = Poll(ctx, self.observer)
         self.profiler = Profiler(ctx, self.observer)
-        self.ends = Ends(ctx, self.adapt, launch_health, self.profiler.forget)
+        self.ends = Ends(ctx, self.adapt, launch_health, self.profiler.forget,
+                         lambda pairs: self.speeds.learnt(pairs))
         self.reconcile = Reconcile(ctx, self.ends)
         self.lose = Lose(ctx, self.ends)
         self.limits = Limits(ctx)
+        self.idle = idle.IdleWatch()   # running jobs whose GPUs sit idle (controller/idle.py)
         self.cancels = Cancels(ctx)
         self.speeds = Observe(ctx, self.observer, self.refit)
         self.launches = Launches(ctx, self.ends, launch_health, scripts_dir)
@@ -120,6 +124,7 @@ class SchedulingLoop:
                 self.clean.orphans(node.name)
         self.lose.run(now)
         self.limits.run(now)
+        self.idle.step(self.ctx, snapshot, now)   # idle GPU holders: mark, notify, act (idle.py)
         self.cancels.run(snapshot)
         profiles, lab = self.profiler.run(snapshot)
         speeds = self.speeds.run(snapshot, now, profiles, lab)

@@ -47,8 +47,8 @@ from prometheus_client.utils import floatToGoString
 from ..errors import ConfigError
 from ..inventory import Inventory
 from ..messages import NodeState, StatusView
-from ..store import Store
-from . import views
+from ..store import Store, cluster
+from . import idle, views
 
 log = logging.getLogger("iadeep.controller")
 MIB = 1024 * 1024
@@ -100,6 +100,7 @@ class LabCollector(Collector):
             try:
                 now = self._clock()
                 view = views.status_view(conn, now, self._inventory())
+                idle_s = cluster.get_meta(conn, idle.IDLE_GPU_SECONDS, {})   # controller/idle.py
                 for _id, wait_s in self._new_waits(conn):
                     self._observe_wait(max(0.0, wait_s))
             finally:
@@ -110,6 +111,16 @@ class LabCollector(Collector):
             yield self._jobs_by_state(view)
             yield from self._impact(view)
             yield self._queue_wait()
+            yield self._idle(idle_s)
+
+    @staticmethod
+    def _idle(idle_s: dict[str, float]) -> Metric:
+        family = GaugeMetricFamily("iadeep_idle_gpu_hours", "GPU-hours each user's running jobs "
+                                   "held with their GPUs idle (lab.idle_util or below), since "
+                                   "the database began.", labels=["user"])
+        for user, seconds in sorted(idle_s.items()):
+            family.add_metric([user], seconds / 3600.0)
+        return family
 
     # ------------------------------------------------------------------ the series
     def _controller(self, view: StatusView) -> Iterator[Metric]:

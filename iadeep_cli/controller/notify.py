@@ -51,6 +51,8 @@ LogReader = Callable[[Job, int, int], tuple[str, int, int | None]]
 # ---------------------------------------------------------------------------- what is owed
 def wanted(notify: str, kind: str, state: str) -> bool:
     """Whether a job with ``--notify notify`` gets a message for this moment."""
+    if kind == "idle":
+        return True      # an idle job holds GPUs others wait for: told whatever --notify says
     if kind == "start":
         return notify == "all"
     if notify in ("end", "all"):
@@ -65,6 +67,9 @@ def kind_of(event: outbox.Event) -> str | None:
         return "end"
     if event.old_state == JobState.STARTING.value and event.new_state == JobState.RUNNING.value:
         return "start"
+    if event.old_state == event.new_state == JobState.RUNNING.value and \
+            event.reason.startswith("idle:"):
+        return "idle"     # controller/idle.py: its GPUs sat idle
     return None
 
 
@@ -110,6 +115,8 @@ def build(job: Job, kind: str, state: str, tail: str | None, tail_note: str = ""
              and job.ended_at is not None else None)
     if kind == "start":
         headline = f"job {job.id} ({name}) of {job.owner} started on {where}"
+    elif kind == "idle":
+        headline = f"job {job.id} ({name}) of {job.owner} is {clean(job.reason)}"
     else:
         headline = f"job {job.id} ({name}) of {job.owner} {state}: {clean(job.reason)}"
     rows = [("state", state), ("reason", clean(job.reason)), ("node", where),

@@ -28,13 +28,14 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
                       "remote_pid", "remote_start", "priority", "predicted_speed",
-                      "observed_speed", "workload"})
+                      "observed_speed", "workload",
+                      "exclusive"})   # set by the controller after an out-of-memory while sharing
 # Job fields added after the table's columns: kept in its JSON column ``extra`` (no migration),
 # read and written like the columns. An empty value (None, False, "", ()) removes its key; 0 is
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
              "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
-             "checkpoints", "yielded")
+             "checkpoints", "yielded", "idle_since", "idle_requeued")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -69,7 +70,9 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             "checkpoint_at": extra.get("checkpoint_at"),
             "checkpoints": int(extra.get("checkpoints", 0)),
             "yielded": (str(extra["yielded"][0]), int(extra["yielded"][1]))
-            if extra.get("yielded") else None}
+            if extra.get("yielded") else None,
+            "idle_since": extra.get("idle_since"),
+            "idle_requeued": bool(extra.get("idle_requeued", False))}
 
 
 @functools.cache

@@ -22,6 +22,7 @@ class Event:
     job_id: int
     old_state: str | None
     new_state: str
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,10 @@ class Pending:
 def events_after(conn: sqlite3.Connection, limit: int = 1000) -> list[Event]:
     """Up to ``limit`` events past the cursor, oldest first."""
     after = int(get_meta(conn, CURSOR, 0))
-    rows = conn.execute("SELECT id, job_id, old_state, new_state FROM events WHERE id > ? "
-                        "ORDER BY id LIMIT ?", (after, limit)).fetchall()
-    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"]) for r in rows]
+    rows = conn.execute("SELECT id, job_id, old_state, new_state, reason FROM events "
+                        "WHERE id > ? ORDER BY id LIMIT ?", (after, limit)).fetchall()
+    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"], r["reason"] or "")
+            for r in rows]
 
 
 def advance(conn: sqlite3.Connection, event_id: int) -> None:

@@ -48,6 +48,7 @@ class JobChip:
     observed: float | None
     level: str
     match: bool = True
+    idle: bool = False     # its GPUs sat idle past lab.idle_after (controller/idle.py)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def _gpu_line(gpu: GpuView, query: str, reserved: str = "") -> GpuLine:
     chips = tuple(
         JobChip(j.id, j.owner, j.name, j.predicted_speed, j.observed_speed,
                 speed_level(j.predicted_speed, j.observed_speed),
-                match=not query or job_matches(j, query))
+                match=not query or job_matches(j, query), idle=j.idle_since is not None)
         for j in gpu.jobs)
     sample = gpu.sample
     foreign = tuple(Foreign(p.pid, p.name or "", p.used_memory_mib)
@@ -248,6 +249,8 @@ def _row(job: JobView, position: str, now: float, newest: dict[tuple[int, int], 
     if job.state in ON_GPUS:
         since = job.started_at or job.submitted_at
         detail = f"on {_where(job)}" if job.node else job.reason
+        if job.node and job.reason.startswith("idle:"):   # controller/idle.py's mark
+            detail += f" - {job.reason}"
     else:
         since = job.submitted_at
         detail = job.reason or "not looked at yet"

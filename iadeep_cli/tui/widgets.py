@@ -50,7 +50,8 @@ def _chips(gpu: vm.GpuLine) -> list[Text]:
     for chip in gpu.jobs:
         style = LEVEL_STYLE[chip.level] + ("" if chip.match else " dim")
         out.append(Text(f"#{chip.id} {chip.owner}/{chip.name} "
-                        f"{_speed(chip.predicted)}/{_speed(chip.observed)}", style=style))
+                        f"{_speed(chip.predicted)}/{_speed(chip.observed)}"
+                        + (" IDLE" if chip.idle else ""), style=style))
     for proc in gpu.foreign:
         out.append(Text(f"foreign pid {proc.pid} {proc.name} {_gib(proc.mem_mib)}G",
                         style="magenta"))

@@ -282,3 +282,23 @@ def test_shared_paths_per_node_or_from_the_lab():
                                           "an absolute directory path"):
         parse_inventory("nodes:\n  - name: a\n    shared_paths: [home]\n    host: a\n",
                         Path("n.yaml"))
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("idle_action: kill", "lab/nodes.yaml:2: lab.idle_action: expected notify or requeue or "
+                          "cancel, got 'kill'"),
+    ("idle_after: 0", "lab/nodes.yaml:2: lab.idle_after: expected a duration > 0 (e.g. 30m), "
+                      "got 0"),
+    ("idle_util: 100", "lab/nodes.yaml:2: lab.idle_util: expected a GPU utilisation in % "
+                       "(0-99), got 100"),
+])
+def test_idle_settings_are_checked_where_written(line, expected):
+    assert _error(f"lab:\n  {line}\nnodes: []\n") == expected
+
+
+def test_idle_settings_default_and_parse():
+    inv = parse_inventory("nodes: []\n", Path("n.yaml"))
+    assert (inv.idle.after_s, inv.idle.action, inv.idle.util) == (1800.0, "notify", 5.0)
+    inv = parse_inventory("lab:\n  idle_after: 2h\n  idle_action: requeue\n  idle_util: 1\n"
+                          "nodes: []\n", Path("n.yaml"))
+    assert (inv.idle.after_s, inv.idle.action, inv.idle.util) == (7200.0, "requeue", 1.0)

@@ -10,14 +10,16 @@ from collections.abc import Callable
 from ...errors import IadeepError
 from ...jobs import Job, JobState
 from ...text import hms
+from .. import idle, oom
 from .backoff import Backoff
 from .context import TIME_LIMIT, Context, Step
 
 
 class Ends(Step):
     def __init__(self, ctx: Context, adapt, launch_health: Backoff,
-                 forget: Callable[[int], None]):
+                 forget: Callable[[int], None], learnt: Callable[[int], None]):
         super().__init__(ctx)
+        self._learnt = learnt   # co-locations recorded here (out of GPU memory): steps/observe
         self.adapt = adapt   # controller/adapt.Adapter: a checkpointed job is requeued there
         self._launch_health = launch_health
         self._forget = forget   # drop a job's profiling samples (steps/profile.py)
@@ -40,6 +42,8 @@ class Ends(Step):
         now = self.clock()
         if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
             return   # it checkpointed on its --checkpoint-signal: queued again
+        if idle.requeued(self.ctx, job):   # stopped for idleness with idle_action: requeue
+            return
         if job.cancel_requested_by:
             new, why = stopped(job)
         elif code == 0:
@@ -51,7 +55,9 @@ class Ends(Step):
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
             why = self._open_failure(job, code) or f"exited with code {code}"
-            if job.spec.retry_on_fail and self.requeue(job, why):
+            # out of GPU memory beside another job: named, learnt, and retried alone (oom.py)
+            why, alone = oom.named(self.ctx, job, code, why, self._learnt)
+            if (alone or job.spec.retry_on_fail) and self.requeue(job, why):
                 return
             new = JobState.FAILED
         self._forget(job.id)

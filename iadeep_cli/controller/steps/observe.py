@@ -23,6 +23,11 @@ class Observe(Step):
         self._new_pairs = 0
         self._last_fit = ctx.clock()
 
+    def learnt(self, pairs: int) -> None:
+        """``pairs`` co-locations recorded outside this step (a job out of GPU memory beside
+        another, ``controller/oom.py``): they count towards the next refit like observed ones."""
+        self._new_pairs += pairs
+
     def run(self, snapshot: ClusterSnapshot, now: float, profiles: dict[str, Profile],
             lab: dict[str, Profile]) -> dict[int, float]:
         """Each running job's observed speed this round (job id -> speed), recorded."""

@@ -1,0 +1,130 @@
+"""Idle GPU holders: a running job whose GPUs show (near) zero utilisation for too long.
+
+Every round, each running job on a node that answered is looked at: when every one of its GPUs
+reports a utilisation at or below ``lab.idle_util`` (default 5 %), its idle spell starts (or
+goes on); any poll above that ends it. A spell of ``lab.idle_after`` (default 30 min) makes the
+job idle, once per attempt:
+
+- it is marked: its reason reads ``idle: GPU node1:0 at or below 5% for 30m``, which `queue list`,
+  `queue why`, the monitor and the web page show, and an event records it (`queue show`);
+- its owner is told through the notification channels (``notify.py``: the event is a
+  ``running -> running`` one whose reason starts with ``idle:``; sent whatever ``--notify``);
+- ``lab.idle_action`` is taken: ``notify`` (only the above), ``cancel`` (stopped like a cancel,
+  "cancelled by iadeep:idle"), or ``requeue`` (stopped and queued again, once: a job that is
+  idle again on a later attempt is only marked and notified).
+
+Spells are kept in memory: a restarted controller starts counting again (a job is never called
+idle sooner than it is).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..jobs import Job, JobState
+from ..snapshot import ClusterSnapshot
+from ..store import cluster, jobs as jobrows
+from ..text import duration
+
+log = logging.getLogger("iadeep.controller")
+ACTOR = "controller"
+PREFIX = "idle:"
+# who asks to stop an idle job, written where a user's name goes (no account has a ":")
+CANCEL = "iadeep:idle"
+REQUEUE = "iadeep:idle-requeue"
+# the meta key of each user's idle GPU-seconds, summed over every idle spell (metrics.py)
+IDLE_GPU_SECONDS = "idle_gpu_seconds"
+
+
+class Host(Protocol):
+    """What this needs of the controller (``steps.Context``): its store, lab and jobs."""
+
+    store: Any
+    inventory: Any
+    clock: Callable[[], float]
+
+    def jobs(self, states, node: str | None = None) -> list[Job]: ...
+
+    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job: ...
+
+    def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job: ...
+
+
+class IdleWatch:
+    """The running jobs' idle spells: (job id, attempt) -> when its GPUs went idle."""
+
+    def __init__(self) -> None:
+        self.since: dict[tuple[int, int], float] = {}
+        self.seen: dict[tuple[int, int], float] = {}   # the spell's last poll, for GPU-hours
+
+    def step(self, loop: Host, snapshot: ClusterSnapshot, now: float) -> list[int]:
+        """Look at every running job once; the ids of those that became idle this round."""
+        settings = loop.inventory.idle
+        answered = {n.name for n in snapshot.nodes if n.reached}
+        running = loop.jobs({JobState.RUNNING})
+        alive = {(j.id, j.attempts) for j in running}
+        self.since = {k: v for k, v in self.since.items() if k in alive}
+        self.seen = {k: v for k, v in self.seen.items() if k in self.since}
+        became = []
+        wasted: dict[str, float] = {}     # user -> idle GPU-seconds this round
+        for job in running:
+            if job.node not in answered or not job.gpu_indices or job.cancel_requested_by:
+                continue
+            gpus = [snapshot.gpu(job.node, i) for i in job.gpu_indices]
+            utils = [g.utilization_gpu if g is not None else None for g in gpus]
+            key = (job.id, job.attempts)
+            if any(u is None or u > settings.util for u in utils):
+                self.since.pop(key, None)
+                self.seen.pop(key, None)
+                if job.idle_since is not None and job.reason.startswith(PREFIX):
+                    with loop.store.tx() as conn:   # busy again: the mark goes, the event stays
+                        jobrows.update(conn, job.id, reason="busy again after being idle")
+                continue
+            since = self.since.setdefault(key, now)
+            if key in self.seen:      # idle at this poll and the last: the time between counts
+                wasted[job.owner] = (wasted.get(job.owner, 0.0)
+                                     + (now - self.seen[key]) * len(job.gpu_indices))
+            self.seen[key] = now
+            after = job.spec.idle_after_s or settings.after_s      # --idle-after wins
+            if now - since < after or job.idle_since is not None:
+                continue
+            self._mark(loop, job, since, now, settings)
+            became.append(job.id)
+        if wasted:
+            with loop.store.tx() as conn:
+                total = cluster.get_meta(conn, IDLE_GPU_SECONDS, {})
+                for user, seconds in wasted.items():
+                    total[user] = total.get(user, 0.0) + seconds
+                cluster.set_meta(conn, IDLE_GPU_SECONDS, total)
+        return became
+
+    @staticmethod
+    def _mark(loop: Host, job: Job, since: float, now: float, settings) -> None:
+        where = ",".join(f"{job.node}:{i}" for i in job.gpu_indices)
+        reason = (f"{PREFIX} GPU{'s' if len(job.gpu_indices) > 1 else ''} {where} at "
+                  f"or below {settings.util:g}% for {duration(now - since)}")
+        action = settings.action
+        if action == "requeue" and job.idle_requeued:
+            action = "notify"                       # requeued once already: only told
+        stop = {"cancel": CANCEL, "requeue": REQUEUE}.get(action)
+        said = reason + {"notify": "", "cancel": "; cancelling it",
+                         "requeue": "; requeueing it (once)"}[action]
+        with loop.store.tx() as conn:
+            jobrows.update(conn, job.id, idle_since=since, reason=said,
+                           **({"cancel_requested_by": stop} if stop else {}))
+            jobrows.add_event(conn, job.id, now, JobState.RUNNING, JobState.RUNNING, said, ACTOR)
+        log.warning("job %d (%s/%s) %s", job.id, job.owner, job.name, said)
+
+
+def requeued(loop: Host, job: Job) -> bool:
+    """For ``steps/ends.py`` when a job's attempt ends: queue a job stopped for idleness again
+    (once); False for any other job. Its attempt has ended on its node, so a new one may
+    start (``store.jobs.requeue``: the attempt dropped whole, its node remembered)."""
+    if job.cancel_requested_by != REQUEUE:
+        return False
+    why = f"{job.reason.split(';')[0]}; requeued once"   # the idle mark, before the move
+    job = loop.move(job, JobState.LOST, "stopped for idleness")
+    loop.requeue(job, why, started=True,
+                 cancel_requested_by=None, idle_since=None, idle_requeued=True)
+    return True
