@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from . import controller, logs, model, monitor, nodes, profile, queue, report, sim, status  # noqa: F401  (they register on `app`)
+from . import controller, logs, model, monitor, nodes, profile, queue, report, sim, status, tune  # noqa: F401  (they register on `app`)
 from .errors import run
 from .root import app
 

@@ -42,6 +42,7 @@ from ..snapshot import ClusterSnapshot, GpuSample
 from ..store import Store, cluster, impact, jobs as jobrows, profiles as profrows
 from ..text import clock, hms
 from .fairshare import FairShareRound
+from .tune import SelfTuning
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -159,6 +160,7 @@ class SchedulingLoop:
         self.fairshare = FairShareRound()   # lab.policy.fairshare: usage -> priority points
         self.adapt = Adapter(self)   # run-time adaptation (controller/adapt.py)
         self._durations: tuple[float, Durations] | None = None   # (read at, run times)
+        self.tuning = SelfTuning(store, clock())   # self-tuned plan() settings (tune.py)
         self._refit()
 
     @property
@@ -249,6 +251,7 @@ class SchedulingLoop:
         speeds = self._observe_speeds(snapshot, now, profiles, lab)
         self.adapt.step(now, speeds, snapshot)
         self.adapt.phase_step(now, snapshot, profiles, lab)   # phase changes refresh profiles
+        self.tuning.step(now, self.inventory)   # self-tuning: a replay due, or its answer
         self._schedule(snapshot, profiles)
         self._clean_old_dirs(snapshot, now)
 
@@ -705,6 +708,7 @@ class SchedulingLoop:
         snapshot = self._without_failing_nodes(snapshot)
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
+        inventory = self.tuning.applied(self.inventory)   # with self-tuned settings, if any
         closed = self.adapt.closed(now)
         speeds: dict[tuple[str, ...], ModelSpeeds | None] = {}   # per set of GPU models
 
@@ -717,7 +721,7 @@ class SchedulingLoop:
             if models not in speeds:
                 speeds[models] = self._model_speeds(models)
             return plan(jobs, slots, residents, profiles, CautiousModel(self.model),
-                        self.inventory.policy, self.inventory.user_limits, now,
+                        inventory.policy, self.inventory.user_limits, now,
                         fairshare=fair, closed=closed, speeds=speeds[models],
                         durations=durations)
 
@@ -725,7 +729,7 @@ class SchedulingLoop:
 
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self._jobs(ACTIVE)                                          # yielded
-        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(decided.waits))
         by_id = {j.id: j for j in queue}
