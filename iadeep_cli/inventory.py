@@ -149,6 +149,13 @@ class Policy:
     reserve_after_s: float = 3600.0  # a blocked whole-GPU job then reserves GPUs (no starvation)
     fairshare: FairShare | None = None   # None: off, priority is base + aging alone
     adapt: AdaptPolicy = field(default_factory=AdaptPolicy)   # acting on running jobs
+    # Self-tuning (controller/tune.py): the controller replays its recent history under other
+    # values of sharing, min_speed and max_jobs_per_gpu and adopts a clearly better one. A key
+    # written in nodes.yaml is ``pinned``: never changed. self_tune: false turns it off.
+    self_tune: bool = True
+    tune_every_s: float = 6 * 3600.0   # at most this often
+    tune_days: float = 14.0            # on the jobs submitted in the last this many days
+    pinned: tuple[str, ...] = ()       # set by the parser: the tunable keys nodes.yaml gives
 
 
 @dataclass(frozen=True)
@@ -504,7 +511,21 @@ _POLICY_FIELDS = {
     "aging_per_hour": _at_least_0, "reserve_after_s": _at_least_0,
     "fairshare": _fairshare,
     "adapt": lambda ctx, n, w: AdaptPolicy(**_mapping(ctx, n, w, _ADAPT_FIELDS)),
+    "self_tune": _bool,
+    # a replay costs seconds to minutes of a core (a niced child, one at a time)
+    "tune_every": lambda ctx, n, w: _within(_duration, lambda v: v >= 1,
+                                            "a duration of at least 1 s")(ctx, n, w),
+    "tune_days": _within(_num, lambda v: 0 < v <= 365, "a number of days in (0, 365]"),
 }
+TUNABLE_KEYS = ("max_jobs_per_gpu", "min_speed", "sharing")   # sim/whatif.py tries these
+
+
+def _policy(ctx: _Ctx, node: yaml.Node, where: str) -> Policy:
+    """``lab.policy``; the tunable keys it gives are pinned (self-tuning leaves them)."""
+    given = _mapping(ctx, node, where, _POLICY_FIELDS)
+    renamed = {"tune_every": "tune_every_s"}
+    fields = {renamed.get(k, k): v for k, v in given.items()}
+    return Policy(**fields, pinned=tuple(k for k in TUNABLE_KEYS if k in given))
 
 # 0 is allowed: it stops a user from starting jobs without removing their account.
 _LIMIT_FIELDS = {"max_gpus": _count, "max_jobs": _count}
@@ -644,7 +665,7 @@ _LAB_FIELDS = {
                              f"seconds >= {MIN_POLL_INTERVAL_S:g}"),
     "node_grace": _within(_num, lambda v: v > 0, "seconds > 0"),
     "default_retries": _count,
-    "policy": lambda ctx, n, w: Policy(**_mapping(ctx, n, w, _POLICY_FIELDS)),
+    "policy": _policy,
     "user_limits": _user_limits, "job_dir_retention": _duration, "notify": _notify,
     "default_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),
     "max_time_limit": _within(_duration, lambda v: v > 0, "a duration > 0"),

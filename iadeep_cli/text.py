@@ -217,3 +217,11 @@ def field_text(name: str, value) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(str(v) for v in value)
     return str(getattr(value, "value", value))   # an enum (a job's state) by its value
+
+
+def settings_label(settings) -> str:
+    """One candidate of self-tuning in words: ``3/GPU, floor 0.3, threshold``."""
+    k = settings["max_jobs_per_gpu"]
+    if k == 1:
+        return "1/GPU (exclusive)"
+    return f"{k}/GPU, floor {settings['min_speed']:g}, {settings['sharing']}"

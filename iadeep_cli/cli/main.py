@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (they register on `app`)
     run,
     sim,
     status,
+    tune,
     web,
 )
 from .errors import run as run_app

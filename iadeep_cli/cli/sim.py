@@ -33,10 +33,11 @@ def _progress_printer():
 @main_app.command("sim")
 def sim(
     jobs: int = typer.Option(300, "--jobs", "-n", help="Number of jobs to generate."),
-    gpus: str = typer.Option("8", "--gpus", "-g", help="GPUs in the cluster (nodes of up to "
-                             "8): a number of H200s, or GPU models and counts, e.g. "
-                             "h200:8,a100:8 (a100: derived from the H200 data, see "
-                             "docs/simulator.md)."),
+    gpus: str | None = typer.Option(None, "--gpus", "-g", help="GPUs in the cluster (nodes of "
+                                    "up to 8): a number of H200s, or GPU models and counts, "
+                                    "e.g. h200:8,a100:8 (a100: derived from the H200 data, "
+                                    "see docs/simulator.md). Default: 8; with --trace-from-db "
+                                    "the lab's GPUs as the controller last saw them."),
     load: float = typer.Option(1.2, "--load", help="Arrival rate relative to what the cluster "
                                "serves with one job per GPU (1.0 = saturated)."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
@@ -73,6 +74,14 @@ def sim(
     phase_shift: float = typer.Option(0.0, "--phase-shift", help="Fraction of jobs (0-1) "
                                       "that switch to another workload partway (between 20% "
                                       "and 80% of their work; the true speeds switch too)."),
+    trace_from_db: bool = typer.Option(False, "--trace-from-db", help="Replay the lab's own "
+                                       "jobs (the controller's database; its profiles, "
+                                       "measured pairs and model) instead of generated jobs."),
+    days: float = typer.Option(14.0, "--days", help="With --trace-from-db: the jobs "
+                               "submitted in the last N days."),
+    save_trace: str | None = typer.Option(None, "--save-trace", metavar="FILE.csv",
+                                          help="Also write the trace simulated as a --trace "
+                                          "CSV (submit_s,workload,duration_s,gpus,user)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
     from ..inventory import FairShare
@@ -87,12 +96,18 @@ def sim(
                          hint="e.g. --phase-shift 0.3 (30% of the jobs change workload)")
     names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
              else simrun.DEFAULT_POLICIES)
-    n_gpus, layout = parse_gpus(gpus)
+    inputs, per_node = None, 8
+    if trace_from_db:   # the lab's trace, written where --trace reads it; the lab's inputs
+        trace, inputs, (lab_gpus, per_node) = _lab_trace(days, save_trace, trace, profiles,
+                                                         truth, triples, model, lowo, seeds,
+                                                         sweep)
+        gpus = gpus or str(lab_gpus)
+    n_gpus, layout = parse_gpus(gpus or "8")
     settings = simrun.SimSettings(jobs=jobs, gpus=n_gpus, layout=layout, load=load, seed=seed,
                                   multi_gpu_frac=multi_gpu, trace=trace, profiles=profiles,
                                   truth=truth, triples=triples, model=model, policies=names,
                                   lowo=lowo, fairshare=FairShare() if fairshare else None,
-                                  phase_shift=phase_shift)
+                                  phase_shift=phase_shift, gpus_per_node=per_node)
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)
@@ -109,7 +124,10 @@ def sim(
             if plot:
                 typer.echo(f"plot written to {plot}")
         return
-    report = simrun.run_sim(settings, progress=_progress_printer())
+    if save_trace and not trace_from_db:
+        from ..sim.engine import write_trace
+        write_trace(simrun.build_trace(settings, *simrun.load_inputs(settings)[:2]), save_trace)
+    report = simrun.run_sim(settings, progress=_progress_printer(), inputs=inputs)
     if plot:
         simrun.plot_jct(report, plot)
     if as_json:
@@ -118,3 +136,50 @@ def sim(
         typer.echo(simrun.format_table(report))
         if plot:
             typer.echo(f"plot written to {plot}")
+
+
+def _lab_trace(days: float, save: str | None, trace, profiles, truth, triples, model, lowo,
+               seeds: int, sweep) -> tuple[str, tuple, tuple[int, int]]:
+    """(the trace CSV, (profiles, truth, model), the lab's GPUs and GPUs of its largest
+    node) for --trace-from-db."""
+    import atexit
+    import os
+    import tempfile
+    import time
+
+    from ..sim import whatif
+    from ..sim.engine import write_trace
+    from .report import open_database
+
+    clash = [name for name, given in (("--trace", trace), ("--profiles", profiles),
+                                      ("--truth", truth), ("--triples", triples),
+                                      ("--model", model), ("--lowo", lowo),
+                                      ("--seeds", seeds != 1), ("--sweep", sweep)) if given]
+    if clash:
+        raise InputError(f"--trace-from-db replays the lab's jobs with the lab's profiles, "
+                         f"pairs and model; it cannot be combined with {clash[0]}",
+                         hint=f"drop {clash[0]}")
+    if not 0 < days <= 365:
+        raise InputError(f"--days must be in (0, 365], got {days:g}", hint="e.g. --days 14")
+    store = open_database()
+    try:
+        now = time.time()
+        known = whatif.known_profiles(store)
+        with store.read() as conn:
+            found = whatif.lab_trace(conn, now - days * whatif.DAY_S, now, known)
+            n_gpus, per_node = whatif.layout(conn)
+        if not found.jobs:
+            raise InputError(f"no job of the last {days:g} days can be replayed "
+                             f"({found.note()})", hint="try a longer --days")
+        inputs = whatif.lab_inputs(store, store.path.with_name("interference-model.json"),
+                                   {j.workload for j in found.jobs})
+    finally:
+        store.close()
+    if save:
+        path = save
+    else:   # removed when the command ends
+        fd, path = tempfile.mkstemp(prefix="iadeep-trace-", suffix=".csv")
+        os.close(fd)
+        atexit.register(os.unlink, path)
+    write_trace(found.jobs, path)
+    return path, inputs, (n_gpus, per_node) if n_gpus > 0 else (8, 8)

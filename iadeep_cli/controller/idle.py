@@ -19,13 +19,15 @@ idle sooner than it is).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from ..jobs import Job, JobState
 from ..snapshot import ClusterSnapshot
 from ..store import cluster, jobs as jobrows
 from ..text import duration
+
+if TYPE_CHECKING:
+    from .steps.context import Context  # the controller's shared parts
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -37,20 +39,6 @@ REQUEUE = "iadeep:idle-requeue"
 IDLE_GPU_SECONDS = "idle_gpu_seconds"
 
 
-class Host(Protocol):
-    """What this needs of the controller (``steps.Context``): its store, lab and jobs."""
-
-    store: Any
-    inventory: Any
-    clock: Callable[[], float]
-
-    def jobs(self, states, node: str | None = None) -> list[Job]: ...
-
-    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job: ...
-
-    def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job: ...
-
-
 class IdleWatch:
     """The running jobs' idle spells: (job id, attempt) -> when its GPUs went idle."""
 
@@ -58,7 +46,7 @@ class IdleWatch:
         self.since: dict[tuple[int, int], float] = {}
         self.seen: dict[tuple[int, int], float] = {}   # the spell's last poll, for GPU-hours
 
-    def step(self, loop: Host, snapshot: ClusterSnapshot, now: float) -> list[int]:
+    def step(self, loop: Context, snapshot: ClusterSnapshot, now: float) -> list[int]:
         """Look at every running job once; the ids of those that became idle this round."""
         settings = loop.inventory.idle
         answered = {n.name for n in snapshot.nodes if n.reached}
@@ -100,7 +88,7 @@ class IdleWatch:
         return became
 
     @staticmethod
-    def _mark(loop: Host, job: Job, since: float, now: float, settings) -> None:
+    def _mark(loop: Context, job: Job, since: float, now: float, settings) -> None:
         where = ",".join(f"{job.node}:{i}" for i in job.gpu_indices)
         reason = (f"{PREFIX} GPU{'s' if len(job.gpu_indices) > 1 else ''} {where} at "
                   f"or below {settings.util:g}% for {duration(now - since)}")
@@ -117,7 +105,7 @@ class IdleWatch:
         log.warning("job %d (%s/%s) %s", job.id, job.owner, job.name, said)
 
 
-def requeued(loop: Host, job: Job) -> bool:
+def requeued(loop: Context, job: Job) -> bool:
     """For ``steps/ends.py`` when a job's attempt ends: queue a job stopped for idleness again
     (once); False for any other job. Its attempt has ended on its node, so a new one may
     start (``store.jobs.requeue``: the attempt dropped whole, its node remembered)."""

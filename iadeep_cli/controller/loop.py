@@ -10,6 +10,7 @@
     profile    steps/profile.py    new workloads sampled alone on their GPU, then profiled
     observe    steps/observe.py    running jobs' speeds and co-location pairs recorded (refit)
     adapt      adapt.py            a shared GPU gone wrong: closed, a job suspended; phases
+    tune       tune.py             self-tuning: a what-if replay due (a child), or its answer
     schedule   steps/schedule.py   the queue placed (the pure ``plan()``), placements launched
     clean      steps/clean.py      finished jobs' old directories removed on their nodes
 
@@ -66,6 +67,7 @@ from .steps.poll import Poll
 from .steps.profile import Profiler
 from .steps.reconcile import Reconcile
 from .steps.schedule import Schedule
+from .tune import SelfTuning
 
 __all__ = ["NodeActions", "SchedulingLoop"]
 log = logging.getLogger("iadeep.controller")
@@ -109,8 +111,9 @@ class SchedulingLoop:
         self.cancels = Cancels(ctx)
         self.speeds = Observe(ctx, self.observer, self.refit)
         self.launches = Launches(ctx, self.ends, launch_health, scripts_dir)
+        self.tuning = SelfTuning(store, clock())   # self-tuned plan() settings (tune.py)
         self.schedule = Schedule(ctx, self.adapt, self.launches, launch_health, self.fairshare,
-                                 lambda: self.model)
+                                 lambda: self.model, self.tuning.applied)
         self.clean = Clean(ctx)
         self.refit()
 
@@ -130,6 +133,7 @@ class SchedulingLoop:
         speeds = self.speeds.run(snapshot, now, profiles, lab)
         self.adapt.step(now, speeds, snapshot)
         self.adapt.phase_step(now, snapshot, profiles, lab)   # phase changes refresh profiles
+        self.tuning.step(now, self.inventory)   # self-tuning: a replay due, or its answer
         self.schedule.run(snapshot, profiles)
         self.clean.old_dirs(snapshot, now)
 

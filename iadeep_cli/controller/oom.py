@@ -19,12 +19,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from ..errors import IadeepError
 from ..jobs import ACTIVE, Job, JobState
 from ..profiles import CoLocation
 from ..store import cluster, jobs as jobrows, profiles as profrows
+
+if TYPE_CHECKING:
+    from .steps.context import Context  # the controller's shared parts
 
 log = logging.getLogger("iadeep.controller")
 TAIL_BYTES = 8192     # the end of the log that is searched (a Python traceback ends there)
@@ -39,22 +42,13 @@ PATTERNS = re.compile(
     r"|out of memory while trying to allocate", re.IGNORECASE)
 
 
-class Host(Protocol):
-    """What this needs of the controller: its store, node pool and clock (``steps.Context``,
-    which ``steps/ends.py`` passes when a job fails)."""
-
-    pool: Any
-    store: Any
-    clock: Callable[[], float]
-
-
 def is_oom(tail: str) -> bool:
     """Whether the log's last lines show a CUDA out-of-memory error."""
     lines = tail.rstrip("\n").split("\n")[-TAIL_LINES:]
     return any(PATTERNS.search(line) for line in lines)
 
 
-def read_tail(loop: Host, job: Job) -> str | None:
+def read_tail(loop: Context, job: Job) -> str | None:
     """The end of the job's log (stderr's file when it has its own), or None if unreadable."""
     if job.node is None:
         return None
@@ -71,7 +65,7 @@ def read_tail(loop: Host, job: Job) -> str | None:
     return data.decode("utf-8", "replace")
 
 
-def partners(loop: Host, job: Job, now: float) -> list[Job]:
+def partners(loop: Context, job: Job, now: float) -> list[Job]:
     """The other jobs on the job's GPUs: still there, or ended in the last ``RECENT_S``."""
     if job.node is None or not job.gpu_indices:
         return []
@@ -93,7 +87,7 @@ def reason(job: Job, code: int, others: list[Job]) -> str:
     return text
 
 
-def learn(loop: Host, job: Job, others: list[Job], now: float) -> int:
+def learn(loop: Context, job: Job, others: list[Job], now: float) -> int:
     """Record each pair (job, partner) of known workloads as unsafe; how many were recorded."""
     if not job.spec.workload:
         return 0
@@ -110,7 +104,7 @@ def learn(loop: Host, job: Job, others: list[Job], now: float) -> int:
     return count
 
 
-def named(loop: Host, job: Job, code: int, why: str,
+def named(loop: Context, job: Job, code: int, why: str,
           learnt: Callable[[int], None]) -> tuple[str, bool]:
     """(the failure's reason, whether to requeue it even without --retry-on-fail): for a job
     that ran out of GPU memory, that reason; if it shared, it is marked to run alone next, and

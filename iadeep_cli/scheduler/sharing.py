@@ -125,27 +125,29 @@ def best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
     model's GPUs), or None and why not. GPUs whose residents have the same signature (labels,
     floors and, with ``sharing: jct``, completion-index bucket) are judged once."""
     jct = policy.sharing == "jct"
+    # what joining a class of GPUs predicts depends only on the class and the newcomer's key:
+    # worked out once a round (a round asks it for every queued job of the same workload)
+    memo = rnd.__dict__.setdefault("_judged", {})
     best: tuple[float, _Gpu, dict[int, float]] | None = None
     why = ""
     rank = 0   # how informative `why` is: memory < value < floor
-    for (gpu_model, _), all_gpus in rnd.shareable.items():
+    for cls, all_gpus in rnd.shareable.items():
+        gpu_model = cls[0]
         if model is not None and gpu_model != model:
             continue
         gpus = all_gpus if ok is anywhere else {k: g for k, g in all_gpus.items() if ok(g)}
         if not gpus:
             continue
         sample = next(iter(gpus.values()))
-        group = sorted([*sample.residents, res], key=lambda r: r.key)
-        speeds = predict([r.profile for r in group])
-        old = predict([r.profile for r in sample.residents]) if len(sample.residents) > 1 \
-            else (1.0,)
-        low = next(((r, s) for r, s in zip(group, speeds) if s < r.floor), None)
-        if low is not None:
-            r, s = low
+        order, speeds, old, low_at = _judged(memo, cls, sample.residents, res, predict)
+        if low_at is not None:
+            r, s = [*sample.residents, res][order[low_at]], speeds[low_at]
             who = "it" if r is res else f"job {r.job_id}"
             why, rank = (f"would slow {who} to {s:.2f} on {sample.name} (floor {r.floor:g})", 3)
             continue
         if jct:
+            items = [*sample.residents, res]
+            group = [items[p] for p in order]
             value, overlap = jct_value(rnd, res, group, speeds, sample.residents, old)
             if value <= 0:
                 if rank < 2:
@@ -169,12 +171,31 @@ def best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
                 why, rank = (f"needs {gib(need, unit=' GiB')} of GPU memory; {sample.name} "
                              f"has {gib(sample.free, unit=' GiB')} free", 1)
             continue
-        ids = {r.job_id: s for r, s in zip(sorted([*g.residents, res], key=lambda r: r.key),
-                                            speeds)}
+        joined = [*g.residents, res]   # g's residents have the sample's keys: same order
+        ids = {joined[p].job_id: s for p, s in zip(order, speeds)}
         best = (score, g, ids)
     if best is None:
         return None, why
     return (best[1], best[2]), ""
+
+
+def _judged(memo: dict, cls: tuple, residents: Sequence[_Res], res: _Res, predict: Callable
+            ) -> tuple[list[int], tuple[float, ...], tuple[float, ...], int | None]:
+    """For a class of GPUs (``cls``: its model and residents' signature) and a newcomer: the
+    order of [*residents, newcomer] by key, the group's predicted speeds in that order, the
+    residents' speeds now, and the first one in that order its floor rules out (or None)."""
+    key = (cls, res.key)
+    hit = memo.get(key)
+    if hit is None:
+        items = [*residents, res]
+        order = sorted(range(len(items)), key=lambda i: items[i].key)
+        group = [items[p] for p in order]
+        speeds = predict([r.profile for r in group])
+        old = predict([r.profile for r in residents]) if len(residents) > 1 else (1.0,)
+        low_at = next((i for i, (r, s) in enumerate(zip(group, speeds)) if s < r.floor),
+                      None)
+        hit = memo[key] = (order, speeds, old, low_at)
+    return hit
 
 
 def jct_value(rnd: _Round, res: _Res, group: Sequence[_Res], speeds: Sequence[float],

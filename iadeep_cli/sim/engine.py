@@ -70,6 +70,7 @@ class PolicyResult:
     preemptions: int = 0
     jcts: tuple[float, ...] = field(repr=False, default=())
     user_waits: dict[str, float] = field(default_factory=dict)   # mean queue wait per user
+    waits: tuple[float, ...] = field(repr=False, default=())   # each started job's queue wait
 
     def to_dict(self) -> dict:
         out: dict[str, object] = {
@@ -437,4 +438,5 @@ def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> 
         busy_gpu_s / (n_gpus * makespan) if makespan > 0 else 0.0,
         sum(waits) / len(waits), len(shared) / len(jobs),
         jcts=tuple(jct[j.id] for j in jobs if j.id in jct),
-        user_waits={u: sum(w) / len(w) for u, w in sorted(by_user.items())})
+        user_waits={u: sum(w) / len(w) for u, w in sorted(by_user.items())},
+        waits=tuple(waits))

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import InvalidTransition
+from ...inventory import Inventory
 from ...jobs import ACTIVE, Job, JobState, dependencies
 from ...model.data import shipped_profiles
 from ...profiles import Profile
@@ -28,13 +29,15 @@ RUN_TIMES_REFRESH_S = 600.0
 
 class Schedule(Step):
     def __init__(self, ctx: Context, adapt, launches: Launches, launch_health: Backoff,
-                 fairshare: FairShareRound, model: Callable[[], Any]):
+                 fairshare: FairShareRound, model: Callable[[], Any],
+                 tuned: Callable[[Inventory], Inventory] = lambda inventory: inventory):
         super().__init__(ctx)
         self.adapt = adapt   # controller/adapt.Adapter: closed GPUs, --opportunistic room
         self.launches = launches
         self._launch_health = launch_health
         self.fairshare = fairshare   # lab.policy.fairshare: usage -> priority points
         self._model = model   # the interference model in use (SchedulingLoop.model)
+        self._tuned = tuned   # the lab with its self-tuned plan() settings (controller/tune.py)
         self._durations: tuple[float, Durations] | None = None   # (read at, run times)
 
     def run(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
@@ -51,6 +54,7 @@ class Schedule(Step):
         snapshot = self._without_failing_nodes(snapshot)
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
+        inventory = self._tuned(self.inventory)   # with self-tuned settings, if any
         closed = self.adapt.closed(now)
         speeds: dict[tuple[str, ...], ModelSpeeds | None] = {}   # per set of GPU models
 
@@ -63,7 +67,7 @@ class Schedule(Step):
             if models not in speeds:
                 speeds[models] = self._model_speeds(models)
             return plan(jobs, slots, residents, profiles, CautiousModel(self._model()),
-                        self.inventory.policy, self.inventory.user_limits, now,
+                        inventory.policy, self.inventory.user_limits, now,
                         fairshare=fair, closed=closed, speeds=speeds[models],
                         durations=durations, reservations=reserved)
 
@@ -72,7 +76,7 @@ class Schedule(Step):
 
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self._jobs(ACTIVE)                                          # yielded
-        slots = slots_from_snapshot(snapshot, active, self.inventory, profiles)
+        slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(decided.waits))
         by_id = {j.id: j for j in queue}
