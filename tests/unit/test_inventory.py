@@ -1,4 +1,5 @@
 """Inventory validation: every mistake names the file, the line and the field."""
+import re
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,16 @@ def test_example_inventory_shows_every_field():
         "lab.policy.fairshare": set(data["lab"]["policy"]["fairshare"]),
         "lab.metrics": set(data["lab"]["metrics"]),
     }
+    text = (ROOT / "nodes.yaml.example").read_text()
+    # the keys self-tuning may change are shown commented out (written, they are pinned)
+    shown["lab.policy"] |= set(re.findall(r"^    # (\w+): ", text, re.M)) & set(
+        inventory.TUNABLE_KEYS)
     assert shown == {"lab": set(inventory._LAB_FIELDS), "lab.policy": set(inventory._POLICY_FIELDS),
                      "lab.notify": set(inventory._NOTIFY_FIELDS),
                      "lab.policy.fairshare": set(inventory._FAIRSHARE_FIELDS),
                      "lab.metrics": set(inventory._METRICS_FIELDS),
                      "lab.user_limits.*": set(inventory._LIMIT_FIELDS),
                      "nodes[*]": set(inventory._NODE_FIELDS)}
-    text = (ROOT / "nodes.yaml.example").read_text()
     assert "WORKDIR/<install id>/<node>/jobs/<id>/" in text   # runtime._scoped_workdirs
     assert "WORKDIR/jobs/ID" not in text
 
@@ -302,3 +306,10 @@ def test_idle_settings_default_and_parse():
     inv = parse_inventory("lab:\n  idle_after: 2h\n  idle_action: requeue\n  idle_util: 1\n"
                           "nodes: []\n", Path("n.yaml"))
     assert (inv.idle.after_s, inv.idle.action, inv.idle.util) == (7200.0, "requeue", 1.0)
+
+
+def test_the_example_pins_nothing_so_a_copied_inventory_is_self_tuned():
+    """A lab that copies nodes.yaml.example as it is gets self-tuning: the keys it may change
+    are shown commented out, since a key written there is pinned."""
+    policy = load_inventory(ROOT / "nodes.yaml.example").policy
+    assert policy.self_tune and policy.pinned == ()
