@@ -18,20 +18,22 @@ from typer._click.core import ParameterSource
 from typer._click.exceptions import MissingParameter, UsageError
 
 from ..errors import InputError
-from ..jobs import (
+from ..jobopts import (
     DIRECTIVE,
     EXPORT_DEFAULT,
     MAX_DIRECTIVE_SCAN,
+    directives,
+    exported_env,
+    parse_names,
+)
+from ..jobs import (
     JobSpec,
     JobState,
     SubmitSpec,
     check_interpreter,
-    directives,
-    exported_env,
     parse_env,
     parse_idle_after,
     parse_job_ids,
-    parse_names,
     parse_time_limit,
     validate_spec,
 )

@@ -27,6 +27,7 @@ from typing import Any
 from .. import checks, messages as m
 from ..errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
 from ..inventory import Inventory
+from ..jobopts import node_allowed, node_rules
 from ..jobs import (
     ACTIVE,
     FINISHED,
@@ -36,8 +37,6 @@ from ..jobs import (
     JobState,
     check_priority,
     dependencies,
-    node_allowed,
-    node_rules,
     parse_array,
     validate_spec,
 )

@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..inventory import Inventory, Policy, UserLimit
-from ..jobs import Job, JobSpec, node_allowed, node_rules
+from ..jobopts import node_allowed, node_rules
+from ..jobs import Job, JobSpec
 from ..profiles import Profile, gpu_model_key
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from iadeep_cli import jobs as J
+from iadeep_cli import jobopts as O, jobs as J
 from iadeep_cli.errors import InputError
 from iadeep_cli.jobs import JobSpec, parse_signal, parse_time_limit, validate_spec
 from iadeep_cli.text import hms
@@ -88,66 +88,66 @@ def test_directives_are_read_from_the_top_only_as_sbatch_does():
             "#SBATCH --gpus 8\n"
             "python train.py\n"
             "#IADEEP --gpus 4\n")
-    assert J.directives(text) == [(4, ["--gpus", "2", "--time", "2:00:00"]),
+    assert O.directives(text) == [(4, ["--gpus", "2", "--time", "2:00:00"]),
                                   (5, ["--name", "lr 3"])]
-    assert J.directives("echo hi\n#IADEEP --gpus 2\n") == []
+    assert O.directives("echo hi\n#IADEEP --gpus 2\n") == []
 
 
 def test_a_directive_with_an_open_quote_names_its_line():
     with pytest.raises(InputError, match="line 2: #IADEEP --name 'x"):
-        J.directives("#!/bin/sh\n#IADEEP --name 'x\n")
+        O.directives("#!/bin/sh\n#IADEEP --name 'x\n")
 
 
 @pytest.mark.parametrize("text,sep,names", [
     ("n1,n2", ",", ("n1", "n2")), ("n1, n2,n1", ",", ("n1", "n2")),
     ("a100&nvlink", "&", ("a100", "nvlink")), ("h200", "&", ("h200",))])
 def test_node_names_and_labels_parse(text, sep, names):
-    assert J.parse_names("--x", text, sep) == names
+    assert O.parse_names("--x", text, sep) == names
 
 
 @pytest.mark.parametrize("text,sep", [("n1,,n2", ","), ("a|b", "&"), ("n[1-3]", ","),
                                       ("", ","), ("a&", "&")])
 def test_slurm_syntax_iadeep_lacks_is_refused_not_misread(text, sep):
     with pytest.raises(InputError):
-        J.parse_names("--x", text, sep)
+        O.parse_names("--x", text, sep)
 
 
 def test_node_allowed_combines_constraint_nodelist_and_exclude():
     spec = JobSpec("/s", constraint=("a100", "nvlink"), nodelist=("n1", "n2"), exclude=("n2",))
-    assert J.node_allowed(spec, "n1", ("a100", "nvlink", "x"))
-    assert not J.node_allowed(spec, "n1", ("a100",))            # a label missing
-    assert not J.node_allowed(spec, "n2", ("a100", "nvlink"))   # excluded
-    assert not J.node_allowed(spec, "n3", ("a100", "nvlink"))   # not in the list
-    assert J.node_allowed(JobSpec("/s"), "any", ())
+    assert O.node_allowed(spec, "n1", ("a100", "nvlink", "x"))
+    assert not O.node_allowed(spec, "n1", ("a100",))            # a label missing
+    assert not O.node_allowed(spec, "n2", ("a100", "nvlink"))   # excluded
+    assert not O.node_allowed(spec, "n3", ("a100", "nvlink"))   # not in the list
+    assert O.node_allowed(JobSpec("/s"), "any", ())
 
 
 def test_run_dir_chdir_then_shared_submission_dir_then_job_dir():
-    assert J.run_dir(JobSpec("/s", workdir="/w", submit_dir="/home/a/p"), ("/home",)) == "/w"
+    assert O.run_dir(JobSpec("/s", workdir="/w", submit_dir="/home/a/p"), ("/home",)) == "/w"
     shared = JobSpec("/s", submit_dir="/home/a/p")
-    assert J.run_dir(shared, ("/data", "/home/")) == "/home/a/p"
-    assert J.run_dir(shared, ("/home/a/p",)) == "/home/a/p"
-    assert J.run_dir(shared, ("/home/a/pp", "/hom")) is None     # path prefixes, not strings
-    assert J.run_dir(shared, ()) is None
-    assert "not in n1's shared_paths" in J.run_dir_note(shared, "n1", ())
-    assert "submission directory, shared on n1" in J.run_dir_note(shared, "n1", ("/home",))
+    assert O.run_dir(shared, ("/data", "/home/")) == "/home/a/p"
+    assert O.run_dir(shared, ("/home/a/p",)) == "/home/a/p"
+    assert O.run_dir(shared, ("/home/a/pp", "/hom")) is None     # path prefixes, not strings
+    assert O.run_dir(shared, ()) is None
+    assert "not in n1's shared_paths" in O.run_dir_note(shared, "n1", ())
+    assert "submission directory, shared on n1" in O.run_dir_note(shared, "n1", ("/home",))
 
 
 def test_output_patterns_fill_job_id_user_and_name():
-    assert J.expand_pattern("out-%j-%u-%x.%%j.%A", 7, "alice", "lr3") == "out-7-alice-lr3.%j.%A"
+    assert O.expand_pattern("out-%j-%u-%x.%%j.%A", 7, "alice", "lr3") == "out-7-alice-lr3.%j.%A"
 
 
 def test_export_default_names_all_and_none():
     env = {"PATH": "/opt/bin:/bin", "LANG": "C.UTF-8", "SECRET": "s", "HOME": "/home/a",
            "SSH_AUTH_SOCK": "/tmp/x", "IADEEP_HOME": "/x", "PS1": "\x1b[1m$ ",
            "BASH_FUNC_f%%": "() { :; }"}
-    assert J.exported_env(None, env) == ((("PATH", "/opt/bin:/bin"), ("LANG", "C.UTF-8")), ())
-    assert J.exported_env("NONE", env) == ((), ())
-    assert J.exported_env("SECRET,LANG", env) == ((("SECRET", "s"), ("LANG", "C.UTF-8")), ())
-    pairs, skipped = J.exported_env("ALL", env)
+    assert O.exported_env(None, env) == ((("PATH", "/opt/bin:/bin"), ("LANG", "C.UTF-8")), ())
+    assert O.exported_env("NONE", env) == ((), ())
+    assert O.exported_env("SECRET,LANG", env) == ((("SECRET", "s"), ("LANG", "C.UTF-8")), ())
+    pairs, skipped = O.exported_env("ALL", env)
     assert dict(pairs) == {"PATH": "/opt/bin:/bin", "LANG": "C.UTF-8", "SECRET": "s"}
     assert skipped == ("PS1",)
     with pytest.raises(InputError, match="NOPE is not set here"):
-        J.exported_env("NOPE", env)
+        O.exported_env("NOPE", env)
 
 
 def test_variables_that_change_how_programs_load_are_refused_everywhere():
@@ -164,17 +164,17 @@ def test_variables_that_change_how_programs_load_are_refused_everywhere():
         with pytest.raises(InputError, match=f"^--export {name}: "):
             validate_spec(JobSpec("/s", exported=((name, "/home/m/x"),)))
         with pytest.raises(InputError, match=f"--export {name}: "):
-            J.exported_env(name, {name: "/home/m/x"})
+            O.exported_env(name, {name: "/home/m/x"})
     for name in ("PATH", "LR", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "CUDA_LAUNCH_BLOCKING",
                  "LDFLAGS", "TMPDIR", "OMP_NUM_THREADS"):
         assert not J.unsafe_env(name), name
         validate_spec(JobSpec("/s", env=((name, "1"),), exported=((name, "1"),)))
     env = {"PATH": "/bin", "LD_LIBRARY_PATH": "/opt/cuda/lib64", "PYTHONPATH": "/src",
            "PYTHONUNBUFFERED": "1"}
-    pairs, skipped = J.exported_env("ALL", env)
+    pairs, skipped = O.exported_env("ALL", env)
     assert dict(pairs) == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
     assert set(skipped) == {"LD_LIBRARY_PATH", "PYTHONPATH"}
-    assert J.exported_env(None, env) == ((("PATH", "/bin"),), ())
+    assert O.exported_env(None, env) == ((("PATH", "/bin"),), ())
 
 
 def test_spec_checks_the_new_fields():

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...inventory import Inventory
-from ...jobs import Job, JobState, run_dir_note
+from ...jobopts import run_dir_note
+from ...jobs import Job, JobState
 from ...nodes.connection import Pool
 from ...store import Store, jobs as jobrows
 from ..actions import NodeActions

@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from ... import jobs
+from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
 from ...inventory import BackendKind
 from ...jobs import SIGNALS, Job
@@ -215,16 +215,16 @@ def _env_file(job: Job) -> bytes:
 
 
 def run_dir(pool: NodeAccess, node: str, job: Job) -> str | None:
-    """The job's working directory on ``node`` (None: its job directory): see ``jobs.run_dir``."""
-    return jobs.run_dir(job.spec, pool.node(node).shared_paths)
+    """The job's working directory on ``node`` (None: its job directory): ``jobopts.run_dir``."""
+    return jobopts.run_dir(job.spec, pool.node(node).shared_paths)
 
 
 def stream_path(pool: NodeAccess, node: str, job: Job, stream: str) -> str:
     """The path of the job's ``stream`` ("output" or "error") on ``node``, as the controller
-    reads it (``jobs.stream_path``): relative to the working directory, the job directory's
+    reads it (``jobopts.stream_path``): relative to the working directory, the job directory's
     ``log`` for output without --output."""
     jdir = job_dir(workdir(pool, node), job.id)
-    return jobs.stream_path(job, stream, f"{jdir}/log", run_dir(pool, node, job) or jdir)
+    return jobopts.stream_path(job, stream, f"{jdir}/log", run_dir(pool, node, job) or jdir)
 
 
 def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
@@ -271,7 +271,7 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     # As the wrapper opens them, after its cd: relative names stay relative (stream_path
     # makes the same paths absolute to read them).
     out_file, err_file = ("''" if p is None else remote_path(
-        jobs.expand_pattern(p, job.id, job.owner, job.name)) for p in (spec.output, spec.error))
+        jobopts.expand_pattern(p, job.id, job.owner, job.name)) for p in (spec.output, spec.error))
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"

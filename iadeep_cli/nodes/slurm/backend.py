@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ... import jobs
+from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError
 from ...inventory import BackendKind, Inventory, Node, SlurmSettings
 from ...jobs import SIGNALS, Job
@@ -118,14 +118,14 @@ def run_dir(job: Job) -> str:
 
 
 def stream_path(job: Job, stream: str) -> str:
-    """The job's --output/--error file (``jobs.stream_path``; ``%j`` is iadeep's id), else
+    """The job's --output/--error file (``jobopts.stream_path``; ``%j`` is iadeep's id), else
     ``iadeep-<id>.out`` in its working directory; ``~`` is the owner's home here."""
     base = run_dir(job)
     try:
         home = pwd.getpwnam(job.owner).pw_dir
     except KeyError:   # no such account here: a ``~`` name stays as written (never read)
         home = None
-    return jobs.stream_path(job, stream, f"{base.rstrip('/')}/iadeep-{job.id}.out", base,
+    return jobopts.stream_path(job, stream, f"{base.rstrip('/')}/iadeep-{job.id}.out", base,
                             home=home)
 
 

@@ -28,7 +28,7 @@ def discover(settings: SlurmSettings, slurm: Slurm | None = None) -> tuple[Node,
             continue
         gpus = gpu_types(str(n.get("gres") or ""), settings.gpu_type_prefix)["gpu"]
         # shared_paths "/": a job runs where it was submitted, as sbatch's do (``run_dir``),
-        # and `queue why` says so (``jobs.run_dir_note``)
+        # and `queue why` says so (``jobopts.run_dir_note``)
         nodes.append(Node(name=str(n["name"]), host=str(n.get("hostname") or n["name"]),
                           gpus=tuple(sorted(gpus)), backend=BackendKind.SLURM, shared_paths=("/",)))
     if not nodes:
