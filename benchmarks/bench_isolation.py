@@ -46,7 +46,7 @@ def _seed_history(db: Path, n: int) -> None:
     """``n`` finished jobs, as a long-lived lab has (written beside the running controller:
     WAL, one transaction)."""
     from iadeep_cli.jobs import JobSpec, JobState
-    from iadeep_cli.store import Store, jobs as jobrows
+    from iadeep_cli.store import Store, jobrows
 
     store = Store(db)
     try:

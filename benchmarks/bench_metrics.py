@@ -46,7 +46,7 @@ MODES = {"off": ("metrics off (baseline)", None), "on": ("metrics on, not scrape
 def _history(store, count: int) -> None:
     """``count`` finished jobs, as a lab accumulates them (the per-state counts scan them)."""
     from iadeep_cli.jobs import JobSpec, JobState as S
-    from iadeep_cli.store import jobs as jobrows
+    from iadeep_cli.store import jobrows
 
     now = time.time() - 86400
     ends = (S.SUCCEEDED, S.SUCCEEDED, S.SUCCEEDED, S.FAILED, S.CANCELLED)

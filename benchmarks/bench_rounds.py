@@ -34,7 +34,7 @@ GPUS = 8
 def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
     """Job ``index``: recorded, started on its node by the launcher, recorded running."""
     from iadeep_cli.jobs import JobSpec, JobState
-    from iadeep_cli.store import jobs as jobrows
+    from iadeep_cli.store import jobrows
 
     node, gpu = nodes[index % len(nodes)], (index // len(nodes)) % GPUS
     now = time.time()

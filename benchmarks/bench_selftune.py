@@ -23,7 +23,7 @@ from iadeep_cli.jobs import JobSpec
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.sim.engine import generate_jobs
 from iadeep_cli.snapshot import GpuSample, NodeSnapshot
-from iadeep_cli.store import Store, cluster, jobs as jobrows
+from iadeep_cli.store import Store, cluster, jobrows
 
 DAY_S = 86400.0
 

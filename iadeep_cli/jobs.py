@@ -133,7 +133,7 @@ class Attempt:
     what was asked (``JobSpec``) and from the job's own history (``Job``: its state, retries
     spent, orphans), as dstack keeps ``JobSpec``, ``JobSubmission`` and ``Job`` apart.
 
-    A job going back to the queue (``store.jobs.requeue``) or losing its placement drops its
+    A job going back to the queue (``store.jobrows.requeue``) or losing its placement drops its
     attempt whole: ``Attempt()`` is "no attempt", and a field added here is cleared with the
     others. ``Job`` keeps these fields flat (one column or ``extra`` key each, as stored);
     ``Job.attempt`` reads them as one value."""

@@ -54,7 +54,7 @@ from ..scheduler.adapt import (
     Solo,
     closed_gpus,
 )
-from ..store import Store, jobs as jobrows, profiles as profrows
+from ..store import Store, jobrows, profiles as profrows
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -92,7 +92,7 @@ class Host(Protocol):
         """``job`` to ``new`` as the controller, now (checked against the state machine)."""
 
     def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
-        """``job`` back to the queue, its attempt dropped (``store.jobs.requeue``)."""
+        """``job`` back to the queue, its attempt dropped (``store.jobrows.requeue``)."""
 
 
 class Adapter:

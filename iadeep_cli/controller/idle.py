@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..jobs import Job, JobState
 from ..snapshot import ClusterSnapshot
-from ..store import cluster, jobs as jobrows
+from ..store import cluster, jobrows
 from ..text import duration
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class IdleWatch:
 def requeued(loop: Context, job: Job) -> bool:
     """For ``steps/ends.py`` when a job's attempt ends: queue a job stopped for idleness again
     (once); False for any other job. Its attempt has ended on its node, so a new one may
-    start (``store.jobs.requeue``: the attempt dropped whole, its node remembered)."""
+    start (``store.jobrows.requeue``: the attempt dropped whole, its node remembered)."""
     if job.cancel_requested_by != REQUEUE:
         return False
     why = f"{job.reason.split(';')[0]}; requeued once"   # the idle mark, before the move

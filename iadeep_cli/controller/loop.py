@@ -187,7 +187,7 @@ class SchedulingLoop:
         return self.ctx.move(job, new, reason, **fields)
 
     def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
-        """``job`` back to the queue, its attempt dropped (``store.jobs.requeue``)."""
+        """``job`` back to the queue, its attempt dropped (``store.jobrows.requeue``)."""
         return self.ctx.requeue(job, reason, started=started, **fields)
 
     # ------------------------------------------------------------------ model

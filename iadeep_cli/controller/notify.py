@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import IadeepError, StoreError
 from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
-from ..store import Store, jobs as jobrows, outbox
+from ..store import Store, jobrows, outbox
 from ..text import clock as when, hms
 
 log = logging.getLogger("iadeep.notify")

@@ -33,7 +33,7 @@ def _nobody(owner: str) -> bool:
 
 def public_views(conn, now: float) -> dict:
     """The snapshot's content, from the controller's connection."""
-    from ..store import jobs as jobrows
+    from ..store import jobrows
 
     finished = jobrows.select(conn, states=FINISHED, last=PUBLIC_FINISHED)
     return {"written_at": now, "status": m.encode(views.status_view(conn, now)),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from ..errors import IadeepError
 from ..jobs import ACTIVE, Job, JobState
 from ..profiles import CoLocation
-from ..store import cluster, jobs as jobrows, profiles as profrows
+from ..store import cluster, jobrows, profiles as profrows
 
 if TYPE_CHECKING:
     from .steps.context import Context  # the controller's shared parts

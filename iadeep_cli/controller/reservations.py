@@ -14,7 +14,7 @@ from .. import messages as m
 from ..errors import InputError
 from ..jobs import ACTIVE
 from ..scheduler.reservations import Reservation, assign
-from ..store import Store, cluster, jobs as jobrows, reservations as rows
+from ..store import Store, cluster, jobrows, reservations as rows
 
 # A reservation longer than this is surely a typo (a year instead of a day).
 MAX_LENGTH_S = 90 * 86400.0

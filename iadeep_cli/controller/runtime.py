@@ -116,7 +116,7 @@ class Controller:
 
     def _attempts(self, ids) -> dict[int, int]:
         """Each job's current attempt: how the Slurm backend names its Slurm job."""
-        from ..store import jobs as jobrows
+        from ..store import jobrows
         with self.store.tx() as conn:
             return {j.id: j.attempts for j in (jobrows.get(conn, i) for i in ids)}
 

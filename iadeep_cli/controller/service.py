@@ -43,7 +43,7 @@ from ..jobs import (
 from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, is_damage, jobs as jobrows, profiles as profrows
+from ..store import Store, cluster, is_damage, jobrows, profiles as profrows
 from ..text import MIB_PER_GIB, duration, hms
 from . import admission, reservations, views
 

@@ -34,7 +34,7 @@ from ..messages import (
     StatusView,
 )
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, impact, jobs as jobrows
+from ..store import Store, cluster, impact, jobrows
 from . import fairshare
 from .fairshare import priority_view
 

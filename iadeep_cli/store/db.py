@@ -182,7 +182,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # v8: an array's tasks by their array id (`queue show 12_3`, `cancel 12`, dependencies on
     # an array) without reading every job's JSON: an index on the expression the queries use
-    # (store/jobs.ARRAY_ID), only over the jobs that are array tasks.
+    # (store/jobrows.ARRAY_ID), only over the jobs that are array tasks.
     """
     CREATE INDEX jobs_array ON jobs(json_extract(extra, '$.array_id'))
         WHERE json_extract(extra, '$.array_id') IS NOT NULL

@@ -23,7 +23,7 @@ Definitions (docs/accounting.md repeats them):
 How it is recorded, cheaply and durably: each running job carries on its row the *rate* it
 accrues at (``acct_rate``: speed, measured?, busy share, sharing?, power) and the time it was
 accounted up to (``acct_at``). Every poll (``tick``) and every move into or out of ``running``
-(``store.jobs.transition`` calls ``accrue``/``reprice`` for the GPUs involved) adds rate x
+(``store.jobrows.transition`` calls ``accrue``/``reprice`` for the GPUs involved) adds rate x
 elapsed time to the job's totals (``work_s``, ``measured_s``, ``busy_s``, ``shared_s``,
 ``shared_work_s``, ``energy_j``) and to a time-bucketed table ``usage`` (one row a minute for
 two days, then one an hour), then sets the new rates. So the totals are exact at every

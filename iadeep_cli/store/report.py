@@ -48,7 +48,7 @@ STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIME
           JobState.STARTING, JobState.RUNNING)
 
 # Everything is read off the job rows: held time, first start and the impact accounting are
-# columns the controller keeps at each transition (store/jobs._hold_time, store/impact.py), so
+# columns the controller keeps at each transition (store/jobrows._hold_time, store/impact.py), so
 # the report never reads the events (on 100,000 jobs that alone took 1.6-2.6 s under load,
 # over the 1 s target: benchmarks/bench_report.py). The figures are one pass over the jobs in
 # the window (the index on ended_at picks them) with one aggregate line per group; the group

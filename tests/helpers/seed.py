@@ -13,7 +13,7 @@ import random
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles
 from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
-from iadeep_cli.store import Store, cluster, impact, jobs as jobrows
+from iadeep_cli.store import Store, cluster, impact, jobrows
 
 NOW = 1_750_000_000.0          # a fixed clock for deterministic screens
 H200_MIB = 143771.0

@@ -9,7 +9,7 @@ import sqlite3
 
 from helpers.controllers import ControllerProcess, cli, wait_until
 from iadeep_cli.jobs import JobSpec
-from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.store import Store, jobrows
 
 
 def _degraded(home) -> str:

@@ -24,7 +24,7 @@ from helpers.accounts import cli_as
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.paths import StateDir
-from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.store import Store, jobrows
 
 ALICE, BOB = "iadeep-alice", "iadeep-bob"
 H, WEEK = 3600.0, 7 * 86400.0

@@ -288,7 +288,7 @@ def test_a_scrape_never_waits_for_the_writer_and_sees_only_committed_state(tmp_p
     from iadeep_cli.controller.runtime import Controller
     from iadeep_cli.inventory import Inventory
     from iadeep_cli.jobs import JobSpec
-    from iadeep_cli.store import jobs as jobrows
+    from iadeep_cli.store import jobrows
 
     ctl = Controller(Inventory(nodes=()), tmp_path / "state", metrics=("127.0.0.1", 0))
     ctl._serve_metrics()

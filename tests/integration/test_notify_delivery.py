@@ -14,7 +14,7 @@ from helpers.sinks import HookSink, MailSink, free_port
 from iadeep_cli.controller.notify import Notifier
 from iadeep_cli.inventory import NotifySettings
 from iadeep_cli.jobs import JobSpec, JobState
-from iadeep_cli.store import Store, jobs as jobrows, outbox
+from iadeep_cli.store import Store, jobrows, outbox
 
 S = JobState
 LOG = "".join(f"step {i}\n" for i in range(30)) + "\x1b[31mloss is nan\x1b[0m\n"

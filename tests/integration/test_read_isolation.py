@@ -9,7 +9,7 @@ import pytest
 
 from helpers.accounts import cli_here
 from iadeep_cli.jobs import JobSpec, JobState
-from iadeep_cli.store import jobs as jobrows
+from iadeep_cli.store import jobrows
 
 
 @pytest.fixture

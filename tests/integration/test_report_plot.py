@@ -15,7 +15,7 @@ import pytest
 
 from helpers.controllers import cli
 from iadeep_cli.jobs import JobSpec, JobState
-from iadeep_cli.store import Store, impact, jobs
+from iadeep_cli.store import Store, impact, jobrows as jobs
 
 S = JobState
 DAY = 86400.0

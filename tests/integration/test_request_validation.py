@@ -191,7 +191,7 @@ def test_the_cli_prints_old_poisoned_rows_visibly_escaped(ctl, monkeypatch):
     """A database written before these checks may hold anything: every view escapes it."""
     from iadeep_cli.jobs import JobSpec, JobState
     from iadeep_cli.snapshot import GpuSample, NodeSnapshot
-    from iadeep_cli.store import Store, cluster, jobs as jobrows
+    from iadeep_cli.store import Store, cluster, jobrows
 
     evil = "\x1b[2J\x1b]0;owned\x07\u202e"
     spec = JobSpec("/tmp/x" + evil, args=("a" + evil,), name="n" + evil, workdir="/w" + evil,

@@ -45,7 +45,7 @@ def _seed(db: Path, now: float) -> None:
     """60 finished jobs of the last two days on node01's GPU, one at a time (as exclusive
     ran them)."""
     from iadeep_cli.jobs import JobSpec
-    from iadeep_cli.store import Store, jobs as jobrows
+    from iadeep_cli.store import Store, jobrows
 
     rng = random.Random(7)
     store = Store(db)

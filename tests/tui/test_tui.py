@@ -20,7 +20,7 @@ from iadeep_cli import messages as m
 from iadeep_cli.errors import StoreError
 from iadeep_cli.inventory import Inventory
 from iadeep_cli.jobs import ACTIVE, PENDING, Job, JobSpec, JobState
-from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.store import Store, jobrows
 from iadeep_cli.tui import source, viewmodel as vm
 from iadeep_cli.tui.source import MonitorData
 

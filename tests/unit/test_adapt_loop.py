@@ -24,7 +24,7 @@ from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.loop import SchedulingLoop
 from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.store import Store, jobs as jobrows, profiles as profrows
+from iadeep_cli.store import Store, jobrows, profiles as profrows
 
 pytestmark = pytest.mark.unit
 FAST = AdaptPolicy(observe_s=0, polls=3, window_s=1.0)

@@ -24,7 +24,7 @@ from iadeep_cli.scheduler.placement import GpuSlot, effective_priority, order_qu
 from iadeep_cli.sim.engine import SimJob, load_trace, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, format_table, run_sim
 from iadeep_cli.sim.truth import TruthModel
-from iadeep_cli.store import Store, cluster, jobs as jobrows, usage
+from iadeep_cli.store import Store, cluster, jobrows, usage
 
 H = 3600.0
 DAY = 86400.0

@@ -13,7 +13,7 @@ import pytest
 
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.snapshot import GpuSample, NodeSnapshot
-from iadeep_cli.store import Store, cluster, db, impact, jobs
+from iadeep_cli.store import Store, cluster, db, impact, jobrows as jobs
 from iadeep_cli.store.report import report
 
 S = JobState

@@ -117,7 +117,7 @@ def read_imports(root: Path) -> tuple[dict[str, Path], list[Import], list[Import
 
 
 def unit(module: str) -> str:
-    """``iadeep_cli.store.jobs`` -> ``store``; ``python -m iadeep_cli`` is the cli's."""
+    """``iadeep_cli.store.jobrows`` -> ``store``; ``python -m iadeep_cli`` is the cli's."""
     parts = module.split(".")
     name = parts[1] if len(parts) > 1 else "__init__"
     return "cli" if name == "__main__" else name

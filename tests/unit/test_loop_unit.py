@@ -24,7 +24,7 @@ from iadeep_cli.controller.service import Service
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import ACTIVE, Attempt, Job, JobSpec, JobState, SubmitSpec
-from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.store import Store, jobrows
 
 GRACE_S = 60.0
 

@@ -17,7 +17,7 @@ from iadeep_cli.errors import ControllerUnavailable, InputError, NotFoundError, 
 from iadeep_cli.inventory import Inventory, Node, NotifySettings
 from iadeep_cli.jobs import FINISHED, JobSpec, JobState, SubmitSpec
 from iadeep_cli.snapshot import GpuSample
-from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.store import Store, jobrows
 
 JOB_KEYS = ["id", "name", "user", "state", "gpus", "node", "gpu_indices", "submitted_at",
             "started_at", "ended_at", "exit_code", "script", "args", "workdir", "env",

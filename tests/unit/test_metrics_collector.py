@@ -9,7 +9,7 @@ from iadeep_cli.controller.metrics import WAIT_BUCKETS, LabCollector
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import JobSpec, JobState as S
 from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
-from iadeep_cli.store import Store, cluster, jobs as jobrows
+from iadeep_cli.store import Store, cluster, jobrows
 
 NOW = 100_000.0
 MIB = 1024 * 1024

@@ -8,7 +8,7 @@ from iadeep_cli.inventory import FairShare, Inventory, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.scheduler import priority
 from iadeep_cli.scheduler.placement import effective_priority, order_queue
-from iadeep_cli.store import Store, jobs as jobrows
+from iadeep_cli.store import Store, jobrows
 from iadeep_cli.tui.viewmodel import job_rows, queue_key
 
 # A wait for which 3.0 x (wait / 3600) and 3.0 x wait / 3600 differ in the last bit (so do

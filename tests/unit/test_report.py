@@ -13,7 +13,7 @@ import pytest
 from iadeep_cli.cli.report import parse_time
 from iadeep_cli.errors import InputError
 from iadeep_cli.jobs import JobSpec, JobState
-from iadeep_cli.store import Store, jobs
+from iadeep_cli.store import Store, jobrows as jobs
 from iadeep_cli.store.report import percentile, report
 
 S = JobState

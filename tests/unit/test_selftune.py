@@ -19,7 +19,7 @@ from iadeep_cli.inventory import Policy, parse_inventory
 from iadeep_cli.jobs import JobSpec
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.sim import whatif
-from iadeep_cli.store import Store, cluster, jobs as jobrows
+from iadeep_cli.store import Store, cluster, jobrows
 
 LIGHT = ("mlp", "resnet18", "lstm")
 NOW = 1_800_000_000.0

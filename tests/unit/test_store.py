@@ -7,7 +7,7 @@ import pytest
 
 from iadeep_cli.errors import InvalidTransition, NotFoundError, StoreError
 from iadeep_cli.jobs import TRANSITIONS, Attempt, JobSpec, JobState
-from iadeep_cli.store import Store, db, jobs
+from iadeep_cli.store import Store, db, jobrows as jobs
 
 
 def test_fresh_database_is_wal_and_current(tmp_path):

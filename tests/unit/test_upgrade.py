@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.jobs import ACTIVE, JobState
-from iadeep_cli.store import Store, db, jobs
+from iadeep_cli.store import Store, db, jobrows as jobs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "first_schema"
 EXPECTED = json.loads((FIXTURES / "jobs.json").read_text())

@@ -6,7 +6,7 @@ from functools import partial
 
 from ...errors import IadeepError
 from ...snapshot import ClusterSnapshot
-from ...store import cluster, jobs as jobrows
+from ...store import cluster, jobrows
 from .context import ACTOR, Step
 
 log = logging.getLogger("iadeep.controller")

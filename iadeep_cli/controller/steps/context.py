@@ -9,7 +9,7 @@ from ...inventory import Inventory
 from ...jobopts import run_dir_note
 from ...jobs import Job, JobState
 from ...nodes.connection import Pool
-from ...store import Store, jobs as jobrows
+from ...store import Store, jobrows
 from ..actions import NodeActions
 
 ACTOR = "controller"
@@ -44,7 +44,7 @@ class Context:
             return jobrows.transition(conn, job.id, new, reason, ACTOR, self.clock(), **fields)
 
     def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
-        """``job`` back to the queue, its attempt dropped (``store.jobs.requeue``)."""
+        """``job`` back to the queue, its attempt dropped (``store.jobrows.requeue``)."""
         with self.store.tx() as conn:
             return jobrows.requeue(conn, job.id, reason, ACTOR, self.clock(), started=started,
                                    **fields)

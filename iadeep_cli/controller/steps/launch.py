@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...errors import IadeepError, InvalidTransition, NodeError, OwnerFilesError, RunAsRefused
 from ...jobs import Job, JobState
-from ...store import jobs as jobrows
+from ...store import jobrows
 from .backoff import Backoff, LaunchHealth
 from .context import ACTOR, Context, Step
 from .ends import Ends

@@ -7,7 +7,7 @@ from functools import partial
 
 from ...errors import IadeepError
 from ...jobs import JobState, parse_signal
-from ...store import jobs as jobrows
+from ...store import jobrows
 from ...text import hms
 from .context import TIME_LIMIT, Step
 

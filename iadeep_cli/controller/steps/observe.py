@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ...jobs import JobState
 from ...profiles import Profile
 from ...snapshot import ClusterSnapshot
-from ...store import impact, jobs as jobrows, profiles as profrows
+from ...store import impact, jobrows, profiles as profrows
 from .context import Context, Step
 
 log = logging.getLogger("iadeep.controller")

@@ -10,7 +10,7 @@ from ...jobs import Job, JobState
 from ...model.data import shipped_profiles
 from ...profiles import Profile
 from ...snapshot import ClusterSnapshot, GpuSample
-from ...store import jobs as jobrows, profiles as profrows
+from ...store import jobrows, profiles as profrows
 from .context import Context, Step
 
 log = logging.getLogger("iadeep.controller")

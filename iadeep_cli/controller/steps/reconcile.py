@@ -10,7 +10,7 @@ import logging
 
 from ...errors import IadeepError
 from ...jobs import ACTIVE, Job, JobState
-from ...store import jobs as jobrows
+from ...store import jobrows
 from .context import Context, Step
 from .ends import Ends
 

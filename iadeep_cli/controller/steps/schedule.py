@@ -13,7 +13,7 @@ from ...profiles import Profile
 from ...scheduler.gpumodels import ModelSpeeds, model_speeds
 from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
-from ...store import jobs as jobrows, profiles as profrows
+from ...store import jobrows, profiles as profrows
 from ...text import clock
 from .. import reservations  # `iadeep reserve`: what each round plans with
 from ..fairshare import FairShareRound
