@@ -53,10 +53,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED,
                            S.HELD}),
     # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
-    # where it fits, in the same working directory (controller/adapt.py).
+    # where it fits, in the same working directory (controller/adaptation.py).
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,
                           S.QUEUED}),
-    # Suspended (controller/adapt.py): resumed, or it ends or is lost just as a running job.
+    # Suspended (controller/adaptation.py): resumed, or it ends or is lost just as a running job.
     S.SUSPENDED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
     S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
@@ -117,10 +117,10 @@ class JobSpec:
     retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
     no_adapt: bool = False            # --no-adapt: never suspended by run-time adaptation
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
-    # then sends it SIG instead of suspending it, and requeues it (controller/adapt.py).
+    # then sends it SIG instead of suspending it, and requeues it (controller/adaptation.py).
     checkpoint_signal: str | None = None
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
-    # job waits for its GPU (AntMan's idea; controller/adapt.py)
+    # job waits for its GPU (AntMan's idea; controller/adaptation.py)
     opportunistic: bool = False
     # --idle-after: this job counts as idle after its GPUs sat idle this long (None: the lab's
     # idle_after; controller/idle.py)
@@ -180,7 +180,7 @@ class Job:
     array_id: int | None = None       # the array it is a task of (its first task's id)
     array_index: int | None = None    # its index in that array (IADEEP_ARRAY_INDEX)
     rerun_of: int | None = None       # the finished job it was submitted again from (rerun)
-    # Run-time adaptation (controller/adapt.py): when this attempt was last suspended (set
+    # Run-time adaptation (controller/adaptation.py): when this attempt was last suspended (set
     # before the SIGSTOP is sent and cleared only after the SIGCONT is, so a crash in between
     # never leaves it stopped), for which partner job, and its seconds suspended so far (not
     # counted against --time).

@@ -9,7 +9,7 @@
     cancels    steps/cancels.py    stops sent for the jobs whose cancel was asked for
     profile    steps/profile.py    new workloads sampled alone on their GPU, then profiled
     observe    steps/observe.py    running jobs' speeds and co-location pairs recorded (refit)
-    adapt      adapt.py            a shared GPU gone wrong: closed, a job suspended; phases
+    adapt      adaptation.py       a shared GPU gone wrong: closed, a job suspended; phases
     tune       tune.py             self-tuning: a what-if replay due (a child), or its answer
     schedule   steps/schedule.py   the queue placed (the pure ``plan()``), placements launched
     clean      steps/clean.py      finished jobs' old directories removed on their nodes
@@ -81,12 +81,12 @@ class SchedulingLoop:
     ``close``, ``use``, ``fence``, ``launch_health``, ``script_copy``, ``refit`` and the
     shared parts (``store``, ``inventory``, ``pool``, ``actions``, ``clock``, ``model``,
     ``observer``), with ``jobs``, ``move`` and ``requeue`` for the adapter
-    (``controller/adapt.Host``)."""
+    (``controller/adaptation.Host``)."""
 
     def __init__(self, store: Store, inventory: Inventory, pool: Pool, scripts_dir: Path,
                  clock: Callable[[], float] = time.time, fit_in_background: bool = True):
         from ..model.predictor import analytic_model
-        from .adapt import Adapter
+        from .adaptation import Adapter
         from .observe import SpeedObserver
 
         self.ctx = ctx = Context(store, inventory, pool, NodeActions(), clock)
@@ -98,7 +98,7 @@ class SchedulingLoop:
         self._fit_running = self._fit_again = False
         launch_health: Backoff = {}   # nodes whose launches fail, skipped a while
         self.fairshare = FairShareRound()   # lab.policy.fairshare: usage -> priority points
-        self.adapt = Adapter(self)   # run-time adaptation (controller/adapt.py)
+        self.adapt = Adapter(self)   # run-time adaptation (controller/adaptation.py)
         # the round's steps, in the order tick() runs them (see the module docstring)
         self.poll = Poll(ctx, self.observer)
         self.profiler = Profiler(ctx, self.observer)
@@ -199,7 +199,7 @@ class SchedulingLoop:
 
     def refit(self) -> None:
         """Refit the model (after new measurements: the observe step, and a phase change in
-        ``controller/adapt.py``). In the background (the controller): in a child process at low
+        ``controller/adaptation.py``). In the background (the controller): in a child process at low
         priority (controller/refit.py), so a fit never holds this interpreter's lock against a
         round; one at a time, and a request during a fit runs one more afterwards."""
         if not self._fit_in_background:

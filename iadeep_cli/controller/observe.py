@@ -41,7 +41,7 @@ class SpeedObserver:
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
         self._recorded: set[tuple[int, int]] = set()
         # job id -> its progress rate (it/s) this round, for jobs alone on their GPU: what the
-        # phase detector (controller/adapt.py) compares with how the job started
+        # phase detector (controller/adaptation.py) compares with how the job started
         self.alone_rates: dict[int, float] = {}
 
     def offsets(self, running: Iterable[Job]) -> dict[int, int]:

@@ -28,7 +28,7 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    well (two heavy jobs together lose: ~0.92).
    Empty GPUs are taken from the node with the fewest empty GPUs, keeping whole nodes free for
    multi-GPU jobs.
-5. Run-time adaptation (``scheduler/adapt.py``): a GPU in ``closed`` (its jobs underperform
+5. Run-time adaptation (``scheduler/detectors.py``): a GPU in ``closed`` (its jobs underperform
    what was predicted) takes no new partner, and a job that would have gone there says why.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The simulator's run-time adaptation: what ``iadeep`` does to running jobs, as the controller.
 
 ``iadeep-static`` is ``plan()`` alone: a placement is final. ``iadeep`` adds what
-``controller/adapt.py`` does, decided by the same pure detectors (``scheduler/adapt.py``), fed
-every ``POLL_S`` of virtual time with what a poll would show:
+``controller/adaptation.py`` does, decided by the same pure detectors
+(``scheduler/detectors.py``), fed every ``POLL_S`` of virtual time with what a poll would show:
 
 - each running job's speed (the truth for the workload it *is* now, see ``--phase-shift``),
   with the shipped measurements' +-2% spread (``JITTER``), against the speed ``plan()``
@@ -32,7 +32,7 @@ from typing import Any
 from ..inventory import AdaptPolicy
 from ..jobs import Job
 from ..profiles import Profile
-from ..scheduler.adapt import (
+from ..scheduler.detectors import (
     MEM,
     UTIL,
     Detector,

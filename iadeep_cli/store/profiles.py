@@ -4,7 +4,7 @@ These take precedence over the shipped H200 data for their GPU model when the mo
 Profiles learnt from jobs change only through ``learn`` (by the rules in ``iadeep_cli.profiles``):
 every sample is kept with its job, owner and time, accepted or not, so ``iadeep profile show``
 can say where a profile came from. The one exception is ``refresh``: a *phase* sample (a running
-job whose behaviour alone changed for good, ``scheduler/adapt.PhaseDetector``) replaces the
+job whose behaviour alone changed for good, ``scheduler/detectors.PhaseDetector``) replaces the
 profile, since the outlier rule would reject exactly the change it reports; learning then
 starts again from it (earlier samples describe the old phase).
 

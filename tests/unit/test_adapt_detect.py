@@ -1,4 +1,4 @@
-"""Run-time adaptation, detection (scheduler/adapt.py): what counts as sharing gone wrong, that
+"""Run-time adaptation, detection (scheduler/detectors.py): what counts as sharing gone wrong, that
 it must persist, and that the measurements' own jitter never counts."""
 import random
 from pathlib import Path
@@ -9,7 +9,7 @@ import yaml
 from iadeep_cli.errors import ConfigError
 from iadeep_cli.inventory import AdaptPolicy, load_inventory, parse_inventory
 from iadeep_cli.model.data import shipped_pairs
-from iadeep_cli.scheduler.adapt import (
+from iadeep_cli.scheduler.detectors import (
     UNDERPERFORMS,
     WORSE_THAN_SERIAL,
     Detector,

@@ -1,4 +1,4 @@
-"""Run-time adaptation, phase changes (scheduler/adapt.PhaseDetector): a job alone whose rate or
+"""Run-time adaptation, phase changes (scheduler/detectors.PhaseDetector): a job alone whose rate or
 GPU signature moved away from how it started and from its profile, persistently, is a phase
 change; the shipped measurements' jitter never is."""
 import csv
@@ -9,7 +9,7 @@ import pytest
 
 from iadeep_cli.errors import ConfigError, NotFoundError
 from iadeep_cli.inventory import AdaptPolicy, parse_inventory
-from iadeep_cli.scheduler.adapt import MEM, RATE, UTIL, PhaseDetector, Solo, phase_shift
+from iadeep_cli.scheduler.detectors import MEM, RATE, UTIL, PhaseDetector, Solo, phase_shift
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

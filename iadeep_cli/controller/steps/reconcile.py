@@ -93,7 +93,7 @@ class Reconcile(Step):
                         jobrows.update(conn, job.id, reason=why, remote_pid=remote.pid)
         elif remote.state == "running":
             if job.state == JobState.SUSPENDED:
-                return   # stopped on purpose; controller/adapt.py resumes it
+                return   # stopped on purpose; controller/adaptation.py resumes it
             if job.state != JobState.RUNNING or job.remote_pid is None:
                 why = "node answers again" if job.state == JobState.LOST else \
                     f"running on {job.node}:{','.join(map(str, job.gpu_indices))}" \

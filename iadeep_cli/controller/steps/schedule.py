@@ -32,7 +32,7 @@ class Schedule(Step):
                  fairshare: FairShareRound, model: Callable[[], Any],
                  tuned: Callable[[Inventory], Inventory] = lambda inventory: inventory):
         super().__init__(ctx)
-        self.adapt = adapt   # controller/adapt.Adapter: closed GPUs, --opportunistic room
+        self.adapt = adapt   # controller/adaptation.Adapter: closed GPUs, --opportunistic room
         self.launches = launches
         self._launch_health = launch_health
         self.fairshare = fairshare   # lab.policy.fairshare: usage -> priority points

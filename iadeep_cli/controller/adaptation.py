@@ -1,6 +1,6 @@
 """Run-time adaptation, the acting half: what the controller does about a shared GPU gone wrong.
 
-``scheduler/adapt.py`` decides (pure); this module feeds it each round's observed speeds and
+``scheduler/detectors.py`` decides (pure); this module feeds it each round's observed speeds and
 acts, every action an event with the numbers that caused it (``queue show``, ``queue why``):
 
 1. **No new partners**: a GPU with a finding goes to ``plan(closed=...)``, so no job joins it;
@@ -14,7 +14,7 @@ acts, every action an event with the numbers that caused it (``queue show``, ``q
    ``max_suspend_s`` in all, after which it is resumed and left running.
 3. **Refresh a profile on a phase change**: a job alone on its GPU whose progress rate or GPU
    signature moved, for good, away from how it started and from its workload's profile
-   (``scheduler/adapt.PhaseDetector``) gives that workload a *phase* sample, held as its
+   (``scheduler/detectors.PhaseDetector``) gives that workload a *phase* sample, held as its
    owner's (their later jobs are judged by it) until a job of another user agrees, when it
    replaces the lab's profile (``store/profiles.refresh``) and the model is refitted; the job
    gets an event with the old and new numbers and what became of them.
@@ -42,7 +42,7 @@ from ..errors import IadeepError, InvalidTransition
 from ..inventory import AdaptPolicy, Inventory
 from ..jobs import ACTIVE, PENDING, Job, JobState
 from ..profiles import Profile
-from ..scheduler.adapt import (
+from ..scheduler.detectors import (
     MEM,
     RATE,
     UTIL,

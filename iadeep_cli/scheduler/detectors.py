@@ -1,7 +1,7 @@
 """Run-time adaptation, the deciding half: has sharing gone wrong on a GPU, and what to do.
 
-Pure (no I/O, no clock): the controller (``controller/adapt.py``) feeds it each round's observed
-speeds and acts on what it says, and a test or the simulator can feed it any sequence.
+Pure (no I/O, no clock): the controller (``controller/adaptation.py``) feeds it each round's
+observed speeds and acts on what it says, and a test or the simulator can feed it any sequence.
 
 A *symptom* is what one poll shows on one shared GPU:
 
