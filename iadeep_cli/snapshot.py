@@ -121,11 +121,19 @@ class NodeSnapshot:
     # What this poll read of its running jobs' progress files: (job id, offset the text starts
     # at, the file's size, the text).  For this round's speeds only: never stored or shown.
     progress: tuple[tuple[int, int, int, str], ...] = field(default=(), repr=False)
+    # Why placement leaves this node out this round although its GPUs were read (its launches
+    # keep failing: the controller's schedule step sets it). The round's alone, like progress.
+    closed: str | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
-        """GPU data is usable (placement may use this node)."""
+        """GPU data is usable."""
         return self.error is None
+
+    @property
+    def placeable(self) -> bool:
+        """Placement may use this node: its GPU data is usable and nothing closed it."""
+        return self.error is None and self.closed is None
 
     @property
     def reached(self) -> bool:
@@ -168,8 +176,9 @@ def json_safe(data: Any) -> Any:
 
 def to_dict(obj: Any) -> dict:
     """Serialise a snapshot (any of the classes above) to plain JSON-able data (a node's
-    ``progress`` is the round's alone, and left out)."""
-    return asdict(obj, dict_factory=lambda kv: {k: v for k, v in kv if k != "progress"})
+    ``progress`` and ``closed`` are the round's alone, and left out)."""
+    return asdict(obj, dict_factory=lambda kv: {k: v for k, v in kv
+                                                if k not in ("progress", "closed")})
 
 
 def gpu_from_dict(d: dict) -> GpuSample:

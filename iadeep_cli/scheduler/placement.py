@@ -138,7 +138,7 @@ def slots_from_snapshot(snapshot: ClusterSnapshot, active_jobs: Sequence[Job],
     slots: list[GpuSlot] = []
     for node in inventory.nodes:
         snap = snapshot.node(node.name)
-        if snap is None or not snap.ok:
+        if snap is None or not snap.placeable:
             continue
         max_jobs = node.max_jobs_per_gpu or policy.max_jobs_per_gpu
         for gpu in snap.gpus:

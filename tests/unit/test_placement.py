@@ -297,6 +297,19 @@ def test_slots_from_snapshot():
     assert slots["b:0"].max_jobs == 4 and slots["a:0"].max_jobs == POLICY.max_jobs_per_gpu
 
 
+def test_a_closed_node_offers_no_gpus_and_its_snapshot_still_reads_as_healthy():
+    """A node the controller closes for the round (its launches keep failing) is left out of
+    placement, yet its GPU data stays good: closing is not a poll error, and is never saved."""
+    from iadeep_cli.snapshot import to_dict
+
+    inv = Inventory(nodes=(Node("a", "h1"), Node("b", "h2")))
+    closed = NodeSnapshot("a", 0.0, (_gpu(0, 143771.0),), closed="launches failing: disk full")
+    snap = ClusterSnapshot(0.0, (closed, NodeSnapshot("b", 0.0, (_gpu(0, 143771.0),))))
+    assert {s.name for s in slots_from_snapshot(snap, [], inv, PROFILES)} == {"b:0"}
+    assert closed.ok and closed.error is None and not closed.placeable
+    assert "closed" not in to_dict(closed)
+
+
 def test_plan_with_the_fitted_predictor_refuses_heavy_pairs():
     from iadeep_cli.model.predictor import default_model
     resident = job(1, "transformer", node="a", idx=(0,))

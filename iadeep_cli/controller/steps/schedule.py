@@ -148,7 +148,7 @@ class Schedule(Step):
         if not failing:
             return snapshot
         return dataclasses.replace(snapshot, nodes=tuple(
-            dataclasses.replace(n, error=f"launches failing: {failing[n.name].reason}")
+            dataclasses.replace(n, closed=f"launches failing: {failing[n.name].reason}")
             if n.name in failing else n for n in snapshot.nodes))
 
     def _with_skipped_nodes(self, waits: dict[int, str]) -> dict[int, str]:
