@@ -6,10 +6,15 @@ the events past a cursor and writes what is owed into the outbox (``store/outbox
 same transaction that moves the cursor, so a controller killed at any moment neither forgets a
 notification nor queues one twice.
 
+An array's tasks send nothing of their own: its first start and its end (no task of it left
+unfinished) are one message each for the whole array (``notify_arrays.py``), as Slurm does.
+
 How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
 SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
-logged and tried again after RETRY_BACKOFF_S, then given up, logged as an error. A hung
-webhook therefore delays only the webhook's later messages, and scheduling not at all.
+logged and tried again after RETRY_BACKOFF_S, then given up, logged as an error. SEND_TIMEOUT_S
+bounds the whole send, not each read (``deadline.py``): a server that answers one byte a second
+is cut off at it. A hung webhook therefore delays only the webhook's later messages, by at most
+SEND_TIMEOUT_S each, and scheduling not at all.
 
 The guarantee: every notification is sent at least once unless its channel fails every try;
 a controller killed after a channel accepted a message but before that was recorded sends it
@@ -23,9 +28,7 @@ import smtplib
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -36,11 +39,12 @@ from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
 from ..store import Store, jobs as jobrows, outbox
 from ..text import clock as when, hms
+from .deadline import SMTP as deadline_smtp, Deadline, DeadlineExceeded, post_json
 
 log = logging.getLogger("iadeep.notify")
 CHANNELS = ("email", "webhook")
 RETRY_BACKOFF_S = (10.0, 60.0, 300.0, 1800.0)   # waits between tries; then given up
-SEND_TIMEOUT_S = 15.0    # a channel that takes longer has failed this try
+SEND_TIMEOUT_S = 15.0    # a send (all of it) that takes longer has failed this try
 LOG_TAIL_LINES = 20      # the last lines of the job's log in an end message
 LOG_TAIL_BYTES = 8192    # read at most this much of the log's end (a job's log can be huge)
 LINE_MAX = 300           # characters per log line shown (a progress bar may never end one)
@@ -164,7 +168,8 @@ def webhook_body(notice: Notice) -> dict[str, Any]:
 def send_email(settings: NotifySettings, to: str, notice: Notice,
                timeout: float = SEND_TIMEOUT_S) -> None:
     """Through the lab's SMTP relay: plain SMTP, no login (a lab relay takes mail from its
-    hosts). Raises OSError or smtplib.SMTPException when the server does not take it."""
+    hosts). Raises OSError or smtplib.SMTPException when the server does not take it, and
+    DeadlineExceeded when it has not within ``timeout`` seconds in all (however it answers)."""
     assert settings.smtp is not None   # only queued when e-mail is set up
     msg = EmailMessage()
     msg["Subject"] = notice.subject
@@ -173,28 +178,33 @@ def send_email(settings: NotifySettings, to: str, notice: Notice,
     msg["Auto-Submitted"] = "auto-generated"   # RFC 3834: no vacation replies to this
     msg.set_content(notice.text)
     host, port = settings.smtp
-    with smtplib.SMTP(host, port, timeout=timeout) as smtp:
-        smtp.send_message(msg)
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is a failure, never followed: the webhook's URL is the admin's choice, and
-    whoever answers there must not send the controller's requests anywhere else (an internal
-    address, another service's API)."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise urllib.error.HTTPError(req.full_url, code, f"{msg}: a redirect (not followed)",
-                                     headers, fp)
+    with Deadline(timeout) as deadline:
+        try:
+            with deadline_smtp(host, port, deadline) as smtp:
+                smtp.send_message(msg)
+        except (OSError, smtplib.SMTPException):
+            deadline.check()   # cut off at the deadline: say so
+            raise
 
 
 def send_webhook(url: str, notice: Notice, timeout: float = SEND_TIMEOUT_S) -> None:
-    """A JSON POST; any answer but 2xx is a failure (raises OSError: URLError, HTTPError),
-    a redirect included."""
+    """A JSON POST; any answer but 2xx is a failure (raises OSError), a redirect included
+    (never followed: the webhook's URL is the admin's choice, and whoever answers there must
+    not send the controller's requests anywhere else). The whole send, the answer's last byte
+    included, ends within ``timeout`` seconds (DeadlineExceeded)."""
     data = json.dumps(webhook_body(notice)).encode()
-    request = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
-    with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as answer:
-        answer.read(65536)
+    with Deadline(timeout) as deadline:
+        try:
+            status, reason = post_json(url, data, deadline, {
+                "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
+        except DeadlineExceeded:
+            raise
+        except OSError as exc:
+            raise OSError(f"cannot reach the webhook: {exc.strerror or exc}") from exc
+    if 300 <= status < 400:
+        raise OSError(f"HTTP {status} {reason}: a redirect (not followed)")
+    if not 200 <= status < 300:
+        raise OSError(f"HTTP {status} {reason}")
 
 
 def _url_for_log(url: str) -> str:
@@ -270,6 +280,7 @@ class Notifier:
     def collect(self) -> int:
         """Queue what the events since the last call owe; returns how many were queued."""
         queued = 0
+        arrays_seen: set[tuple[int, str]] = set()
         with self.store.tx() as conn:
             events = outbox.events_after(conn)
             for event in events:
@@ -277,6 +288,12 @@ class Notifier:
                 if kind is None:
                     continue
                 job = jobrows.get(conn, event.job_id)
+                # one message per array, not per task (a task run again is its own job)
+                if job.array_id is not None and job.rerun_of is None:
+                    if (job.array_id, kind) not in arrays_seen:
+                        arrays_seen.add((job.array_id, kind))
+                        queued += self._collect_array(conn, event, kind, job)
+                    continue
                 if not wanted(job.spec.notify, kind, event.new_state):
                     continue
                 for channel in self._channels_for(job.owner):
@@ -286,6 +303,27 @@ class Notifier:
                 outbox.advance(conn, events[-1].id)
         if queued:
             self.wake()
+        return queued
+
+    def _collect_array(self, conn, event: outbox.Event, kind: str, task: Job) -> int:
+        """Queue the array's start at its first task's start, its end once no task of it is
+        unfinished; each once (whichever task's event comes first)."""
+        from .notify_arrays import array_state, ended
+        assert task.array_id is not None
+        state = event.new_state
+        if kind == "end":
+            counts = outbox.array_counts(conn, task.array_id)
+            if not ended(counts):
+                return 0
+            state = array_state(counts)
+        if not wanted(task.spec.notify, kind, state):
+            return 0
+        queued = 0
+        for channel in self._channels_for(task.owner):
+            if not outbox.queued(conn, task.array_id, f"array_{kind}", channel):
+                outbox.enqueue(conn, event, f"array_{kind}", channel, self.clock(),
+                               job_id=task.array_id, state=state)
+                queued += 1
         return queued
 
     def _channels_for(self, user: str) -> list[str]:
@@ -321,9 +359,15 @@ class Notifier:
 
     def _send(self, note: outbox.Pending, job: Job) -> None:
         # the log's tail goes by e-mail to its owner only, never to the lab's webhook
-        tail, why = self._tail(job) if note.kind == "end" and note.channel == "email" \
-            else (None, "")
-        notice = build(job, note.kind, note.state, tail, why)
+        if note.kind.startswith("array_"):
+            from .notify_arrays import build_array
+            with self.store.tx() as conn:
+                tasks = jobrows.array_tasks(conn, note.job_id)
+            notice = build_array(tasks or [job], note.kind, note.state)
+        else:
+            tail, why = self._tail(job) if note.kind == "end" and note.channel == "email" \
+                else (None, "")
+            notice = build(job, note.kind, note.state, tail, why)
         if note.channel == "email":
             to = self.settings.email_for(job.owner)
             if to is None:
@@ -333,8 +377,9 @@ class Notifier:
             if self.settings.webhook is None:
                 raise _Unsendable("no webhook is set up any more")
             send_webhook(self.settings.webhook, notice, self.timeout_s)
-        log.info("notified %s of job %d %s (%s)", job.owner, job.id,
-                 note.state if note.kind == "end" else "start", note.channel)
+        log.info("notified %s of %s %d %s (%s)", job.owner,
+                 "array" if note.kind.startswith("array_") else "job", job.id,
+                 "start" if note.kind.endswith("start") else note.state, note.channel)
 
     def _failed(self, note: outbox.Pending, job: Job, exc: Exception) -> None:
         error = _describe(exc)
@@ -379,10 +424,6 @@ class _Unsendable(Exception):
 
 
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, urllib.error.URLError):
-        return f"cannot reach the webhook: {exc.reason}"
     if isinstance(exc, smtplib.SMTPResponseException):
         said = exc.smtp_error
         text = said.decode(errors="replace") if isinstance(said, bytes) else said
