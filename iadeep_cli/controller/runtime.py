@@ -29,6 +29,7 @@ from ..paths import StateDir
 from ..store import cluster, is_damage, statedir
 from . import offline
 from .notify import Notifier
+from .renames import carry, dir_names, renamed
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
     from .metrics import MetricsServer
@@ -106,7 +107,7 @@ class Controller:
         ssh = inventory if inventory.slurm is None else dataclasses.replace(
             inventory, nodes=tuple(n for n in inventory.nodes
                                    if n.backend != "slurm" or n.ssh_telemetry))
-        pool = NodePool(_scoped_workdirs(ssh, self.install_id),
+        pool = NodePool(_scoped_workdirs(ssh, self.install_id, dir_names(self.store)),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
         if inventory.slurm is None:
@@ -193,6 +194,8 @@ class Controller:
         running; those on a node no longer listed are the loop's to handle (lost)."""
         new = _with_slurm(new)
         old = self.inventory
+        renames = renamed(old, new)   # a renamed node's jobs follow it (controller/renames.py)
+        carry(self.store, renames, self.clock)
         if self.loop is not None:
             old_pool = self.loop.pool
             self.loop.use(new, self._pool(new))
@@ -205,8 +208,11 @@ class Controller:
             log.warning("lab.metrics changed in %s: it applies at the controller's next start",
                         new.path)
         names = [n.name for n in new.nodes]
-        change = {"added": tuple(n for n in names if old.node(n) is None),
-                  "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None),
+        change = {"renamed": tuple(f"{a} to {b}" for a, b in renames.items()),
+                  "added": tuple(n for n in names if old.node(n) is None
+                                 and n not in renames.values()),
+                  "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None
+                                   and n.name not in renames),
                   "changed": tuple(n for n in names if old.node(n) is not None
                                    and old.node(n) != new.node(n))}
         summary = (f"{len(names)} node{'' if len(names) == 1 else 's'} ("
@@ -396,17 +402,20 @@ def _with_slurm(inventory: Inventory) -> Inventory:
     return with_slurm_nodes(inventory)
 
 
-def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
+def _scoped_workdirs(inventory: Inventory, install_id: str,
+                     dirs: dict[str, str] | None = None) -> Inventory:
     """Job directories live under WORKDIR/<install id>/<node>/jobs/<job id>:
     - the install id: job ids restart at 1 with a new database, and a new controller must never
       mistake an old job's directory (pid file, exit code) for its own job's;
     - the node name: labs often share home directories over NFS, and a job retried on another
       node must not find its first attempt's directory there.
     On a ``run_as: submitter`` node the same ``<install id>/<node>`` (``Node.scope``) is under
-    each user's own ``~/.iadeep/``."""
+    each user's own ``~/.iadeep/``. A renamed node keeps its first name there (``dirs``: name ->
+    that name; see controller/renames.py), so its jobs' directories stay where they are."""
+    dirs = dirs or {}
     nodes = tuple(dataclasses.replace(
-        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{n.name}",
-        scope=f"{install_id}/{n.name}") for n in inventory.nodes)
+        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{dirs.get(n.name, n.name)}",
+        scope=f"{install_id}/{dirs.get(n.name, n.name)}") for n in inventory.nodes)
     return dataclasses.replace(inventory, nodes=nodes)
 
 

@@ -376,7 +376,9 @@ class Service(views.StoreReader):
     def op_fence(self, user: str, req: m.FenceRequest) -> m.FenceResult:
         """An admin declares a node's job attempts dead (it is powered off or gone): its lost
         jobs may then run again elsewhere."""
-        if self.inventory.node(req.node) is None:
+        with self.store.tx() as conn:   # a node removed (or renamed) with jobs on it: fenceable
+            recorded = jobrows.select(conn, states=ACTIVE | {JobState.LOST}, node=req.node)
+        if self.inventory.node(req.node) is None and not recorded:
             known = ", ".join(n.name for n in self.inventory.nodes) or "none"
             raise InputError(f"no node named {req.node!r} in the controller's inventory",
                              hint=f"known nodes: {known}")
