@@ -28,6 +28,7 @@ from ..nodes.connection import Pool
 from ..paths import StateDir
 from ..store import cluster, is_damage, statedir
 from . import offline
+from .copies import FREE_EVERY_S, free as free_copies
 from .notify import Notifier
 from .renames import carry, dir_names, renamed
 
@@ -64,6 +65,7 @@ class Controller:
         self.state.root.mkdir(parents=True, exist_ok=True)
         self.store, self.install_id = statedir.open_store(self.state, new_database=new_database)
         self.scripts_dir = self.state.scripts   # copies taken at submission: private
+        self._copies_freed_at = float("-inf")
         self.scripts_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.scripts_dir, 0o700)
         self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
@@ -324,6 +326,7 @@ class Controller:
                 if self.loop is not None and self.store.identity_problem() is None:
                     round_began = time.monotonic()
                     self._tick()
+                    self._free_copies()   # finished jobs' script copies past their retention
                     if self.metrics is not None:
                         self.metrics.round_done(time.monotonic() - round_began, self.clock())
                 self.notifier.wake()   # jobs that ended in this round, or by a request
@@ -344,6 +347,17 @@ class Controller:
                 self.loop.close()
             self.store.close()
             log.info("controller stopped")
+
+    def _free_copies(self) -> None:
+        now = self.clock()
+        if now - self._copies_freed_at < FREE_EVERY_S:
+            return
+        self._copies_freed_at = now
+        try:
+            free_copies(self.store, self.scripts_dir, self.inventory.job_dir_retention_s, now)
+        except Exception as exc:   # never the controller's end (the heartbeat reports a sick
+            log.warning("freeing script copies: %s",   # state directory)
+                        getattr(exc, "message", None) or exc)
 
     def _beat(self) -> None:
         """The heartbeat between rounds; an error it did not expect (no file descriptor left:

@@ -45,7 +45,7 @@ from ..jobs import (
 from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, is_damage, jobs as jobrows, profiles as profrows
+from ..store import Store, cluster, is_damage, jobs as jobrows, profiles as profrows, scripts
 from ..text import MIB_PER_GIB, duration, hms
 from . import admission, views
 
@@ -129,6 +129,7 @@ class Service(views.StoreReader):
             job_spec = _with_dependencies(conn, job_spec)
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), req.token)
             if created:  # written before COMMIT: an accepted job always has its script
+                scripts.admit(conn, job_id, user, len(content), self.clock())   # per-user quota
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
                 if indices is not None:
                     self._add_tasks(conn, user, job_spec, job_id, indices)
@@ -178,6 +179,7 @@ class Service(views.StoreReader):
                 jobrows.update(conn, job_id, rerun_of=old.id, array_id=old.array_id,
                                array_index=old.array_index)
                 if old.array_id is None:
+                    scripts.admit(conn, job_id, old.owner, len(content), self.clock())
                     _write_script(self.scripts_dir / str(job_id), spec.script, content)
         self.wake()
         return m.AddResult(job_id, created)
