@@ -6,10 +6,15 @@ the events past a cursor and writes what is owed into the outbox (``store/outbox
 same transaction that moves the cursor, so a controller killed at any moment neither forgets a
 notification nor queues one twice.
 
+An array's tasks send nothing of their own: its first start and its end (no task of it left
+unfinished) are one message each for the whole array (``build_array``), as Slurm does.
+
 How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
 SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
-logged and tried again after RETRY_BACKOFF_S, then given up, logged as an error. A hung
-webhook therefore delays only the webhook's later messages, and scheduling not at all.
+logged and tried again after RETRY_BACKOFF_S, then given up, logged as an error. SEND_TIMEOUT_S
+bounds the whole send, not each read (``deadline.py``): a server that answers one byte a second
+is cut off at it. A hung webhook therefore delays only the webhook's later messages, by at most
+SEND_TIMEOUT_S each, and scheduling not at all.
 
 The guarantee: every notification is sent at least once unless its channel fails every try;
 a controller killed after a channel accepted a message but before that was recorded sends it
@@ -23,9 +28,7 @@ import smtplib
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -36,11 +39,12 @@ from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
 from ..store import Store, jobrows, outbox
 from ..text import clock as when, hms
+from .deadline import SMTP as deadline_smtp, Deadline, DeadlineExceeded, post_json
 
 log = logging.getLogger("iadeep.notify")
 CHANNELS = ("email", "webhook")
 RETRY_BACKOFF_S = (10.0, 60.0, 300.0, 1800.0)   # waits between tries; then given up
-SEND_TIMEOUT_S = 15.0    # a channel that takes longer has failed this try
+SEND_TIMEOUT_S = 15.0    # a send (all of it) that takes longer has failed this try
 LOG_TAIL_LINES = 20      # the last lines of the job's log in an end message
 LOG_TAIL_BYTES = 8192    # read at most this much of the log's end (a job's log can be huge)
 LINE_MAX = 300           # characters per log line shown (a progress bar may never end one)
@@ -167,11 +171,81 @@ def webhook_body(notice: Notice) -> dict[str, Any]:
         text += "\n" + esc(notice.summary)
     return {"text": text, **{k: v for k, v in notice.fields.items() if k != "log_tail"}}
 
+
+# ---------------------------------------------------------------------------- arrays
+# One message per array, not per task (as Slurm mails an array once): a 1,000-task array that
+# fails would otherwise send its owner 1,000 mails and the lab's webhook 1,000 posts. An array's
+# tasks queue nothing of their own: the first task that starts queues the array's start
+# (``--notify all``), and the task whose end leaves none of the array unfinished queues the
+# array's end, which counts its tasks by state and names the ones that did not succeed.
+FINISHED_VALUES = frozenset(s.value for s in FINISHED)
+NAMED_TASKS = 20   # an end message names at most this many tasks that did not succeed
+
+
+def ended(counts: dict[str, int]) -> bool:
+    """Whether every task of an array (its state -> how many) is in a final state."""
+    return bool(counts) and all(state in FINISHED_VALUES for state in counts)
+
+
+def array_state(counts: dict[str, int]) -> str:
+    """The array's one state: its tasks' when they all share one, else the worst of them
+    (failed, then timeout, then cancelled): 'succeeded' only when every task succeeded."""
+    if len(counts) == 1:
+        return next(iter(counts))
+    for state in (JobState.FAILED, JobState.TIMEOUT, JobState.CANCELLED):
+        if counts.get(state.value):
+            return state.value
+    return JobState.FAILED.value
+
+
+def build_array(tasks: list[Job], kind: str, state: str) -> Notice:
+    """The message for an array (``tasks``: all of them, its first task first)."""
+    first = tasks[0]
+    name = clean(first.name)[:100]
+    array_id = first.array_id if first.array_id is not None else first.id
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.state.value] = counts.get(task.state.value, 0) + 1
+    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    unsuccessful = [t for t in tasks if t.state is not JobState.SUCCEEDED]
+    if kind == "array_start":
+        headline = (f"Array {array_id} ({name}) of {first.owner} started: {len(tasks)} tasks "
+                    f"(its first on {first.node or '-'})")
+        summary = ""
+    else:
+        headline = f"Array {array_id} ({name}) of {first.owner} {state}: {tally}"
+        summary = f"{len(tasks)} tasks | {tally}"
+    body = [headline, "", f"  {'submitted:':<11}{when(first.submitted_at)}",
+            f"  {'tasks:':<11}{len(tasks)}"]
+    if kind == "array_end":
+        body.append(f"  {'states:':<11}{tally}")
+        if unsuccessful:
+            body += ["", "Tasks that did not succeed (iadeep logs ID reads one's log):"]
+            body += [f"  {t.id} (index {t.array_index}): {t.state.value}: {clean(t.reason)}"
+                     for t in unsuccessful[:NAMED_TASKS]]
+            if len(unsuccessful) > NAMED_TASKS:
+                body.append(f"  ... and {len(unsuccessful) - NAMED_TASKS} more "
+                            f"(iadeep queue list --all)")
+    fields = {
+        "event": kind,
+        "array": {"id": array_id, "name": first.name, "owner": first.owner, "state": state,
+                  "tasks": len(tasks), "states": counts,
+                  "unsuccessful": [{"id": t.id, "index": t.array_index, "state": t.state.value,
+                                    "exit_code": t.exit_code}
+                                   for t in unsuccessful[:NAMED_TASKS]]},
+    }
+    subject = (f"[iadeep] array {array_id} ({name}) "
+               f"{'started' if kind == 'array_start' else state}")
+    return Notice(subject=subject[:200], headline=headline, summary=summary,
+                  text="\n".join(body) + "\n", fields=fields)
+
+
 # ---------------------------------------------------------------------------- the channels
 def send_email(settings: NotifySettings, to: str, notice: Notice,
                timeout: float = SEND_TIMEOUT_S) -> None:
     """Through the lab's SMTP relay: plain SMTP, no login (a lab relay takes mail from its
-    hosts). Raises OSError or smtplib.SMTPException when the server does not take it."""
+    hosts). Raises OSError or smtplib.SMTPException when the server does not take it, and
+    DeadlineExceeded when it has not within ``timeout`` seconds in all (however it answers)."""
     assert settings.smtp is not None   # only queued when e-mail is set up
     msg = EmailMessage()
     msg["Subject"] = notice.subject
@@ -180,28 +254,33 @@ def send_email(settings: NotifySettings, to: str, notice: Notice,
     msg["Auto-Submitted"] = "auto-generated"   # RFC 3834: no vacation replies to this
     msg.set_content(notice.text)
     host, port = settings.smtp
-    with smtplib.SMTP(host, port, timeout=timeout) as smtp:
-        smtp.send_message(msg)
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is a failure, never followed: the webhook's URL is the admin's choice, and
-    whoever answers there must not send the controller's requests anywhere else (an internal
-    address, another service's API)."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise urllib.error.HTTPError(req.full_url, code, f"{msg}: a redirect (not followed)",
-                                     headers, fp)
+    with Deadline(timeout) as deadline:
+        try:
+            with deadline_smtp(host, port, deadline) as smtp:
+                smtp.send_message(msg)
+        except (OSError, smtplib.SMTPException):
+            deadline.check()   # cut off at the deadline: say so
+            raise
 
 
 def send_webhook(url: str, notice: Notice, timeout: float = SEND_TIMEOUT_S) -> None:
-    """A JSON POST; any answer but 2xx is a failure (raises OSError: URLError, HTTPError),
-    a redirect included."""
+    """A JSON POST; any answer but 2xx is a failure (raises OSError), a redirect included
+    (never followed: the webhook's URL is the admin's choice, and whoever answers there must
+    not send the controller's requests anywhere else). The whole send, the answer's last byte
+    included, ends within ``timeout`` seconds (DeadlineExceeded)."""
     data = json.dumps(webhook_body(notice)).encode()
-    request = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
-    with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as answer:
-        answer.read(65536)
+    with Deadline(timeout) as deadline:
+        try:
+            status, reason = post_json(url, data, deadline, {
+                "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
+        except DeadlineExceeded:
+            raise
+        except OSError as exc:
+            raise OSError(f"cannot reach the webhook: {exc.strerror or exc}") from exc
+    if 300 <= status < 400:
+        raise OSError(f"HTTP {status} {reason}: a redirect (not followed)")
+    if not 200 <= status < 300:
+        raise OSError(f"HTTP {status} {reason}")
 
 
 def _url_for_log(url: str) -> str:
@@ -277,6 +356,7 @@ class Notifier:
     def collect(self) -> int:
         """Queue what the events since the last call owe; returns how many were queued."""
         queued = 0
+        arrays_seen: set[tuple[int, str]] = set()
         with self.store.tx() as conn:
             events = outbox.events_after(conn)
             for event in events:
@@ -284,6 +364,12 @@ class Notifier:
                 if kind is None:
                     continue
                 job = jobrows.get(conn, event.job_id)
+                # one message per array, not per task (a task run again is its own job)
+                if job.array_id is not None and job.rerun_of is None:
+                    if (job.array_id, kind) not in arrays_seen:
+                        arrays_seen.add((job.array_id, kind))
+                        queued += self._collect_array(conn, event, kind, job)
+                    continue
                 if not wanted(job.spec.notify, kind, event.new_state):
                     continue
                 for channel in self._channels_for(job.owner):
@@ -293,6 +379,26 @@ class Notifier:
                 outbox.advance(conn, events[-1].id)
         if queued:
             self.wake()
+        return queued
+
+    def _collect_array(self, conn, event: outbox.Event, kind: str, task: Job) -> int:
+        """Queue the array's start at its first task's start, its end once no task of it is
+        unfinished; each once (whichever task's event comes first)."""
+        assert task.array_id is not None
+        state = event.new_state
+        if kind == "end":
+            counts = outbox.array_counts(conn, task.array_id)
+            if not ended(counts):
+                return 0
+            state = array_state(counts)
+        if not wanted(task.spec.notify, kind, state):
+            return 0
+        queued = 0
+        for channel in self._channels_for(task.owner):
+            if not outbox.queued(conn, task.array_id, f"array_{kind}", channel):
+                outbox.enqueue(conn, event, f"array_{kind}", channel, self.clock(),
+                               job_id=task.array_id, state=state)
+                queued += 1
         return queued
 
     def _channels_for(self, user: str) -> list[str]:
@@ -328,9 +434,14 @@ class Notifier:
 
     def _send(self, note: outbox.Pending, job: Job) -> None:
         # the log's tail goes by e-mail to its owner only, never to the lab's webhook
-        tail, why = self._tail(job) if note.kind == "end" and note.channel == "email" \
-            else (None, "")
-        notice = build(job, note.kind, note.state, tail, why)
+        if note.kind.startswith("array_"):
+            with self.store.tx() as conn:
+                tasks = jobrows.array_tasks(conn, note.job_id)
+            notice = build_array(tasks or [job], note.kind, note.state)
+        else:
+            tail, why = self._tail(job) if note.kind == "end" and note.channel == "email" \
+                else (None, "")
+            notice = build(job, note.kind, note.state, tail, why)
         if note.channel == "email":
             to = self.settings.email_for(job.owner)
             if to is None:
@@ -340,8 +451,9 @@ class Notifier:
             if self.settings.webhook is None:
                 raise _Unsendable("no webhook is set up any more")
             send_webhook(self.settings.webhook, notice, self.timeout_s)
-        log.info("notified %s of job %d %s (%s)", job.owner, job.id,
-                 note.state if note.kind == "end" else "start", note.channel)
+        log.info("notified %s of %s %d %s (%s)", job.owner,
+                 "array" if note.kind.startswith("array_") else "job", job.id,
+                 "start" if note.kind.endswith("start") else note.state, note.channel)
 
     def _failed(self, note: outbox.Pending, job: Job, exc: Exception) -> None:
         error = _describe(exc)
@@ -386,10 +498,6 @@ class _Unsendable(Exception):
 
 
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, urllib.error.URLError):
-        return f"cannot reach the webhook: {exc.reason}"
     if isinstance(exc, smtplib.SMTPResponseException):
         said = exc.smtp_error
         text = said.decode(errors="replace") if isinstance(said, bytes) else said

@@ -28,7 +28,9 @@ from ..nodes.connection import Pool
 from ..paths import StateDir
 from ..store import cluster, is_damage, statedir
 from . import offline
+from .copies import FREE_EVERY_S, free as free_copies
 from .notify import Notifier
+from .renames import carry, dir_names, renamed
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
     from .metrics import MetricsServer
@@ -63,6 +65,7 @@ class Controller:
         self.state.root.mkdir(parents=True, exist_ok=True)
         self.store, self.install_id = statedir.open_store(self.state, new_database=new_database)
         self.scripts_dir = self.state.scripts   # copies taken at submission: private
+        self._copies_freed_at = float("-inf")
         self.scripts_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.scripts_dir, 0o700)
         self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
@@ -106,7 +109,7 @@ class Controller:
         ssh = inventory if inventory.slurm is None else dataclasses.replace(
             inventory, nodes=tuple(n for n in inventory.nodes
                                    if n.backend != "slurm" or n.ssh_telemetry))
-        pool = NodePool(_scoped_workdirs(ssh, self.install_id),
+        pool = NodePool(_scoped_workdirs(ssh, self.install_id, dir_names(self.store)),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
         if inventory.slurm is None:
@@ -191,6 +194,8 @@ class Controller:
         running; those on a node no longer listed are the loop's to handle (lost)."""
         new = _with_slurm(new)
         old = self.inventory
+        renames = renamed(old, new)   # a renamed node's jobs follow it (controller/renames.py)
+        carry(self.store, renames, self.clock)
         if self.loop is not None:
             old_pool = self.loop.pool
             self.loop.use(new, self._pool(new))
@@ -203,8 +208,11 @@ class Controller:
             log.warning("lab.metrics changed in %s: it applies at the controller's next start",
                         new.path)
         names = [n.name for n in new.nodes]
-        change = {"added": tuple(n for n in names if old.node(n) is None),
-                  "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None),
+        change = {"renamed": tuple(f"{a} to {b}" for a, b in renames.items()),
+                  "added": tuple(n for n in names if old.node(n) is None
+                                 and n not in renames.values()),
+                  "removed": tuple(n.name for n in old.nodes if new.node(n.name) is None
+                                   and n.name not in renames),
                   "changed": tuple(n for n in names if old.node(n) is not None
                                    and old.node(n) != new.node(n))}
         summary = (f"{len(names)} node{'' if len(names) == 1 else 's'} ("
@@ -316,6 +324,7 @@ class Controller:
                 if self.loop is not None and self.store.identity_problem() is None:
                     round_began = time.monotonic()
                     self._tick()
+                    self._free_copies()   # finished jobs' script copies past their retention
                     if self.metrics is not None:
                         self.metrics.round_done(time.monotonic() - round_began, self.clock())
                 self.notifier.wake()   # jobs that ended in this round, or by a request
@@ -336,6 +345,17 @@ class Controller:
                 self.loop.close()
             self.store.close()
             log.info("controller stopped")
+
+    def _free_copies(self) -> None:
+        now = self.clock()
+        if now - self._copies_freed_at < FREE_EVERY_S:
+            return
+        self._copies_freed_at = now
+        try:
+            free_copies(self.store, self.scripts_dir, self.inventory.job_dir_retention_s, now)
+        except Exception as exc:   # never the controller's end (the heartbeat reports a sick
+            log.warning("freeing script copies: %s",   # state directory)
+                        getattr(exc, "message", None) or exc)
 
     def _beat(self) -> None:
         """The heartbeat between rounds; an error it did not expect (no file descriptor left:
@@ -394,17 +414,20 @@ def _with_slurm(inventory: Inventory) -> Inventory:
     return with_backend_nodes(inventory)
 
 
-def _scoped_workdirs(inventory: Inventory, install_id: str) -> Inventory:
+def _scoped_workdirs(inventory: Inventory, install_id: str,
+                     dirs: dict[str, str] | None = None) -> Inventory:
     """Job directories live under WORKDIR/<install id>/<node>/jobs/<job id>:
     - the install id: job ids restart at 1 with a new database, and a new controller must never
       mistake an old job's directory (pid file, exit code) for its own job's;
     - the node name: labs often share home directories over NFS, and a job retried on another
       node must not find its first attempt's directory there.
     On a ``run_as: submitter`` node the same ``<install id>/<node>`` (``Node.scope``) is under
-    each user's own ``~/.iadeep/``."""
+    each user's own ``~/.iadeep/``. A renamed node keeps its first name there (``dirs``: name ->
+    that name; see controller/renames.py), so its jobs' directories stay where they are."""
+    dirs = dirs or {}
     nodes = tuple(dataclasses.replace(
-        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{n.name}",
-        scope=f"{install_id}/{n.name}") for n in inventory.nodes)
+        n, workdir=f"{n.workdir.rstrip('/')}/{install_id}/{dirs.get(n.name, n.name)}",
+        scope=f"{install_id}/{dirs.get(n.name, n.name)}") for n in inventory.nodes)
     return dataclasses.replace(inventory, nodes=nodes)
 
 

@@ -43,7 +43,7 @@ from ..jobs import (
 from ..model.data import shipped_profiles
 from ..paths import StateDir
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, is_damage, jobrows, profiles as profrows
+from ..store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
 from ..text import MIB_PER_GIB, duration, hms
 from . import admission, reservations, views
 
@@ -128,6 +128,7 @@ class Service(views.StoreReader):
             job_spec = _with_dependencies(conn, job_spec)
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), req.token)
             if created:  # written before COMMIT: an accepted job always has its script
+                scripts.admit(conn, job_id, user, len(content), self.clock())   # per-user quota
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
                 if indices is not None:
                     self._add_tasks(conn, user, job_spec, job_id, indices)
@@ -177,6 +178,7 @@ class Service(views.StoreReader):
                 jobrows.update(conn, job_id, rerun_of=old.id, array_id=old.array_id,
                                array_index=old.array_index)
                 if old.array_id is None:
+                    scripts.admit(conn, job_id, old.owner, len(content), self.clock())
                     _write_script(self.scripts_dir / str(job_id), spec.script, content)
         self.wake()
         return m.AddResult(job_id, created)
@@ -375,7 +377,9 @@ class Service(views.StoreReader):
     def op_fence(self, user: str, req: m.FenceRequest) -> m.FenceResult:
         """An admin declares a node's job attempts dead (it is powered off or gone): its lost
         jobs may then run again elsewhere."""
-        if self.inventory.node(req.node) is None:
+        with self.store.tx() as conn:   # a node removed (or renamed) with jobs on it: fenceable
+            recorded = jobrows.select(conn, states=ACTIVE | {JobState.LOST}, node=req.node)
+        if self.inventory.node(req.node) is None and not recorded:
             known = ", ".join(n.name for n in self.inventory.nodes) or "none"
             raise InputError(f"no node named {req.node!r} in the controller's inventory",
                              hint=f"known nodes: {known}")

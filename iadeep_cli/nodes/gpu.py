@@ -137,6 +137,15 @@ def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | Non
         '    eval "[ -z \\"\\${o_$j:-}\\" ]" || P="$P $j/progress"; continue; fi\n'
         '  c=$(rd "$d/exit")\n'
         "  case $c in ''|-|*[!0-9-]*) c=-;; esac\n"
+        # No exit code and no leader: the job may have killed its wrapper (kill -9 $PPID).
+        # Its processes keep the session; while one of this account's lives the job runs.
+        # (Linux never gives pid $p to a new process while a session is still named by it,
+        # so a live non-leader $p means the job's session is gone: nothing to look for.)
+        '  if [ "$c" = - ] && [ "$p" != - ]; then case "$s" in ""|Z*|X*)\n'
+        '    set +f; k=0; for f in /proc/[0-9]*/stat; do [ -O "$f" ] || continue\n'
+        '      { read -r s < "$f"; } 2>/dev/null || continue; s=${s##*) }; set -- $s\n'
+        '      case "${1:-}" in Z*|X*|"") continue;; esac; [ "${4:-}" = "$p" ] && k=1 && break\n'
+        '    done; set -f; [ $k = 1 ] && { echo "$j running $p $st"; continue; };; esac; fi\n'
         '  echo "$j exited $p $c"\n'
         "done\n"
         # every claimed job directory: their processes are iadeep's (see job_map)

@@ -207,6 +207,24 @@ MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL
     )
     """,
+    # v11: the controller's copies of submitted scripts (one per job, one per array), their
+    # owner and size, so one member's copies are bounded (store/scripts.py) and each is freed
+    # once its jobs ended ``job_dir_retention`` ago. Copies taken before this version are
+    # listed with an unknown size (0) so that they are freed the same way.
+    """
+    CREATE TABLE script_copies (
+        job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+        owner TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        freed_at REAL
+    );
+    CREATE INDEX script_copies_owner ON script_copies(owner, freed_at);
+    INSERT INTO script_copies (job_id, owner, bytes, created_at)
+        SELECT id, owner, 0, submitted_at FROM jobs
+        WHERE json_extract(extra, '$.array_id') IS NULL
+           OR json_extract(extra, '$.array_id') = id
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

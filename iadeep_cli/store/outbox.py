@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from .cluster import get_meta, set_meta
+from .jobs import ARRAY_ID
 
 CURSOR = "notify_cursor"   # the last events.id read for notifications (meta)
 
@@ -50,10 +51,28 @@ def advance(conn: sqlite3.Connection, event_id: int) -> None:
     set_meta(conn, CURSOR, event_id)
 
 
-def enqueue(conn: sqlite3.Connection, event: Event, kind: str, channel: str, now: float) -> None:
+def enqueue(conn: sqlite3.Connection, event: Event, kind: str, channel: str, now: float,
+            job_id: int | None = None, state: str | None = None) -> None:
+    """Queue one message for ``event``; an array's ('array_start', 'array_end') is queued under
+    the array's id (``job_id``) with the array's ``state``."""
     conn.execute("INSERT OR IGNORE INTO notifications (job_id, event_id, kind, state, channel, "
                  "created_at, next_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (event.job_id, event.id, kind, event.new_state, channel, now, now))
+                 (event.job_id if job_id is None else job_id, event.id, kind,
+                  event.new_state if state is None else state, channel, now, now))
+
+
+def queued(conn: sqlite3.Connection, job_id: int, kind: str, channel: str) -> bool:
+    """Whether a ``kind`` message of ``job_id`` was ever queued for ``channel`` (an array's
+    start and end are queued once, whichever of its tasks' events comes first)."""
+    return conn.execute("SELECT 1 FROM notifications WHERE job_id=? AND kind=? AND channel=? "
+                        "LIMIT 1", (job_id, kind, channel)).fetchone() is not None
+
+
+def array_counts(conn: sqlite3.Connection, array_id: int) -> dict[str, int]:
+    """How many of array ``array_id``'s tasks are in each state (one indexed count)."""
+    rows = conn.execute(f"SELECT state, COUNT(*) FROM jobs WHERE {ARRAY_ID} = ? "
+                        "GROUP BY state", (array_id,)).fetchall()
+    return {r[0]: r[1] for r in rows}
 
 
 def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) -> list[Pending]:

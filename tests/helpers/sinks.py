@@ -7,6 +7,7 @@ import email.policy
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -119,3 +120,63 @@ class HookSink:
         """(every request, the accepted ones)"""
         with self.lock:
             return list(self.requests), list(self.accepted)
+
+
+class DripSink:
+    """A TCP server that answers every connection with ``head`` and then one more byte every
+    ``every`` seconds, for ``lasts`` seconds: never a whole answer, never silent long enough
+    for a read to time out (a slow-drip attack on whoever waits for its answer). ``closed``
+    counts the connections the other side gave up on."""
+
+    def __init__(self, head: bytes, every: float = 0.5, lasts: float = 600.0):
+        self.head, self.every, self.lasts = head, every, lasts
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.port = self.server.getsockname()[1]
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.closed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        end = time.monotonic() + self.lasts
+        try:
+            conn.sendall(self.head)
+            while time.monotonic() < end and not self.stop.is_set():
+                if self.stop.wait(self.every):
+                    break
+                conn.sendall(b"a")
+        except OSError:   # the other side closed it
+            with self.lock:
+                self.closed += 1
+        finally:
+            conn.close()
+
+    def __enter__(self) -> DripSink:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.server.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/secret-token"
+
+    def counts(self) -> tuple[int, int]:
+        """(connections made, connections the other side closed)"""
+        with self.lock:
+            return self.connections, self.closed

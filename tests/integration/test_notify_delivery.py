@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 
 import pytest
 
 from helpers.controllers import wait_until
-from helpers.sinks import HookSink, MailSink, free_port
+from helpers.sinks import DripSink, HookSink, MailSink, free_port
 from iadeep_cli.controller.notify import Notifier
 from iadeep_cli.inventory import NotifySettings
 from iadeep_cli.jobs import JobSpec, JobState
@@ -231,3 +232,67 @@ def test_a_channel_removed_by_a_reload_gives_up_its_queued_messages(store, mail)
     [row] = _rows(store, job_id)
     assert row["gave_up_at"] is not None and "no longer set up" in row["error"]
     assert mail.received() == []
+
+
+@pytest.mark.parametrize("channel", ["webhook", "email"])
+def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(store, channel):
+    """A webhook or SMTP server that answers one byte every half second (never silent long
+    enough for a read to time out, never done) holds the channel only until the send's
+    deadline: the try fails saying so and its connection is closed, where a timeout per read
+    would wait on it for as long as it drips (ten minutes here)."""
+    head = b"HTTP/1.1 200 OK\r\nX-Drip: " if channel == "webhook" else b"220 "
+    with DripSink(head) as drip:
+        settings = (NotifySettings(webhook=drip.url) if channel == "webhook" else
+                    NotifySettings(smtp=("127.0.0.1", drip.port), address="{user}@lab.org"))
+        notifier = Notifier(store, settings, _read_log, timeout_s=2, backoff_s=(0.0,))
+        job_id = _run_job(store)
+        notifier.collect()
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (notifier.deliver(channel), done.set()),
+                                  daemon=True)
+        worker.start()
+        wait_until(done.is_set, limit=90)
+        [row] = _rows(store, job_id)
+        assert row["sent_at"] is None and "within 2 s" in row["error"], row["error"]
+        wait_until(lambda: drip.counts() == (1, 1), limit=30)   # it let go of the connection
+
+
+def test_an_array_of_a_thousand_failing_tasks_sends_one_message_per_channel(store, mail):
+    """A 1,000-task array with --notify all whose tasks start and fail over several flushes:
+    its owner gets one mail when it starts and one when its last task ends, the lab's webhook
+    one post each, naming the counts and the tasks that failed; not 2,000 of each."""
+    tasks = 1000
+    with store.tx() as c:
+        first, _ = jobrows.insert(c, "alice", JobSpec(script="/x/t.sh", name="sweep",
+                                                      notify="all", array=f"0-{tasks - 1}"),
+                                  100.0)
+        ids = [first]
+        jobrows.update(c, first, array_id=first, array_index=0)
+        for index in range(1, tasks):
+            task, _ = jobrows.insert(c, "alice", JobSpec(script="/x/t.sh", name="sweep",
+                                                         notify="all"), 100.0)
+            jobrows.update(c, task, array_id=first, array_index=index)
+            ids.append(task)
+    with HookSink() as hook:
+        notifier = Notifier(store, _settings(mail, hook), _read_log)
+        for chunk in range(0, tasks, 250):              # four rounds, each a flush
+            with store.tx() as c:
+                for i, job_id in enumerate(ids[chunk:chunk + 250]):
+                    jobrows.transition(c, job_id, S.STARTING, "placed", "controller", 101.0,
+                                       node="n1", gpu_indices=(0,), attempts=1)
+                    jobrows.transition(c, job_id, S.RUNNING, "running", "controller", 102.0,
+                                       started_at=102.0, remote_pid=77)
+                    end = S.SUCCEEDED if chunk + i < 3 else S.FAILED
+                    jobrows.transition(c, job_id, end, "exited", "controller", 200.0,
+                                       ended_at=200.0, exit_code=0 if end is S.SUCCEEDED else 1)
+            notifier.collect()
+            notifier.deliver("email")
+            notifier.deliver("webhook")
+        assert [m["Subject"] for m in mail.received()] == [
+            f"[iadeep] array {first} (sweep) started", f"[iadeep] array {first} (sweep) failed"]
+        body = mail.received()[1].get_content()
+        assert "997 failed, 3 succeeded" in body and f"  {ids[3]} (index 3): failed" in body
+        _, posts = hook.got()
+    assert [p["event"] for p in posts] == ["array_start", "array_end"]
+    assert posts[1]["array"]["states"] == {"failed": 997, "succeeded": 3}
+    assert posts[1]["array"]["tasks"] == tasks
