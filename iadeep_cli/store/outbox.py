@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from .cluster import get_meta, set_meta
-from .jobs import ARRAY_ID
+from .jobrows import ARRAY_ID
 
 CURSOR = "notify_cursor"   # the last events.id read for notifications (meta)
 

@@ -13,7 +13,7 @@ import sqlite3
 
 from ..errors import InputError
 from ..jobs import FINISHED
-from .jobs import ARRAY_ID
+from .jobrows import ARRAY_ID
 
 COPIES_PER_USER = 5000            # unfreed copies one member may have
 BYTES_PER_USER = 256 * 1024 ** 2  # their size together
