@@ -181,8 +181,8 @@ class ScannedKey:
 
 
 # --------------------------------------------------------------------------- the connection
-# SFTP sessions open at once per node: well under sshd's default MaxSessions (10), which polls,
-# launches and cancels share; past it sshd refuses new channels.
+# File operations (SFTP sessions, log reads) open at once per node: well under sshd's default
+# MaxSessions (10), which polls, launches and cancels share; past it sshd refuses new channels.
 MAX_SFTP_SESSIONS = 4
 _KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISDIR, "directory"),
           (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
@@ -422,6 +422,14 @@ class SshConnection:
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
     # -- files (SFTP over the same connection)
+    def _take_slot(self, what: str) -> None:
+        """One of the ``MAX_SFTP_SESSIONS`` file-operation slots (released by the caller)."""
+        t = self.command_timeout
+        if not self._sftp_slots.acquire(timeout=t):
+            raise NodeError(f"node {self.node.name}: {what}: {MAX_SFTP_SESSIONS} file transfers "
+                            f"to this node already in progress for {t:g} s",
+                            hint="try again in a moment")
+
     @contextlib.contextmanager
     def _sftp(self, what: str):
         """One SFTP session for one operation; every failure inside is this node's NodeError.
@@ -435,10 +443,7 @@ class SshConnection:
         import paramiko
 
         t = self.command_timeout
-        if not self._sftp_slots.acquire(timeout=t):
-            raise NodeError(f"node {self.node.name}: {what}: {MAX_SFTP_SESSIONS} file transfers "
-                            f"to this node already in progress for {t:g} s",
-                            hint="try again in a moment")
+        self._take_slot(what)
         chan = None
         try:
             chan = self.client().get_transport().open_session(timeout=self.connect_timeout)
@@ -468,25 +473,45 @@ class SshConnection:
 
     def read(self, remote: str, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
         """Up to ``max_bytes`` of a remote regular file from ``offset``, and the file's size;
-        None if it is missing.  Anything else (a FIFO would block the server's open for good,
-        a symlink to /dev/zero never ends) is refused, and the size comes from stat."""
+        None if it is missing.  Anything else (a FIFO blocks whoever opens it, a symlink to
+        /dev/zero never ends) is refused, and the size comes from stat.
+
+        Not over SFTP: its server opens without O_NONBLOCK, so a FIFO a job swaps in after the
+        stat blocks that server for good.  A shell ``dd`` opens it O_NONBLOCK|O_NOFOLLOW (a
+        FIFO gives EOF at once, a link is refused), and what was read counts only if the same
+        file is there after.  One exec channel each, under the same slots as SFTP.
+        """
         if remote.startswith("~/"):
-            remote = remote[2:]      # SFTP paths are relative to the login directory
+            remote = remote[2:]      # relative to the login directory, where commands start
+        what = f"cannot read {remote}"
+        t = self.command_timeout
+        self._take_slot(what)
         try:
-            with self._sftp(f"cannot read {remote}") as sftp:
-                size = regular_size(self.node.name, remote, sftp.lstat(remote))
-                if max_bytes <= 0 or offset >= size:
-                    return b"", size
-                with sftp.open(remote, "rb") as f:
-                    # What is open: still a regular file (not swapped for a link to a device
-                    # since the lstat), and its size now.  Pipelined requests (readv), none
-                    # past that size.
-                    size = regular_size(self.node.name, remote, f.stat())
-                    want = min(max_bytes, size - offset)
-                    data = b"".join(f.readv([(offset, want)])) if want > 0 else b""
-                return data, size
-        except FileNotFoundError:
+            rc, out, err = self.run(["sh", "-c", _READ_SCRIPT.format(
+                path=shlex.quote(remote), timeout=f"{max(1.0, t - 1):g}",
+                offset=max(0, int(offset)), count=max(0, int(max_bytes)))], timeout=t)
+        finally:
+            self._sftp_slots.release()
+        lines = out.splitlines()
+        failed = [ln for ln in err.splitlines() if ln.startswith("iadeep: ")]
+        if rc != 0 or failed:
+            said = (failed or err.strip().splitlines() or [f"exit {rc}"])[-1]
+            raise NodeError(f"node {self.node.name}: {what}: {said.removeprefix('iadeep: ')}",
+                            hint="iadeep reads only regular files from nodes; the job may have "
+                                 "replaced it")
+        if lines[:1] == ["missing"]:
             return None
+        try:
+            _, mode, size_s = lines[0].split()
+            st = _Stat(int(mode, 16), int(size_s))
+        except (IndexError, ValueError):
+            raise NodeError(f"node {self.node.name}: {what}: unreadable answer") from None
+        size = regular_size(self.node.name, remote, st)
+        try:
+            data = base64.b64decode("".join(lines[1:2]), validate=True)
+        except ValueError:
+            raise NodeError(f"node {self.node.name}: {what}: unreadable answer") from None
+        return data, max(size, offset + len(data))
 
     # -- trust
     def scan_host_key(self) -> ScannedKey:
@@ -559,6 +584,27 @@ def _connect_error(node: str, target: SshTarget, exc: BaseException) -> NodeErro
 class _Stale(Exception):
     """Internal: the cached connection turned out to be dead before the command started."""
 
+
+@dataclass(frozen=True)
+class _Stat:
+    st_mode: int
+    st_size: int
+
+
+# A log read on the node (POSIX sh, GNU coreutils): lstat, then dd, never blocking and never
+# through a link, then the same check again: a file replaced meanwhile is said so, not read.
+_READ_SCRIPT = """f={path}; t=''
+command -v timeout >/dev/null 2>&1 && t='timeout -k 1 {timeout}'
+set -- $(stat -c '%f %s %d:%i' -- "$f" 2>/dev/null)
+[ $# = 3 ] || {{ [ -e "$f" ] || [ -h "$f" ] || {{ echo missing; exit 0; }}
+  echo "iadeep: cannot stat it" >&2; exit 3; }}
+echo "stat $1 $2"
+[ $((0x$1 & 61440)) = 32768 ] || exit 0
+{{ $t dd if="$f" iflag=nonblock,nofollow,skip_bytes,count_bytes skip={offset} count={count} \\
+  bs=65536 status=none || echo "iadeep: it could not be read" >&2; }} | base64 | tr -d '\\n'; echo
+[ "$(stat -c '%f %d:%i' -- "$f" 2>/dev/null)" = "$1 $3" ] || \\
+  {{ echo "iadeep: it was replaced while it was read" >&2; exit 3; }}
+"""
 
 MAX_OUTPUT = 8 * 1024 * 1024   # a node's answer larger than this is refused, not buffered
 

@@ -272,20 +272,24 @@ def test_thirty_concurrent_reads_keep_the_connection_up(sshd_cluster):
         assert pool.poll("node01").ok
 
 
-def test_a_hung_sftp_server_times_out_and_the_node_stays_usable(sshd_cluster):
+def test_a_hung_sftp_server_times_out_uploads_and_the_node_stays_usable(sshd_cluster, tmp_path):
+    """Uploads go over SFTP, bounded per node; log reads do not (they stay readable)."""
     cluster = sshd_cluster(1, key="sftp-hang")
     reconfigured(cluster, "node01", r"^Subsystem sftp .*$", "Subsystem sftp /bin/sleep 30")
     with NodePool(cluster.inventory, connect_timeout=3, command_timeout=1,
                   backoff_base=0) as pool:
         Path(log_path(pool, 440)).write_text("hello\n")
+        local = tmp_path / "script.sh"
+        local.write_text("#!/bin/sh\n")
+        remote = f"{Path(log_path(pool, 441)).parent}/script.sh"
         errors: list = []
 
-        def read() -> None:
+        def upload() -> None:
             try:
-                L.read_log(pool, "node01", 440)
+                pool.connection("node01").put(local, remote)
             except NodeError as exc:
                 errors.append(exc.message)
-        threads = [threading.Thread(target=read) for _ in range(6)]
+        threads = [threading.Thread(target=upload) for _ in range(6)]
         for t in threads:
             t.start()
         for t in threads:
@@ -294,4 +298,5 @@ def test_a_hung_sftp_server_times_out_and_the_node_stays_usable(sshd_cluster):
         assert len(errors) == 6, errors
         assert all("no answer within 1 s" in e or "already in progress" in e for e in errors)
         assert sum("no answer within 1 s" in e for e in errors) >= 4
+        assert L.read_log(pool, "node01", 440).data == b"hello\n"
         assert pool.poll("node01").ok
