@@ -310,6 +310,19 @@ class ReservationView(Message):
 
 
 @dataclass(frozen=True)
+class ForeignIdleView(Message):
+    """A GPU process iadeep did not start that has held GPU ``node:gpu`` idle since ``since``
+    (controller/foreign.py); ``mib``: its GPU memory."""
+
+    node: str
+    gpu: int
+    pid: int
+    name: str
+    mib: float | None
+    since: float
+
+
+@dataclass(frozen=True)
 class StatusView(Message):
     """``iadeep status``: nodes and their GPUs, the queue's count per state, the controller,
     and how old a node's data may be and still say it is up (None: no controller ran)."""
@@ -326,6 +339,8 @@ class StatusView(Message):
     fairshare_points: dict[str, float] | None = optional()
     # reservations not over yet and the GPUs each holds (the monitor marks them)
     reservations: tuple[ReservationView, ...] | None = optional()
+    # foreign processes holding a GPU idle past lab.idle_after (controller/foreign.py)
+    foreign_idle: tuple[ForeignIdleView, ...] | None = optional()
 
     def unfinished(self) -> dict[JobState, int]:
         """How many jobs wait or run, per state (states without any left out)."""

@@ -225,3 +225,14 @@ def settings_label(settings) -> str:
     if k == 1:
         return "1/GPU (exclusive)"
     return f"{k}/GPU, floor {settings['min_speed']:g}, {settings['sharing']}"
+
+
+def foreign_idle_line(node: str, gpu: int, pid: int, name: str, mib: float | None,
+                      for_s: float) -> str:
+    """A GPU held idle by a process iadeep did not start (controller/foreign.py), as `status`
+    and the admins' message say it: its executable's base name, control characters escaped."""
+    base = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in name.rsplit("/", 1)[-1])[:60]
+    what = ", ".join(x for x in (base, gib(mib, unit=" GiB") if mib else "") if x)
+    return (f"{node}:{gpu} held idle by pid {pid}{f' ({what})' if what else ''} for "
+            f"{duration(for_s)}, not an iadeep job")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import typer
 
 from ..paths import SET_IADEEP_HOME, iadeep_home_set
-from ..text import duration, gib, impact, when
+from ..text import duration, foreign_idle_line, gib, impact, when
 from . import render
 from .lazy import client, messages as m
 from .root import app
@@ -60,6 +60,9 @@ def _print(data: m.StatusView, live: bool) -> None:
         print(f"{node.name}: {_node_state(node)}, data {duration(node.age_s)} old")
         for gpu in node.gpus:
             print(_gpu_line(gpu))
+    for held in data.foreign_idle or ():   # foreign processes holding a GPU idle
+        print("  " + foreign_idle_line(held.node, held.gpu, held.pid, held.name, held.mib,
+                                       data.now - held.since))
     summary = ", ".join(f"{n} {s}" for s, n in data.unfinished().items()) or "empty"
     print(f"queue: {summary}")
     hour, start = data.impact_last_hour, data.impact_since_start

@@ -51,7 +51,7 @@ from ..inventory import Inventory
 from ..jobs import Job, JobState
 from ..nodes.connection import Pool
 from ..store import Store
-from . import idle
+from . import foreign, idle
 from .actions import NodeActions
 from .fairshare import FairShareRound
 from .steps.backoff import Backoff
@@ -108,6 +108,7 @@ class SchedulingLoop:
         self.lose = Lose(ctx, self.ends)
         self.limits = Limits(ctx)
         self.idle = idle.IdleWatch()   # running jobs whose GPUs sit idle (controller/idle.py)
+        self.foreign = foreign.ForeignWatch()   # foreign processes holding a GPU idle (foreign.py)
         self.cancels = Cancels(ctx)
         self.speeds = Observe(ctx, self.observer, self.refit)
         self.launches = Launches(ctx, self.ends, launch_health, scripts_dir)
@@ -128,6 +129,7 @@ class SchedulingLoop:
         self.lose.run(now)
         self.limits.run(now)
         self.idle.step(self.ctx, snapshot, now)   # idle GPU holders: mark, notify, act (idle.py)
+        self.foreign.step(self.ctx, snapshot, now)   # foreign idle GPU holders (foreign.py)
         self.cancels.run(snapshot)
         profiles, lab = self.profiler.run(snapshot)
         speeds = self.speeds.run(snapshot, now, profiles, lab)

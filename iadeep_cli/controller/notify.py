@@ -9,6 +9,9 @@ notification nor queues one twice.
 An array's tasks send nothing of their own: its first start and its end (no task of it left
 unfinished) are one message each for the whole array (``build_array``), as Slurm does.
 
+The lab's admins are told the same way about a GPU process iadeep did not start that holds a
+GPU idle (``controller/foreign.py`` queues it in ``store/foreign.py``; ``deliver_foreign``).
+
 How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
 SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
 logged and tried again after RETRY_BACKOFF_S, then given up, logged as an error. SEND_TIMEOUT_S
@@ -37,8 +40,8 @@ from typing import Any
 from ..errors import IadeepError, StoreError
 from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
-from ..store import Store, jobrows, outbox
-from ..text import clock as when, hms
+from ..store import Store, foreign, jobrows, outbox
+from ..text import clock as when, foreign_idle_line, gib, hms
 from .deadline import SMTP as deadline_smtp, Deadline, DeadlineExceeded, post_json
 
 log = logging.getLogger("iadeep.notify")
@@ -337,8 +340,11 @@ class Notifier:
             try:
                 self.collect()
                 self.deliver(channel)
+                self.deliver_foreign(channel)   # the admins' messages (controller/foreign.py)
                 with self.store.tx() as conn:
                     due = outbox.next_due(conn, channel)
+                    other = foreign.next_due(conn, channel)
+                due = other if due is None else due if other is None else min(due, other)
             except StoreError as exc:   # the runtime reports a sick state directory
                 log.debug("notifications wait: %s", exc.message)
                 due = None
@@ -491,6 +497,67 @@ class Notifier:
         if start > 0:   # the first line read is probably a part of one
             data = data.split("\n", 1)[1] if "\n" in data else ""
         return log_tail(data), ""
+
+
+    # -------------------------------------------------------------- foreign idle GPU holders
+    def deliver_foreign(self, channel: str) -> int:
+        """Try every due message to the admins about a process iadeep did not start holding
+        a GPU idle (controller/foreign.py) once; retried and given up as a job's are."""
+        with self.store.tx() as conn:
+            due = foreign.due(conn, self.clock(), channel)
+        sent = 0
+        for note in due:
+            if self._stop.is_set():
+                break
+            with self.store.tx() as conn:
+                spell = foreign.get(conn, note.foreign_id)
+            notice = build_foreign(spell)
+            try:
+                if channel == "email":
+                    to = self.settings.email_for(note.recipient)
+                    if to is None:
+                        raise _Unsendable("e-mail is no longer set up for this admin")
+                    send_email(self.settings, to, notice, self.timeout_s)
+                else:
+                    if self.settings.webhook is None:
+                        raise _Unsendable("no webhook is set up any more")
+                    send_webhook(self.settings.webhook, notice, self.timeout_s)
+            except Exception as exc:   # every way a channel can fail: retried, then given up
+                tries = note.attempts + 1
+                give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)
+                retry_at = None if give_up else self.clock() + self.backoff_s[tries - 1]
+                with self.store.tx() as conn:
+                    foreign.mark_failed(conn, note.id, self.clock(), _describe(exc), retry_at)
+                (log.error if give_up else log.warning)(
+                    "notifying the admins of foreign pid %d by %s failed (try %d)%s: %s",
+                    spell.pid, channel, tries, "; given up" if give_up else "", _describe(exc))
+                continue
+            with self.store.tx() as conn:
+                foreign.mark_sent(conn, note.id, self.clock())
+            sent += 1
+            log.info("notified the admins of foreign pid %d on %s:%d (%s)", spell.pid,
+                     spell.node, spell.gpu, channel)
+        return sent
+
+
+def build_foreign(spell: foreign.Spell) -> Notice:
+    """The admins' message about a process iadeep did not start holding a GPU idle."""
+    idle_s = spell.marked_at - spell.since
+    headline = "GPU " + foreign_idle_line(spell.node, spell.gpu, spell.pid, spell.name,
+                                          spell.mib, idle_s) + " (iadeep does not stop it)"
+    body = [headline, "",
+            f"  {'node:':<11}{spell.node}", f"  {'GPU:':<11}{spell.gpu}",
+            f"  {'pid:':<11}{spell.pid}", f"  {'process:':<11}{clean(spell.name) or '-'}",
+            f"  {'memory:':<11}{gib(spell.mib, unit=' GiB')}",
+            f"  {'idle since:':<11}{when(spell.since)}", "",
+            "It is no iadeep job: see whose it is on the node (ps -o user= -p PID)."]
+    fields = {"event": "foreign_idle",
+              "gpu": {"node": spell.node, "index": spell.gpu, "pid": spell.pid,
+                      "process": spell.name, "memory_mib": spell.mib,
+                      "idle_since": spell.since, "idle_s": round(idle_s, 3)}}
+    return Notice(subject=f"[iadeep] GPU {spell.node}:{spell.gpu} held idle by pid "
+                          f"{spell.pid}"[:200],
+                  headline=headline, summary="", text="\n".join(body) + "\n", fields=fields)
 
 
 class _Unsendable(Exception):

@@ -19,6 +19,7 @@ from ..jobs import ACTIVE, UNFINISHED, JobState
 from ..messages import (
     ControllerView,
     EventView,
+    ForeignIdleView,
     GpuJob,
     GpuView,
     ImpactView,
@@ -34,7 +35,7 @@ from ..messages import (
     StatusView,
 )
 from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, impact, jobrows
+from ..store import Store, cluster, foreign, impact, jobrows
 from . import fairshare
 from .fairshare import priority_view
 
@@ -208,7 +209,10 @@ def status_view(conn: sqlite3.Connection, now: float,
                       impact_last_hour=impact_view(conn, now - 3600, now),
                       impact_since_start=impact_view(conn, controller.started_at, now)
                       if controller.started_at is not None else None,
-                      fairshare_points=fairshare.points(conn, inventory))
+                      fairshare_points=fairshare.points(conn, inventory),
+                      foreign_idle=tuple(   # foreign processes holding a GPU idle (foreign.py)
+                          ForeignIdleView(s.node, s.gpu, s.pid, s.name, s.mib, s.since)
+                          for s in foreign.open_spells(conn)) or None)
 
 
 def impact_view(conn: sqlite3.Connection, since: float, until: float) -> ImpactView:

@@ -225,6 +225,36 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE json_extract(extra, '$.array_id') IS NULL
            OR json_extract(extra, '$.array_id') = id
     """,
+    # v12: GPU processes iadeep did not start that held a GPU idle past lab.idle_after (one
+    # row a spell, ended_at set when it ends) and the messages owed to the admins about each,
+    # kept until sent or given up like the job notifications (store/foreign.py).
+    """
+    CREATE TABLE foreign_idle (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        node TEXT NOT NULL,
+        gpu INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        mib REAL,
+        since REAL NOT NULL,
+        marked_at REAL NOT NULL,
+        ended_at REAL
+    );
+    CREATE INDEX foreign_idle_open ON foreign_idle(ended_at);
+    CREATE TABLE foreign_notes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        foreign_id INTEGER NOT NULL REFERENCES foreign_idle(id),
+        channel TEXT NOT NULL,
+        recipient TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        next_at REAL NOT NULL,
+        sent_at REAL,
+        gave_up_at REAL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        error TEXT NOT NULL DEFAULT '',
+        UNIQUE (foreign_id, channel, recipient)
+    )
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

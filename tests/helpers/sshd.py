@@ -212,14 +212,19 @@ SetEnv PATH={fakes}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state}{hom
 
     def set_fake(self, mode: str | None = None, gpus: int | None = None,
                  sleep: float | None = None, hold: bool = False,
-                 name: str | None = None, util: float | None = None) -> None:
+                 name: str | None = None, util: float | None = None,
+                 foreign: list[tuple[int, int, int, str]] | None = None) -> None:
         """Choose the stand-in nvidia-smi's behaviour on this node (None: default). ``hold``:
         it answers only once ``set_fake(hold=False)`` (a hang of the test's choosing: no
         sleep is long enough on a loaded machine and short enough on an idle one). ``name``:
         the GPU model it reports (the real H200 output with its name field rewritten), for a
-        lab of mixed GPU models. ``util``: the GPU utilisation (%) it reports."""
+        lab of mixed GPU models. ``util``: the GPU utilisation (%) it reports. ``foreign``:
+        processes iadeep did not start that it lists, each (pid, GPU index, MiB, name)."""
+        rows = None if foreign is None else "".join(
+            f"{pid} {gpu} {mib} {pname}\n" for pid, gpu, mib, pname in foreign).rstrip("\n")
         for fname, value in (("mode", mode), ("gpus", gpus), ("sleep", sleep),
-                             ("hold", 1 if hold else None), ("name", name), ("util", util)):
+                             ("hold", 1 if hold else None), ("name", name), ("util", util),
+                             ("foreign", rows)):
             f = self.state / fname
             if value is None:
                 f.unlink(missing_ok=True)

@@ -1,0 +1,99 @@
+"""GPU processes iadeep did not start that held a GPU idle (``controller/foreign.py``), and the
+messages owed to the lab's admins about them: one row a spell, and one message per spell and
+channel (and admin, for e-mail), kept until sent or given up as ``outbox.py`` keeps a job's.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Spell:
+    """A foreign process that held GPU ``node:gpu`` idle from ``since`` (ended_at: None while
+    it still does)."""
+
+    id: int
+    node: str
+    gpu: int
+    pid: int
+    name: str
+    mib: float | None
+    since: float
+    marked_at: float
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    id: int
+    foreign_id: int
+    channel: str
+    recipient: str
+    attempts: int
+
+
+def _spell(r: sqlite3.Row) -> Spell:
+    return Spell(r["id"], r["node"], r["gpu"], r["pid"], r["name"], r["mib"], r["since"],
+                 r["marked_at"], r["ended_at"])
+
+
+def add(conn: sqlite3.Connection, node: str, gpu: int, pid: int, name: str,
+        mib: float | None, since: float, now: float) -> int:
+    cur = conn.execute("INSERT INTO foreign_idle (node, gpu, pid, name, mib, since, marked_at) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (node, gpu, pid, name, mib, since, now))
+    return int(cur.lastrowid or 0)
+
+
+def end(conn: sqlite3.Connection, spell_id: int, now: float) -> None:
+    conn.execute("UPDATE foreign_idle SET ended_at=? WHERE id=? AND ended_at IS NULL",
+                 (now, spell_id))
+
+
+def get(conn: sqlite3.Connection, spell_id: int) -> Spell:
+    return _spell(conn.execute("SELECT * FROM foreign_idle WHERE id=?", (spell_id,)).fetchone())
+
+
+def open_spells(conn: sqlite3.Connection) -> list[Spell]:
+    """The spells not over yet, by node and GPU."""
+    rows = conn.execute("SELECT * FROM foreign_idle WHERE ended_at IS NULL "
+                        "ORDER BY node, gpu, pid").fetchall()
+    return [_spell(r) for r in rows]
+
+
+def enqueue(conn: sqlite3.Connection, spell_id: int, channel: str, recipient: str,
+            now: float) -> None:
+    conn.execute("INSERT OR IGNORE INTO foreign_notes (foreign_id, channel, recipient, "
+                 "created_at, next_at) VALUES (?, ?, ?, ?, ?)",
+                 (spell_id, channel, recipient, now, now))
+
+
+def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) -> list[Note]:
+    rows = conn.execute("SELECT id, foreign_id, channel, recipient, attempts FROM foreign_notes "
+                        "WHERE sent_at IS NULL AND gave_up_at IS NULL AND channel = ? "
+                        "AND next_at <= ? ORDER BY next_at, id LIMIT ?",
+                        (channel, now, limit)).fetchall()
+    return [Note(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+
+def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
+    row = conn.execute("SELECT MIN(next_at) FROM foreign_notes WHERE sent_at IS NULL "
+                       "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
+    return row[0]
+
+
+def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:
+    conn.execute("UPDATE foreign_notes SET sent_at=?, attempts=attempts+1, error='' "
+                 "WHERE id=?", (now, note_id))
+
+
+def mark_failed(conn: sqlite3.Connection, note_id: int, now: float, error: str,
+                retry_at: float | None) -> None:
+    """One more failed try: retried at ``retry_at``, or given up when that is None."""
+    if retry_at is None:
+        conn.execute("UPDATE foreign_notes SET attempts=attempts+1, error=?, gave_up_at=? "
+                     "WHERE id=?", (error[:500], now, note_id))
+    else:
+        conn.execute("UPDATE foreign_notes SET attempts=attempts+1, error=?, next_at=? "
+                     "WHERE id=?", (error[:500], retry_at, note_id))
