@@ -43,12 +43,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..inventory import Inventory
-from ..jobs import Job, JobState
+from ..jobs import Job
 from ..nodes.connection import Pool
 from ..store import Store
 from . import foreign, idle
@@ -57,7 +57,7 @@ from .fairshare import FairShareRound
 from .steps.backoff import Backoff
 from .steps.cancels import Cancels
 from .steps.clean import Clean
-from .steps.context import Context
+from .steps.context import Context, OnContext
 from .steps.ends import Ends
 from .steps.launch import Launches
 from .steps.limits import Limits
@@ -74,7 +74,7 @@ log = logging.getLogger("iadeep.controller")
 REFIT_TIMEOUT_S = 1800.0    # a refit child still running after this is killed (and logged)
 
 
-class SchedulingLoop:
+class SchedulingLoop(OnContext):
     """The controller's scheduling round (``tick``), the steps it runs and the model they share.
 
     Public to the rest of the controller (runtime, the adapter, the service): ``tick``,
@@ -160,34 +160,7 @@ class SchedulingLoop:
         return self.launches.script_copy(job)
 
     # ------------------------------------------------------------------ shared parts
-    @property
-    def store(self) -> Store:
-        return self.ctx.store
-
-    @property
-    def inventory(self) -> Inventory:
-        return self.ctx.inventory
-
-    @property
-    def pool(self) -> Pool:
-        return self.ctx.pool
-
-    @property
-    def actions(self) -> NodeActions:
-        return self.ctx.actions
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        return self.ctx.clock
-
-    def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
-        """The jobs in ``states`` (on ``node``), oldest first."""
-        return self.ctx.jobs(states, node)
-
-    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
-        """``job`` to ``new``, as the controller, now (checked against the state machine)."""
-        return self.ctx.move(job, new, reason, **fields)
-
+    # store, inventory, pool, actions, clock, jobs() and move(): OnContext's, over self.ctx
     def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
         """``job`` back to the queue, its attempt dropped (``store.jobrows.requeue``)."""
         return self.ctx.requeue(job, reason, started=started, **fields)

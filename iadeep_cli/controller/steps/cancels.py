@@ -24,7 +24,7 @@ class Cancels(Step):
         began, and reconcile (which waits for a poll newer than the job's last action) would
         never see the job exit."""
         polled = {node.name: node.taken_at for node in snapshot.nodes if node.reached}
-        for job in self._jobs(ACTIVE | {JobState.HELD}):
+        for job in self.jobs(ACTIVE | {JobState.HELD}):
             if not job.cancel_requested_by or job.node is None:
                 continue
             if self.actions.acted_at(job.id) >= polled.get(job.node, float("inf")):

@@ -58,12 +58,13 @@ class Context:
         return " " + run_dir_note(job.spec, job.node or "", node.shared_paths if node else ())
 
 
-class Step:
-    """A step of the round: its code reads the shared parts as ``self.store``, ``self.pool``,
-    ``self.inventory``, ``self.actions``, ``self.clock`` (always the context's current ones)."""
+class OnContext:
+    """Reads the controller's shared parts through ``self.ctx`` (``Context``): ``store``,
+    ``inventory``, ``pool``, ``actions``, ``clock`` are always the context's current ones (a
+    reload replaces them there), and ``jobs``/``move`` are its job reads and moves. The loop
+    and every step are built on it."""
 
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
+    ctx: Context
 
     @property
     def store(self) -> Store:
@@ -85,11 +86,20 @@ class Step:
     def clock(self) -> Callable[[], float]:
         return self.ctx.clock
 
-    def _jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
+    def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
+        """The jobs in ``states`` (on ``node``), oldest first."""
         return self.ctx.jobs(states, node)
 
-    def _move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
+    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
+        """``job`` to ``new``, as the controller, now (checked against the state machine)."""
         return self.ctx.move(job, new, reason, **fields)
+
+
+class Step(OnContext):
+    """A step of the round, over the controller's shared parts (``OnContext``)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
 
     def _run_dir(self, job: Job) -> str:
         return self.ctx.run_dir(job)

@@ -28,7 +28,7 @@ class Ends(Step):
         """A launch that provably never started: cancelled if that was asked, else queued
         again without spending one of its retries."""
         if job.cancel_requested_by:
-            self._move(job, JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
+            self.move(job, JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
                        " before it started", ended_at=self.clock())
             return
         why = "launch did not happen; back in the queue"
@@ -61,7 +61,7 @@ class Ends(Step):
                 return
             new = JobState.FAILED
         self._forget(job.id)
-        self._move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
+        self.move(job, new, why, exit_code=code, ended_at=now, started_at=job.started_at or now)
 
     def _open_failure(self, job: Job, code: int) -> str | None:
         """Why a job whose --output/--error could not be opened failed: the shell's message,
@@ -88,7 +88,7 @@ class Ends(Step):
         if job.attempts - job.checkpoints > job.spec.retries:   # checkpoints spend no retry
             return False
         if job.state != JobState.LOST:
-            job = self._move(job, JobState.LOST, why)
+            job = self.move(job, JobState.LOST, why)
         self.ctx.requeue(job, f"{why}; requeued (attempt {job.attempts + 1} of "
                          f"{job.spec.retries + 1} next)", started=True)
         self._forget(job.id)

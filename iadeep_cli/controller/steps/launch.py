@@ -27,7 +27,7 @@ class Launches(Step):
         on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
         why = f"; {placement.note}" if placement.note else ""   # the GPU model decided
-        started = self._move(job, JobState.STARTING, f"placed on {placement.node}:"
+        started = self.move(job, JobState.STARTING, f"placed on {placement.node}:"
                              f"{','.join(map(str, placement.gpu_indices))}{why}",
                              **{**jobrows.no_attempt(), "node": placement.node,   # afresh
                                 "gpu_indices": placement.gpu_indices},
@@ -57,7 +57,7 @@ class Launches(Step):
                         started.id, node, exc.message, node, skipped)
             return
         except IadeepError as exc:
-            self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
+            self.move(started, JobState.FAILED, f"could not launch: {exc.message}",
                        ended_at=self.clock())
             return
         if node in self._launch_health:
@@ -72,7 +72,7 @@ class Launches(Step):
             return
         try:
             model = f"; {placement.note}" if placement.note else ""   # why this GPU model
-            self._move(started, JobState.RUNNING, f"running on {node}:"
+            self.move(started, JobState.RUNNING, f"running on {node}:"
                        f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}"
                        f"{model}",
                        remote_pid=result.pid, remote_start=result.start,
@@ -89,7 +89,7 @@ class Launches(Step):
         if not exc.node_wide:
             log.warning("job %s cannot run as %s on %s: %s", started.id, started.owner, node,
                         exc.message)
-            self._move(started, JobState.FAILED, f"could not launch: {exc.message}",
+            self.move(started, JobState.FAILED, f"could not launch: {exc.message}",
                        ended_at=self.clock())
             return
         skipped = self._launch_failed(node, exc.message)

@@ -21,7 +21,7 @@ class Limits(Step):
         ``lab.kill_grace``) and recorded as ``timeout``, saying why. A job that asked for a
         ``--signal`` gets it first, its lead time before the limit (at most once an attempt:
         it is marked sent before it is sent)."""
-        for job in self._jobs({JobState.RUNNING}):
+        for job in self.jobs({JobState.RUNNING}):
             limit, began = job.spec.time_limit_s, job.started_at
             if limit is None or began is None or job.cancel_requested_by or job.node is None:
                 continue

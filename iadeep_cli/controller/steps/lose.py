@@ -26,7 +26,7 @@ class Lose(Step):
             silent = {n.name for n, since in cluster.load_nodes(conn)
                       if since is not None and now - since >= self.inventory.node_grace_s}
         known = {n.name for n in self.inventory.nodes}
-        for job in self._jobs(ACTIVE):
+        for job in self.jobs(ACTIVE):
             if job.node in silent:
                 self._lose(job, f"node {job.node} silent for over "
                                 f"{self.inventory.node_grace_s:.0f}s; it is requeued when the "
@@ -36,10 +36,10 @@ class Lose(Step):
                 self._lose(job, f"node {job.node} is no longer in the inventory")
 
     def _lose(self, job: Job, why: str) -> None:
-        lost = self._move(job, JobState.LOST, why)
+        lost = self.move(job, JobState.LOST, why)
         if lost.cancel_requested_by:
             new, why = stopped(lost)
-            self._move(lost, new, f"{why}, while its node was lost",
+            self.move(lost, new, f"{why}, while its node was lost",
                        ended_at=self.clock(), orphans=lost.orphans_with(lost.node))
 
     def fence(self, node: str, by: str) -> list[int]:
@@ -47,10 +47,10 @@ class Lose(Step):
         lost and active jobs are requeued if they have retries left, else failed. Should the
         node come back, those attempts are stopped before anything else starts there."""
         moved = []
-        for job in self._jobs(ACTIVE | {JobState.LOST}, node):
+        for job in self.jobs(ACTIVE | {JobState.LOST}, node):
             why = f"node {node} fenced by {by}"
             if not self.ends.requeue(job, why):
-                self._move(job, JobState.FAILED, f"{why}; no retries left", ended_at=self.clock(),
+                self.move(job, JobState.FAILED, f"{why}; no retries left", ended_at=self.clock(),
                            orphans=job.orphans_with(node))
             moved.append(job.id)
         return moved

@@ -36,7 +36,7 @@ class Observe(Step):
         known_solo = {name: p.solo_it_per_s for name, p in lab.items() if p.solo_it_per_s}
         known_util = {name: p.gpu_util for name, p in profiles.items() if p.gpu_util}
         answered = {n.name for n in snapshot.nodes if n.reached}
-        running = [j for j in self._jobs({JobState.RUNNING}) if j.node in answered]
+        running = [j for j in self.jobs({JobState.RUNNING}) if j.node in answered]
         self.observer.window_s = self.inventory.policy.adapt.window_s
         speeds, pairs = self.observer.observe(running, snapshot, now, known_solo, known_util)
         with self.store.tx() as conn:

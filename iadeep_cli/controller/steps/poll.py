@@ -24,7 +24,7 @@ class Poll(Step):
     def run(self, wait_s: float) -> ClusterSnapshot:
         expected, owners = self._expected()
         # every running job's new progress comes with its node's poll (one command a node)
-        progress = self.observer.offsets(self._jobs({JobState.RUNNING}))
+        progress = self.observer.offsets(self.jobs({JobState.RUNNING}))
         snapshot = self.pool.poll_all(expected, wait_s=wait_s, owners=owners,
                                       progress=progress)
         with self.store.tx() as conn:
@@ -40,7 +40,7 @@ class Poll(Step):
         out: dict[str, list[tuple[int, int | None, int | None]]] = {}
         owners: dict[int, str] = {}
         # a held job with a node is one Slurm keeps pending, held there too (see _apply_held)
-        for job in self._jobs(ACTIVE | {JobState.LOST, JobState.HELD}):
+        for job in self.jobs(ACTIVE | {JobState.LOST, JobState.HELD}):
             if job.node is not None:
                 out.setdefault(job.node, []).append((job.id, job.remote_pid, job.remote_start))
                 owners[job.id] = job.owner

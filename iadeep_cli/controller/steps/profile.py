@@ -45,7 +45,7 @@ class Profiler(Step):
         PROFILE_SAMPLES polls record its profile, so later jobs of the kind can share.
         Returns the profiles recorded this round."""
         recorded: dict[str, Profile] = {}
-        for job in self._jobs({JobState.RUNNING}):
+        for job in self.jobs({JobState.RUNNING}):
             if job.spec.workload in known or len(job.gpu_indices) != 1:
                 continue
             sample = _alone_on_gpu(job, snapshot)

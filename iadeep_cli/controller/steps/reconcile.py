@@ -27,7 +27,7 @@ class Reconcile(Step):
 
         A job with an action in flight, or whose action ended after this poll began, is left
         for the next round: the poll may predate what the action did (a launch completing)."""
-        for job in self._jobs(ACTIVE | {JobState.LOST, JobState.HELD}, node.name):
+        for job in self.jobs(ACTIVE | {JobState.LOST, JobState.HELD}, node.name):
             if self.actions.busy(job.id) or self.actions.acted_at(job.id) >= node.taken_at:
                 continue
             if job.state == JobState.HELD:
@@ -47,7 +47,7 @@ class Reconcile(Step):
             if not self.pool.backend(job.node or "").is_held(remote):
                 self._slurm_hold(job, True)
         elif remote.state == "running":   # back to starting, then running as any start
-            job = self._move(job, JobState.STARTING, "not held: Slurm had started it before "
+            job = self.move(job, JobState.STARTING, "not held: Slurm had started it before "
                              "the hold reached it")
             self._apply_remote(job, remote)
         elif job.cancel_requested_by and remote.state == "exited":
@@ -77,7 +77,7 @@ class Reconcile(Step):
                 self.ends.not_started(job)   # the launch never happened
         elif remote.state == "claimed":
             if job.state != JobState.LOST:
-                self._move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
+                self.move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
                            "whether it started is unknown (check the node, then cancel it)")
         elif remote.state == "pending":
             # Slurm has it but has not started it: still `starting` (it holds its place on the
@@ -98,7 +98,7 @@ class Reconcile(Step):
                 why = "node answers again" if job.state == JobState.LOST else \
                     f"running on {job.node}:{','.join(map(str, job.gpu_indices))}" \
                     f"{self._run_dir(job)}"
-                self._move(job, JobState.RUNNING, why, remote_pid=remote.pid,
+                self.move(job, JobState.RUNNING, why, remote_pid=remote.pid,
                            remote_start=remote.start, started_at=job.started_at or now)
         else:  # exited
             self.ends.finish(job, remote.exit_code)

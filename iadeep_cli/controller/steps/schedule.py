@@ -45,12 +45,12 @@ class Schedule(Step):
         placement; record why each other queued job waits."""
         from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
 
-        queue, waits = self._dependencies_met(self._jobs({JobState.QUEUED}))
+        queue, waits = self._dependencies_met(self.jobs({JobState.QUEUED}))
         if not queue:
             with self.store.tx() as conn:
                 jobrows.set_reasons(conn, list(waits.items()))
             return
-        active = self._jobs(ACTIVE)
+        active = self.jobs(ACTIVE)
         snapshot = self._without_failing_nodes(snapshot)
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
@@ -75,7 +75,7 @@ class Schedule(Step):
         durations = self._run_times(now)
 
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
-            active = self._jobs(ACTIVE)                                          # yielded
+            active = self.jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(decided.waits))
@@ -129,7 +129,7 @@ class Schedule(Step):
             waiting, never = depends.check(job.spec, states)
             if never is not None:
                 try:
-                    self._move(job, JobState.CANCELLED, never, ended_at=self.clock())
+                    self.move(job, JobState.CANCELLED, never, ended_at=self.clock())
                 except InvalidTransition:   # held or cancelled by its owner meanwhile
                     continue
                 if job.id in states:
