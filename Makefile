@@ -73,12 +73,13 @@ lint: $(STAMP)
 # processes and polls, not on the CPU, so more workers than cores pays. Workers: twice the cores,
 # at least 4, at most 8 (docs/contributing.md "Tests" has the times measured); `make test TEST_WORKERS=3`
 # chooses, `.venv/bin/pytest -q` (no -n) runs it serially. --dist loadgroup keeps the os_global tests
-# (accounts, sudoers, mounts, system daemons) in one worker, one after another.
+# (accounts, sudoers, mounts, system daemons) in one worker, one after another. --durations
+# lists the 20 slowest tests at the end, so CI's log says where the suite's time goes.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
                   [ $$n -lt 4 ] && n=4; [ $$n -gt 8 ] && n=8; echo $$n)
 
 test: $(STAMP) lint sshd slurm chromium torch-cpu
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 # The lower bounds in pyproject.toml, tested: the oldest allowed version of every dependency
 # (pins from tests/min_deps.py) in a fresh .venv-min, then there the in-process tests, the
