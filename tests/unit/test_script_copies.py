@@ -13,7 +13,7 @@ from iadeep_cli.controller import copies
 from iadeep_cli.controller.service import Service
 from iadeep_cli.errors import InputError
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import JobState
+from iadeep_cli.jobs import JobState, SubmitSpec
 from iadeep_cli.store import Store, jobrows, scripts
 
 S = JobState
@@ -32,7 +32,7 @@ def lab(tmp_path):
 def _add(service, tmp_path, user="alice", size=100, **spec) -> int:
     script = tmp_path / "train.sh"
     script.write_bytes(b"#!/bin/sh\n" + b"#" * (size - 11) + b"\n")
-    request = m.AddRequest({"script": str(script), **spec},
+    request = m.AddRequest(SubmitSpec.from_dict({"script": str(script), **spec}),
                            script_b64=base64.b64encode(script.read_bytes()).decode())
     return service.op_add(user, request).id
 
