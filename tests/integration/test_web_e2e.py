@@ -87,9 +87,16 @@ def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
         by = webdriver.common.by.By
 
         def text_of(css: str) -> str:
-            """The element's text, "" while the page has not drawn it (yet)."""
+            """The element's text, "" while the page has not drawn it (yet). The page redraws
+            itself every few seconds: an element found just before a redraw is gone when its
+            text is read (StaleElementReferenceException), which is "not yet" too."""
+            from selenium.common.exceptions import StaleElementReferenceException
+
             found = browser.find_elements(by.CSS_SELECTOR, css)
-            return found[0].text if found else ""
+            try:
+                return found[0].text if found else ""
+            except StaleElementReferenceException:
+                return ""
 
         wait_until(lambda: all(text_of(f'[data-node="{n}"]') for n in lab.cluster.nodes))
         node_of = {j["id"]: j["node"] for j in json.loads(
