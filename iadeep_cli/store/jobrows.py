@@ -59,6 +59,34 @@ def job_from_row(row: sqlite3.Row) -> Job:
     )
 
 
+class Decoded:
+    """Jobs decoded from their rows, each kept while its row is unchanged (``Job`` is frozen,
+    so one value can be handed out many times).  The controller reads the same active jobs
+    many times a round; decoding a row (four JSON columns) is most of a read's cost, so a row
+    whose every column is as before gives back the job decoded last time.  ``sweep`` (once a
+    round) forgets the jobs not read since the last sweep, so what is kept follows the jobs the
+    round reads, not the history."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[tuple[Any, ...], Job]] = {}
+        self._seen: set[int] = set()
+
+    def job(self, row: sqlite3.Row) -> Job:
+        key = tuple(row)
+        job_id = row["id"]
+        self._seen.add(job_id)
+        kept = self._kept.get(job_id)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        job = job_from_row(row)
+        self._kept[job_id] = (key, job)
+        return job
+
+    def sweep(self) -> None:
+        self._kept = {i: v for i, v in self._kept.items() if i in self._seen}
+        self._seen = set()
+
+
 def _extra_fields(extra: dict) -> dict[str, Any]:
     return {"cancel_requested_by": extra.get("cancel_requested_by"),
             "orphans": tuple(extra.get("orphans", ())),
@@ -148,9 +176,10 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job:
 def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
            owner: str | None = None, limit: int | None = None,
            node: str | None = None, last: int | None = None,
-           before: int | None = None) -> list[Job]:
+           before: int | None = None, decoded: Decoded | None = None) -> list[Job]:
     """Jobs filtered by state, owner and node (and ids below ``before``), oldest first (the
-    queue's natural order); ``limit`` keeps the oldest, ``last`` the newest of them."""
+    queue's natural order); ``limit`` keeps the oldest, ``last`` the newest of them.
+    ``decoded``: rows unchanged since it last decoded them are not decoded again."""
     where: list[str] = []
     params: list[object] = []
     if before is not None:
@@ -169,7 +198,8 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
     count = last if last is not None else limit
     if count is not None:
         sql += f" LIMIT {int(count)}"
-    found = [job_from_row(r) for r in conn.execute(sql, params)]
+    decode = decoded.job if decoded is not None else job_from_row
+    found = [decode(r) for r in conn.execute(sql, params)]
     return found[::-1] if last is not None else found
 
 

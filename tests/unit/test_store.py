@@ -181,3 +181,29 @@ def test_requeue_drops_the_whole_attempt_and_counts_only_one_that_may_have_run(t
         assert [e["new_state"] for e in jobs.events(c, i)][-1] == "queued"
         with pytest.raises(InvalidTransition):   # checked like any transition
             jobs.requeue(c, i, "again", "controller", 23.0, started=False)
+
+
+def test_decoded_rows_are_reused_only_while_every_column_is_unchanged(tmp_path):
+    """The controller's round reads the same jobs many times: an unchanged row gives back the
+    job decoded before, any change to any column (an ``extra`` field included) a fresh one, and
+    a job no longer read is forgotten at the next sweep."""
+    store = Store(tmp_path / "s.db")
+    decoded = jobs.Decoded()
+    with store.tx() as c:
+        a, _ = jobs.insert(c, "a", JobSpec(script="/a.sh"), 1.0)
+        b, _ = jobs.insert(c, "a", JobSpec(script="/b.sh"), 1.0)
+        first = jobs.select(c, decoded=decoded)
+        again = jobs.select(c, decoded=decoded)
+        assert [x is y for x, y in zip(first, again)] == [True, True]
+        jobs.transition(c, a, JobState.STARTING, "placed", "t", 2.0, node="n1",
+                        gpu_indices=(0,))
+        c.execute("UPDATE jobs SET extra=json_set(extra, '$.signalled', 1) WHERE id=?", (b,))
+        changed = jobs.select(c, decoded=decoded)
+        assert changed[0].state is JobState.STARTING and changed[0].node == "n1"
+        assert changed[1].signalled and not first[1].signalled
+        assert changed == jobs.select(c)   # the same values as decoding afresh
+        decoded.sweep()
+        jobs.select(c, states={JobState.STARTING}, decoded=decoded)
+        decoded.sweep()   # b was not read since the last sweep: forgotten
+        assert jobs.select(c, decoded=decoded)[1] is not changed[1]
+    store.close()

@@ -30,12 +30,14 @@ class Context:
     pool: Pool
     actions: NodeActions
     clock: Callable[[], float]
+    # the jobs the round reads, decoded once while their rows stay unchanged (swept each round)
+    decoded: jobrows.Decoded = dataclasses.field(default_factory=jobrows.Decoded)
 
     def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
         """The jobs in ``states`` (on ``node``), oldest first, read in a transaction of their
         own."""
         with self.store.tx() as conn:
-            return jobrows.select(conn, states=states, node=node)
+            return jobrows.select(conn, states=states, node=node, decoded=self.decoded)
 
     def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
         """``job`` to ``new`` (checked against the state machine), as the controller, now; the
