@@ -10,6 +10,9 @@ every job), a real ``runtime.Controller`` and its store.  The jobs are recorded 
 (not through placement: 256 jobs on 4 nodes would need more GPUs than the stand-in has), and
 the stand-in nvidia-smi lists no job processes (``noscan``): its own scan of /proc costs
 processes per job on every node, which the real tool does not.
+Each line also splits the round: the nodes' polls (the shell on every node reading its jobs'
+states and progress: on a real lab that runs on the nodes, here on this machine's cores) and the
+controller's own part (the rest: the store, reconcile, observe, placement).
 Usage: .venv/bin/python benchmarks/bench_rounds.py [--nodes 4 16] [--jobs 0 8 64 256]
        [--rounds 7]
 """
@@ -148,13 +151,16 @@ def main() -> None:
     for n in args.nodes:
         got, polls = run(n, counts, args.rounds)
         base = statistics.median(got[0])
+        own_base = statistics.median(r - p for r, p in zip(got[0], polls[0]))
         for count in counts:
             xs = got[count]
             m = statistics.median(xs)
+            own = statistics.median(r - p for r, p in zip(xs, polls[count]))
             print(f"  {n:>2} nodes, {count:>3} running jobs: round median {m * 1000:7.1f} ms "
                   f"(min {min(xs) * 1000:6.1f}, max {max(xs) * 1000:6.1f})  "
                   f"vs no job {m / base:5.2f}x; of it the nodes' polls "
-                  f"{statistics.median(polls[count]) * 1000:7.1f} ms")
+                  f"{statistics.median(polls[count]) * 1000:7.1f} ms, the controller's own "
+                  f"part {own * 1000:6.1f} ms ({own / own_base:5.2f}x)")
         ratio8 = statistics.median(got[8]) / base if 8 in got else None
         if ratio8 is not None:
             print(f"  {n:>2} nodes: 8 jobs {ratio8:.2f}x the empty round (target <= 2x: "

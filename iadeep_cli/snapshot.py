@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 
@@ -174,11 +174,27 @@ def json_safe(data: Any) -> Any:
     return data
 
 
+_ROUND_ONLY = ("progress", "closed")   # a node's fields that are the round's alone
+
+
 def to_dict(obj: Any) -> dict:
     """Serialise a snapshot (any of the classes above) to plain JSON-able data (a node's
-    ``progress`` and ``closed`` are the round's alone, and left out)."""
-    return asdict(obj, dict_factory=lambda kv: {k: v for k, v in kv
-                                                if k not in ("progress", "closed")})
+    ``progress`` and ``closed`` are the round's alone, and left out: skipped before they are
+    copied, since ``progress`` holds every running job's new bytes)."""
+    return _plain(obj)
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict``'s result for these classes (their values are immutable: no
+    copies), without the round-only fields."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)
+                if f.name not in _ROUND_ONLY}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def gpu_from_dict(d: dict) -> GpuSample:
