@@ -3,6 +3,7 @@ dashboard asks only for series the controller exports, and the README stays a fr
 (short, no internal issue numbers) with every page of the docs site one link away."""
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from pathlib import Path
@@ -81,6 +82,20 @@ def test_readme_is_a_front_page_linking_every_docs_page():
     linked = set(re.findall(r"\]\((docs/[^)#]+\.md)(?:#[^)]*)?\)", readme))
     assert pages - linked == set()
 
+
+
+def test_site_front_page_is_the_readme():
+    """docs/index.md is README.md with its links made relative to docs/ (`docs/x.md` ->
+    `x.md`), nothing else: a copy edited by hand drifts."""
+    readme = (REPO / "README.md").read_text()
+    expected = re.sub(r"\]\(docs/", "](", readme)
+    index = (DOCS / "index.md").read_text()
+    diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True),
+                                        index.splitlines(keepends=True),
+                                        "README.md (links rewritten)", "docs/index.md", n=1))
+    assert index == expected, (
+        "docs/index.md differs from README.md; edit README.md, then run "
+        f"`sed 's#](docs/#](#g' README.md > docs/index.md`:\n{diff}")
 
 @pytest.mark.parametrize("path", ["README.md", *sorted(
     p.relative_to(REPO).as_posix() for p in DOCS.rglob("*.md"))])
