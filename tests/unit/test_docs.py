@@ -97,6 +97,18 @@ def test_site_front_page_is_the_readme():
         "docs/index.md differs from README.md; edit README.md, then run "
         f"`sed 's#](docs/#](#g' README.md > docs/index.md`:\n{diff}")
 
+
+def test_monitor_screenshot_is_a_current_snapshot():
+    """docs/monitor.svg is a copy of one of the monitor's snapshot SVGs as they are now (they
+    change with the rendering; a screenshot drawn once goes stale)."""
+    shot = (DOCS / "monitor.svg").read_bytes()
+    snapshots = {p.name: p.read_bytes()
+                 for p in (REPO / "tests" / "tui" / "__snapshots__").rglob("*.svg")}
+    assert snapshots, "no monitor snapshots found"
+    assert shot in snapshots.values(), (
+        "docs/monitor.svg is none of tests/tui/__snapshots__/*/*.svg: copy "
+        "test_busy_cluster_shared_gpus_120x40.svg over it (see docs/getting-started.md)")
+
 @pytest.mark.parametrize("path", ["README.md", *sorted(
     p.relative_to(REPO).as_posix() for p in DOCS.rglob("*.md"))])
 def test_no_internal_issue_numbers(path):
