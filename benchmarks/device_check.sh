@@ -10,7 +10,7 @@
 #
 # Steps (each prints a "== step" header; the last line says PASS or FAIL with the reasons):
 #   1. a venv that also sees the machine's Python packages (the device image's torch, typer,
-#      nvidia-ml-py, pyyaml, scikit-learn: nothing can be fetched there), the project installed
+#      nvidia-ml-py, pyyaml, numpy, scipy: nothing can be fetched there), the project installed
 #      into it (offline: --no-deps --no-build-isolation); torch installed only if missing.
 #   2. `iadeep nodes check --json` on an inventory with one `local: true` node (real pynvml),
 #      next to nvidia-smi's own numbers for the same fields (memory.used must agree: NVML v2).
@@ -73,7 +73,7 @@ else
 fi
 "$PY" - <<'EOF' || fail "imports"
 import importlib
-for m in ("iadeep_cli", "pynvml", "typer", "yaml", "sklearn", "torch"):
+for m in ("iadeep_cli", "pynvml", "typer", "yaml", "numpy", "scipy", "torch"):
     try:
         mod = importlib.import_module(m)
         print(f"{m:10} {getattr(mod, '__version__', '')} {getattr(mod, '__file__', '')}")

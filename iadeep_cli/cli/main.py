@@ -1,6 +1,6 @@
 """``iadeep``: every command group registered on the root app, and the entry point.
 
-Command modules are imported here, but heavy libraries (paramiko, scikit-learn, textual) are
+Command modules are imported here, but heavy libraries (paramiko, numpy, scipy, textual) are
 imported only inside the commands that need them, so `iadeep status` and `iadeep queue list`
 stay fast. Groups are added with add_typer; status, logs, report, sim and monitor decorate the
 root app directly (this import order is --help's order).

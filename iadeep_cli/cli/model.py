@@ -1,6 +1,6 @@
 """`iadeep model fit|predict|eval`: the interference model from the command line.
 
-`predict` with --model loads a JSON model and predicts with numpy only (no scikit-learn import),
+`predict` with --model loads a JSON model and predicts with numpy only (no scipy import),
 so predicting 10,000 pairs takes well under 2 s as a whole process.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ replaced atomically every 30 s and at stop): the status view, the unfinished and
 last ``PUBLIC_FINISHED`` finished jobs with their env values hidden, and the profiles.
 
 Offline, a reader who can read the database (the controller's account, root) reads it; everyone
-else reads the snapshot. Nothing here imports paramiko or scikit-learn.
+else reads the snapshot. Nothing here imports paramiko, numpy or scipy.
 """
 from __future__ import annotations
 

@@ -355,7 +355,7 @@ def _one_blas_thread() -> AbstractContextManager:
     """The fit's matrices are small (at most MAX_INDUCING square): a multi-threaded BLAS only
     spins its threads against each other, and on a busy 2-core machine made a 150 x 150
     inverse take 0.1 s instead of 1 ms (a lucid-part fit 25-35 s instead of 3 s).
-    threadpoolctl comes with scikit-learn."""
+    threadpoolctl is a declared dependency; without it the fit runs with the BLAS's default."""
     try:
         from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
     except ImportError:

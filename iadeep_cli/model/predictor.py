@@ -35,7 +35,7 @@ Why this shape
   swaps the answer exactly.
 * The fitted model is stored as plain arrays in JSON and predicts with numpy only (fitting, in
   ``fit``, uses scipy): ``iadeep model predict`` and the scheduler must not pay for importing
-  scipy or scikit-learn. ``terms`` holds what prediction and fitting share.
+  scipy. ``terms`` holds what prediction and fitting share.
 """
 from __future__ import annotations
 
@@ -275,7 +275,7 @@ class InterferenceModel:
 
 
 # ---------------------------------------------------------------------------------------------
-# Fitting lives in .fit (it imports scipy and scikit-learn); these wrappers keep the import of
+# Fitting lives in .fit (it imports scipy); these wrappers keep the import of
 # this module numpy-only.
 # ---------------------------------------------------------------------------------------------
 def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],

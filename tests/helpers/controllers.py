@@ -43,7 +43,7 @@ class ControllerProcess:
 
     def start(self, timeout: float = 180.0) -> ControllerProcess:
         """Start it and wait until it answers. ``timeout`` only bounds a controller that hangs:
-        one that starts normally answers in a second or two, but its imports (scikit-learn)
+        one that starts normally answers in a second or two, but its imports (numpy, paramiko)
         take tens of seconds on a machine loaded by parallel tests; until its socket exists
         this waits without starting a CLI process per check (each would load it further)."""
         args = [*IADEEP, "controller", "run", *self.extra_args]

@@ -4,7 +4,7 @@ package index, as pip or pipx would), and run the installed `iadeep` from a dire
 not the repository. It finds its shipped data and the monitor's stylesheet inside the wheel.
 
 Cost on the 2-core machine: 55-82 s in four runs under other load (docs/administration.md),
-most of it pip unpacking numpy, scipy and scikit-learn into the new environment.
+most of it pip unpacking numpy and scipy into the new environment.
 """
 from __future__ import annotations
 
