@@ -321,3 +321,45 @@ def test_an_owner_whose_home_takes_no_files_holds_only_their_own_job(lab):
         wait_until(lambda: _job(lab, hers)["state"] == "succeeded", limit=120)
     finally:
         home.chmod(0o700)
+
+
+def test_an_output_the_node_account_cannot_write_fails_the_job_saying_why(lab):
+    """A node whose jobs run as its SSH account (run_as: account) and a member's --output in
+    their own home, which that account cannot write (a lab set up with shared_paths: [/home]
+    on such a node): the job fails before it runs, its reason carries the shell's
+    "Permission denied", and `iadeep logs` shows the job directory's log, not "may not have
+    started yet"."""
+    from helpers.sshd import SshdNode
+
+    home = pwd.getpwnam(ALICE).pw_dir
+    saved, known = lab.inventory.read_text(), lab.home / "known_hosts"
+    saved_known = known.read_text()
+    key = re.search(r"identity_file: (\S+)", saved).group(1)
+    workdir = re.search(r"workdir: (\S+)", saved).group(1)
+    node = SshdNode("ra2", "127.0.0.42", lab.top, lab.top / "authorized_keys")
+    try:
+        node.start()
+        known.write_text(saved_known + node.known_hosts_line() + "\n")
+        lab.inventory.write_text(
+            saved + f"  - name: ra2\n    host: {node.addr}\n    port: {node.port}\n"
+            f"    user: {CTL}\n    identity_file: {key}\n    workdir: {workdir}\n"
+            f"    run_as: account\n")
+        assert cli(lab.home, "controller", "reload").returncode == 0
+        job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", "--nodelist", "ra2",
+                                   "--output", f"{home}/out-%j.txt",
+                                   _script(lab, "o.sh", "#!/bin/sh\necho the-job-ran\n")))
+        wait_until(lambda: _job(lab, job_id)["state"] == "failed", limit=120)
+        job = _job(lab, job_id)
+        assert job["node"] == "ra2", job
+        assert job["reason"] == (f"could not open its output (exit code 122): cannot create "
+                                 f"{home}/out-{job_id}.txt: Permission denied"), job["reason"]
+        log = cli_as(ALICE, lab.home, "logs", str(job_id))
+        assert log["rc"] == 0 and "Traceback" not in log["err"], log
+        assert (f"iadeep: cannot open the job's output: cannot create {home}/out-{job_id}.txt: "
+                "Permission denied") in log["out"] and "the-job-ran" not in log["out"], log
+        assert not os.path.exists(f"{home}/out-{job_id}.txt")
+    finally:
+        lab.inventory.write_text(saved)
+        known.write_text(saved_known)
+        cli(lab.home, "controller", "reload")
+        node.stop()
