@@ -122,3 +122,36 @@ def warm_cli(*argv: str) -> None:
 def cli_as(user: str, home: Path | str, *argv: str) -> dict:
     warm_cli(*argv)
     return run_as(user, cli_here, str(home), *argv)
+
+
+def unused_uid() -> int:
+    """A uid no account has (as a deleted user's still-running process has)."""
+    for uid in range(4_200_000, 4_300_000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("no unused uid in 4200000-4299999")
+
+
+def cli_as_uid(uid: int, home: Path | str, *argv: str) -> dict:
+    """The real CLI as a uid that has no account (a deleted user's process lives on)."""
+    warm_cli(*argv)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # child: never returns into pytest
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write_fd, json.dumps(cli_here(str(home), *argv)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    data = b""
+    while chunk := os.read(read_fd, 65536):
+        data += chunk
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return json.loads(data)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.accounts import accounts_lock, ensure_user
+from helpers.accounts import accounts_lock, ensure_user, run_as
 from helpers.controllers import wait_until
 from helpers.sshd import SshdNode, sshd_available
 
@@ -308,6 +308,9 @@ def test_the_documented_head_node_checklist_as_written_ends_with_a_job_on_a_trus
         ensure_user(MEMBER)
         member = _login_env(MEMBER)
         assert member["IADEEP_HOME"] == "/var/lib/iadeep"
+        # Tab after `nodes ` offers the nodes to a member too, as the member (their login's
+        # settings, their file permissions), not only to the controller's account
+        assert run_as(MEMBER, _completed_nodes, member) == ["gpu1"]
         def up() -> bool:
             assert os.waitpid(pid, os.WNOHANG) == (0, 0), log.read_text()[-3000:]
             return os.path.exists("/var/lib/iadeep/controller.sock")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.accounts import accounts_lock, cli_as, ensure_user
+from helpers.accounts import accounts_lock, cli_as, cli_as_uid, ensure_user, unused_uid
 from helpers.controllers import cli, jobs_by_id, wait_until
 from helpers.runas_lab import RunAsLab, account, install_sudoers, need_tools
 from iadeep_cli.paths import StateDir
@@ -244,31 +244,6 @@ def test_env_values_never_show_in_a_command_line_on_the_node(lab):
 OUTSIDER = "iadeep-ra-out"   # a real account in neither allowed_users nor the lab's group
 
 
-def _cli_as_uid(uid: int, home: Path, *argv: str) -> dict:
-    """The real CLI as a uid that has no account (a deleted user's process lives on)."""
-    from helpers.accounts import cli_here, warm_cli
-
-    warm_cli(*argv)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # child: never returns into pytest
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.write(write_fd, json.dumps(cli_here(str(home), *argv)).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    data = b""
-    while chunk := os.read(read_fd, 65536):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return json.loads(data)
-
-
 def test_who_may_never_run_is_refused_at_submission_arrays_included(lab):
     """On a lab whose only node runs jobs as their submitters: an account outside
     allowed_users and the group, root, and a uid without an account are refused when they
@@ -282,21 +257,13 @@ def test_who_may_never_run_is_refused_at_submission_arrays_included(lab):
             and f"neither in allowed_users nor in group {GROUP}" in out["err"]), out
     root = cli(lab.home, "queue", "add", script)
     assert root.returncode == 1 and "root is never run as" in root.stderr, root.stderr
-    unused = next(u for u in range(4_200_000, 4_300_000) if not _has_uid(u))
-    ghost = _cli_as_uid(unused, lab.home, "queue", "add", script)
+    unused = unused_uid()
+    ghost = cli_as_uid(unused, lab.home, "queue", "add", script)
     assert ghost["rc"] == 1 and f"uid{unused} has no account" in ghost["err"], ghost
     assert set(jobs_by_id(lab.home)) == before
     # a member of the group is admitted as before
     member = _submitted(cli_as(BOB, lab.home, "queue", "add", script))
     wait_until(lambda: _job(lab, member)["state"] == "succeeded", limit=120)
-
-
-def _has_uid(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-        return True
-    except KeyError:
-        return False
 
 
 def test_a_member_may_raise_priority_only_up_to_the_lab_cap(lab):
@@ -354,3 +321,45 @@ def test_an_owner_whose_home_takes_no_files_holds_only_their_own_job(lab):
         wait_until(lambda: _job(lab, hers)["state"] == "succeeded", limit=120)
     finally:
         home.chmod(0o700)
+
+
+def test_an_output_the_node_account_cannot_write_fails_the_job_saying_why(lab):
+    """A node whose jobs run as its SSH account (run_as: account) and a member's --output in
+    their own home, which that account cannot write (a lab set up with shared_paths: [/home]
+    on such a node): the job fails before it runs, its reason carries the shell's
+    "Permission denied", and `iadeep logs` shows the job directory's log, not "may not have
+    started yet"."""
+    from helpers.sshd import SshdNode
+
+    home = pwd.getpwnam(ALICE).pw_dir
+    saved, known = lab.inventory.read_text(), lab.home / "known_hosts"
+    saved_known = known.read_text()
+    key = re.search(r"identity_file: (\S+)", saved).group(1)
+    workdir = re.search(r"workdir: (\S+)", saved).group(1)
+    node = SshdNode("ra2", "127.0.0.42", lab.top, lab.top / "authorized_keys")
+    try:
+        node.start()
+        known.write_text(saved_known + node.known_hosts_line() + "\n")
+        lab.inventory.write_text(
+            saved + f"  - name: ra2\n    host: {node.addr}\n    port: {node.port}\n"
+            f"    user: {CTL}\n    identity_file: {key}\n    workdir: {workdir}\n"
+            f"    run_as: account\n")
+        assert cli(lab.home, "controller", "reload").returncode == 0
+        job_id = _submitted(cli_as(ALICE, lab.home, "queue", "add", "--nodelist", "ra2",
+                                   "--output", f"{home}/out-%j.txt",
+                                   _script(lab, "o.sh", "#!/bin/sh\necho the-job-ran\n")))
+        wait_until(lambda: _job(lab, job_id)["state"] == "failed", limit=120)
+        job = _job(lab, job_id)
+        assert job["node"] == "ra2", job
+        assert job["reason"] == (f"could not open its output (exit code 122): cannot create "
+                                 f"{home}/out-{job_id}.txt: Permission denied"), job["reason"]
+        log = cli_as(ALICE, lab.home, "logs", str(job_id))
+        assert log["rc"] == 0 and "Traceback" not in log["err"], log
+        assert (f"iadeep: cannot open the job's output: cannot create {home}/out-{job_id}.txt: "
+                "Permission denied") in log["out"] and "the-job-ran" not in log["out"], log
+        assert not os.path.exists(f"{home}/out-{job_id}.txt")
+    finally:
+        lab.inventory.write_text(saved)
+        known.write_text(saved_known)
+        cli(lab.home, "controller", "reload")
+        node.stop()

@@ -276,3 +276,25 @@ def test_a_members_ld_preload_reaches_only_their_job_never_root(lab):
     finally:
         go.touch()
         slurm.cancel(pool, 998)
+
+
+def test_root_and_a_uid_without_an_account_are_refused_at_submission(lab):
+    """Slurm runs a job as its owner (``sbatch --uid``): root never, and a uid without an
+    account (a deleted user's process) cannot be named. Both are refused when they submit,
+    with one line saying why, never at launch; nothing is queued, in iadeep or in Slurm."""
+    from helpers.accounts import cli_as_uid, unused_uid
+
+    ctl, work, cluster = lab
+    argv = ("queue", "add", "--chdir", str(work), str(work / "job.sh"), str(work / "never"))
+    root = cli(ctl.home, *argv)   # the tests run as root
+    assert root.returncode == 1 and "Traceback" not in root.stderr, root.stderr
+    first = root.stderr.splitlines()[0]
+    assert (f"root may not run jobs on any node this job could use: iadeep never runs a job as "
+            f"root (Slurm node {cluster.node})") in first, root.stderr
+    uid = unused_uid()
+    ghost = cli_as_uid(uid, ctl.home, *argv)
+    assert ghost["rc"] == 1 and "Traceback" not in ghost["err"], ghost
+    assert f"uid{uid} has no account on the controller's machine" in \
+        ghost["err"].splitlines()[0], ghost
+    assert json.loads(cli(ctl.home, "queue", "list", "--all", "--json", check=True).stdout) == []
+    assert cluster.run("squeue", "-h") == ""

@@ -23,6 +23,21 @@ def test_example_inventory_is_valid_and_complete():
     assert inv.is_admin("pi") and not inv.is_admin("student1")
 
 
+def test_example_inventory_shares_no_home_where_jobs_run_as_the_ssh_account():
+    """A job submitted below a shared path runs there (and its relative --output lands
+    there): on a node whose jobs run as its SSH account, users' homes are not that account's
+    to write, so a lab copying the example must not get /home shared on such a node (its
+    members' --output would fail every job)."""
+    def covers_home(path: str) -> bool:
+        return path == "/" or path.rstrip("/") == "/home" or path.startswith("/home/")
+
+    inv = load_inventory(ROOT / "nodes.yaml.example")
+    wrong = {n.name: n.shared_paths for n in inv.nodes
+             if not n.submitter and any(covers_home(p) for p in n.shared_paths)}
+    assert wrong == {}
+    assert [n.name for n in inv.nodes if not n.submitter] == ["head", "gpu1"]
+
+
 def test_example_inventory_shows_every_field():
     """nodes.yaml.example is the reference for the inventory: every field the parser knows is
     in it (a new field must be documented there), and nothing it shows is unknown."""
