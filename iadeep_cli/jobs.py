@@ -125,6 +125,10 @@ class JobSpec:
     # --idle-after: this job counts as idle after its GPUs sat idle this long (None: the lab's
     # idle_after; controller/idle.py)
     idle_after_s: float | None = None
+    # `iadeep run --pty`: the command has a terminal of its own on the node, its keystrokes
+    # sent by its owner through the controller (controller/interactive.py); --time defaults to
+    # the lab's interactive_time_limit
+    interactive: bool = False
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,10 @@ PRIORITY_LIMIT = 1_000_000
 MAX_RETRIES = 100
 MAX_NAME = 200                # --name, --workload
 MAX_PATH = 4096               # the script's path, --workdir (Linux's PATH_MAX)
+# `iadeep run --pty`: the FIFO in the job's directory its script reads keystrokes from, and the
+# most bytes one keystroke batch may hold (a pipe's atomic write: a batch is never split).
+TTY_INPUT = "tty-in"
+MAX_INPUT = 4096
 MAX_NAMES = 256               # labels or node names in one --constraint/--nodelist/--exclude
 NODE_WORD = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.:+=/@-]{0,199}")
 # Arguments and --env values reach the node inside one shell command line, shell-quoted;

@@ -634,6 +634,14 @@ class LogsRequest(Request[LogChunk]):
 
 
 @dataclass(frozen=True)
+class InputRequest(Request[JobActionResult]):
+    """Keystrokes (base64) for the caller's own running `iadeep run --pty` job."""
+    op: ClassVar[str] = "input"
+    id: int
+    data_b64: str
+
+
+@dataclass(frozen=True)
 class ProfilesRequest(Request[list[ProfileView]]):
     op: ClassVar[str] = "profiles"
 

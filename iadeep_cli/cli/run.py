@@ -18,6 +18,7 @@ job is the controller's, so it neither ends nor runs twice because the client lo
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import shlex
@@ -31,7 +32,7 @@ import typer
 
 from ..errors import ControllerUnavailable, InputError
 from ..jobs import FINISHED, JobState
-from . import queue
+from . import queue, runpty
 from .lazy import client, messages as m
 from .logs import _Log, drain
 from .root import app
@@ -39,6 +40,7 @@ from .root import app
 RUN_PATH = "run.sh"          # the job script's name (as --wrap's wrap.sh: a name, never written)
 RECONNECT_S = 300.0          # how long a controller that stopped answering is waited for
 POLL_S = 1.0                 # between looks at a waiting job or a quiet log
+PTY_POLL_S = 0.1             # ... at a quiet terminal (`--pty`): what is typed echoes soon
 WAITING = (JobState.QUEUED, JobState.HELD)
 # The exit status when the client cancelled the job on a signal (128 + its number, as a shell).
 SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
@@ -158,9 +160,11 @@ def _cancel(job_id: int) -> str:
     return f"job {job_id}: {result.state}"
 
 
-def wait_for(job_id: int, error_stream: bool, detach: bool) -> int:
+def wait_for(job_id: int, error_stream: bool, detach: bool,
+             keys: runpty.Keys | None = None) -> int:
     """Show job ``job_id`` waiting, stream its log while it runs, and return the exit status
-    to leave with (see the module's docstring)."""
+    to leave with (see the module's docstring). ``keys``: an interactive job's (``--pty``),
+    started once it runs."""
     interrupts = _Interrupts()
     interrupts.install()
     status = _Status()
@@ -203,13 +207,18 @@ def wait_for(job_id: int, error_stream: bool, detach: bool) -> int:
             for log, _ in logs:
                 log.offset = 0
         got = False
+        if keys is not None and job.state == JobState.RUNNING:
+            keys.start()
+            if keys.error is not None:   # said once: what is typed no longer reaches it
+                _say(f"\r\niadeep run: input not sent: {keys.error}")
+                keys.error = ""
         if job.state != JobState.STARTING:
             for log, out in logs:
                 got = waiter.ask(_drain_quietly, log, out) or got
         if job.state in FINISHED and not got:
             return _finish(job, cancelled_on)
         if not got:
-            time.sleep(POLL_S)
+            time.sleep(POLL_S if keys is None else PTY_POLL_S)
 
 
 def _drain_quietly(log: _Log, out: Any) -> bool:
@@ -249,24 +258,43 @@ def _run(ctx: typer.Context,
                                      help="On Ctrl-C or a closed terminal, leave the job "
                                           "queued or running as a batch job (default: "
                                           "cancel it)."),
+         pty: bool = typer.Option(False, "--pty",
+                                  help="Give COMMAND a terminal of its own on the node and type "
+                                       "into it from here (e.g. `iadeep run --pty bash`); "
+                                       "--time defaults to the lab's interactive_time_limit."),
          **options: Any) -> None:
     """Run COMMAND as a job on GPUs and wait for it: shows its place in the queue and why it
     waits, prints its output as it comes, and exits with its exit status. Takes `iadeep queue
     add`'s options. Ctrl-C (or closing the terminal) cancels it; --detach keeps it as a batch
-    job instead."""
+    job instead. With --pty, Ctrl-C goes to COMMAND, and the job ends when COMMAND exits."""
     if options.get("array") is not None:
         raise InputError("--array makes many jobs; `iadeep run` waits for one",
                          hint="submit the array with `iadeep queue add --array ...`")
     if not command:
         raise InputError("no command given", hint="e.g. iadeep run --gpus 1 -- python train.py")
+    if pty and (detach or options.get("error") is not None):
+        raise InputError(f"--pty cannot go with --{'detach' if detach else 'error'}",
+                         hint="a terminal is typed into from here and shows stdout and stderr "
+                              "together; leave that option out")
     here = queue._here()
-    content = command_script(command)
+    content = (runpty.pty_script(command, *runpty.terminal_size(),
+                                 os.environ.get("TERM", "xterm"))
+               if pty else command_script(command))
     path = os.path.join(here or "/", RUN_PATH)
     request = queue.submission({**options, "args": None}, content, path,
                                os.path.basename(command[0])[:64])
+    if pty:
+        request = dataclasses.replace(request, spec=dataclasses.replace(request.spec,
+                                                                        interactive=True))
     job_id = client.submit(request, content).id
     _say(f"iadeep run: job {job_id} submitted")
-    raise typer.Exit(wait_for(job_id, request.spec.error is not None, detach))
+    keys = runpty.Keys(job_id) if pty else None
+    try:
+        code = wait_for(job_id, request.spec.error is not None, detach, keys)
+    finally:
+        if keys is not None:
+            keys.close()
+    raise typer.Exit(code)
 
 
 def _signature() -> inspect.Signature:

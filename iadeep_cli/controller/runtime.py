@@ -90,6 +90,7 @@ class Controller:
         loop = SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
                               self.clock)
         self.service.log_reader = self._read_log
+        self.service.input_writer = self._write_input
         self.service.fencer = loop.fence
         return loop
 
@@ -129,6 +130,11 @@ class Controller:
         pool = self.loop.pool   # the current one: a reload may have replaced it
         return pool.backend(job.node).read_log(job.id, offset, max_bytes, owner=job.owner,
                                                job=job, stream=stream).text()
+
+    def _write_input(self, job, data: bytes) -> None:
+        """A --pty job's keystrokes, through its node's backend (controller/interactive.py)."""
+        assert self.loop is not None
+        self.loop.pool.backend(job.node).write_input(job, data)
 
     def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         """The notifier's way to a job's log: through the node pool of the moment."""

@@ -45,7 +45,7 @@ from ..paths import StateDir
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
 from ..text import MIB_PER_GIB, duration, hms
-from . import admission, reservations, views
+from . import admission, interactive, reservations, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 # (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
@@ -63,6 +63,7 @@ class Service(views.StoreReader):
         self.inventory: Inventory = inventory   # always one here (a StoreReader's may be None)
         self.scripts_dir = scripts_dir or StateDir(store.path.parent).scripts
         self.log_reader = log_reader
+        self.input_writer: interactive.InputWriter | None = None   # runtime: a --pty's terminal
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
         self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
         self.degraded: IadeepError | None = None   # set by the runtime: why new jobs are refused
@@ -161,6 +162,9 @@ class Service(views.StoreReader):
                 raise InvalidTransition(f"job {old.id} is {old.state}; only a finished job can "
                                         "be run again", hint=f"wait for it to end, or `iadeep "
                                         f"queue cancel {old.id}` first")
+            if old.spec.interactive:   # nobody would type into it
+                raise InputError(f"job {old.id} was interactive (`iadeep run --pty`)",
+                                 hint="start it again with `iadeep run --pty ...`")
             spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
             validate_spec(spec)
             admission.check_priority(self.inventory, user, spec.priority)
@@ -204,6 +208,9 @@ class Service(views.StoreReader):
         """The lab's default time limit for a job that gives none (else its maximum, as a Slurm
         partition's MaxTime is its default); a longer one than the maximum is refused."""
         lab = self.inventory
+        if spec.time_limit_s is None and spec.interactive:
+            return dataclasses.replace(spec, time_limit_s=interactive.time_limit(
+                lab.interactive_time_limit_s, lab.max_time_limit_s))
         if spec.time_limit_s is None:
             limit = lab.default_time_limit_s or lab.max_time_limit_s
             if limit is None and spec.signal is not None:
@@ -317,6 +324,8 @@ class Service(views.StoreReader):
                 "--gpus, or ask a lab admin to raise your max_gpus in nodes.yaml")
         candidates = self._allowed_nodes(spec)
         admission.check_admitted(user, candidates)   # who may never run: refused now
+        if spec.interactive:
+            interactive.check_nodes(candidates)   # a terminal needs a node that can give one
         seen = {snap.name: snap for snap, _ in cluster.load_nodes(conn)}
         sizes = [_gpu_sizes(node.gpus, seen.get(node.name)) for node in candidates]
         nodes = [s for s in sizes if s is not None]
@@ -462,6 +471,12 @@ class Service(views.StoreReader):
             profrows.set_pinned(conn, label, user if pin else None, self.clock(),
                                 shipped_profiles().get(label))
         return m.PinResult(label, user if pin else None)
+
+    def op_input(self, user: str, req: m.InputRequest) -> m.JobActionResult:
+        """Keystrokes for the caller's running `iadeep run --pty` job (controller/interactive)."""
+        with self.store.tx() as conn:
+            job = jobrows.get(conn, req.id)
+        return interactive.write(self.input_writer, job, user, req)
 
     def op_logs(self, user: str, req: m.LogsRequest) -> m.LogChunk:
         if req.offset < 0 or req.max_bytes < 0:
@@ -616,6 +631,7 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.ShowRequest, views.show_job, offline=True),
     Operation(m.StatusRequest, views.status, offline=True),
     Operation(m.LogsRequest, Service.op_logs),
+    Operation(m.InputRequest, Service.op_input),
     Operation(m.ProfilesRequest, views.profiles, offline=True),
     Operation(m.ProfilePinRequest, Service.op_profile_pin, admin_only=_PIN_REFUSAL),
     Operation(m.ProfileUnpinRequest, Service.op_profile_unpin, admin_only=_PIN_REFUSAL),

@@ -37,13 +37,13 @@ from typing import Protocol
 
 from ..errors import NotFoundError
 from ..inventory import BackendKind
-from ..jobs import Job
+from ..jobs import MAX_INPUT, TTY_INPUT, Job
 from ..snapshot import RemoteJob, RemoteState
 from .gpu import Expect  # (job id, recorded pid or backend job id, recorded start time)
 
-__all__ = ["MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "Backend", "BackendKind",
-           "Expect", "LaunchResult", "LogBytes", "RemoteJob", "RemoteState", "Stopped",
-           "log_bytes"]
+__all__ = ["MAX_INPUT", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "TTY_INPUT",
+           "Backend", "BackendKind", "Expect", "LaunchResult", "LogBytes", "RemoteJob",
+           "RemoteState", "Stopped", "log_bytes"]
 
 # A job whose --output/--error cannot be opened fails before it runs, with this exit code and
 # the reason in its log on a line of its own after OPEN_FAILED_LINE (the controller reads it
@@ -51,6 +51,7 @@ __all__ = ["MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "Backend", "Backen
 OPEN_FAILED = 122
 OPEN_FAILED_LINE = "iadeep: cannot open the job's output: "
 MAX_LOG_READ = 1 << 20      # bytes per log read: the controller's to bound, not the caller's
+# `iadeep run --pty`'s FIFO and the most bytes one ``write_input`` takes: see jobs.py.
 
 
 class Stopped:
@@ -126,6 +127,10 @@ class Backend(Protocol):
     job_dirs: bool
     """Each attempt leaves a directory of its own on the node that ``set_aside`` renames and
     ``clean`` removes. False: attempts are named apart by the backend (both do nothing)."""
+    interactive: bool
+    """``write_input`` reaches a running job's terminal (``iadeep run --pty``: its script reads
+    keystrokes from the FIFO ``TTY_INPUT`` in its job directory). False: it raises NodeError,
+    and the controller refuses `--pty` jobs that could be placed here."""
 
     def launch(self, job: Job, gpu_indices: Sequence[int], script: str | Path) -> LaunchResult:
         """Start ``job``'s current attempt (``job.attempts``) on ``gpu_indices`` of this node,
@@ -201,6 +206,14 @@ class Backend(Protocol):
                       ) -> tuple[bytes, int] | None:
         """(up to ``max_bytes`` of the job's progress file from ``offset``, its size), None if
         the job wrote none. Read as ``read_log`` reads."""
+        ...
+
+    def write_input(self, job: Job, data: bytes) -> None:
+        """Hand ``data`` (keystrokes, at most ``MAX_INPUT`` bytes) to the terminal of a running
+        ``iadeep run --pty`` job: the FIFO ``TTY_INPUT`` its script made in its job directory
+        (``interactive``), written without blocking, never following a link, never creating a
+        file. NodeError if the job has no such terminal (not one, or it has ended); a backend
+        without ``interactive`` raises NodeError saying so."""
         ...
 
     def set_aside(self, job_id: int, suffix: str, owner: str | None = None) -> None:

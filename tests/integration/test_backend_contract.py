@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers.controllers import process_states, wait_until
-from iadeep_cli.errors import InputError, NotFoundError
+from iadeep_cli.errors import InputError, NodeError, NotFoundError
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes.backend import Backend, LaunchResult, RemoteState, Stopped
 
@@ -187,6 +187,46 @@ def test_signal_reaches_the_job_once(rig):
     ended = wait_until(lambda: (s := rig.state(got, job)).state == RemoteState.EXITED and s,
                        limit=120)
     assert ended.exit_code == 7 and rig.log(job).count("got-usr1") == 1
+
+
+def test_an_interrupt_reaches_a_job_that_does_not_trap_it(rig):
+    """SIGINT (--signal INT, Ctrl-C in `iadeep run --pty`) ends a job that leaves it at its
+    default, as in a terminal: no backend starts jobs with it ignored."""
+    job, _ = rig.job(10, '#!/bin/sh\necho ready\nsleep 600\necho not-interrupted\n')
+    got = rig.backend.launch(job, (0,), job.spec.script)
+    wait_until(lambda: running(rig, got, job) and "ready" in rig.log(job), limit=120)
+    assert rig.backend.signal(job.id, "INT", owner=rig.owner) is True
+    ended = wait_until(lambda: (s := rig.state(got, job)).state == RemoteState.EXITED and s,
+                       limit=120)
+    assert ended.exit_code != 0 and "not-interrupted" not in rig.log(job)
+
+
+def test_write_input_reaches_an_interactive_jobs_terminal_or_says_there_is_none(rig):
+    """With ``interactive``: keystrokes reach the terminal of a job run by `iadeep run
+    --pty`'s script (never before it made one); without: NodeError, always."""
+    from iadeep_cli.cli.runpty import pty_script
+
+    job, _ = rig.job(11, pty_script(["sh", "-c", "read x; echo got-$x-$((6*7))"], 24, 80,
+                                   "xterm").decode())
+    with pytest.raises(NodeError):
+        rig.backend.write_input(job, b"never\r")   # not started: no terminal yet
+    if not rig.backend.interactive:
+        return
+    got = rig.backend.launch(job, (0,), job.spec.script)
+    wait_until(lambda: running(rig, got, job), limit=120)
+
+    def typed() -> bool:
+        try:
+            rig.backend.write_input(job, b"hello\r")
+            return True
+        except NodeError:   # the script has not made its FIFO yet
+            return False
+    wait_until(typed, limit=120)
+    ended = wait_until(lambda: (s := rig.state(got, job)).state == RemoteState.EXITED and s,
+                       limit=120)
+    assert ended.exit_code == 0 and "got-hello-42" in rig.log(job)
+    with pytest.raises(NodeError):
+        rig.backend.write_input(job, b"late\r")   # it ended: nobody reads
 
 
 def test_suspend_stops_every_process_and_resume_continues_them_repeatably(rig):

@@ -7,8 +7,10 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -363,3 +365,43 @@ def test_an_output_the_node_account_cannot_write_fails_the_job_saying_why(lab):
         known.write_text(saved_known)
         cli(lab.home, "controller", "reload")
         node.stop()
+
+
+def test_run_pty_bash_in_tmux_is_a_shell_as_the_submitter_on_their_gpu(lab, tmp_path):
+    """`iadeep run --pty bash`, typed into in a real tmux pane as a lab member would: the shell
+    runs on the node as its submitter, sees its GPU, and `exit` ends the job `succeeded`."""
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux (apt install tmux)")
+    helper = Path(__file__).resolve().parents[1] / "helpers" / "cli_as_user.py"
+    socket = f"iadeep-pty-{os.getpid()}"
+    tmux = ["tmux", "-L", socket]
+    done = tmp_path / "status"
+    command = " ".join(shlex.quote(a) for a in (sys.executable, str(helper), ALICE, str(lab.home),
+                                                "run", "--pty", "bash", "--norc"))
+    subprocess.run([*tmux, "new-session", "-d", "-s", "pty", "-x", "120", "-y", "40",
+                    f"{command}; echo $? > {done}; sleep 600"], check=True)
+    try:
+        def screen() -> str:
+            return subprocess.run([*tmux, "capture-pane", "-p", "-t", "pty", "-S", "-100"],
+                                  capture_output=True, text=True).stdout
+
+        job = wait_until(lambda: next((j for j in jobs_by_id(lab.home).values()
+                                       if j["state"] != "queued" and j["user"] == ALICE
+                                       and j["script"].endswith("/run.sh")), None), limit=120)
+        job = wait_until(lambda: (j := _job(lab, job["id"]))["state"] != "starting" and j,
+                         limit=120)
+        assert job["state"] == "running" and job["node"] == "ra1", \
+            (job, cli_as(ALICE, lab.home, "logs", str(job["id"])), screen())
+        subprocess.run([*tmux, "send-keys", "-t", "pty", "echo gpu=$CUDA_VISIBLE_DEVICES; "
+                        "echo user=$(whoami)", "Enter"], check=True)
+        try:
+            wait_until(lambda: "user=" + ALICE in screen(), limit=120)
+        except AssertionError:
+            raise AssertionError(screen().strip() + repr(cli_as(ALICE, lab.home, "logs",
+                                                        str(job["id"])))) from None
+        assert f"gpu={job['gpu_indices'][0]}" in screen(), screen()
+        subprocess.run([*tmux, "send-keys", "-t", "pty", "exit", "Enter"], check=True)
+        wait_until(lambda: done.exists() and done.read_text().strip() == "0", limit=120)
+        wait_until(lambda: _job(lab, job["id"])["state"] == "succeeded", limit=120)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

@@ -37,9 +37,11 @@ from ...jobs import SIGNALS, Job
 from ...snapshot import RemoteJob
 from .. import runas
 from ..backend import (
+    MAX_INPUT,
     MAX_LOG_READ,
     OPEN_FAILED,
     OPEN_FAILED_LINE,
+    TTY_INPUT,
     LaunchResult,
     LogBytes,
     log_bytes,
@@ -105,6 +107,7 @@ class ShellBackend:
     keeps_jobs_pending = False   # a launched job runs at once; a held one is never launched
     progress_in_poll = True      # the poll's state script reads new progress bytes
     job_dirs = True
+    interactive = True           # a --pty job's keystrokes go into its job directory's FIFO
 
     def __init__(self, pool: NodeAccess, node: str):
         """NotFoundError for a node the inventory does not list; NodeError for one whose jobs
@@ -150,6 +153,9 @@ class ShellBackend:
     def read_progress(self, job: Job, offset: int, max_bytes: int
                       ) -> tuple[bytes, int] | None:
         return read_progress(self.pool, self.node, job, offset, max_bytes)
+
+    def write_input(self, job: Job, data: bytes) -> None:
+        write_input(self.pool, self.node, job, data)
 
     def set_aside(self, job_id: int, suffix: str, owner: str | None = None) -> None:
         set_aside(self.pool, self.node, job_id, suffix, owner)
@@ -280,7 +286,11 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         # the job's variables: from stdin into a file only its account reads, gone from the
         # directory before the job starts; exported by the subshell that becomes the job
         'cat > env && exec 3< env && rm -f env || exit 3\n'
-        f"(. /dev/fd/3; exec 3<&- setsid env {' '.join(_env_args(job, gpu_indices, jdir))} "
+        # A job started in the background (&) by a shell would ignore SIGINT and SIGQUIT for
+        # good: it gets them back where env can (coreutils 8.31+), so --signal INT, and Ctrl-C
+        # in `iadeep run --pty`, reach it.
+        'e=env; env --default-signal=INT true 2>/dev/null && e="env --default-signal=INT,QUIT"\n'
+        f"(. /dev/fd/3; exec 3<&- setsid $e {' '.join(_env_args(job, gpu_indices, jdir))} "
         f"sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {out_file} {err_file} {argv}"
         ") </dev/null >log 2>&1 &\n"
@@ -298,6 +308,22 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
                         f"but has no pid", hint="reconcile the job; remove the dir to retry") \
             from None
     return LaunchResult(pid, pid, jdir, already_started=out[0] == "exists", start=st)
+
+
+def write_input(pool: NodeAccess, node: str, job: Job, data: bytes) -> None:
+    """``Backend.write_input``: ``data`` into the job's FIFO, as its owner, by ``dd`` that
+    neither blocks (no reader: the job has ended), follows a link nor creates a file."""
+    if len(data) > MAX_INPUT:
+        raise InputError(f"at most {MAX_INPUT} bytes of input at once, got {len(data)}")
+    fifo = remote_path(f"{job_dir(workdir(pool, node), job.id)}/{TTY_INPUT}")
+    try:
+        _sh(pool, node, f"f={fifo}; [ -p \"$f\" ] || exit 3\n"
+                        'exec dd of="$f" oflag=nonblock,nofollow conv=nocreat bs=4096 '
+                        "status=none", owner=job.owner, stdin=data, timeout=10.0)
+    except NodeError:
+        raise NodeError(f"job {job.id} has no terminal on node {node} (it has ended, or it is "
+                        "not an `iadeep run --pty` job)",
+                        hint=f"`iadeep queue show {job.id}` says how it ended") from None
 
 
 def _pid_line(text: str) -> tuple[int, int | None]:

@@ -43,6 +43,7 @@ class SlurmBackend:
     keeps_jobs_pending = True   # sbatch queues it; Slurm may keep it pending (and held)
     progress_in_poll = False    # the progress file is on the controller's (shared) filesystem
     job_dirs = False            # each attempt has a Slurm job name of its own, no directory
+    interactive = False         # no job directory for a --pty job's keystrokes (use srun)
 
     def __init__(self, pool: SlurmAccess, node: str):
         self.pool, self.node = pool, node
@@ -93,6 +94,10 @@ class SlurmBackend:
         path = stream_path(job, stream)
         got = read_file(self.pool, self.node, job, path, offset, min(max_bytes, MAX_LOG_READ))
         return log_bytes(got, job_id, self.node, path, offset, stream)
+
+    def write_input(self, job: Job, data: bytes) -> None:
+        raise NodeError(f"node {self.node} runs its jobs through Slurm: iadeep has no terminal "
+                        f"of job {job.id} there", hint="for a shell on a Slurm node use srun --pty")
 
     def read_progress(self, job: Job, offset: int, max_bytes: int
                       ) -> tuple[bytes, int] | None:
