@@ -7,11 +7,12 @@ Variants (the first is the shipped default; it wins ties):
 
 * ``offsets x1``: each known workload's own offset kept whole (the default);
 * ``no offsets``: the model before the offsets;
-* ``offset share by inner CV``: the fit's own inner cross-validation chooses how much of the
-  offsets to keep among 1, 0.5 and 0, beside its other settings.
+* ``share by inner CV``: the fit's own inner cross-validation chooses how much of the
+  offsets to keep among 1, 0.5 and 0, beside its other settings (1 preferred on a tie);
+* ``share by inner CV, 0 first``: the same, preferring no offsets on a tie.
 
 For each data set it prints every variant alone (no choice: ``model eval``'s figure for that
-variant) and the nested choice among the first two and among all three, with the variant each
+variant) and the nested choice among the first two and among all four, with the variant each
 outer fold chose. Leave-one-family-out where workloads carry families, else
 leave-one-workload-out.
 
@@ -36,7 +37,8 @@ def variants():
         return lambda groups: (lambda p, o: fit_model(p, o, groups=groups,
                                                        offset_scales=scales))
     return {"offsets x1": with_scales((1.0,)), "no offsets": with_scales((0.0,)),
-            "offset share by inner CV": with_scales((1.0, 0.5, 0.0))}
+            "share by inner CV": with_scales((1.0, 0.5, 0.0)),
+            "share by inner CV, 0 first": with_scales((0.0, 0.5, 1.0))}
 
 
 def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:
@@ -49,7 +51,7 @@ def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:
     protocol, groups = (LOFO, fams) if families_usable(fams, workloads) else (LOWO, {})
     all_v = variants()
     print(f"\n{label}: {protocol}, {len(workloads)} workloads, {len(pairs)} pairs")
-    print(f"{'variant(s)':<44} {'MAE':>7} {'util sum':>8} {'80% cov':>7} {'time':>6}  chosen")
+    print(f"{'variant(s)':<32} {'MAE':>7} {'util sum':>8} {'80% cov':>7} {'time':>6}  chosen")
     names = list(all_v)
     for chosen in [[n] for n in names] + [names[:2], names]:
         t0 = time.perf_counter()
@@ -58,8 +60,8 @@ def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:
         r = res.outer
         picks = ("" if len(chosen) == 1 else
                  "; ".join(f"{g}: {v}" for g, v in sorted(res.chosen.items())))
-        name = chosen[0] if len(chosen) == 1 else "nested choice: " + " | ".join(chosen)
-        print(f"{name:<44} {r.mae_model:7.4f} {r.mae_util_sum_baseline:8.4f} "
+        name = chosen[0] if len(chosen) == 1 else f"nested: choose among {len(chosen)}"
+        print(f"{name:<32} {r.mae_model:7.4f} {r.mae_util_sum_baseline:8.4f} "
               f"{100 * r.coverage:6.1f}% {time.perf_counter() - t0:5.0f}s  {picks}")
         sys.stdout.flush()
 
