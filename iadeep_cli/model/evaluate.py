@@ -125,6 +125,51 @@ def cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                       float(np.mean(fit_times)))
 
 
+# A candidate model: given the inner cross-validation's groups, its fit.
+Variant = Callable[[Mapping[str, str]], Fitter]
+
+
+@dataclass(frozen=True)
+class NestedResult:
+    outer: EvalResult             # the held-out scores of the chosen variants
+    chosen: dict                  # outer held-out group -> the variant its inner CV chose
+    inner_mae: dict               # outer held-out group -> {variant: inner held-out MAE}
+
+
+def nested_cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                          groups: Mapping[str, str], variants: Mapping[str, Variant], *,
+                          protocol: str = LOWO, level: float = DEFAULT_LEVEL) -> NestedResult:
+    """Choose among ``variants`` (name -> fit factory) inside every outer fold, by the same
+    protocol run on that fold's training pairs only, and score the chosen variant on the
+    held-out group: the outer error is then an honest estimate of the whole procedure,
+    choice included (a variant picked by looking at the outer scores themselves is not).
+    The first variant wins ties (list the default first). With one variant this is
+    ``cross_validate`` with that fit."""
+    if not variants:
+        raise InputError("no model variants to choose among", hint="give at least one")
+    chosen: dict[str, str] = {}
+    inner_mae: dict[str, dict[str, float]] = {}
+    names = list(variants)
+
+    def choose(p: Mapping[str, Profile], train: Sequence[CoLocation]) -> InterferenceModel:
+        held = sorted({groups.get(w, w) for w in p} - {groups.get(j, j) for o in train
+                                                        for j in o.jobs})
+        key = ", ".join(held) or "?"
+        pick = names[0]
+        if len(names) > 1:
+            scores = {n: cross_validate(p, train, groups, protocol=protocol, level=level,
+                                        fit=variants[n]({w: groups.get(w, w) for w in p})
+                                        ).mae_model for n in names}
+            inner_mae[key] = scores
+            pick = min(names, key=lambda n: (scores[n], names.index(n)))
+        chosen[key] = pick
+        return variants[pick]({w: groups.get(w, w) for w in p})(p, train)
+
+    outer = cross_validate(profiles, observations, groups, protocol=protocol, level=level,
+                           fit=choose)
+    return NestedResult(outer, chosen, inner_mae)
+
+
 def lowo_evaluate(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
                   *, level: float = DEFAULT_LEVEL, fit: Fitter | None = None) -> EvalResult:
     """Leave-one-workload-out over all the given profiles and pairs."""

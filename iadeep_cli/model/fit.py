@@ -36,6 +36,7 @@ from .terms import (
     MIN_PAIRS,
     MIN_PRIOR_WORKLOADS,
     MIN_SPEED,
+    OFFSET_SCALE_GRID,
     PRIOR_LOWER,
     PRIOR_RIDGE_GRID,
     ROBUST_SCALE,
@@ -188,9 +189,15 @@ def _offset_array(d: _Data, idx: np.ndarray, offsets: np.ndarray | None) -> np.n
 
 
 def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, ridge: float | None,
-                   amplitude: float) -> tuple[np.ndarray, Offsets, tuple[ResidualGP, ...]]:
+                   amplitude: float, offset_scale: float = 1.0
+                   ) -> tuple[np.ndarray, Offsets, tuple[ResidualGP, ...]]:
     theta = _fit_prior_arrays(d.terms[idx], d.y[idx], d.n[idx], ridge, base)
-    return (theta, *_fit_correction(d, idx, theta, amplitude))
+    offsets, gps = _fit_correction(d, idx, theta, amplitude)
+    return theta, _scaled(offsets, offset_scale), gps
+
+
+def _scaled(offsets: Offsets, scale: float) -> Offsets:
+    return None if offsets is None or scale == 0.0 else offsets * scale
 
 
 def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float
@@ -257,14 +264,16 @@ def default_groups(workloads: Sequence[str]) -> dict[str, str]:
     return {w: w for w in workloads}
 
 
-Setting = tuple[str, "float | None", float]    # (base rule, prior ridge, GP amplitude)
+# (base rule, prior ridge, GP amplitude, share of the workloads' own offsets kept)
+Setting = tuple[str, "float | None", float, float]
 
 
-def _inner_cv(d: _Data, groups: Mapping[str, str]
+def _inner_cv(d: _Data, groups: Mapping[str, str],
+              scales: Sequence[float] = OFFSET_SCALE_GRID
               ) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
-    """Choose (base rule, prior ridge, GP amplitude) by grouped cross-validation on the
-    training rows; return it and its held-out |errors|, confidences and weights (for the
-    intervals)."""
+    """Choose (base rule, prior ridge, GP amplitude, offset scale among ``scales``) by grouped
+    cross-validation on the training rows; return it and its held-out |errors|, confidences
+    and weights (for the intervals)."""
     sg = [groups.get(w, w) for w in d.self_names]
     og = [groups.get(w, w) for w in d.partner_names]
     names = sorted(set(sg) | set(og))
@@ -293,14 +302,16 @@ def _inner_cv(d: _Data, groups: Mapping[str, str]
                 theta = _fit_prior_arrays(d.terms[train], d.y[train], d.n[train], ridge, base)
                 for amp in GP_AMPLITUDE_GRID:
                     offsets, gps = _fit_correction(d, train, theta, amp)
-                    pred, conf = _predict_idx(d, test, theta, offsets, gps)
-                    errors[(base_name, ridge, amp)].append(np.abs(pred - d.y[test]))
-                    confs[(base_name, ridge, amp)].append(conf)
+                    for scale in scales:
+                        pred, conf = _predict_idx(d, test, theta, _scaled(offsets, scale), gps)
+                        errors[(base_name, ridge, amp, scale)].append(np.abs(pred - d.y[test]))
+                        confs[(base_name, ridge, amp, scale)].append(conf)
     if not errors:
-        return ("analytic", None, GP_AMPLITUDE), np.array([]), np.array([]), np.array([])
+        return (("analytic", None, GP_AMPLITUDE, scales[0]), np.array([]),
+                np.array([]), np.array([]))
     # the simple rule that does best on the held-out groups comes first
     bases = sorted(considered, key=lambda b: float(np.mean(rule_errors[b])))
-    best = _one_standard_error(errors, bases, list(ridges))
+    best = _one_standard_error(errors, bases, list(ridges), list(scales))
     # each held-out fold weighs the same in the calibration: the unit that is new to a model
     # is a group, and a group of many easy pairs must not make every interval narrow
     weights = np.concatenate([np.full(len(e), 1.0 / len(e)) for e in errors[best]])
@@ -308,11 +319,12 @@ def _inner_cv(d: _Data, groups: Mapping[str, str]
 
 
 def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[str],
-                        ridges: list[float | None]) -> Setting:
+                        ridges: list[float | None], scales: list[float]) -> Setting:
     """The one-standard-error rule: among the settings whose inner-fold MAE is within one
     standard error (paired over folds) of the best one, the most regularised: the first base
     rule (``bases``: the rule that does best alone first), then the strongest ridge (None: the
-    rule itself), then the smallest correction. With a handful of groups the best
+    rule itself), then the smallest correction, then the offset scale first in ``scales``.
+    With a handful of groups the best
     setting often wins by noise (seven H200 workloads: holding out mlp picked the utilisation
     sum rule by 0.002, and mlp, the one launch-bound job, is exactly what it gets wrong)."""
     def mae(c: Setting) -> float:
@@ -326,7 +338,8 @@ def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[
         se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
         if mae(c) - mae(best) <= se:
             close.append(c)
-    return min(close, key=lambda c: (bases.index(c[0]), ridges.index(c[1]), c[2], mae(c)))
+    return min(close, key=lambda c: (bases.index(c[0]), ridges.index(c[1]), c[2],
+                                     scales.index(c[3]), mae(c)))
 
 
 def _calibration(abs_errors: np.ndarray, confs: np.ndarray, weights: np.ndarray | None = None
@@ -368,12 +381,13 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    extra_profiles: Mapping[str, Profile] | None = None,
                    extra_observations: Sequence[CoLocation] | None = None,
                    groups: Mapping[str, str] | None = None,
-                   previous: Mapping | None = None) -> dict:
+                   previous: Mapping | None = None,
+                   offset_scales: Sequence[float] = OFFSET_SCALE_GRID) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
                                extra_observations=extra_observations, groups=groups,
-                               previous=previous)
+                               previous=previous, offset_scales=offset_scales)
 
 
 # An incremental refit reuses the previous fit's selected setting and calibration while the
@@ -383,8 +397,8 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
 RESELECT_GROWTH = 0.1
 
 
-def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int
-              ) -> tuple[Setting, tuple[float, ...], int, int] | None:
+def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
+              scales: Sequence[float]) -> tuple[Setting, tuple[float, ...], int, int] | None:
     """The previous fit's (setting, calibration, rows and workloads at its selection) when
     still valid here."""
     sel = (previous or {}).get("selection")
@@ -392,13 +406,15 @@ def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int
         return None
     try:
         setting: Setting = (str(sel["base"]), None if sel["ridge"] is None
-                            else float(sel["ridge"]), float(sel["amplitude"]))
+                            else float(sel["ridge"]), float(sel["amplitude"]),
+                            float(sel.get("offset_scale", 1.0)))
         rows, workloads = int(sel["rows"]), int(sel["workloads"])
         calibration = tuple(float(c) for c in previous["calibration"])
         levels = tuple(previous["calibration_levels"])
     except (KeyError, TypeError, ValueError):
         return None
     if (setting[0] not in BASE_RULES or levels != CAL_LEVELS
+            or setting[3] not in scales
             or not rows <= n_rows <= rows * (1.0 + RESELECT_GROWTH)
             # the candidates differ on either side of these (prior fitted or not, offsets)
             or (workloads >= MIN_PRIOR_WORKLOADS) != (n_workloads >= MIN_PRIOR_WORKLOADS)
@@ -412,7 +428,8 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                     extra_profiles: Mapping[str, Profile] | None = None,
                     extra_observations: Sequence[CoLocation] | None = None,
                     groups: Mapping[str, str] | None = None,
-                    previous: Mapping | None = None) -> dict:
+                    previous: Mapping | None = None,
+                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
@@ -421,7 +438,12 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     is the analytic model, and its ``note`` says so. ``previous`` (an earlier result of this
     function, e.g. the controller's last refit): its setting and calibration are reused while
     the data grew by at most RESELECT_GROWTH since they were selected (incremental refit).
+    ``offset_scales``: the shares of the workloads' own offsets the inner cross-validation
+    chooses among (the first preferred on a tie; ``(0.0,)``: no offsets).
     """
+    if not offset_scales or any(not 0.0 <= s <= 1.0 for s in offset_scales):
+        raise InputError(f"offset scales {tuple(offset_scales)} must be one or more numbers "
+                         "in [0, 1]", hint="e.g. (1.0, 0.5, 0.0)")
     profiles, observations = merge_measurements(profiles, observations, extra_profiles,
                                                 extra_observations)
     gpu = gpu_model if gpu_model is not None else _majority_gpu(profiles)
@@ -437,24 +459,26 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                           _observed_pairs(rows), fitted=False)
     d = _Data(rows)
     grouping = dict(groups) if groups is not None else default_groups(trained)
-    reuse = _reusable(previous, gpu, len(rows), len(trained))
+    reuse = _reusable(previous, gpu, len(rows), len(trained), offset_scales)
     if reuse is not None:
-        (base_name, ridge, amp), calibration, selected_rows, selected_workloads = reuse
+        (base_name, ridge, amp, scale), calibration, selected_rows, selected_workloads = reuse
     else:
-        (base_name, ridge, amp), held_out, held_conf, held_w = _inner_cv(d, grouping)
+        (base_name, ridge, amp, scale), held_out, held_conf, held_w = _inner_cv(
+            d, grouping, offset_scales)
         calibration = _calibration(held_out, held_conf, held_w)
         selected_rows, selected_workloads = len(rows), len(trained)
     theta, offsets, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name],
-                                         ridge, amp)
+                                         ridge, amp, scale)
     prior = (f"prior: the {base_name} rule" if ridge is None
              else f"prior fitted toward the {base_name} rule (ridge {ridge:g})")
     note = (f"fitted on {n_pairs} distinct pairs of {len(trained)} workloads "
             f"({gpu or 'unknown GPU'}); {prior}; correction: "
             f"{', '.join(g.name for g in gps) or 'none'}"
             f"{f' (amplitude {amp:g})' if gps else ''}"
+            f"{f'; own offsets x{scale:g}' if offsets is not None else ''}"
             f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
-    selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "rows": selected_rows,
-                 "workloads": selected_workloads}
+    selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "offset_scale": scale,
+                 "rows": selected_rows, "workloads": selected_workloads}
     own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets) if v != 0.0}
            if offsets is not None else {})
     return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),

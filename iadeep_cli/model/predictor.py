@@ -59,6 +59,7 @@ from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     MODEL_FORMAT,
     MODEL_VERSION,
     OBS_NOISE,
+    OFFSET_SCALE_GRID,
     PRIOR_TERMS,
     UTIL_SUM_THETA,
     ResidualGP,
@@ -282,13 +283,17 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
               gpu_model: str | None = None, *,
               extra_profiles: Mapping[str, Profile] | None = None,
               extra_observations: Sequence[CoLocation] | None = None,
-              groups: Mapping[str, str] | None = None) -> InterferenceModel:
-    """Fit on pair measurements of one GPU model (see ``model.fit.fit_parameters``)."""
+              groups: Mapping[str, str] | None = None,
+              offset_scales: Sequence[float] | None = None) -> InterferenceModel:
+    """Fit on pair measurements of one GPU model (see ``model.fit.fit_parameters``;
+    ``offset_scales`` default: ``terms.OFFSET_SCALE_GRID``)."""
     from .fit import fit_parameters
 
     return InterferenceModel.from_dict(fit_parameters(
         profiles, observations, gpu_model, extra_profiles=extra_profiles,
-        extra_observations=extra_observations, groups=groups), "fitted model")
+        extra_observations=extra_observations, groups=groups,
+        offset_scales=OFFSET_SCALE_GRID if offset_scales is None else tuple(offset_scales)),
+        "fitted model")
 
 
 def analytic_model(gpu_model: str = "") -> InterferenceModel:

@@ -41,6 +41,12 @@ MIN_PRIOR_WORKLOADS = 12
 # With the seven H200 workloads (six in a leave-one-workload-out fold) offsets made the
 # held-out error worse (0.0469 -> 0.056-0.062): six means are too few to estimate that spread.
 MIN_OFFSET_WORKLOADS = MIN_PRIOR_WORKLOADS
+# How much of the workloads' own offsets (their empirical-Bayes estimates) the model keeps,
+# candidates for the inner cross-validation, the first preferred when the held-out errors
+# cannot tell them apart (the one-standard-error rule). The default keeps them whole: letting
+# the inner cross-validation choose among (1, 0.5, 0) picks 1 in every fold of
+# leave-one-family-out on lucid-part (benchmarks/nested_eval.py).
+OFFSET_SCALE_GRID: tuple[float, ...] = (1.0,)
 
 # The correction is a sparse GP: at most this many inducing points (distinct (self, partner)
 # feature rows; a seeded subset beyond that), so a fit costs O(rows x MAX_INDUCING^2) and a

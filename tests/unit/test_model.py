@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from iadeep_cli.errors import ModelError
+from iadeep_cli.errors import InputError, ModelError
 from iadeep_cli.model.data import (
     load_pairs_csv,
     load_profiles_csv,
@@ -525,3 +525,75 @@ def test_refit_after_a_few_observations_reuses_the_selection(monkeypatch):
     fit.fit_parameters(profs, obs[:203], previous={**first, "gpu_model": "other"})
     fit.fit_parameters(profs, obs[:203], previous={"selection": {"base": 1}})
     assert len(calls) == 2
+
+
+# -- the offsets' share and the nested choice among variants ----------------------------------
+def _odd_lab():
+    """25 synthetic workloads, one of which runs 0.1 faster than its utilisation says."""
+    profs, obs = _synthetic_lab(25, 300)
+    return profs, [dataclasses.replace(o, speeds=tuple(min(1.1, s + 0.1) if j == "fam0-v0"
+                                                       else s for j, s in zip(o.jobs, o.speeds)))
+                   for o in obs]
+
+
+def test_the_offsets_share_is_a_setting_of_the_inner_cv():
+    """``offset_scales``: the shares of the workloads' own offsets the inner cross-validation
+    chooses among; (0,) is the model without offsets, and a previous fit's share outside the
+    candidates is not reused."""
+    from iadeep_cli.model import fit
+
+    profs, obs = _odd_lab()
+    none = fit.fit_parameters(profs, obs, offset_scales=(0.0,))
+    assert none["offsets"] == {} and none["selection"]["offset_scale"] == 0.0
+    chosen = fit.fit_parameters(profs, obs, offset_scales=(0.0, 1.0))
+    assert chosen["selection"]["offset_scale"] == 1.0      # the odd workload's offset is real
+    assert chosen["offsets"]["fam0-v0"] > 0.05
+    assert fit.fit_parameters(profs, obs, offset_scales=(0.5,))["offsets"]["fam0-v0"] \
+        == pytest.approx(0.5 * chosen["offsets"]["fam0-v0"])
+    assert fit._reusable(none, none["gpu_model"], 600, 25, (1.0,)) is None
+    assert fit._reusable(none, none["gpu_model"], 600, 25, (1.0, 0.0)) is not None
+    with pytest.raises(InputError):
+        fit.fit_parameters(profs, obs, offset_scales=(2.0,))
+
+
+def test_nested_choice_is_made_on_inner_held_out_data_only():
+    """Each outer fold chooses its variant by the protocol run on its own training pairs: a
+    variant that memorises its training pairs (perfect on them, blind elsewhere) loses every
+    inner choice, and no fit ever sees the outer fold's held-out workload."""
+    from iadeep_cli.model.evaluate import LOWO, nested_cross_validate
+    from iadeep_cli.model.predictor import PairPrediction
+
+    profs, pairs = shipped_profiles(), shipped_pairs()
+    seen: list[set[str]] = []
+
+    class Memo:
+        def __init__(self, obs):
+            self.known = {o.jobs: o.speeds for o in obs}
+
+        def predict_pair(self, a, b):
+            s = self.known.get((a.workload, b.workload)) or \
+                self.known.get((b.workload, a.workload), (0.5, 0.5))[::-1]
+            return PairPrediction(s[0], s[1], 1.0, "observed")
+
+        def predict_interval(self, a, b, level):
+            return (0.0, 0.0), (1.05, 1.05)
+
+    def spy(make):
+        def variant(groups):
+            def fit(p, o):
+                seen.append({j for x in o for j in x.jobs})
+                return make(p, o, groups)
+            return fit
+        return variant
+
+    variants = {"memo": spy(lambda p, o, g: Memo(o)),
+                "model": spy(lambda p, o, g: fit_model(p, o, groups=g))}
+    res = nested_cross_validate(profs, pairs, {}, variants, protocol=LOWO)
+    assert set(res.chosen) == set(profs) and set(res.chosen.values()) == {"model"}
+    for scores in res.inner_mae.values():
+        assert scores["memo"] > scores["model"]
+    assert seen and max(len(s) for s in seen) == len(profs) - 1   # never all seven
+    assert sum(len(s) == len(profs) - 1 for s in seen) == len(profs)  # one outer fit a fold
+    single = nested_cross_validate(profs, pairs, {}, {"model": variants["model"]},
+                                   protocol=LOWO)
+    assert single.outer.mae_model == pytest.approx(lowo_evaluate(profs, pairs).mae_model)

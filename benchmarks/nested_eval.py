@@ -1,0 +1,87 @@
+"""Nested held-out evaluation of the interference model's structural variants: every choice
+among them is made inside each outer fold, by the same protocol run on that fold's training
+pairs only, so the outer error is an honest estimate of "fit, choosing the variant" (a variant
+picked by looking at the held-out scores themselves reports an optimistic figure).
+
+Variants (the first is the shipped default; it wins ties):
+
+* ``offsets x1``: each known workload's own offset kept whole (the default);
+* ``no offsets``: the model before the offsets;
+* ``share by inner CV``: the fit's own inner cross-validation chooses how much of the
+  offsets to keep among 1, 0.5 and 0, beside its other settings (1 preferred on a tie);
+* ``share by inner CV, 0 first``: the same, preferring no offsets on a tie.
+
+For each data set it prints every variant alone (no choice: ``model eval``'s figure for that
+variant) and the nested choice among the first two and among all four, with the variant each
+outer fold chose. Leave-one-family-out where workloads carry families, else
+leave-one-workload-out.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/nested_eval.py            # H200 + lucid-part
+    PYTHONPATH=. .venv/bin/python benchmarks/nested_eval.py --profiles P.csv --pairs Q.csv
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def variants():
+    from iadeep_cli.model.predictor import fit_model
+
+    def with_scales(scales):
+        return lambda groups: (lambda p, o: fit_model(p, o, groups=groups,
+                                                       offset_scales=scales))
+    return {"offsets x1": with_scales((1.0,)), "no offsets": with_scales((0.0,)),
+            "share by inner CV": with_scales((1.0, 0.5, 0.0)),
+            "share by inner CV, 0 first": with_scales((0.0, 0.5, 1.0))}
+
+
+def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:
+    from iadeep_cli.model.data import family_of, load_pairs_csv, load_profiles_csv
+    from iadeep_cli.model.evaluate import LOFO, LOWO, families_usable, nested_cross_validate
+
+    profiles, pairs = load_profiles_csv(profiles_csv), load_pairs_csv(pairs_csv)
+    workloads = sorted({j for o in pairs for j in o.jobs if j in profiles})
+    fams = {w: family_of(w) for w in workloads}
+    protocol, groups = (LOFO, fams) if families_usable(fams, workloads) else (LOWO, {})
+    all_v = variants()
+    print(f"\n{label}: {protocol}, {len(workloads)} workloads, {len(pairs)} pairs")
+    print(f"{'variant(s)':<32} {'MAE':>7} {'util sum':>8} {'80% cov':>7} {'time':>6}  chosen")
+    names = list(all_v)
+    for chosen in [[n] for n in names] + [names[:2], names]:
+        t0 = time.perf_counter()
+        res = nested_cross_validate(profiles, pairs, groups, {n: all_v[n] for n in chosen},
+                                    protocol=protocol)
+        r = res.outer
+        picks = ("" if len(chosen) == 1 else
+                 "; ".join(f"{g}: {v}" for g, v in sorted(res.chosen.items())))
+        name = chosen[0] if len(chosen) == 1 else f"nested: choose among {len(chosen)}"
+        print(f"{name:<32} {r.mae_model:7.4f} {r.mae_util_sum_baseline:8.4f} "
+              f"{100 * r.coverage:6.1f}% {time.perf_counter() - t0:5.0f}s  {picks}")
+        sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", type=Path)
+    ap.add_argument("--pairs", type=Path)
+    a = ap.parse_args()
+    if a.profiles or a.pairs:
+        if not (a.profiles and a.pairs):
+            ap.error("--profiles and --pairs go together")
+        run(str(a.pairs), a.profiles, a.pairs)
+        return
+    run("shipped H200", ROOT / "iadeep_cli" / "data" / "h200" / "profiles.csv",
+        ROOT / "iadeep_cli" / "data" / "h200" / "pairs.csv")
+    lucid = SHARED / "lucid-part"
+    if (lucid / "pairs.csv").exists():
+        run("lucid-part", lucid / "profiles.csv", lucid / "pairs.csv")
+
+
+if __name__ == "__main__":
+    main()
