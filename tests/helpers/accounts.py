@@ -48,19 +48,19 @@ def ensure_user(name: str) -> int:
             return pwd.getpwnam(name).pw_uid
 
 
-class AsUser:
-    """``fn(*args)`` running as ``user`` in a child process; ``result()`` waits for its
-    JSON-able return value (an exception in the child fails the test with its traceback)."""
+class InChild:
+    """``fn(*args)`` in a forked child running as ``uid``/``gid`` (no other groups); ``result()``
+    waits for its JSON-able return value (an exception in the child fails the test with its
+    traceback). The child never returns into pytest."""
 
-    def __init__(self, user: str, fn, *args):
-        uid = ensure_user(user)
+    def __init__(self, uid: int, gid: int, fn, *args):
         read_fd, write_fd = os.pipe()
         self.pid = os.fork()
-        if self.pid == 0:  # child: never returns into pytest
+        if self.pid == 0:
             os.close(read_fd)
             try:
                 os.setgroups([])
-                os.setgid(pwd.getpwnam(user).pw_gid)
+                os.setgid(gid)
                 os.setuid(uid)
                 out = {"ok": fn(*args)}
             except BaseException:
@@ -82,6 +82,14 @@ class AsUser:
         if "failed" in out:
             raise AssertionError(f"in the child process:\n{out['failed']}")
         return out["ok"]
+
+
+class AsUser(InChild):
+    """``fn(*args)`` as the account ``user`` (made if missing), in a child process."""
+
+    def __init__(self, user: str, fn, *args):
+        uid = ensure_user(user)
+        super().__init__(uid, pwd.getpwnam(user).pw_gid, fn, *args)
 
 
 def run_as(user: str, fn, *args):
@@ -137,21 +145,4 @@ def unused_uid() -> int:
 def cli_as_uid(uid: int, home: Path | str, *argv: str) -> dict:
     """The real CLI as a uid that has no account (a deleted user's process lives on)."""
     warm_cli(*argv)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # child: never returns into pytest
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.write(write_fd, json.dumps(cli_here(str(home), *argv)).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    data = b""
-    while chunk := os.read(read_fd, 65536):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    return InChild(uid, uid, cli_here, str(home), *argv).result()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import iadeep_cli.cli.main
-from helpers.accounts import ensure_user
+from helpers.accounts import ensure_user, run_as
 from helpers.controllers import ControllerProcess
 from iadeep_cli.controller import client  # loaded here: the accounts cannot read /root
 from iadeep_cli.errors import IadeepError
@@ -34,29 +34,16 @@ def _drop_to(user: str) -> None:
     os.setuid(uid)
 
 
+def _request(op: str, args: dict, socket_path: str) -> dict:
+    try:
+        return {"ok": client.call(op, args, socket_path=Path(socket_path))}
+    except IadeepError as exc:
+        return {"error": exc.to_dict()}
+
+
 def as_user(user: str, op: str, args: dict, socket_path: Path) -> dict:
     """Fork, drop to ``user``'s uid, make one real request over the socket, report back."""
-    _ensure_user(user)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        os.close(read_fd)
-        try:
-            _drop_to(user)
-            try:
-                out = {"ok": client.call(op, args, socket_path=socket_path)}
-            except IadeepError as exc:
-                out = {"error": exc.to_dict()}
-            os.write(write_fd, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    data = b""
-    while chunk := os.read(read_fd, 65536):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    return run_as(user, _request, op, args, str(socket_path))
 
 
 @pytest.fixture(scope="module")
