@@ -509,19 +509,21 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
     k = job.spec.gpus
     best: list[_Gpu] | None = None
     best_size = 0
-    largest, largest_node, mem_blocked = 0, "", None
+    largest, largest_node = 0, ""
     for node, all_gpus in rnd.empty.items():
-        gpus = {i: g for i, g in all_gpus.items() if ok(g)}
-        if not gpus:
-            continue
+        gpus = all_gpus if ok is _anywhere else {i: g for i, g in all_gpus.items() if ok(g)}
+        n = len(gpus)
+        if n > largest:
+            largest, largest_node = n, node
+        if n < k or (best is not None and n >= best_size):
+            continue   # too few empty GPUs, or no tighter fit than the best so far
         fit = [g for g in gpus.values() if g.fits(need)]
-        if len(gpus) > largest:
-            largest, largest_node = len(gpus), node
-        if len(fit) < len(gpus) and mem_blocked is None:
-            mem_blocked = next(g for g in gpus.values() if not g.fits(need))
-        if len(fit) >= k and (best is None or len(gpus) < best_size):
-            best, best_size = fit[:k], len(gpus)
+        if len(fit) >= k:
+            best, best_size = fit[:k], n
     if best is None:
+        # why not, for the reason: the first empty GPU (in the same order) too small for it
+        mem_blocked = next((g for gpus in rnd.empty.values() for g in gpus.values()
+                            if ok(g) and not g.fits(need)), None)
         if k > 1 and largest >= k and mem_blocked is not None:
             return None, (f"needs {k} GPUs with {_gib(need)} free on one node; "
                           f"{mem_blocked.name} has {_gib(mem_blocked.free)} free")
