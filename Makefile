@@ -20,9 +20,13 @@ $(STAMP): pyproject.toml iadeep_cli/__init__.py
 	$(BIN)/python -m compileall -q iadeep_cli
 	touch $(STAMP)
 
+# The nodes' sshd, sudo for run_as: submitter, and for `iadeep run --pty`: util-linux's
+# `script` on the nodes (bsdutils) and tmux, the terminal its test types into.
 sshd:
-	@test -x /usr/sbin/sshd && command -v sudo >/dev/null || { $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server openssh-client sudo; }
+	@test -x /usr/sbin/sshd && command -v sudo >/dev/null && command -v script >/dev/null && \
+	  command -v tmux >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server \
+	  openssh-client sudo bsdutils tmux; }
 
 # The Slurm backend's tests start a real single-machine Slurm (tests/helpers/slurm.py): Debian's
 # daemons and client, about 16 s to install on the 2-core test machine, nothing when present.
