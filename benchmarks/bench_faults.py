@@ -9,7 +9,10 @@ then it clears the fault, lets the controller settle, and counts
 - jobs lost: accepted jobs that are neither running nor queued/starting again (must be 0).
 The "none" row is the same run without a fault: the baseline the others compare with.
 "model refit" is no node fault: the controller's refit child runs back to back over
-``--refit-obs`` (5,000) observations for the whole window (see ``Refits``).
+``--refit-obs`` (5,000) observations for the whole window (see ``Refits``). Nor is
+"self-tuning": the controller's database gets 14 days of history (1,000 finished jobs) and its
+policy ``tune_every: 1``, so its own replay child (nice 10) runs back to back; the share of the
+window's samples that found one running is printed.
 Usage: .venv/bin/python benchmarks/bench_faults.py [--fault-s 15] [--poll 1] [--grace 5]
        [--scenarios none,"model refit"] [--refit-obs 5000]
 """
@@ -30,7 +33,7 @@ from helpers.controllers import ControllerProcess, attempt_processes, cli, jobs_
 from helpers.sshd import Cluster  # noqa: E402
 
 SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
-             "network gone", "node rebooted", "model refit")
+             "network gone", "node rebooted", "model refit", "self-tuning")
 
 
 class Refits:
@@ -97,6 +100,24 @@ def clear(cluster, name: str, jobs: dict[int, str], home: Path) -> None:
     node.start()
 
 
+def _these(home: Path, ids: list[int]) -> dict[int, dict]:
+    """Jobs ``ids`` as `iadeep queue show` has them (`queue list --all` shows only the newest:
+    the self-tuning scenario adds 1,000 finished jobs after them)."""
+    return {i: json.loads(cli(home, "queue", "show", str(i), "--json", check=True).stdout)
+            for i in ids}
+
+
+def _replay_running() -> bool:
+    """Whether a self-tuning replay child (``iadeep_cli.sim.whatif``) runs now."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"iadeep_cli.sim.whatif" in (proc / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def most_copies(cluster, ids: list[int], home: Path) -> int:
     """The most attempts of one of ``ids`` running at once right now, over all nodes."""
     return max(sum(1 for n in cluster.nodes if attempt_processes(i, n, home)) for i in ids)
@@ -110,7 +131,8 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
         n.set_fake(gpus=1)
     state = tmp / name.replace(" ", "-")
     inv = tmp / f"{state.name}.yaml"
-    inv.write_text(f"lab:\n  poll_interval: {args.poll}\n  node_grace: {args.grace}\n"
+    tune = "  policy:\n    tune_every: 1\n" if name == "self-tuning" else ""
+    inv.write_text(f"lab:\n  poll_interval: {args.poll}\n  node_grace: {args.grace}\n{tune}"
                    + cluster.inventory_yaml())
     ctl = ControllerProcess(state, inv).start()
     script = tmp / "long.sh"
@@ -130,8 +152,13 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             refits = Refits(next(state.rglob("iadeep.db")), tmp / "refit-model.json",
                             args.refit_obs)
             refits.thread.start()
+        elif name == "self-tuning":
+            sys.path.insert(0, str(HERE))
+            from bench_selftune import seed
+            seed(next(state.rglob("iadeep.db")), 1000, time.time(), nodes=False)
         else:
             inject(cluster, name, where)
+        replaying = []
         copies, ages, latency = 1, [], []
         sock = state / "controller.sock"
         end = time.monotonic() + args.fault_s
@@ -143,6 +170,7 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             status = client.call("status", socket_path=sock, timeout=10)
             healthy = {n["name"]: n for n in status["nodes"]}["node02"]
             ages.append((status["now"] - healthy["taken_at"]) / args.poll)
+            replaying.append(_replay_running())
             time.sleep(0.2)
         if refits is not None:
             refits.stop.set()
@@ -150,12 +178,15 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             print(f"model refit: {len(refits.times)} refits over {args.refit_obs} "
                   f"observations, {statistics.median(refits.times):.1f} s each (median)",
                   file=sys.stderr)
+        elif name == "self-tuning":
+            print(f"self-tuning: a replay ran during {sum(replaying)} of {len(replaying)} "
+                  "samples", file=sys.stderr)
         else:
             clear(cluster, name, where, state)
         deadline = time.monotonic() + 60
         lost = len(ids)
         while time.monotonic() < deadline and lost:
-            jobs = jobs_by_id(state)
+            jobs = _these(state, ids)
             lost = sum(1 for i in ids if jobs[i]["state"] not in ("running", "starting",
                                                                   "queued"))
             copies = max(copies, most_copies(cluster, ids, state))

@@ -28,7 +28,9 @@ from iadeep_cli.store import Store, cluster, jobrows
 DAY_S = 86400.0
 
 
-def seed(db: Path, n_jobs: int, now: float) -> None:
+def seed(db: Path, n_jobs: int, now: float, nodes: bool = True) -> None:
+    """``n_jobs`` finished jobs of the last 14 days (and, with ``nodes``, two 8-GPU nodes'
+    snapshots: leave them out for a database a running controller polls into)."""
     drawn = generate_jobs(sorted(shipped_profiles()), n_jobs, 16, 1.2, 0)
     span = drawn[-1].submit_s or 1.0
     scale = 13 * DAY_S / span   # the arrivals spread over 13 of the 14 days
@@ -41,10 +43,12 @@ def seed(db: Path, n_jobs: int, now: float) -> None:
                                                gpus=j.gpus), t)
             jobrows.update(conn, job_id, state="succeeded", started_at=t,
                            ended_at=t + j.duration_s)
-        gpus = tuple(GpuSample(index=i, uuid=f"GPU-{i}", name="NVIDIA H200",
-                               memory_total_mib=143771, memory_used_mib=0) for i in range(8))
-        cluster.save_nodes(conn, tuple(NodeSnapshot(f"node0{k}", now, gpus, jobs=())
-                                       for k in (1, 2)))
+        if nodes:
+            gpus = tuple(GpuSample(index=i, uuid=f"GPU-{i}", name="NVIDIA H200",
+                                   memory_total_mib=143771, memory_used_mib=0)
+                         for i in range(8))
+            cluster.save_nodes(conn, tuple(NodeSnapshot(f"node0{k}", now, gpus, jobs=())
+                                           for k in (1, 2)))
     store.close()
 
 
