@@ -381,11 +381,7 @@ class SshConnection:
         import paramiko
 
         client = self.client()
-        try:
-            chan = client.get_transport().open_session(timeout=self.connect_timeout)
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            self.close()
-            raise _Stale(str(exc) or type(exc).__name__) from None
+        chan = self._open_channel(client)
         deadline = time.monotonic() + timeout
         try:
             chan.exec_command(cmd)
@@ -409,7 +405,8 @@ class SshConnection:
                             hint="the node is overloaded or hung; raise command_timeout if it "
                                  "is just slow") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            self.close()
+            if not self.connected:   # the connection died; one channel's failure is its own
+                self.close()
             raise NodeError(f"node {self.node.name}: connection lost during a command: "
                             f"{exc or type(exc).__name__}",
                             hint="it is retried automatically on the next poll") from None
@@ -420,6 +417,28 @@ class SshConnection:
             raise NodeError(f"node {self.node.name}: connection lost before the command finished",
                             hint="it is retried automatically on the next poll")
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def _open_channel(self, client):
+        """A new session channel. sshd refusing one (past its MaxSessions, counting channels
+        still closing) leaves the connection up: tried again twice after a moment, then this
+        command's NodeError, never a reconnect that would cut every command in flight. Any
+        other failure means the connection is dead (``_Stale``: ``run`` reconnects once)."""
+        import paramiko
+
+        for attempt in range(3):
+            try:
+                return client.get_transport().open_session(timeout=self.connect_timeout)
+            except paramiko.ChannelException as exc:
+                if attempt == 2:
+                    raise NodeError(f"node {self.node.name}: sshd refused a new session "
+                                    f"({exc}): too many at once",
+                                    hint="it is retried on the next poll; raise MaxSessions "
+                                         "in the node's sshd_config if this persists") from None
+                time.sleep(0.2 * (attempt + 1))
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                self.close()
+                raise _Stale(str(exc) or type(exc).__name__) from None
+        raise AssertionError("unreachable")
 
     # -- files (SFTP over the same connection)
     def _take_slot(self, what: str) -> None:

@@ -300,3 +300,41 @@ def test_a_hung_sftp_server_times_out_uploads_and_the_node_stays_usable(sshd_clu
         assert sum("no answer within 1 s" in e for e in errors) >= 4
         assert L.read_log(pool, "node01", 440).data == b"hello\n"
         assert pool.poll("node01").ok
+
+
+def test_a_refused_session_fails_only_its_own_command_never_those_in_flight(sshd_cluster):
+    """sshd refuses a channel past its MaxSessions (channels still closing count too). That
+    refusal is the new command's alone: it is tried again, and if still refused fails by
+    itself; the connection, and the command already running on it, go on."""
+    cluster = sshd_cluster(1, key="maxsessions1")
+    reconfigured(cluster, "node01", r"^MaxSessions .*$", "MaxSessions 1")
+    with NodePool(cluster.inventory, connect_timeout=3, command_timeout=20,
+                  backoff_base=0) as pool:
+        conn = pool.connection("node01")
+        conn.run("true")   # connected
+        transport = conn.client().get_transport()
+        got: dict = {}
+
+        def long() -> None:
+            got["long"] = conn.run(["sh", "-c", "sleep 3; echo long-done"])
+
+        t = threading.Thread(target=long)
+        t.start()
+        wait_until(lambda: any("sleep 3" in " ".join(p) for p in _sh_commands()), limit=60)
+        with pytest.raises(NodeError, match="refused a new session"):
+            conn.run(["echo", "refused"])
+        t.join()
+        assert got["long"][0] == 0 and got["long"][1] == "long-done\n"
+        assert conn.client().get_transport() is transport and transport.is_active()
+
+
+def _sh_commands() -> list[list[str]]:
+    """Every process's argv on this machine (the sshd nodes run here)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                out.append((proc / "cmdline").read_bytes().decode(errors="replace").split("\0"))
+            except OSError:
+                pass
+    return out
