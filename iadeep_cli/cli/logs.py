@@ -14,13 +14,14 @@ from typing import TextIO
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, NodeError
 from . import complete
 from .lazy import client, messages as m
 from .root import app
 
 CHUNK = 1 << 20                      # bytes per request
 DEFAULT_LINES, DEFAULT_BYTES = 100, 64 * 1024
+NODE_PATIENCE_S = 300.0              # --follow waits this long for a node that stopped answering
 
 
 class _Log:
@@ -87,10 +88,25 @@ def _tail_start(log: _Log, end: int, lines: int, max_back: int | None) -> tuple[
 
 
 def _follow(log: _Log, offset: int) -> None:
-    """Print what the job writes from ``offset`` on, until it has ended and nothing is left."""
+    """Print what the job writes from ``offset`` on, until it has ended and nothing is left.
+    A node that does not answer for a moment (a dropped connection, an overloaded node) is
+    said once and waited out, for up to ``NODE_PATIENCE_S``: the job goes on meanwhile."""
     log.offset = offset
+    failing_since: float | None = None
     while True:
-        got = drain(log)
+        try:
+            got = drain(log)
+        except NodeError as exc:
+            now = time.monotonic()
+            if failing_since is None:
+                failing_since = now
+                print(f"note: {exc.message}; still following job {log.job_id}",
+                      file=sys.stderr)
+            elif now - failing_since > NODE_PATIENCE_S:
+                raise
+            time.sleep(1.0)
+            continue
+        failing_since = None
         if log.finished and not got:
             return
         if not got:

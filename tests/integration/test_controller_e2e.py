@@ -8,6 +8,7 @@ import os
 import pwd
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -159,6 +160,37 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
     assert 1 < profile["solo_it_per_s"] < 11   # 0.1 s sleeps: at most 10 steps/s
     cli(home, "queue", "cancel", str(job), check=True)
     wait_jobs(home, lambda js: js[job]["state"] == "cancelled", timeout=120)
+
+
+def test_logs_follow_waits_out_a_node_that_stops_answering_for_a_while(lab, tmp_path):
+    """A dropped connection or a node down for a moment is said once on stderr, and `logs
+    --follow` goes on when it answers: it ends with the job, not with the hiccup."""
+    home = lab.home
+    gate = tmp_path / "gate"
+    script = tmp_path / "gated.sh"
+    script.write_text(f"#!/bin/sh\necho \"job $IADEEP_JOB_ID started\"\n"
+                      f"while [ ! -e {gate} ]; do sleep 0.1; done\necho done\n")
+    job = _add(home, str(script), "--nodelist", "node01")
+    wait_jobs(home, lambda js: js[job]["state"] == "running")
+    follow = subprocess.Popen([*IADEEP, "logs", str(job), "--follow"], env=env_for(home),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    node = lab.cluster.node("node01")
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(follow.stderr), daemon=True)
+    try:
+        assert follow.stdout.readline() == f"job {job} started\n"
+        reader.start()
+        node.stop()   # its sshd gone: the controller cannot read the log now
+        wait_until(lambda: any(f"still following job {job}" in x for x in said), limit=120)
+        node.start()
+        gate.touch()
+        rest = follow.stdout.read()
+        assert follow.wait(timeout=240) == 0, said
+    finally:
+        node.start()
+        gate.touch()
+        follow.kill()
+    assert rest == "done\n", (rest, said)
 
 
 def test_logs_follow_streams_until_the_job_ends(lab, tmp_path):

@@ -305,7 +305,8 @@ def test_a_hung_sftp_server_times_out_uploads_and_the_node_stays_usable(sshd_clu
 def test_a_refused_session_fails_only_its_own_command_never_those_in_flight(sshd_cluster):
     """sshd refuses a channel past its MaxSessions (channels still closing count too). That
     refusal is the new command's alone: it is tried again, and if still refused fails by
-    itself; the connection, and the command already running on it, go on."""
+    itself; the connection, and the command already running on it, go on. (The refused
+    command's tries take ~0.6 s; the one in flight sleeps 6 s.)"""
     cluster = sshd_cluster(1, key="maxsessions1")
     reconfigured(cluster, "node01", r"^MaxSessions .*$", "MaxSessions 1")
     with NodePool(cluster.inventory, connect_timeout=3, command_timeout=20,
@@ -315,16 +316,18 @@ def test_a_refused_session_fails_only_its_own_command_never_those_in_flight(sshd
         transport = conn.client().get_transport()
         got: dict = {}
 
+        mark = f"long-done-{os.getpid()}-{threading.get_ident()}"   # this test's own
+
         def long() -> None:
-            got["long"] = conn.run(["sh", "-c", "sleep 3; echo long-done"])
+            got["long"] = conn.run(["sh", "-c", f"sleep 6; echo {mark}"])
 
         t = threading.Thread(target=long)
         t.start()
-        wait_until(lambda: any("sleep 3" in " ".join(p) for p in _sh_commands()), limit=60)
+        wait_until(lambda: any(mark in " ".join(p) for p in _sh_commands()), limit=60)
         with pytest.raises(NodeError, match="refused a new session"):
             conn.run(["echo", "refused"])
         t.join()
-        assert got["long"][0] == 0 and got["long"][1] == "long-done\n"
+        assert got["long"][0] == 0 and got["long"][1] == f"{mark}\n"
         assert conn.client().get_transport() is transport and transport.is_active()
 
 
