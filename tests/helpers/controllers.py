@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 IADEEP = [sys.executable, "-m", "iadeep_cli"]
@@ -191,3 +192,25 @@ def start_lab(cluster, tmp_path: Path, inventory: Path) -> ControllerProcess:
     ctl = ControllerProcess(tmp_path / "state", inventory)
     ctl.cluster = cluster
     return ctl.start()
+
+
+@contextmanager
+def fake_gpu_lab(sshd_cluster, tmp_path: Path, nodes: int = 1, gpus: int = 1,
+                 lab: str = "node_grace: 3",
+                 edit_nodes: Callable[[str], str] | None = None) -> Iterator[ControllerProcess]:
+    """A controller polling every 0.3 s over ``nodes`` real sshd nodes (``sshd_cluster``'s),
+    each with ``gpus`` stand-in GPUs, started in ``tmp_path/state`` with its inventory in
+    ``tmp_path/nodes.yaml``; stopped on leaving. ``lab``: more lab settings (YAML lines);
+    ``edit_nodes``: rewrites the nodes' YAML (e.g. to add labels). ``.cluster`` is set."""
+    cluster = sshd_cluster(nodes)
+    for node in cluster.nodes.values():
+        node.set_fake(gpus=gpus)
+    settings = "".join(f"  {line}\n" for line in ["poll_interval: 0.3", *lab.splitlines()])
+    text = cluster.inventory_yaml()
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text(f"lab:\n{settings}" + (edit_nodes(text) if edit_nodes else text))
+    ctl = start_lab(cluster, tmp_path, inventory)
+    try:
+        yield ctl
+    finally:
+        ctl.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import cli, jobs_by_id, start_lab, wait_until
+from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, wait_until
 
 ACTIVE = {"starting", "running"}
 FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
@@ -15,15 +15,8 @@ FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(2)
-    for node in cluster.nodes.values():
-        node.set_fake(gpus=2)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n" +
-                         cluster.inventory_yaml())
-    ctl = start_lab(cluster, tmp_path, inventory)
-    yield ctl
-    ctl.stop()
+    with fake_gpu_lab(sshd_cluster, tmp_path, nodes=2, gpus=2, lab="node_grace: 30") as ctl:
+        yield ctl
 
 
 def _add(home: Path, *args: str) -> int:

@@ -12,9 +12,9 @@ from helpers.controllers import (
     IADEEP,
     attempt_processes,
     env_for,
+    fake_gpu_lab,
     jobs_by_id,
     kill_attempt,
-    start_lab,
     wait_jobs,
     wait_until,
 )
@@ -24,15 +24,8 @@ FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(1)
-    for node in cluster.nodes.values():
-        node.set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 3.0\n"
-                         + cluster.inventory_yaml())
-    ctl = start_lab(cluster, tmp_path, inventory)
-    yield ctl
-    ctl.stop()
+    with fake_gpu_lab(sshd_cluster, tmp_path) as ctl:
+        yield ctl
 
 
 class Client:

@@ -6,20 +6,22 @@ import subprocess
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, jobs_by_id, start_lab, wait_jobs, wait_until
+from helpers.controllers import (
+    IADEEP,
+    cli,
+    env_for,
+    fake_gpu_lab,
+    jobs_by_id,
+    wait_jobs,
+    wait_until,
+)
 
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(1)
-    for node in cluster.nodes.values():
-        node.set_fake(gpus=2)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 3.0\n"
-                         "  interactive_time_limit: 2h\n" + cluster.inventory_yaml())
-    ctl = start_lab(cluster, tmp_path, inventory)
-    yield ctl
-    ctl.stop()
+    with fake_gpu_lab(sshd_cluster, tmp_path, gpus=2,
+                      lab="node_grace: 3\ninteractive_time_limit: 2h") as ctl:
+        yield ctl
 
 
 class Terminal:

@@ -14,32 +14,32 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, jobs_by_id, start_lab
+from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id
 
 FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 LABELS = {"node01": "[fast, nvlink]", "node02": "[slow]"}
 
 
-@pytest.fixture
-def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(2)
-    for node in cluster.nodes.values():
-        node.set_fake(gpus=1)
-    submit = tmp_path / "project"
-    submit.mkdir()
-    text = cluster.inventory_yaml()
-    for name, labels in LABELS.items():   # after each node's workdir: line
-        shared = f"[{tmp_path}]" if name == "node01" else "[]"
+def _labelled(shared: Path, text: str) -> str:
+    """The nodes' YAML with each node's labels and shared paths (``shared`` on node01 only)
+    after its workdir: line."""
+    for name, labels in LABELS.items():
+        paths = f"[{shared}]" if name == "node01" else "[]"
         head, sep, rest = text.partition(f"- name: {name}\n")
         line_end = rest.index("\n", rest.index("workdir:")) + 1
         text = (head + sep + rest[:line_end] + f"    labels: {labels}\n"
-                f"    shared_paths: {shared}\n" + rest[line_end:])
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 5\n" + text)
-    ctl = start_lab(cluster, tmp_path, inventory)
-    ctl.submit = submit
-    yield ctl
-    ctl.stop()
+                f"    shared_paths: {paths}\n" + rest[line_end:])
+    return text
+
+
+@pytest.fixture
+def lab(sshd_cluster, tmp_path):
+    submit = tmp_path / "project"
+    submit.mkdir()
+    with fake_gpu_lab(sshd_cluster, tmp_path, nodes=2, lab="node_grace: 5",
+                      edit_nodes=lambda text: _labelled(tmp_path, text)) as ctl:
+        ctl.submit = submit
+        yield ctl
 
 
 def submit(lab, *args: str, cwd: Path | None = None, check: bool = True,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, start_lab, wait_jobs, wait_until
+from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, wait_jobs, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -57,15 +57,8 @@ def _add(home: Path, *args: str) -> int:
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(2)
-    for node in cluster.nodes.values():
-        node.set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 3\n"
-                         + cluster.inventory_yaml())
-    ctl = start_lab(cluster, tmp_path, inventory)
-    yield ctl
-    ctl.stop()
+    with fake_gpu_lab(sshd_cluster, tmp_path, nodes=2) as ctl:
+        yield ctl
 
 
 def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
