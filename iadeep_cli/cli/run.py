@@ -209,9 +209,9 @@ def wait_for(job_id: int, error_stream: bool, detach: bool,
         got = False
         if keys is not None and job.state == JobState.RUNNING:
             keys.start()
-            if keys.error is not None:   # said once: what is typed no longer reaches it
-                _say(f"\r\niadeep run: input not sent: {keys.error}")
-                keys.error = ""
+            error = keys.take_error()
+            if error is not None:   # said once: what is typed no longer reaches it
+                _say(f"\r\niadeep run: input not sent: {error}")
         if job.state != JobState.STARTING:
             for log, out in logs:
                 got = waiter.ask(_drain_quietly, log, out) or got

@@ -84,7 +84,8 @@ class Keys:
         self.job_id = job_id
         self.thread: threading.Thread | None = None
         self.stopped = threading.Event()
-        self.error: str | None = None
+        self._error: str | None = None   # why keys stopped being sent (see take_error)
+        self._error_lock = threading.Lock()
         self._saved: list | None = None   # the terminal's mode before raw mode
 
     def start(self) -> None:
@@ -93,6 +94,13 @@ class Keys:
             self._saved = _raw(sys.stdin.fileno())
             self.thread = threading.Thread(target=self._pump, name="iadeep-keys", daemon=True)
             self.thread.start()
+
+    def take_error(self) -> str | None:
+        """Why what is typed no longer reaches the job, the first time it is asked after the
+        sending stopped on an error; None before that and every time after."""
+        with self._error_lock:
+            error, self._error = self._error, None
+        return error
 
     def close(self) -> None:
         """This terminal as it was (whatever happened meanwhile)."""
@@ -115,8 +123,12 @@ class Keys:
             try:
                 client.ask(m.InputRequest(self.job_id, base64.b64encode(data).decode()))
             except IadeepError as exc:   # it ended meanwhile (the main loop says so)
-                self.error = exc.message
+                self._stop(exc.message)
                 return
             except Exception as exc:   # e.g. a reply this client cannot read: said too
-                self.error = f"{type(exc).__name__}: {exc}"
+                self._stop(f"{type(exc).__name__}: {exc}")
                 return
+
+    def _stop(self, error: str) -> None:
+        with self._error_lock:
+            self._error = error

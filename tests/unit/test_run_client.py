@@ -40,3 +40,38 @@ def test_a_controller_that_answers_again_is_said_and_the_answer_used(monkeypatch
 def test_the_job_script_execs_the_words_exactly():
     script = run.command_script(["python", "a b.py", "$(id)", "it's"]).decode()
     assert script == "#!/bin/sh\nexec python 'a b.py' '$(id)' 'it'\"'\"'s'\n"
+
+
+def test_keys_refused_by_the_controller_are_said_once_while_the_job_runs(
+        monkeypatch, capsys, tmp_path):
+    """The keys' thread stops on the controller's refusal; `iadeep run` says why once, not
+    again at each later round of the job still running."""
+    import os
+    import sys
+    from types import SimpleNamespace
+
+    from iadeep_cli.cli import runpty
+    from iadeep_cli.jobs import JobState
+
+    monkeypatch.setenv("IADEEP_HOME", str(tmp_path))   # no controller there: refused
+    read, write = os.pipe()
+    os.write(write, b"ls\r")
+    os.close(write)
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read))
+    keys = runpty.Keys(9)
+    keys._pump()                                        # one read, refused: stops
+    keys.thread = SimpleNamespace()                     # started (the terminal stays as is)
+    states = iter([JobState.RUNNING] * 3 + [JobState.SUCCEEDED])
+
+    def job(_job_id):
+        view = SimpleNamespace(id=9, state=next(states), attempts=1, exit_code=0, reason=None)
+        return view, [view]
+
+    monkeypatch.setattr(run, "_job", job)
+    monkeypatch.setattr(run, "_drain_quietly", lambda log, out: False)
+    monkeypatch.setattr(run, "PTY_POLL_S", 0.0)
+    monkeypatch.setattr(run._Interrupts, "install", lambda self: None)
+    assert run.wait_for(9, False, False, keys) == 0
+    said = [x for x in capsys.readouterr().err.splitlines() if "input not sent" in x]
+    assert len(said) == 1 and "controller is not running" in said[0], said
+    assert keys.take_error() is None
