@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from .. import messages as m
 from ..errors import InputError, InvalidTransition, PermissionDenied
 from ..inventory import BackendKind, Node
-from ..jobs import MAX_INPUT, Job, JobState
+from ..jobs import Job, JobState
 
 # How the controller reaches a job's terminal: ``runtime`` sets it to the node pool's backend
 # of the job's node (None: a controller without node connections).
@@ -49,7 +49,8 @@ def time_limit(lab_limit: float, most: float | None) -> float:
 
 def write(writer: InputWriter | None, job: Job, user: str, req: m.InputRequest
           ) -> m.JobActionResult:
-    """``req``'s keystrokes into ``job``'s terminal (see the module's rules)."""
+    """``req``'s keystrokes into ``job``'s terminal (see the module's rules). Their size is
+    the backend's to bound (``Backend.write_input``: InputError past ``MAX_INPUT``)."""
     if job.owner != user:
         raise PermissionDenied(f"job {job.id} belongs to {job.owner}; only its owner may type "
                                "into it", hint="an interactive job's terminal is its owner's")
@@ -64,8 +65,6 @@ def write(writer: InputWriter | None, job: Job, user: str, req: m.InputRequest
     except (binascii.Error, UnicodeEncodeError):
         raise InputError("input is not base64", hint="client and controller versions differ?") \
             from None
-    if len(data) > MAX_INPUT:
-        raise InputError(f"at most {MAX_INPUT} bytes of input at once, got {len(data)}")
     if writer is None:
         raise InputError("this controller has no node connections",
                          hint="start it with an inventory: iadeep controller run --inventory FILE")

@@ -209,11 +209,13 @@ class Backend(Protocol):
         ...
 
     def write_input(self, job: Job, data: bytes) -> None:
-        """Hand ``data`` (keystrokes, at most ``MAX_INPUT`` bytes) to the terminal of a running
-        ``iadeep run --pty`` job: the FIFO ``TTY_INPUT`` its script made in its job directory
-        (``interactive``), written without blocking, never following a link, never creating a
-        file. NodeError if the job has no such terminal (not one, or it has ended); a backend
-        without ``interactive`` raises NodeError saying so."""
+        """Hand ``data`` (keystrokes) to the terminal of a running ``iadeep run --pty`` job: the
+        FIFO ``TTY_INPUT`` its script made in its job directory (``interactive``), written
+        without blocking, never following a link, never creating a file. More than
+        ``MAX_INPUT`` bytes: InputError "at most MAX_INPUT bytes of input at once, got N",
+        nothing written (the only check: the controller relies on it). NodeError if the job
+        has no such terminal (not one, or it has ended); a backend without ``interactive``
+        raises NodeError saying so."""
         ...
 
     def set_aside(self, job_id: int, suffix: str, owner: str | None = None) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from helpers.controllers import process_states, wait_until
 from iadeep_cli.errors import InputError, NodeError, NotFoundError
-from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.jobs import MAX_INPUT, Job, JobSpec, JobState
 from iadeep_cli.nodes.backend import Backend, LaunchResult, RemoteState, Stopped
 
 # Waits for the file named by its first argument; says where it is, then that it is done.
@@ -203,7 +203,8 @@ def test_an_interrupt_reaches_a_job_that_does_not_trap_it(rig):
 
 def test_write_input_reaches_an_interactive_jobs_terminal_or_says_there_is_none(rig):
     """With ``interactive``: keystrokes reach the terminal of a job run by `iadeep run
-    --pty`'s script (never before it made one); without: NodeError, always."""
+    --pty`'s script (never before it made one), at most ``MAX_INPUT`` bytes at once; without:
+    NodeError, always."""
     from iadeep_cli.cli.runpty import pty_script
 
     job, _ = rig.job(11, pty_script(["sh", "-c", "read x; echo got-$x-$((6*7))"], 24, 80,
@@ -214,6 +215,10 @@ def test_write_input_reaches_an_interactive_jobs_terminal_or_says_there_is_none(
         return
     got = rig.backend.launch(job, (0,), job.spec.script)
     wait_until(lambda: running(rig, got, job), limit=120)
+    # the one bound on what is typed at once (the controller relies on it): refused whole
+    with pytest.raises(InputError, match=f"^at most {MAX_INPUT} bytes of input at once, got "
+                                         f"{MAX_INPUT + 1}$"):
+        rig.backend.write_input(job, b"x" * (MAX_INPUT + 1))
 
     def typed() -> bool:
         try:

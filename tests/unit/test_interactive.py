@@ -55,9 +55,21 @@ def test_keys_reach_only_the_owners_running_interactive_job():
         interactive.write(writer, _job(JobState.QUEUED), "alice", _req(b"x"))
     with pytest.raises(InputError, match="not base64"):
         interactive.write(writer, _job(), "alice", m.InputRequest(7, "***"))
-    with pytest.raises(InputError, match=f"at most {MAX_INPUT} bytes"):
-        interactive.write(writer, _job(), "alice", _req(b"x" * (MAX_INPUT + 1)))
     assert written == [(7, b"ls\r")]   # none of the refused reached the terminal
+
+
+def test_input_past_the_bound_is_refused_whole_by_the_nodes_backend():
+    """The controller leaves the size of what is typed at once to the backend
+    (``Backend.write_input``; tests/integration/test_backend_contract.py): the shell backend's
+    one-line error reaches the client as it is, and nothing reaches the node."""
+    from iadeep_cli.nodes.shell import backend as shell
+
+    def writer(job, data):   # no node pool: the refusal comes before any remote command
+        shell.write_input(None, job.node, job, data)  # type: ignore[arg-type]
+
+    with pytest.raises(InputError) as err:
+        interactive.write(writer, _job(), "alice", _req(b"x" * (MAX_INPUT + 1)))
+    assert err.value.message == f"at most {MAX_INPUT} bytes of input at once, got {MAX_INPUT + 1}"
 
 
 def test_the_job_script_runs_the_command_exactly_and_its_shell_back(tmp_path):
