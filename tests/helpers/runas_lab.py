@@ -144,7 +144,8 @@ class RunAsLab:
             f"    user: {self.ctl}\n    identity_file: {key}\n    workdir: {ctl_home}/iadeep\n"
             f"    run_as: submitter\n")
         scripts = top / "scripts"
-        scripts.mkdir(mode=0o755)
+        scripts.mkdir()
+        os.chmod(scripts, 0o755)   # (mkdir's mode is cut by the umask)
         ctl = ControllerProcess(state, inventory).start()
         ctl.node, ctl.scripts, ctl.top = node, scripts, top
         try:

@@ -112,11 +112,16 @@ class SshdNode:
         self.dir = root / name
         self.state = self.dir / "smi"         # FAKE_SMI_STATE: mode/gpus/sleep files
         self.state.mkdir(parents=True)
+        # whatever the umask (a 077 one makes them 0700), the node's SSH account, another OS
+        # account in the run_as labs, must reach the stand-in and read its state files
+        for d in (self.dir, self.state):
+            os.chmod(d, 0o755)
         fakes = readable_fakes(self.dir)
         home = f" HOME={self.dir}/home" if own_home else ""
         # The remote HOME: bash sources ~/.bashrc for every SSH command; this machine's root
         # .bashrc (pyenv init) costs ~0.3 s, which would dominate every test and benchmark.
         (self.dir / "home").mkdir()
+        os.chmod(self.dir / "home", 0o755)
         self.host_key = self.dir / "ssh_host_ed25519_key"
         _keygen(self.host_key)
         self.port = _free_port(addr)
@@ -230,6 +235,7 @@ SetEnv PATH={fakes}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state}{hom
                 f.unlink(missing_ok=True)
             else:
                 f.write_text(f"{value}\n")
+                os.chmod(f, 0o644)   # read by the node's SSH account, whatever the umask
 
 
 class Cluster:
