@@ -25,8 +25,8 @@ from .gpu import (
     job_sections,
     parse_progress,
     split_sections,
-    state_script,
 )
+from .shell.jobstate import state_script
 
 STATE_TIMEOUT_S = 10.0
 

@@ -25,11 +25,10 @@ from .gpu import (
     Expect,
     gpu_script,
     parse_poll,
-    poll_script,
     split_sections,
-    state_script,
     user_states,
 )
+from .shell.jobstate import poll_script, state_script
 
 log = logging.getLogger("iadeep.nodes")
 

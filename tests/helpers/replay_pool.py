@@ -6,7 +6,7 @@ its GPU query fails) or ``silent`` (does not answer at all). Everything else is 
 uploads and reads run on this machine through a ``LocalConnection`` in the node's own
 temporary workdir, so a launch starts a real detached process, a cancel signals it, and the
 state of every job a poll is asked about (and its new progress) is read from its real pid, exit
-and progress files by the state script every poll runs (``nodes.gpu.state_script``).
+and progress files by the state script every poll runs (``nodes.shell.jobstate.state_script``).
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from iadeep_cli.errors import IadeepError, NotFoundError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.nodes.backend import Backend
 from iadeep_cli.nodes.connection import NodeConnection
-from iadeep_cli.nodes.gpu import Expect, parse_progress, parse_states, split_sections, state_script
+from iadeep_cli.nodes.gpu import Expect, parse_progress, parse_states, split_sections
 from iadeep_cli.nodes.local import LocalConnection
 from iadeep_cli.nodes.shell import ShellBackend
+from iadeep_cli.nodes.shell.jobstate import state_script
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
 
 H200_MIB = 143771.0

@@ -1,6 +1,6 @@
-"""The job part of a poll (``gpu.state_script``) run by a real ``sh`` over real job directories:
-a job shapes its own files as it likes (FIFOs, links, junk), and the poll neither blocks on
-them nor believes more than they can honestly say."""
+"""The job part of a poll (``shell/jobstate.state_script``) run by a real ``sh`` over real job
+directories: a job shapes its own files as it likes (FIFOs, links, junk), and the poll neither
+blocks on them nor believes more than they can honestly say."""
 from __future__ import annotations
 
 import os
@@ -19,9 +19,9 @@ from iadeep_cli.nodes.gpu import (
     parse_progress,
     parse_states,
     split_sections,
-    state_script,
 )
 from iadeep_cli.nodes.local import LocalConnection, run_bounded
+from iadeep_cli.nodes.shell.jobstate import state_script
 
 
 @pytest.fixture

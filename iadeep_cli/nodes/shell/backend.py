@@ -47,16 +47,8 @@ from ..backend import (
     log_bytes,
 )
 from ..connection import NodeAccess
-from ..gpu import (
-    _READ_PIDFILE,
-    IS_OURS,
-    READ_CONTROL,
-    Expect,
-    parse_states,
-    remote_path,
-    split_sections,
-    state_script,
-)
+from ..gpu import Expect, parse_states, remote_path, split_sections
+from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, state_script
 
 # Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
 # the IADEEP_JOB_ID and IADEEP_PROGRESS_FILE that launch gave it: whatever the job forks keeps
@@ -95,7 +87,7 @@ echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 assert OPEN_FAILED_LINE in _WRAPPER and f"rc={OPEN_FAILED};" in _WRAPPER   # the contract's
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Sets $p (the pid) and $ours (1 or 0) from "$d/pid", read bounded, without blocking and
-# checked (see gpu.py).
+# checked (see jobstate.py).
 _IS_OURS = READ_CONTROL + _READ_PIDFILE + IS_OURS
 
 
@@ -419,7 +411,7 @@ def pause(pool: NodeAccess, node: str, job_id: int, stop: bool,
 def reconcile(pool: NodeAccess, node: str, job_ids: Sequence[int] | Expect,
               owner: str | None = None) -> dict[int, RemoteJob]:
     """What each job's session and directory on the node say now, in one round trip (the
-    controller gets the same from every poll; see ``gpu.state_script`` for the rules).
+    controller gets the same from every poll; see ``jobstate.state_script`` for the rules).
 
     ``job_ids``: ids, or (id, recorded pid, recorded start time) triples.
     """

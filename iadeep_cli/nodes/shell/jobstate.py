@@ -1,0 +1,171 @@
+"""The job part of the shell backend's poll: a POSIX ``sh`` script that prints, between the
+poll's marker lines, the expected jobs' states from their job directories (pid and exit files,
+checked against /proc), the claimed job directories, and the new bytes of the running jobs'
+progress files. ``poll_script`` sends it with the GPU part (``gpu.gpu_script``) as one command:
+one round trip per node per round. Its output is parsed in ``nodes/gpu.py`` (``parse_poll``,
+``parse_states``, ``parse_progress``), beside the nvidia-smi parsing.
+"""
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from ..gpu import MARK, PROGRESS_MAX, SMI_TIMEOUT_S, Expect, gpu_script, remote_path
+
+# How long the job part of a poll (states, progress) may take on a node before ``timeout``
+# kills it with every process it started; it reads only small files without blocking, so
+# this is a backstop, never a wait.
+STATE_TIMEOUT_S = 10
+# The most bytes of a job's control file (pid, exit) the poll reads: the job can write them.
+CONTROL_MAX = 64
+# The most bytes of all the node's jobs' progress files together one poll reads (each one's:
+# gpu.PROGRESS_MAX), so that a poll's answer stays well under the SSH limit.
+PROGRESS_TOTAL = 1 << 22
+# What a progress line may hold ("<time> <iterations>"); every other byte is shown as '?', so
+# what a job writes there keeps its length (offsets stay exact) and can never pass for one of
+# the poll's marker lines.
+_PROGRESS_CHARS = "0-9.eE+ \\n-"
+
+# Defines ``me`` (this account's uid) and ``rd FILE``: the first line of up to CONTROL_MAX bytes
+# of FILE, printed only if FILE is a regular file of this account's, opened without blocking
+# (a FIFO there returns at once) and never through a symbolic link (dd's O_NONBLOCK and
+# O_NOFOLLOW), and if the same file (device and inode) is still there after the read.  A job
+# can shape its own directory as it likes; its files are never opened any other way.
+READ_CONTROL = (
+    "me=$(id -u)\n"
+    'rd() { set -- "$1" $(stat -c "%f %u %d:%i" -- "$1" 2>/dev/null)\n'
+    '  [ $# = 4 ] && [ "$3" = "$me" ] && [ $((0x$2 & 61440)) = 32768 ] || return 0\n'
+    f'  v=$(dd if="$1" iflag=nonblock,nofollow bs={CONTROL_MAX} count=1 status=none '
+    "2>/dev/null | head -n 1)\n"
+    '  [ "$(stat -c "%f %u %d:%i" -- "$1" 2>/dev/null)" = "$2 $3 $4" ] && '
+    "printf '%s\\n' \"$v\"; }\n")
+# Sets $p, $st (the pid file's "PID STARTTIME", bounded and checked) from "$d/pid".  (% keeps
+# the shell's ${...} as written; an f-string would double every brace.)
+_READ_PIDFILE = (
+    'set -- $(rd "$d/pid"); p=${1:-}; st=${2:--}\n'
+    "case $p in ''|*[!0-9]*) p=-;; esac\n"
+    "case $st in ''|*[!0-9]*) st=-;; esac\n")
+# Sets $ours (1 if process $p is alive, not a zombie, leads its own session and started at $st,
+# unless $st is '-') and $now (its start time).  After a reboot a pid may belong to someone
+# else, even another job's session leader: a process is ours only if all of this holds.
+# /proc/$p/stat is read by the shell itself (no process per job); the command name, which may
+# hold anything, ends at its last ") ".
+IS_OURS = (
+    'ours=0; now=-; s=""\n'
+    '[ "$p" != - ] && [ -r /proc/$p/stat ] && { read -r s < /proc/$p/stat; } 2>/dev/null\n'
+    's=${s##*) }; set -- $s\n'
+    'case "${1:-}" in Z*|X*|"") ;; *) [ "${4:-}" = "$p" ] && '
+    '{ [ "$st" = - ] || [ "${20:-}" = "$st" ]; } && { ours=1; now=${20:-}; };; esac\n'
+)
+
+
+def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | None = None,
+                 timeout_s: float = STATE_TIMEOUT_S, budget: int = PROGRESS_TOTAL) -> str:
+    """Shell that prints one ``ID STATE [PID [CODE|START]]`` line per expected job, and the new
+    bytes of the running ones' progress files (``progress``: job id -> the offset to read from,
+    at most ``budget`` bytes in all; see ``progress_script``).
+
+    ``expect``: (job id, session leader pid, its start time) as the controller recorded them at
+    launch, or None where it has not (a launch still in flight, a crash before it was recorded:
+    then the pid file says).  The recorded pid wins over the pid file because the job can
+    rewrite or delete its own files: a job is running while its recorded session leader lives,
+    whatever its directory says, and its exit file is believed only once the leader is gone.
+    Every value interpolated here is an int (checked) or '-'.
+
+    The whole of it runs under coreutils ``timeout`` (where the node has it), which kills it
+    and every process it started (its own process group) after ``timeout_s``: nothing a job
+    does to its files can keep a reader waiting on the node.  A job whose line is missing
+    because of that is "unknown" to the parser (see ``parse_poll``), never "missing".
+    """
+    jobs = remote_path(workdir.rstrip("/") + "/jobs")
+    items = " ".join(f"{int(j)}:{'-' if p is None else int(p)}:{'-' if t is None else int(t)}"
+                     for j, p, t in expect)
+    want = {int(j): max(0, int(o)) for j, o in (progress or {}).items()}
+    offsets = "".join(f"o_{j}={o}; " for j, o in want.items())
+    body = (
+        f'echo "{MARK} state"\n'
+        "set -f\n"   # no globbing of what the job wrote into its files
+        + READ_CONTROL + f"J={jobs}; P=''; {offsets}\n"
+        f"for x in {items}; do\n"
+        '  j=${x%%:*}; r=${x#*:}; p=${r%%:*}; st=${r#*:}; d=$J/$j\n'
+        '  if [ "$p" = - ]; then\n'
+        '    if [ -f "$d/pid" ]; then\n' + _indent(_READ_PIDFILE, 6) +
+        '    elif [ -f "$d/launched" ]; then echo "$j claimed"; continue\n'
+        '    else echo "$j missing"; continue; fi\n'
+        '  fi\n'
+        + _indent(IS_OURS, 2) +
+        '  if [ "$ours" = 1 ]; then echo "$j running $p $now"\n'
+        '    eval "[ -z \\"\\${o_$j:-}\\" ]" || P="$P $j/progress"; continue; fi\n'
+        '  c=$(rd "$d/exit")\n'
+        "  case $c in ''|-|*[!0-9-]*) c=-;; esac\n"
+        # No exit code and no leader: the job may have killed its wrapper (kill -9 $PPID).
+        # Its processes keep the session; while one of this account's lives the job runs.
+        # (Linux never gives pid $p to a new process while a session is still named by it,
+        # so a live non-leader $p means the job's session is gone: nothing to look for.)
+        '  if [ "$c" = - ] && [ "$p" != - ]; then case "$s" in ""|Z*|X*)\n'
+        '    set +f; k=0; for f in /proc/[0-9]*/stat; do [ -O "$f" ] || continue\n'
+        '      { read -r s < "$f"; } 2>/dev/null || continue; s=${s##*) }; set -- $s\n'
+        '      case "${1:-}" in Z*|X*|"") continue;; esac; [ "${4:-}" = "$p" ] && k=1 && break\n'
+        '    done; set -f; [ $k = 1 ] && { echo "$j running $p $st"; continue; };; esac; fi\n'
+        '  echo "$j exited $p $c"\n'
+        "done\n"
+        # every claimed job directory: their processes are iadeep's (see job_map)
+        f'echo "{MARK} dirs"\n'
+        "set +f\n"
+        'for f in $J/*/launched; do [ -f "$f" ] && { d=${f%/launched}; '
+        'echo "${d##*/}"; }; done\n'
+        + progress_script(progress_cap(len(want), budget))
+    )
+    to = f"timeout -k 1 {float(timeout_s):g}"
+    return (f't=""; command -v timeout >/dev/null 2>&1 && t="{to}"\n'
+            f"$t sh -c {shlex.quote(body)}\n")
+
+
+def progress_script(cap: int) -> str:
+    """Shell (part of ``state_script``, after its loop has set ``$P``: the running jobs'
+    ``ID/progress`` names, and ``o_ID``: where to read each from) that prints every such file's
+    new bytes as a section ``progress:ID FROM,SIZE``, then the files as they were before the
+    reads (``progress-before``: ``NAME %f %u %d:%i %w``) and after them (``progress-check``).
+    The parser (``parse_progress``) believes a file's bytes only if both agree (a regular file
+    of this account's, the same inode, born at the same nanosecond: an inode number freed by a
+    swap and given to the next file does not pass, a line appended meanwhile does).  One
+    ``stat`` for all of them, one ``dd`` (non-blocking, no link followed, ``cap`` bytes at
+    most) per file with news, and no process at all for a file without."""
+    cap = int(cap)
+    return (
+        f'echo "{MARK} progress"\n'
+        '[ -n "$P" ] && cd -- "$J" 2>/dev/null && { R=""; B=""\n'
+        '  stat -c "%n %f %u %d:%i %s %w" -- $P 2>/dev/null | {\n'
+        '  while read -r n m u i s z; do j=${n%%/*}\n'
+        '    case $j$s in *[!0-9]*) continue;; esac\n'
+        '    [ "$u" = "$me" ] && [ $((0x$m & 61440)) = 32768 ] || continue\n'
+        '    eval "o=\\${o_$j:-0}"; f=$o; [ "$s" -lt "$o" ] && f=0\n'
+        f'    [ $((s - f)) -gt {cap} ] && f=$((s - {cap}))\n'
+        '    [ "$s" -gt "$f" ] || continue\n'
+        f'    echo "{MARK} progress:$j $f,$s"; R="$R $n"; B="$B$n $m $u $i $z\n"\n'
+        '    dd if="$n" iflag=nonblock,nofollow,skip_bytes,count_bytes skip="$f" '
+        'count=$((s - f)) bs=65536 status=none 2>/dev/null | '
+        f"tr -c '{_PROGRESS_CHARS}' '?'; echo\n"
+        '  done\n'
+        f'  echo "{MARK} progress-before"; printf "%s" "$B"\n'
+        f'  echo "{MARK} progress-check"\n'
+        '  [ -z "$R" ] || stat -c "%n %f %u %d:%i %w" -- $R 2>/dev/null; }; }\n'
+        "true\n"
+    )
+
+
+def progress_cap(count: int, budget: int = PROGRESS_TOTAL) -> int:
+    """Bytes one job's progress file may give one poll when ``count`` share ``budget``."""
+    return max(512, min(PROGRESS_MAX, budget // max(1, count)))
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
+def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TIMEOUT_S,
+                progress: Mapping[int, int] | None = None) -> str:
+    """One remote poll: the expected jobs' states and new progress first (cheap, never blocked
+    by the driver or by a job's files), then the GPUs.  One round trip per node per round,
+    whatever the number of jobs."""
+    return state_script(workdir, expect, progress) + gpu_script(gpu_timeout_s)
