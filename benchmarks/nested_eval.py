@@ -33,12 +33,12 @@ SHARED = ROOT.parent / "shared" / "data"
 def variants():
     from iadeep_cli.model.predictor import fit_model
 
-    def with_scales(scales):
-        return lambda groups: (lambda p, o: fit_model(p, o, groups=groups,
-                                                       offset_scales=scales))
-    return {"offsets x1": with_scales((1.0,)), "no offsets": with_scales((0.0,)),
-            "share by inner CV": with_scales((1.0, 0.5, 0.0)),
-            "share by inner CV, 0 first": with_scales((0.0, 0.5, 1.0))}
+    def with_options(**options):
+        return lambda groups: (lambda p, o: fit_model(p, o, groups=groups, **options))
+    return {"previous default": with_options(rule_scale=False, partner_offsets=False),
+            "scaled rule considered": with_options(rule_scale=True, partner_offsets=False),
+            "scaled rule + partner offsets": with_options(rule_scale=True,
+                                                          partner_offsets=True)}
 
 
 def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:

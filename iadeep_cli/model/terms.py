@@ -29,6 +29,16 @@ GP_NOISE = 0.01
 # the ridge strength toward it (with MIN_PRIOR_WORKLOADS or more workloads; below that the prior
 # is that rule) and the correction's amplitude.
 PRIOR_RIDGE_GRID: tuple[float, ...] = (3.0, 0.3, 0.03)
+# A "ridge" candidate that is no ridge: the base rule times one factor fitted to the training
+# rows (their mean absolute error, over SCALE_GRID). One free parameter, so it can be fitted
+# with fewer workloads than MIN_PRIOR_WORKLOADS; preferred after the rule itself and before
+# every fitted prior by the one-standard-error rule.
+SCALED_RULE = -1.0
+SCALE_GRID = np.round(np.arange(0.5, 2.0001, 0.01), 2)
+# Whether the inner cross-validation considers SCALED_RULE (``fit_model(rule_scale=...)``).
+RULE_SCALE = True
+# Whether a known workload also gets an offset as the partner (``fit_model(partner_offsets=)``).
+PARTNER_OFFSETS = False
 GP_AMPLITUDE_GRID: tuple[float, ...] = (0.0, 0.01, GP_AMPLITUDE)
 INNER_FOLDS = 8         # at most this many inner folds (groups are dealt round-robin)
 # The prior has six coefficients: fitting them needs measurements of at least this many
@@ -219,7 +229,8 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
                theta: np.ndarray, calibration: Sequence[float],
                observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool,
                offsets: Mapping[str, float] | None = None,
-               selection: Mapping | None = None) -> dict:
+               selection: Mapping | None = None,
+               partner_offsets: Mapping[str, float] | None = None) -> dict:
     """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it).
     ``offsets`` (workload -> its own speed offset) is optional in the file: a model saved
     without it predicts as before."""
@@ -230,4 +241,6 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
             "observed": [[a, b, t, n] for (a, b), (t, n) in sorted(observed.items())],
             "gps": [g.to_dict() for g in gps],
             "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())},
+            **({"partner_offsets": {w: float(v) for w, v in sorted(partner_offsets.items())}}
+               if partner_offsets else {}),
             **({"selection": dict(selection)} if selection else {})}
