@@ -623,3 +623,26 @@ def test_a_scaled_rule_is_fitted_with_few_workloads():
     rows = params["selection"]["rows"]
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,)) is not None
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,), rule_scale=False) is None
+
+
+def test_partner_offsets_are_an_option_and_roundtrip(tmp_path):
+    """``partner_offsets=True`` (off by default: nested selection rejects it on lucid-part): a
+    workload that slows every partner 0.1 more than its utilisation says gets a negative offset
+    as the partner, which survives saving; the default model has none."""
+    profs, obs = _synthetic_lab(25, 300)
+    bully = "fam0-v0"
+    obs = [dataclasses.replace(o, speeds=tuple(
+        max(0.05, s - 0.1) if bully in o.jobs and j != bully else s
+        for j, s in zip(o.jobs, o.speeds))) for o in obs]
+    assert fit_model(profs, obs).partner_offsets == {}
+    m = fit_model(profs, obs, partner_offsets=True)
+    assert m.partner_offsets[bully] < -0.05
+    f = tmp_path / "m.json"
+    m.save(f)
+    back = InterferenceModel.load(f)
+    a, b = profs["fam1-v0"], profs[bully]
+    assert back.partner_offsets == m.partner_offsets
+    assert back.predict_pair(a, b) == m.predict_pair(a, b)
+    without = dataclasses.replace(m, partner_offsets={}, _cache={})
+    assert m._structural(a, b)[0][0] == pytest.approx(
+        without._structural(a, b)[0][0] + m.partner_offsets[bully])
