@@ -3,16 +3,17 @@ among them is made inside each outer fold, by the same protocol run on that fold
 pairs only, so the outer error is an honest estimate of "fit, choosing the variant" (a variant
 picked by looking at the held-out scores themselves reports an optimistic figure).
 
-Variants (the first is the shipped default; it wins ties):
+Variants (the first wins ties):
 
-* ``offsets x1``: each known workload's own offset kept whole (the default);
-* ``no offsets``: the model before the offsets;
-* ``share by inner CV``: the fit's own inner cross-validation chooses how much of the
-  offsets to keep among 1, 0.5 and 0, beside its other settings (1 preferred on a tie);
-* ``share by inner CV, 0 first``: the same, preferring no offsets on a tie.
+* ``previous default``: the model before the scaled rule (the inner cross-validation chooses
+  among the base rule itself and, with 12 or more workloads, priors fitted toward it);
+* ``scaled rule considered``: the same plus the base rule times one fitted factor among its
+  candidates (``fit_model(..., rule_scale=True)``, the shipped default);
+* ``scaled rule + partner offsets``: that plus each known workload's offset as the partner
+  (``partner_offsets=True``).
 
 For each data set it prints every variant alone (no choice: ``model eval``'s figure for that
-variant) and the nested choice among the first two and among all four, with the variant each
+variant) and the nested choice among the first two and among all three, with the variant each
 outer fold chose. Leave-one-family-out where workloads carry families, else
 leave-one-workload-out.
 
@@ -33,12 +34,12 @@ SHARED = ROOT.parent / "shared" / "data"
 def variants():
     from iadeep_cli.model.predictor import fit_model
 
-    def with_scales(scales):
-        return lambda groups: (lambda p, o: fit_model(p, o, groups=groups,
-                                                       offset_scales=scales))
-    return {"offsets x1": with_scales((1.0,)), "no offsets": with_scales((0.0,)),
-            "share by inner CV": with_scales((1.0, 0.5, 0.0)),
-            "share by inner CV, 0 first": with_scales((0.0, 0.5, 1.0))}
+    def with_options(**options):
+        return lambda groups: (lambda p, o: fit_model(p, o, groups=groups, **options))
+    return {"previous default": with_options(rule_scale=False, partner_offsets=False),
+            "scaled rule considered": with_options(rule_scale=True, partner_offsets=False),
+            "scaled rule + partner offsets": with_options(rule_scale=True,
+                                                          partner_offsets=True)}
 
 
 def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:

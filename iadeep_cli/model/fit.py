@@ -37,9 +37,13 @@ from .terms import (
     MIN_PRIOR_WORKLOADS,
     MIN_SPEED,
     OFFSET_SCALE_GRID,
+    PARTNER_OFFSETS,
     PRIOR_LOWER,
     PRIOR_RIDGE_GRID,
     ROBUST_SCALE,
+    RULE_SCALE,
+    SCALE_GRID,
+    SCALED_RULE,
     ResidualGP,
     _analytic_calibration,
     job_features,
@@ -92,6 +96,7 @@ class _Data:
         self.workloads = sorted(set(self.self_names))
         code = {w: i for i, w in enumerate(self.workloads)}
         self.self_codes = np.array([code[w] for w in self.self_names], dtype=int)
+        self.partner_codes = np.array([code.get(w, -1) for w in self.partner_names], dtype=int)
         self.feats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, feats, _ls in FEATURE_SETS:
             x, ok = [], []
@@ -106,9 +111,15 @@ class _Data:
 
 def _fit_prior_arrays(terms: np.ndarray, y: np.ndarray, n: np.ndarray, ridge: float | None,
                       base: np.ndarray) -> np.ndarray:
-    """Robust least squares in speed, coefficients >= PRIOR_LOWER, ridge toward ``base``."""
+    """Robust least squares in speed, coefficients >= PRIOR_LOWER, ridge toward ``base``;
+    ``ridge`` SCALED_RULE: ``base`` times the factor (SCALE_GRID) of least weighted MAE."""
     if ridge is None or not len(y):
         return base.copy()
+    if ridge == SCALED_RULE:
+        z = terms @ base
+        speeds = 1.0 / (1.0 + np.maximum(SCALE_GRID[:, None] * z[None, :], -0.5))
+        loss = (np.abs(speeds - y[None, :]) * n[None, :]).sum(axis=1)
+        return float(SCALE_GRID[int(np.argmin(loss))]) * base
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     w = np.sqrt(n)
@@ -159,7 +170,8 @@ def _fit_gp(name: str, feats: tuple[str, ...], ls: tuple[float, ...], x: np.ndar
     return ResidualGP(name, feats, scales, z, alpha, k_inv, amplitude)
 
 
-Offsets = np.ndarray | None     # by workload code (_Data.workloads); None: no offsets
+# by workload code (_Data.workloads), rows: (as the job measured, as the partner); None: none
+Offsets = np.ndarray | None
 
 
 def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndarray:
@@ -185,14 +197,17 @@ def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndar
 
 
 def _offset_array(d: _Data, idx: np.ndarray, offsets: np.ndarray | None) -> np.ndarray:
-    return np.zeros(len(idx)) if offsets is None else offsets[d.self_codes[idx]]
+    if offsets is None:
+        return np.zeros(len(idx))
+    pc = d.partner_codes[idx]
+    return offsets[0][d.self_codes[idx]] + np.where(pc >= 0, offsets[1][pc], 0.0)
 
 
 def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, ridge: float | None,
-                   amplitude: float, offset_scale: float = 1.0
+                   amplitude: float, offset_scale: float = 1.0, partner: bool = False
                    ) -> tuple[np.ndarray, Offsets, tuple[ResidualGP, ...]]:
     theta = _fit_prior_arrays(d.terms[idx], d.y[idx], d.n[idx], ridge, base)
-    offsets, gps = _fit_correction(d, idx, theta, amplitude)
+    offsets, gps = _fit_correction(d, idx, theta, amplitude, partner)
     return theta, _scaled(offsets, offset_scale), gps
 
 
@@ -200,8 +215,8 @@ def _scaled(offsets: Offsets, scale: float) -> Offsets:
     return None if offsets is None or scale == 0.0 else offsets * scale
 
 
-def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float
-                    ) -> tuple[Offsets, tuple[ResidualGP, ...]]:
+def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float,
+                    partner: bool = False) -> tuple[Offsets, tuple[ResidualGP, ...]]:
     """The GP on the prior's residuals, then (with MIN_OFFSET_WORKLOADS or more workloads
     measured) each workload's own offset on what is left. The GP models how a pair's
     utilisations interact; the offset what a known workload does next to any partner that
@@ -222,7 +237,14 @@ def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: flo
     if len(np.unique(codes)) < MIN_OFFSET_WORKLOADS:
         return None, tuple(gps)
     pred, _ = _predict_idx(d, idx, theta, None, gps, confidence=False)
-    return _self_offsets(codes, d.y[idx] - pred, len(d.workloads)), tuple(gps)
+    own = _self_offsets(codes, d.y[idx] - pred, len(d.workloads))
+    other = np.zeros(len(d.workloads))
+    if partner:
+        # then each workload's offset as the partner (how much more or less it slows any job
+        # than its utilisation says), on what the own offsets leave
+        other = _self_offsets(d.partner_codes[idx], d.y[idx] - pred - own[codes],
+                              len(d.workloads))
+    return np.vstack([own, other]), tuple(gps)
 
 
 def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
@@ -269,8 +291,8 @@ Setting = tuple[str, "float | None", float, float]
 
 
 def _inner_cv(d: _Data, groups: Mapping[str, str],
-              scales: Sequence[float] = OFFSET_SCALE_GRID
-              ) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
+              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE,
+              partner: bool = False) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
     """Choose (base rule, prior ridge, GP amplitude, offset scale among ``scales``) by grouped
     cross-validation on the training rows; return it and its held-out |errors|, confidences
     and weights (for the intervals)."""
@@ -280,16 +302,16 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
     fold_of = {g: i % INNER_FOLDS for i, g in enumerate(names)}
     n_folds = min(INNER_FOLDS, len(names))
     fs, fo = np.array([fold_of[g] for g in sg]), np.array([fold_of[g] for g in og])
+    many = len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS
     ridges: tuple[float | None, ...] = (
-        (None, *PRIOR_RIDGE_GRID) if len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS
-        else (None,))
+        None, *((SCALED_RULE,) if rule_scale else ()), *(PRIOR_RIDGE_GRID if many else ()))
     errors: dict[Setting, list[np.ndarray]] = defaultdict(list)
     confs: dict[Setting, list[np.ndarray]] = defaultdict(list)
     rule_errors: dict[str, list[float]] = defaultdict(list)   # each simple rule alone
     # with too few workloads to fit a prior, too few to choose a rule by either: the analytic
     # one (the H200 data without mlp, its one launch-bound job, favours the utilisation sum,
     # which then misses mlp by 0.23)
-    considered = BASE_RULES if ridges != (None,) else {"analytic": BASE_RULES["analytic"]}
+    considered = BASE_RULES if many else {"analytic": BASE_RULES["analytic"]}
     for k in range(n_folds):
         held = (fs == k) | (fo == k)
         train, test = np.flatnonzero(~held), np.flatnonzero(held)
@@ -301,7 +323,7 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
             for ridge in ridges:
                 theta = _fit_prior_arrays(d.terms[train], d.y[train], d.n[train], ridge, base)
                 for amp in GP_AMPLITUDE_GRID:
-                    offsets, gps = _fit_correction(d, train, theta, amp)
+                    offsets, gps = _fit_correction(d, train, theta, amp, partner)
                     for scale in scales:
                         pred, conf = _predict_idx(d, test, theta, _scaled(offsets, scale), gps)
                         errors[(base_name, ridge, amp, scale)].append(np.abs(pred - d.y[test]))
@@ -382,12 +404,15 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    extra_observations: Sequence[CoLocation] | None = None,
                    groups: Mapping[str, str] | None = None,
                    previous: Mapping | None = None,
-                   offset_scales: Sequence[float] = OFFSET_SCALE_GRID) -> dict:
+                   offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
+                   rule_scale: bool = RULE_SCALE,
+                   partner_offsets: bool = PARTNER_OFFSETS) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
                                extra_observations=extra_observations, groups=groups,
-                               previous=previous, offset_scales=offset_scales)
+                               previous=previous, offset_scales=offset_scales,
+                               rule_scale=rule_scale, partner_offsets=partner_offsets)
 
 
 # An incremental refit reuses the previous fit's selected setting and calibration while the
@@ -398,7 +423,8 @@ RESELECT_GROWTH = 0.1
 
 
 def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
-              scales: Sequence[float]) -> tuple[Setting, tuple[float, ...], int, int] | None:
+              scales: Sequence[float], rule_scale: bool = RULE_SCALE
+              ) -> tuple[Setting, tuple[float, ...], int, int] | None:
     """The previous fit's (setting, calibration, rows and workloads at its selection) when
     still valid here."""
     sel = (previous or {}).get("selection")
@@ -415,6 +441,7 @@ def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
         return None
     if (setting[0] not in BASE_RULES or levels != CAL_LEVELS
             or setting[3] not in scales
+            or (setting[1] == SCALED_RULE and not rule_scale)
             or not rows <= n_rows <= rows * (1.0 + RESELECT_GROWTH)
             # the candidates differ on either side of these (prior fitted or not, offsets)
             or (workloads >= MIN_PRIOR_WORKLOADS) != (n_workloads >= MIN_PRIOR_WORKLOADS)
@@ -429,7 +456,9 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                     extra_observations: Sequence[CoLocation] | None = None,
                     groups: Mapping[str, str] | None = None,
                     previous: Mapping | None = None,
-                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID) -> dict:
+                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
+                    rule_scale: bool = RULE_SCALE,
+                    partner_offsets: bool = PARTNER_OFFSETS) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
@@ -439,7 +468,8 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     function, e.g. the controller's last refit): its setting and calibration are reused while
     the data grew by at most RESELECT_GROWTH since they were selected (incremental refit).
     ``offset_scales``: the shares of the workloads' own offsets the inner cross-validation
-    chooses among (the first preferred on a tie; ``(0.0,)``: no offsets).
+    chooses among (the first preferred on a tie; ``(0.0,)``: no offsets). ``rule_scale``: the
+    inner cross-validation also considers the base rule times one fitted factor (SCALED_RULE).
     """
     if not offset_scales or any(not 0.0 <= s <= 1.0 for s in offset_scales):
         raise InputError(f"offset scales {tuple(offset_scales)} must be one or more numbers "
@@ -459,17 +489,20 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                           _observed_pairs(rows), fitted=False)
     d = _Data(rows)
     grouping = dict(groups) if groups is not None else default_groups(trained)
-    reuse = _reusable(previous, gpu, len(rows), len(trained), offset_scales)
+    reuse = _reusable(previous, gpu, len(rows), len(trained), offset_scales, rule_scale)
     if reuse is not None:
         (base_name, ridge, amp, scale), calibration, selected_rows, selected_workloads = reuse
     else:
         (base_name, ridge, amp, scale), held_out, held_conf, held_w = _inner_cv(
-            d, grouping, offset_scales)
+            d, grouping, offset_scales, rule_scale, partner_offsets)
         calibration = _calibration(held_out, held_conf, held_w)
         selected_rows, selected_workloads = len(rows), len(trained)
     theta, offsets, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name],
-                                         ridge, amp, scale)
+                                         ridge, amp, scale, partner_offsets)
+    rule = BASE_RULES[base_name]
     prior = (f"prior: the {base_name} rule" if ridge is None
+             else f"prior: the {base_name} rule x{theta @ rule / (rule @ rule):.2f}"
+             if ridge == SCALED_RULE
              else f"prior fitted toward the {base_name} rule (ridge {ridge:g})")
     note = (f"fitted on {n_pairs} distinct pairs of {len(trained)} workloads "
             f"({gpu or 'unknown GPU'}); {prior}; correction: "
@@ -479,7 +512,11 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
             f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
     selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "offset_scale": scale,
                  "rows": selected_rows, "workloads": selected_workloads}
-    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets) if v != 0.0}
+    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets[0]) if v != 0.0}
            if offsets is not None else {})
+    as_partner: dict[str, float] = (
+        {w: float(v) for w, v in zip(d.workloads, offsets[1]) if v != 0.0}
+        if offsets is not None else {})
     return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),
-                      fitted=True, offsets=own, selection=selection)
+                      fitted=True, offsets=own, selection=selection,
+                      partner_offsets=as_partner)

@@ -60,7 +60,9 @@ from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     MODEL_VERSION,
     OBS_NOISE,
     OFFSET_SCALE_GRID,
+    PARTNER_OFFSETS,
     PRIOR_TERMS,
+    RULE_SCALE,
     UTIL_SUM_THETA,
     ResidualGP,
     _analytic_calibration,
@@ -101,6 +103,8 @@ class InterferenceModel:
     # a trained workload's own speed offset (how much faster or slower it runs next to any
     # partner than the prior and correction say), shrunk toward 0; 0 for a workload not seen
     offsets: dict[str, float] = field(default_factory=dict)
+    # the same as the partner: how much more or less it slows any job than the model says
+    partner_offsets: dict[str, float] = field(default_factory=dict)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -128,6 +132,9 @@ class InterferenceModel:
         observations)."""
         prior = prior_speed(self.theta, np.vstack([prior_terms(a, b), prior_terms(b, a)]))
         prior += np.array([self.offsets.get(a.workload, 0.0), self.offsets.get(b.workload, 0.0)])
+        if self.partner_offsets:
+            prior += np.array([self.partner_offsets.get(b.workload, 0.0),
+                               self.partner_offsets.get(a.workload, 0.0)])
         gp, fa, fb = self._choose(a, b)
         if gp is None:
             return (prior, np.full(2, ANALYTIC_CONFIDENCE),
@@ -224,7 +231,8 @@ class InterferenceModel:
     # -- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         return model_dict(self.gpu_model, self.gps, self.note, self.trained_on, self.theta,
-                          self.calibration, self.observed, self.fitted, self.offsets)
+                          self.calibration, self.observed, self.fitted, self.offsets,
+                          partner_offsets=self.partner_offsets)
 
     def save(self, path) -> None:
         p = Path(path)
@@ -269,7 +277,9 @@ class InterferenceModel:
                        tuple(data.get("trained_on", ())), np.asarray(data["theta"], float),
                        tuple(float(c) for c in data["calibration"]), observed,
                        bool(data["fitted"]),
-                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()})
+                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()},
+                       {str(w): float(v)
+                        for w, v in dict(data.get("partner_offsets") or {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})",
                              hint="refit it with `iadeep model fit -o FILE`") from None
@@ -284,15 +294,20 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
               extra_profiles: Mapping[str, Profile] | None = None,
               extra_observations: Sequence[CoLocation] | None = None,
               groups: Mapping[str, str] | None = None,
-              offset_scales: Sequence[float] | None = None) -> InterferenceModel:
+              offset_scales: Sequence[float] | None = None,
+              rule_scale: bool | None = None,
+              partner_offsets: bool | None = None) -> InterferenceModel:
     """Fit on pair measurements of one GPU model (see ``model.fit.fit_parameters``;
-    ``offset_scales`` default: ``terms.OFFSET_SCALE_GRID``)."""
+    ``offset_scales`` default: ``terms.OFFSET_SCALE_GRID``, ``rule_scale``:
+    ``terms.RULE_SCALE``)."""
     from .fit import fit_parameters
 
     return InterferenceModel.from_dict(fit_parameters(
         profiles, observations, gpu_model, extra_profiles=extra_profiles,
         extra_observations=extra_observations, groups=groups,
-        offset_scales=OFFSET_SCALE_GRID if offset_scales is None else tuple(offset_scales)),
+        offset_scales=OFFSET_SCALE_GRID if offset_scales is None else tuple(offset_scales),
+        rule_scale=RULE_SCALE if rule_scale is None else rule_scale,
+        partner_offsets=PARTNER_OFFSETS if partner_offsets is None else partner_offsets),
         "fitted model")
 
 

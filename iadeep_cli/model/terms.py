@@ -29,12 +29,26 @@ GP_NOISE = 0.01
 # the ridge strength toward it (with MIN_PRIOR_WORKLOADS or more workloads; below that the prior
 # is that rule) and the correction's amplitude.
 PRIOR_RIDGE_GRID: tuple[float, ...] = (3.0, 0.3, 0.03)
+# A "ridge" candidate that is no ridge: the base rule times one factor fitted to the training
+# rows (their mean absolute error, over SCALE_GRID). One free parameter, so it can be fitted
+# with fewer workloads than MIN_PRIOR_WORKLOADS; preferred after the rule itself and before
+# every fitted prior by the one-standard-error rule.
+SCALED_RULE = -1.0
+SCALE_GRID = np.round(np.arange(0.5, 2.0001, 0.01), 2)
+# Whether the inner cross-validation considers SCALED_RULE (``fit_model(rule_scale=...)``):
+# nested leave-one-family-out on lucid-part chose it in 4 of 5 outer folds (0.0662 -> 0.0647,
+# benchmarks/nested_eval.py); on the H200 data the rule itself is kept (the same model).
+RULE_SCALE = True
+# Whether a known workload also gets an offset as the partner (``fit_model(partner_offsets=)``):
+# off, nested selection rejects it (lucid-part leave-one-family-out 0.0710 alone).
+PARTNER_OFFSETS = False
 GP_AMPLITUDE_GRID: tuple[float, ...] = (0.0, 0.01, GP_AMPLITUDE)
 INNER_FOLDS = 8         # at most this many inner folds (groups are dealt round-robin)
 # The prior has six coefficients: fitting them needs measurements of at least this many
-# workloads (two per coefficient); with fewer the prior stays the chosen rule and only the
-# (local) correction learns. With the seven H200 workloads a fitted prior extrapolates badly to
-# a kind of job it has not seen (mlp, the one launch-bound workload, held out: 0.27 vs 0.08).
+# workloads (two per coefficient); with fewer the prior stays the chosen rule (or that rule
+# times one fitted factor, SCALED_RULE) and only the (local) correction learns. With the
+# seven H200 workloads a fitted prior extrapolates badly to a kind of job it has not seen
+# (mlp, the one launch-bound workload, held out: 0.27 vs 0.08).
 MIN_PRIOR_WORKLOADS = 12
 # A workload's own offset (a random effect, shrunk by empirical Bayes) needs the spread between
 # workloads told apart from the noise: with fewer measured workloads than this there are none.
@@ -219,7 +233,8 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
                theta: np.ndarray, calibration: Sequence[float],
                observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool,
                offsets: Mapping[str, float] | None = None,
-               selection: Mapping | None = None) -> dict:
+               selection: Mapping | None = None,
+               partner_offsets: Mapping[str, float] | None = None) -> dict:
     """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it).
     ``offsets`` (workload -> its own speed offset) is optional in the file: a model saved
     without it predicts as before."""
@@ -230,4 +245,6 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
             "observed": [[a, b, t, n] for (a, b), (t, n) in sorted(observed.items())],
             "gps": [g.to_dict() for g in gps],
             "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())},
+            **({"partner_offsets": {w: float(v) for w, v in sorted(partner_offsets.items())}}
+               if partner_offsets else {}),
             **({"selection": dict(selection)} if selection else {})}

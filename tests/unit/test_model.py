@@ -597,3 +597,52 @@ def test_nested_choice_is_made_on_inner_held_out_data_only():
     single = nested_cross_validate(profs, pairs, {}, {"model": variants["model"]},
                                    protocol=LOWO)
     assert single.outer.mae_model == pytest.approx(lowo_evaluate(profs, pairs).mae_model)
+
+
+# -- the base rule times one fitted factor -----------------------------------------------------
+def test_a_scaled_rule_is_fitted_with_few_workloads():
+    """Data made by the analytic rule with a steeper partner term (1.6 instead of 1.1), from
+    nine workloads (too few for a fitted prior): the inner cross-validation takes the rule
+    times one fitted factor, and a workload it has never seen is predicted by it."""
+    from iadeep_cli.model import fit
+    from iadeep_cli.model.terms import ANALYTIC_THETA, SCALED_RULE
+
+    profs, obs = _synthetic_lab(9, 45)
+    obs = [dataclasses.replace(o, speeds=tuple(
+        1.0 / (1.0 + 1.6 * profs[p].gpu_util / 100.0) for p in o.jobs[::-1])) for o in obs]
+    new = "fam0-v0"
+    m = fit_model(profs, [o for o in obs if new not in o.jobs])
+    assert "analytic rule x1.45" in m.note       # 1.6 / 1.1
+    assert m.theta == pytest.approx(1.6 / 1.1 * ANALYTIC_THETA, rel=0.01)   # grid step
+    errs = [abs(m.predict_pair(profs[o.jobs[0]], profs[o.jobs[1]]).speed_a - o.speeds[0])
+            for o in obs if new in o.jobs]
+    assert errs and max(errs) < 0.01
+    # the scaled rule is a setting of the inner cross-validation, kept by an incremental refit
+    params = fit.fit_parameters(profs, obs)
+    assert params["selection"]["ridge"] == SCALED_RULE
+    rows = params["selection"]["rows"]
+    assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,)) is not None
+    assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,), rule_scale=False) is None
+
+
+def test_partner_offsets_are_an_option_and_roundtrip(tmp_path):
+    """``partner_offsets=True`` (off by default: nested selection rejects it on lucid-part): a
+    workload that slows every partner 0.1 more than its utilisation says gets a negative offset
+    as the partner, which survives saving; the default model has none."""
+    profs, obs = _synthetic_lab(25, 300)
+    bully = "fam0-v0"
+    obs = [dataclasses.replace(o, speeds=tuple(
+        max(0.05, s - 0.1) if bully in o.jobs and j != bully else s
+        for j, s in zip(o.jobs, o.speeds))) for o in obs]
+    assert fit_model(profs, obs).partner_offsets == {}
+    m = fit_model(profs, obs, partner_offsets=True)
+    assert m.partner_offsets[bully] < -0.05
+    f = tmp_path / "m.json"
+    m.save(f)
+    back = InterferenceModel.load(f)
+    a, b = profs["fam1-v0"], profs[bully]
+    assert back.partner_offsets == m.partner_offsets
+    assert back.predict_pair(a, b) == m.predict_pair(a, b)
+    without = dataclasses.replace(m, partner_offsets={}, _cache={})
+    assert m._structural(a, b)[0][0] == pytest.approx(
+        without._structural(a, b)[0][0] + m.partner_offsets[bully])
