@@ -11,7 +11,7 @@ import json
 import logging
 import sqlite3
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from .. import checks
@@ -61,15 +61,31 @@ def job_from_row(row: sqlite3.Row) -> Job:
 
 class Decoded:
     """Jobs decoded from their rows, each kept while its row is unchanged (``Job`` is frozen,
-    so one value can be handed out many times).  The controller reads the same active jobs
-    many times a round; decoding a row (four JSON columns) is most of a read's cost, so a row
-    whose every column is as before gives back the job decoded last time.  ``sweep`` (once a
-    round) forgets the jobs not read since the last sweep, so what is kept follows the jobs the
-    round reads, not the history."""
+    so one value can be handed out many times), and the answers of whole selects, each kept
+    while the database is unchanged.  The controller reads the same active jobs many times a
+    round; decoding a row (four JSON columns) is most of a read's cost, so a row whose every
+    column is as before gives back the job decoded last time; and a question asked again before
+    anything was written (``version``: no row changed through this connection, no commit by
+    another) is answered without reading a row (``answer``, ``keep``: only for answers read
+    in a transaction that wrote nothing, so none can be rolled back).  ``sweep`` (once a
+    round) forgets the jobs not read since the last sweep, so what is kept follows the jobs
+    the round reads, not the history, and every kept answer."""
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._seen: set[int] = set()
+        self._answers: dict[Hashable, tuple[tuple[int, int], list[Job]]] = {}
+
+    def answer(self, query: Hashable, version: tuple[int, int]) -> list[Job] | None:
+        """The jobs ``query`` found when the database was last at ``version``, else None."""
+        kept = self._answers.get(query)
+        if kept is None or kept[0] != version:
+            return None
+        self._seen.update(job.id for job in kept[1])
+        return list(kept[1])
+
+    def keep(self, query: Hashable, version: tuple[int, int], jobs: list[Job]) -> None:
+        self._answers[query] = (version, list(jobs))
 
     def job(self, row: sqlite3.Row) -> Job:
         key = tuple(row)
@@ -85,6 +101,14 @@ class Decoded:
     def sweep(self) -> None:
         self._kept = {i: v for i, v in self._kept.items() if i in self._seen}
         self._seen = set()
+        self._answers = {}
+
+
+def version(conn: sqlite3.Connection) -> tuple[int, int]:
+    """What changes whenever the database may have: the rows this connection changed so far
+    (every write, rolled back or not) and SQLite's ``data_version`` (a commit by any other
+    connection)."""
+    return conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0]
 
 
 def _extra_fields(extra: dict) -> dict[str, Any]:
