@@ -25,6 +25,13 @@ log = logging.getLogger("iadeep.jobs")
 # migration and no change here.
 _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "priority",
                  "exclusive", "workdir", "env", "retries", "min_speed")
+# The columns a Job is decoded from (``job_from_row``): the jobs table also holds what
+# accounting writes every poll (``store.impact``), which a job's reader need not fetch and a
+# kept decoding need not be invalidated by.
+_JOB_COLUMNS = ", ".join(("id", "owner", "state", "submitted_at", "started_at", "ended_at",
+                          "node", "gpu_indices", "exit_code", "attempts", "remote_pid",
+                          "remote_start", "reason", "observed_speed", "predicted_speed",
+                          "extra", *_SPEC_COLUMNS))
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
                       "remote_pid", "remote_start", "priority", "predicted_speed",
@@ -190,7 +197,7 @@ def add_event(conn: sqlite3.Connection, job_id: int, at: float, old: JobState | 
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job:
-    row = conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
     if row is None:
         raise NotFoundError(f"no job with id {job_id}",
                             hint="`iadeep queue list --all` shows every job id")
@@ -217,7 +224,7 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
         if value is not None:
             where.append(f"{column}=?")
             params.append(value)
-    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     sql += " ORDER BY id DESC" if last is not None else " ORDER BY id"
     count = last if last is not None else limit
     if count is not None:
@@ -241,13 +248,15 @@ ARRAY_ID = "json_extract(extra, '$.array_id')"
 
 def array_tasks(conn: sqlite3.Connection, array_id: int) -> list[Job]:
     """The tasks of array ``array_id`` in index order; [] if it names no array."""
-    rows = conn.execute(f"SELECT * FROM jobs WHERE {ARRAY_ID} = ? ORDER BY id", (array_id,))
+    rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {ARRAY_ID} = ? ORDER BY id",
+                        (array_id,))
     return [job_from_row(r) for r in rows]
 
 
 def with_orphans(conn: sqlite3.Connection) -> list[Job]:
     """Jobs (any state) with an abandoned attempt that may still run on some node."""
-    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, '$.orphans') IS NOT NULL "
+    rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs "
+                        "WHERE json_extract(extra, '$.orphans') IS NOT NULL "
                         "ORDER BY id")
     return [job_from_row(r) for r in rows]
 
