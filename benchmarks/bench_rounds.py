@@ -19,8 +19,10 @@ Usage: .venv/bin/python benchmarks/bench_rounds.py [--nodes 4 16] [--jobs 0 8 64
 from __future__ import annotations
 
 import argparse
+import cProfile
 import getpass
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -53,9 +55,11 @@ def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
     return got.job_dir, job_id
 
 
-def _rounds(ctl, dirs: list[str], rounds: int, step: list[int]) -> list[float]:
+def _rounds(ctl, dirs: list[str], rounds: int, step: list[int], profiler=None) -> list[float]:
     """``rounds`` timed rounds, each after one more progress line in every job's file; the
-    nodes' polls' share of each is appended to ``ctl.poll_times``."""
+    nodes' polls' share of each is appended to ``ctl.poll_times``.  ``profiler``: a
+    ``cProfile.Profile`` that sees the rounds (the controller's own thread only: the polls
+    run in the pool's threads)."""
     times = []
     for _ in range(rounds):
         step[0] += 1
@@ -63,7 +67,11 @@ def _rounds(ctl, dirs: list[str], rounds: int, step: list[int]) -> list[float]:
             with open(f"{d}/progress", "a") as f:
                 f.write(f"{time.time():.3f} {step[0] * 10}\n")
         began = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         ctl._tick()
+        if profiler is not None:
+            profiler.disable()
         times.append(time.perf_counter() - began)
     return times
 
@@ -89,9 +97,10 @@ def _count_running(ctl) -> int:
     return ctl.service.status().queue[JobState.RUNNING]
 
 
-def run(n_nodes: int, counts: list[int], rounds: int
+def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
         ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
     from iadeep_cli.controller.runtime import Controller
+    from iadeep_cli.controller.steps.profile import PROFILE_SAMPLES
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp), n_nodes)
@@ -117,11 +126,14 @@ def run(n_nodes: int, counts: list[int], rounds: int
                 for count in sorted(counts):
                     while len(dirs) < count:
                         dirs.append(_start(ctl, script, len(dirs), names)[0])
-                    _rounds(ctl, dirs, 2, step)   # the new jobs' first (whole) reads
+                    # the new jobs' first (whole) reads, and their profiles: each job is a
+                    # workload of its own, profiled once after PROFILE_SAMPLES polls alone
+                    _rounds(ctl, dirs, PROFILE_SAMPLES + 1, step)
                     if _count_running(ctl) != count:
                         raise SystemExit(f"{_count_running(ctl)} jobs running, not {count}")
                     spent.clear()
-                    out[count] = _rounds(ctl, dirs, rounds, step)
+                    out[count] = _rounds(ctl, dirs, rounds, step,
+                                         profiler if count == max(counts) else None)
                     polls[count] = list(spent)
             finally:
                 if ctl.loop is not None:
@@ -144,12 +156,16 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[4, 16])
     ap.add_argument("--jobs", type=int, nargs="+", default=[0, 8, 64, 256])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="print the N functions with the most own time in the controller's "
+                         "thread over the rounds with the most jobs (cProfile)")
     args = ap.parse_args()
     counts = sorted(set(args.jobs) | {0})
     print(f"cpus={os.cpu_count()} rounds={args.rounds} (medians); load average "
           f"{os.getloadavg()[0]:.1f} at start")
     for n in args.nodes:
-        got, polls = run(n, counts, args.rounds)
+        profiler = cProfile.Profile() if args.profile else None
+        got, polls = run(n, counts, args.rounds, profiler)
         base = statistics.median(got[0])
         own_base = statistics.median(r - p for r, p in zip(got[0], polls[0]))
         for count in counts:
@@ -165,6 +181,12 @@ def main() -> None:
         if ratio8 is not None:
             print(f"  {n:>2} nodes: 8 jobs {ratio8:.2f}x the empty round (target <= 2x: "
                   f"{'met' if ratio8 <= 2 else 'MISSED'})")
+        if profiler is not None:
+            print(f"  {n:>2} nodes, {max(counts)} jobs: where the controller's thread spent "
+                  "its time (cProfile, total time per function):")
+            stats = pstats.Stats(profiler, stream=sys.stdout)
+            stats.sort_stats("tottime").print_stats(args.profile)
+            stats.dump_stats(f"/tmp/bench_rounds-{n}.prof")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

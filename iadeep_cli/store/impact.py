@@ -37,6 +37,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..snapshot import ClusterSnapshot
 
@@ -104,6 +105,7 @@ def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None =
     the running jobs as ``_running`` read them, if the caller has them."""
     scope = None if only is None else set(only)
     buckets: dict[tuple[int, float], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    updates: list[tuple[Any, ...]] = []
     for row in _running(conn) if rows is None else rows:
         if scope is not None and not scope.intersection(_gpus(row)):
             continue
@@ -116,19 +118,19 @@ def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None =
         measured = work if rate["measured"] else 0.0
         shared = row["gpus"] * dt if rate["shared"] else 0.0
         energy = None if rate["power"] is None else rate["power"] * dt
-        conn.execute(
-            "UPDATE jobs SET work_s = work_s + ?, measured_s = measured_s + ?, "
-            "busy_s = busy_s + ?, shared_s = shared_s + ?, shared_work_s = shared_work_s + ?, "
-            "energy_j = CASE WHEN ? IS NULL THEN energy_j ELSE COALESCE(energy_j, 0) + ? END, "
-            "acct_at = ? WHERE id = ?",
-            (work, measured, busy, shared, work if rate["shared"] else 0.0, energy, energy,
-             now, row["id"]))
+        updates.append((work, measured, busy, shared, work if rate["shared"] else 0.0, energy,
+                        energy, now, row["id"]))
         for key, part in _spread(row["acct_at"], now):
             into = buckets[key]
             into[0] += busy * part
             into[1] += work * part
             into[2] += measured * part
             into[3] += (energy or 0.0) * part
+    conn.executemany(   # one statement for every job: a poll's accounting is per job
+        "UPDATE jobs SET work_s = work_s + ?, measured_s = measured_s + ?, "
+        "busy_s = busy_s + ?, shared_s = shared_s + ?, shared_work_s = shared_work_s + ?, "
+        "energy_j = CASE WHEN ? IS NULL THEN energy_j ELSE COALESCE(energy_j, 0) + ? END, "
+        "acct_at = ? WHERE id = ?", updates)
     conn.executemany(
         "INSERT INTO usage (span, start, busy_s, work_s, measured_s, energy_j) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(span, start) DO UPDATE SET "
@@ -158,6 +160,7 @@ def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, floa
         power = last_power(conn, {node for node, _ in scope} if scope is not None
                            else {row["node"] for row in rows})
     observed = observed or {}
+    updates: list[tuple[Any, ...]] = []
     for row in rows:
         gpus = _gpus(row)
         if scope is not None and not scope.intersection(gpus):
@@ -183,8 +186,9 @@ def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, floa
             watts = [before["power"]]   # this poll did not reach its node: as it drew last
         rate = {"speed": round(speed, 6), "measured": measured, "busy": busy,
                 "shared": not alone, "power": sum(watts) if watts else None, "n": counts}
-        conn.execute("UPDATE jobs SET acct_rate = ?, acct_at = COALESCE(acct_at, ?) "
-                     "WHERE id = ?", (json.dumps(rate), now, row["id"]))
+        updates.append((json.dumps(rate), now, row["id"]))
+    conn.executemany("UPDATE jobs SET acct_rate = ?, acct_at = COALESCE(acct_at, ?) "
+                     "WHERE id = ?", updates)
 
 
 def tick(conn: sqlite3.Connection, now: float, observed: Mapping[int, float],

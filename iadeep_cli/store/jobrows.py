@@ -11,7 +11,7 @@ import json
 import logging
 import sqlite3
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from .. import checks
@@ -25,6 +25,13 @@ log = logging.getLogger("iadeep.jobs")
 # migration and no change here.
 _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "priority",
                  "exclusive", "workdir", "env", "retries", "min_speed")
+# The columns a Job is decoded from (``job_from_row``): the jobs table also holds what
+# accounting writes every poll (``store.impact``), which a job's reader need not fetch and a
+# kept decoding need not be invalidated by.
+_JOB_COLUMNS = ", ".join(("id", "owner", "state", "submitted_at", "started_at", "ended_at",
+                          "node", "gpu_indices", "exit_code", "attempts", "remote_pid",
+                          "remote_start", "reason", "observed_speed", "predicted_speed",
+                          "extra", *_SPEC_COLUMNS))
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
                       "remote_pid", "remote_start", "priority", "predicted_speed",
@@ -61,15 +68,31 @@ def job_from_row(row: sqlite3.Row) -> Job:
 
 class Decoded:
     """Jobs decoded from their rows, each kept while its row is unchanged (``Job`` is frozen,
-    so one value can be handed out many times).  The controller reads the same active jobs
-    many times a round; decoding a row (four JSON columns) is most of a read's cost, so a row
-    whose every column is as before gives back the job decoded last time.  ``sweep`` (once a
-    round) forgets the jobs not read since the last sweep, so what is kept follows the jobs the
-    round reads, not the history."""
+    so one value can be handed out many times), and the answers of whole selects, each kept
+    while the database is unchanged.  The controller reads the same active jobs many times a
+    round; decoding a row (four JSON columns) is most of a read's cost, so a row whose every
+    column is as before gives back the job decoded last time; and a question asked again before
+    anything was written (``version``: no row changed through this connection, no commit by
+    another) is answered without reading a row (``answer``, ``keep``: only for answers read
+    in a transaction that wrote nothing, so none can be rolled back).  ``sweep`` (once a
+    round) forgets the jobs not read since the last sweep, so what is kept follows the jobs
+    the round reads, not the history, and every kept answer."""
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._seen: set[int] = set()
+        self._answers: dict[Hashable, tuple[tuple[int, int], list[Job]]] = {}
+
+    def answer(self, query: Hashable, version: tuple[int, int]) -> list[Job] | None:
+        """The jobs ``query`` found when the database was last at ``version``, else None."""
+        kept = self._answers.get(query)
+        if kept is None or kept[0] != version:
+            return None
+        self._seen.update(job.id for job in kept[1])
+        return list(kept[1])
+
+    def keep(self, query: Hashable, version: tuple[int, int], jobs: list[Job]) -> None:
+        self._answers[query] = (version, list(jobs))
 
     def job(self, row: sqlite3.Row) -> Job:
         key = tuple(row)
@@ -85,6 +108,14 @@ class Decoded:
     def sweep(self) -> None:
         self._kept = {i: v for i, v in self._kept.items() if i in self._seen}
         self._seen = set()
+        self._answers = {}
+
+
+def version(conn: sqlite3.Connection) -> tuple[int, int]:
+    """What changes whenever the database may have: the rows this connection changed so far
+    (every write, rolled back or not) and SQLite's ``data_version`` (a commit by any other
+    connection)."""
+    return conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0]
 
 
 def _extra_fields(extra: dict) -> dict[str, Any]:
@@ -166,7 +197,7 @@ def add_event(conn: sqlite3.Connection, job_id: int, at: float, old: JobState | 
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job:
-    row = conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
     if row is None:
         raise NotFoundError(f"no job with id {job_id}",
                             hint="`iadeep queue list --all` shows every job id")
@@ -193,7 +224,7 @@ def select(conn: sqlite3.Connection, states: Iterable[JobState] | None = None,
         if value is not None:
             where.append(f"{column}=?")
             params.append(value)
-    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql = f"SELECT {_JOB_COLUMNS} FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
     sql += " ORDER BY id DESC" if last is not None else " ORDER BY id"
     count = last if last is not None else limit
     if count is not None:
@@ -217,13 +248,15 @@ ARRAY_ID = "json_extract(extra, '$.array_id')"
 
 def array_tasks(conn: sqlite3.Connection, array_id: int) -> list[Job]:
     """The tasks of array ``array_id`` in index order; [] if it names no array."""
-    rows = conn.execute(f"SELECT * FROM jobs WHERE {ARRAY_ID} = ? ORDER BY id", (array_id,))
+    rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {ARRAY_ID} = ? ORDER BY id",
+                        (array_id,))
     return [job_from_row(r) for r in rows]
 
 
 def with_orphans(conn: sqlite3.Connection) -> list[Job]:
     """Jobs (any state) with an abandoned attempt that may still run on some node."""
-    rows = conn.execute("SELECT * FROM jobs WHERE json_extract(extra, '$.orphans') IS NOT NULL "
+    rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs "
+                        "WHERE json_extract(extra, '$.orphans') IS NOT NULL "
                         "ORDER BY id")
     return [job_from_row(r) for r in rows]
 

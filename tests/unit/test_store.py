@@ -195,6 +195,9 @@ def test_decoded_rows_are_reused_only_while_every_column_is_unchanged(tmp_path):
         first = jobs.select(c, decoded=decoded)
         again = jobs.select(c, decoded=decoded)
         assert [x is y for x, y in zip(first, again)] == [True, True]
+        # what accounting writes every poll is no part of a job: no fresh decoding for it
+        c.execute("UPDATE jobs SET work_s = work_s + 5, acct_at = 9.0, acct_rate = '{}'")
+        assert all(x is y for x, y in zip(first, jobs.select(c, decoded=decoded)))
         jobs.transition(c, a, JobState.STARTING, "placed", "t", 2.0, node="n1",
                         gpu_indices=(0,))
         c.execute("UPDATE jobs SET extra=json_set(extra, '$.signalled', 1) WHERE id=?", (b,))
@@ -206,4 +209,47 @@ def test_decoded_rows_are_reused_only_while_every_column_is_unchanged(tmp_path):
         jobs.select(c, states={JobState.STARTING}, decoded=decoded)
         decoded.sweep()   # b was not read since the last sweep: forgotten
         assert jobs.select(c, decoded=decoded)[1] is not changed[1]
+    store.close()
+
+
+def test_the_rounds_same_question_is_read_again_only_after_a_write(tmp_path):
+    """A step asking what an earlier step of the round asked gets the last answer only while
+    nothing was written: through the controller's connection (kept or rolled back) or by
+    another connection's commit; every such write makes the next question a fresh read."""
+    from iadeep_cli.controller.steps.context import Context
+
+    store = Store(tmp_path / "s.db")
+    ctx = Context(store=store, inventory=None, pool=None, actions=None,  # type: ignore[arg-type]
+                  clock=lambda: 5.0)
+    reads: list[str] = []
+    store._conn.set_trace_callback(
+        lambda sql: reads.append(sql) if "FROM jobs WHERE state IN" in sql else None)
+    queued = {JobState.QUEUED}
+    with store.tx() as c:
+        a, _ = jobs.insert(c, "a", JobSpec(script="/a.sh"), 1.0)
+    assert [j.id for j in ctx.jobs(queued)] == [a] and len(reads) == 1
+    assert [j.id for j in ctx.jobs(iter([JobState.QUEUED]))] == [a] and len(reads) == 1
+    ctx.jobs(queued).clear()   # an answer handed out is the caller's to change
+    assert [j.id for j in ctx.jobs(queued)] == [a] and len(reads) == 1
+    ctx.jobs({JobState.RUNNING})   # another question: a read of its own
+    assert len(reads) == 2
+
+    with store.tx() as c:   # a write through the controller's connection
+        b, _ = jobs.insert(c, "a", JobSpec(script="/b.sh"), 2.0)
+    assert [j.id for j in ctx.jobs(queued)] == [a, b] and len(reads) == 3
+
+    with pytest.raises(RuntimeError), store.tx() as c:   # a write rolled back
+        jobs.transition(c, a, JobState.CANCELLED, "cancel", "a", 3.0)
+        raise RuntimeError("rolled back")
+    assert [j.id for j in ctx.jobs(queued)] == [a, b] and len(reads) == 4
+
+    other = sqlite3.connect(tmp_path / "s.db")   # another process's commit
+    other.execute("UPDATE jobs SET name='renamed' WHERE id=?", (b,))
+    other.commit()
+    other.close()
+    assert ctx.jobs(queued)[1].spec.name == "renamed" and len(reads) == 5
+    assert len(ctx.jobs(queued)) == 2 and len(reads) == 5
+    ctx.decoded.sweep()   # a new round asks afresh
+    ctx.jobs(queued)
+    assert len(reads) == 6
     store.close()

@@ -35,9 +35,18 @@ class Context:
 
     def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
         """The jobs in ``states`` (on ``node``), oldest first, read in a transaction of their
-        own."""
+        own (which writes nothing: the same question before the next write anywhere is
+        answered from the last read, see ``jobrows.Decoded``)."""
+        states = tuple(states)
+        query = (frozenset(states), node)
         with self.store.tx() as conn:
-            return jobrows.select(conn, states=states, node=node, decoded=self.decoded)
+            now = jobrows.version(conn)
+            kept = self.decoded.answer(query, now)
+            if kept is not None:
+                return kept
+            found = jobrows.select(conn, states=states, node=node, decoded=self.decoded)
+            self.decoded.keep(query, now, found)
+            return found
 
     def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
         """``job`` to ``new`` (checked against the state machine), as the controller, now; the
