@@ -213,6 +213,7 @@ _NODE_FIELDS = {
 }
 _ADAPT_FIELDS = {
     "enabled": _bool, "stop_partners": _bool, "suspend": _bool, "phase": _bool,
+    "yield_opportunistic": _bool,
     "observe_s": _at_least_0, "polls": _per_gpu, "phase_persist_s": _at_least_0,
     # Like the margins: below a few times the +-2% measurement spread it would act on noise.
     "phase_threshold": _within(_num, lambda v: 0.05 <= v < 10, "a relative rate change in "

@@ -104,6 +104,9 @@ class AdaptPolicy:
     serial_margin: float = 0.05     # observed speeds summing below 1.0 - this: worse than serial
     stop_partners: bool = True      # no new partners join a GPU whose jobs underperform
     suspend: bool = True            # worse than serial: the job that joined last is suspended
+    # an --opportunistic job yields its GPU (suspended or checkpointed) to a regular job that
+    # waits for it: AntMan's idea, and what --opportunistic asks for; not tied to ``suspend``
+    yield_opportunistic: bool = True
     window_s: float = 60.0          # progress rate measured over this much recent progress
     # A job's own report acts on others only as far as the node agrees: a GPU busy less than
     # this (%, nvidia-smi's utilization.gpu) is not what slows its jobs, so nobody is suspended;

@@ -239,7 +239,7 @@ class Adapter:
         from ..scheduler.placement import slots_from_snapshot
 
         policy = self.policy
-        if not (policy.enabled and policy.suspend):
+        if not (policy.enabled and policy.yield_opportunistic):
             return False
         opp = [j for j in active if j.spec.opportunistic and j.state == JobState.RUNNING
                and not j.spec.no_adapt and j.checkpoint_at is None and j.node is not None]
@@ -417,6 +417,14 @@ class Adapter:
         with self._lock:
             self._stop_sent.discard(job_id)
 
+    def _may_stay_suspended(self, job: Job) -> bool:
+        """Whether the lab's settings still allow ``job`` to be stopped for another: by
+        ``suspend`` (a pair worse than serial), or, for an ``--opportunistic`` job, also by
+        ``yield_opportunistic`` (it gave its GPU to a waiting regular job)."""
+        policy = self.policy
+        return policy.enabled and (policy.suspend or (job.spec.opportunistic
+                                                      and policy.yield_opportunistic))
+
     def _recover(self, jobs: list[Job], now: float) -> None:
         """Make every stopped-or-maybe-stopped job what it should be (see the module's
         docstring): resume those whose reason is gone, re-stop those whose reason holds."""
@@ -443,7 +451,7 @@ class Adapter:
                         and job.suspended_s + now - job.suspended_at >= policy.max_suspend_s):
                     self._send(job, stop=False, why=f": the lab's limit (max_suspend_s "
                                f"{policy.max_suspend_s:g}); not suspended for others again")
-                elif gone or not (policy.enabled and policy.suspend) or job.spec.no_adapt:
+                elif gone or not self._may_stay_suspended(job) or job.spec.no_adapt:
                     self._send(job, stop=False)
                 elif job.id not in self._stop_sent:
                     self._send(job, stop=True)   # e.g. a restart since the state was committed

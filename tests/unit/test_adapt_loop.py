@@ -313,6 +313,32 @@ def test_an_opportunistic_job_yields_to_a_regular_one(make):
     assert lab.job(o).attempts == 1 and lab.job(r).attempts == 1
 
 
+def test_an_opportunistic_job_yields_with_suspension_off(make):
+    """``suspend: false`` turns off suspending one job of a pair worse than serial, not what
+    --opportunistic asks for: the opportunistic job still yields and resumes after (and
+    ``yield_opportunistic: false``, the next test, keeps it running: the regular job waits)."""
+    lab = make(policy=replace(FAST, suspend=False))
+    o = lab.submit(500, opportunistic=True, exclusive=True)
+    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
+    r = lab.submit(100)
+    lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
+    lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
+    assert [e.split(":")[0] for e in lab.events(o)][3:5] == ["running->suspended",
+                                                             "suspended->running"]
+
+
+def test_an_opportunistic_job_keeps_its_gpu_with_yielding_off(make):
+    lab = make(policy=replace(FAST, yield_opportunistic=False))
+    o = lab.submit(300, opportunistic=True, exclusive=True)
+    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
+    r = lab.submit(100)
+    lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
+    lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
+    assert "running->suspended" not in [e.split(":")[0] for e in lab.events(o)]
+    assert lab.job(r).started_at >= lab.job(o).ended_at
+
+
 def test_an_opportunistic_job_yields_to_the_job_fair_share_would_start_first(tmp_path):
     """The trial that decides whom an opportunistic job yields to asks plan() as the round does:
     with fair share on, bob (100 GPU-hours this week) waits behind carol (none) though he
