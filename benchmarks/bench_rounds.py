@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers.jobprocs import kill_recorded_jobs
 from helpers.sshd import Cluster
 
 JOB = "#!/bin/sh\nexec sleep 3600\n"
@@ -140,12 +141,7 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
                     ctl.loop.close()
                 ctl.socket.close()
                 ctl.store.close()
-                for d in dirs:   # the jobs, by their recorded session
-                    try:
-                        pid = int(Path(f"{d}/pid").read_text().split()[0])
-                        os.killpg(pid, 9)
-                    except (OSError, ValueError, IndexError):
-                        pass
+                kill_recorded_jobs(Path(d) / "pid" for d in dirs)   # the jobs' sessions
         finally:
             cluster.shutdown()
     return out, polls

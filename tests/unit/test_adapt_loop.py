@@ -20,6 +20,7 @@ import pytest
 
 # EMU: a light workload the model lets share (predicted ~0.9 each), at the emulator's rate
 from helpers.adapt_lab import EMU, EMULATOR
+from helpers.jobprocs import kill_recorded_jobs
 from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.loop import SchedulingLoop
 from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
@@ -86,11 +87,7 @@ class Lab:
 
     def close(self) -> None:
         self.loop.actions.drain()
-        for pid_file in self.root.glob("nodes/*/jobs/*/pid"):
-            try:
-                os.killpg(int(pid_file.read_text().split()[0]), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_recorded_jobs(self.root.glob("nodes/*/jobs/*/pid"))
         self.loop.close()
 
 

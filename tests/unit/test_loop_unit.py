@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.jobprocs import kill_recorded_jobs
 from helpers.replay_pool import ReplayPool
 from iadeep_cli import messages as m
 from iadeep_cli.controller.loop import SchedulingLoop
@@ -102,8 +103,8 @@ class Lab:
     def close(self) -> None:
         """Stop every job process started here (set-aside attempts too), then the loop."""
         self.loop.actions.drain()
-        for pid_file in self.root.glob("nodes/*/jobs/*/pid"):
-            _kill(int(pid_file.read_text().split()[0]))
+        for pid in kill_recorded_jobs(self.root.glob("nodes/*/jobs/*/pid")):
+            _wait_gone(pid)
         self.loop.close()
         self.store.close()
 
@@ -115,6 +116,10 @@ def _kill(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
+    _wait_gone(pid)
+
+
+def _wait_gone(pid: int) -> None:
     deadline = time.monotonic() + 10
     while _alive(pid):
         assert time.monotonic() < deadline, f"pid {pid} survived SIGKILL"
