@@ -288,14 +288,20 @@ def test_a_checkpointing_job_is_signalled_requeued_and_resumes(make, tmp_path):
     assert f"resumed from {saved}" in log and "done" in log
 
 
+def _opportunistic_then_regular(lab: Lab, iters: int) -> tuple[int, int]:
+    """An --opportunistic job of ``iters`` alone on the one GPU, running, then a regular job
+    that needs that GPU: (the opportunistic job, the regular one)."""
+    o = lab.submit(iters, opportunistic=True, exclusive=True)
+    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
+    return o, lab.submit(100)
+
+
 def test_an_opportunistic_job_yields_to_a_regular_one(make):
     """--opportunistic (AntMan's idea): a regular job that waits for the GPU an opportunistic
     job holds gets it: the opportunistic job is suspended in place (memory kept, processes
     stopped), the regular job starts there, and the opportunistic job resumes when it left."""
     lab = make()
-    o = lab.submit(500, opportunistic=True, exclusive=True)
-    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
-    r = lab.submit(100)
+    o, r = _opportunistic_then_regular(lab, 500)
     lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
     assert lab.job(o).reason == (f"suspended: opportunistic: regular job {r} waits for n1:0; "
                                  "resumed when it leaves")
@@ -315,9 +321,7 @@ def test_an_opportunistic_job_yields_with_suspension_off(make):
     --opportunistic asks for: the opportunistic job still yields and resumes after (and
     ``yield_opportunistic: false``, the next test, keeps it running: the regular job waits)."""
     lab = make(policy=replace(FAST, suspend=False))
-    o = lab.submit(500, opportunistic=True, exclusive=True)
-    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
-    r = lab.submit(100)
+    o, r = _opportunistic_then_regular(lab, 500)
     lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
     lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
     lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
@@ -327,9 +331,7 @@ def test_an_opportunistic_job_yields_with_suspension_off(make):
 
 def test_an_opportunistic_job_keeps_its_gpu_with_yielding_off(make):
     lab = make(policy=replace(FAST, yield_opportunistic=False))
-    o = lab.submit(300, opportunistic=True, exclusive=True)
-    lab.until(lambda: lab.job(o).state == JobState.RUNNING and job_pids(lab, o))
-    r = lab.submit(100)
+    o, r = _opportunistic_then_regular(lab, 300)
     lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
     lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)
     assert "running->suspended" not in [e.split(":")[0] for e in lab.events(o)]
