@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from helpers.controllers import cli, jobs_by_id, start_lab, wait_until
+from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, wait_until
 
 PROGRESS = f"""#!{sys.executable}
 import os, sys, time
@@ -51,15 +51,8 @@ def _length(xs: list[tuple[float, float]]) -> float:
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(1)
-    node = next(iter(cluster.nodes.values()))
-    node.set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n"
-                         + cluster.inventory_yaml())
-    ctl = start_lab(cluster, tmp_path, inventory)
-    yield ctl
-    ctl.stop()
+    with fake_gpu_lab(sshd_cluster, tmp_path, lab="node_grace: 30") as ctl:
+        yield ctl
 
 
 def test_impact_factor_matches_the_events_in_report_and_status(lab, tmp_path):

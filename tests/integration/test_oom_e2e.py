@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from helpers.controllers import cli, jobs_by_id, start_lab, wait_jobs, wait_until
+from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, wait_jobs, wait_until
 
 # What PyTorch prints when an allocation fails (torch 2.x), the traceback's last lines.
 TORCH_OOM = (
@@ -43,14 +43,8 @@ while not os.path.exists(stop):
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    cluster = sshd_cluster(1)
-    next(iter(cluster.nodes.values())).set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text("lab:\n  poll_interval: 0.3\n  node_grace: 30\n"
-                         + cluster.inventory_yaml())
-    ctl = start_lab(cluster, tmp_path, inventory)
-    yield ctl
-    ctl.stop()
+    with fake_gpu_lab(sshd_cluster, tmp_path, lab="node_grace: 30") as ctl:
+        yield ctl
 
 
 def _events(home, job_id: int) -> list[dict]:
