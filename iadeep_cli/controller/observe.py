@@ -22,6 +22,12 @@ from ..snapshot import ClusterSnapshot
 log = logging.getLogger("iadeep.controller")
 WINDOW_S = 60.0          # rate over the last minute of progress lines
 MIN_TOGETHER_S = 60.0    # a pair must share this long before its speeds are recorded
+# The most progress files a round reads per node. Each read costs the node a process or two
+# (``nodes/shell/jobstate.progress_script``), so with more running jobs than this on a node
+# they take turns, longest unread first: a round's cost on a node stops growing with its jobs.
+# A rate is over the job's own timestamps (``WINDOW_S``), so reading a file every few rounds
+# instead of every round loses no line and changes no rate, it only comes a little later.
+PROGRESS_READS_PER_NODE = 16
 
 
 @dataclass
@@ -31,11 +37,18 @@ class _Track:
     solo_rate: float | None = None
     solo_sm: float | None = None
     node: str | None = None
+    asked: int = -1        # the round whose poll last read the file (-1: never)
+    read_at: float = float("-inf")   # when (the controller's clock) it was last read
 
 
 class SpeedObserver:
-    def __init__(self, pool: Pool):
+    def __init__(self, pool: Pool, reads_per_node: int = PROGRESS_READS_PER_NODE):
         self.pool = pool
+        self.reads_per_node = reads_per_node
+        self._round = 0
+        self._reading: set[int] = set()   # the jobs whose progress this round reads
+        self._now = 0.0                   # the round's time (``observe``)
+        self._answered: set[str] = set()  # the nodes whose poll answered this round
         self.window_s = WINDOW_S   # lab.policy.adapt.window_s, set by the loop each round
         self._tracks: dict[int, _Track] = {}
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
@@ -45,12 +58,24 @@ class SpeedObserver:
         self.alone_rates: dict[int, float] = {}
 
     def offsets(self, running: Iterable[Job]) -> dict[int, int]:
-        """Job id -> where its progress file is to be read from next: what the round's poll
-        reads of every running job's progress, in the node's one command."""
-        out = {}
+        """Job id -> where its progress file is to be read from next, for the running jobs
+        whose progress this round reads: on each node at most ``reads_per_node`` of them, the
+        longest unread first (a new job before all). The node's one poll command reads them."""
+        self._round += 1
+        per_node: dict[str, list[tuple[int, int, int]]] = {}
         for job in running:
+            if job.node is None:
+                continue
             track = self._tracks.get(job.id)
-            out[job.id] = track.offset if track is not None and track.node == job.node else 0
+            if track is None or track.node != job.node:   # new here: its file from the start
+                track = self._tracks[job.id] = _Track(node=job.node)
+            per_node.setdefault(job.node, []).append((track.asked, job.id, track.offset))
+        out = {}
+        for turns in per_node.values():
+            for _, job_id, offset in sorted(turns)[:self.reads_per_node]:
+                self._tracks[job_id].asked = self._round
+                out[job_id] = offset
+        self._reading = set(out)
         return out
 
     def solo_rate(self, job_id: int) -> float | None:
@@ -74,6 +99,8 @@ class SpeedObserver:
         speeds: dict[int, float] = {}
         measured: set[int] = set()
         self.alone_rates = {}
+        self._now = now
+        self._answered = {n.name for n in snapshot.nodes if n.reached}
         for jobs in groups.values():
             for job in jobs:
                 speed = self._from_progress(job, read, len(jobs) == 1, known_solo or {})
@@ -93,7 +120,9 @@ class SpeedObserver:
             return None
         track = self._tracks[job.id]
         if alone:
-            track.solo_rate = self.alone_rates[job.id] = current
+            self.alone_rates[job.id] = current
+            if job.id in self._reading:   # a solo rate only from a file read while alone
+                track.solo_rate = current
             return 1.0
         solo = track.solo_rate or known_solo.get(job.spec.workload or "")
         return min(1.5, current / solo) if solo else None
@@ -121,16 +150,26 @@ class SpeedObserver:
         track = self._tracks.setdefault(job.id, _Track(node=job.node))
         if track.node != job.node:   # a new attempt elsewhere: its own file
             track = self._tracks[job.id] = _Track(node=job.node)
-        if not self.pool.backend(job.node).progress_in_poll:
+        if job.id in self._reading:   # its turn this round (else: the rate from what was read)
+            self._read(job, track, read)
+        return rate(track.points, self.window_s)
+
+    def _read(self, job: Job, track: _Track, read: dict[tuple[str, int], tuple[int, int, str]]
+              ) -> None:
+        """Feed ``track`` what this round read of the job's progress file."""
+        assert job.node is not None
+        backend = self.pool.backend(job.node)
+        if not backend.progress_in_poll:
             try:
-                data, size = self.pool.backend(job.node).read_progress(job, track.offset,
-                                                                       1 << 20) or (b"", 0)
+                data, size = backend.read_progress(job, track.offset, 1 << 20) or (b"", 0)
             except IadeepError:
-                return None
+                return
             _feed(track, track.offset, size, data.decode("latin-1"))   # a byte a character
         elif (job.node, job.id) in read:
             _feed(track, *read[(job.node, job.id)])
-        return rate(track.points, self.window_s)
+        elif job.node not in self._answered:   # its node did not answer: not read
+            return
+        track.read_at = self._now
 
     def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
         rows = []
@@ -140,7 +179,10 @@ class SpeedObserver:
             a, b = sorted(jobs, key=lambda j: j.id)
             key = (a.id, b.id)
             since = self._together.setdefault(key, now)
-            if (key in self._recorded or now - since < MIN_TOGETHER_S or a.id not in speeds
+            # both rates over a window of sharing only: each file read after a full window
+            # together (not a turn before, whose lines would still be partly alone)
+            read = min(self._tracks[j].read_at if j in self._tracks else now for j in key)
+            if (key in self._recorded or read - since < MIN_TOGETHER_S or a.id not in speeds
                     or b.id not in speeds or not (a.spec.workload and b.spec.workload)):
                 continue
             gpu = snapshot.gpu(node, index)

@@ -48,7 +48,8 @@ class _Node:
         out = local_job_states(str(self.workdir), [(j.id, None, None) for j in jobs],
                                observer.offsets(jobs))
         read = parse_progress(split_sections(out))
-        nodes = [replace(n, progress=read) if n.name == "here" else n for n in snap.nodes]
+        nodes = [replace(n, progress=read, jobs=n.jobs or ()) if n.name == "here" else n
+                 for n in snap.nodes]
         if not any(n.name == "here" for n in nodes):
             nodes.append(NodeSnapshot("here", 0.0, jobs=(), progress=read))
         return replace(snap, nodes=tuple(nodes))
@@ -195,3 +196,76 @@ def test_a_round_its_node_missed_keeps_the_solo_rate(tmp_path, here):
     assert round(speeds[1], 3) == 0.6 and 2 not in speeds   # b never ran alone
     observer.observe([b], here.poll(answered, observer, [b]), now=1100.0)   # a ended there
     assert observer.solo_rate(1) is None
+
+
+def test_a_round_reads_a_bounded_number_of_progress_files_per_node_in_turns(tmp_path, here):
+    """More running jobs on a node than a round reads: they take turns, the longest unread
+    first and a new job before all, so every file is read within a few rounds while a round's
+    reads on a node stay bounded; each node has its own budget."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv), reads_per_node=2)
+    jobs = [_job(i, "x") for i in range(1, 6)]
+    elsewhere = [replace(_job(i, "x"), node="other") for i in (10, 11)]
+    turns = [set(observer.offsets([*jobs, *elsewhere])) for _ in range(3)]
+    assert all(len(t - {10, 11}) == 2 and {10, 11} <= t for t in turns)
+    assert set().union(*turns) == {1, 2, 3, 4, 5, 10, 11}   # all five read within 3 rounds
+    newcomer = _job(6, "x")
+    assert 6 in observer.offsets([*jobs, newcomer])
+    # the files read in a round are what the node's poll returns: those only, from their offsets
+    for job in jobs:
+        _progress(tmp_path, job.id, 0, 30, 10)
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
+    polled = here.poll(snap, observer, jobs)
+    assert len(polled.nodes[0].progress) == 2
+
+
+def test_a_pair_is_recorded_only_from_reads_after_a_full_window_together(tmp_path, here):
+    """Where files are read in turns, a pair's speeds become a model row only once both jobs'
+    files were read after a minute together: a rate read a turn earlier still mixes lines from
+    before they shared (here: the row would say 0.8, a mix of alone and shared, for 0.6)."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv), reads_per_node=1)
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, (GpuSample(0, "u", "NVIDIA H200"),),
+                                              jobs=()),))
+    a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
+    last_a = _progress(tmp_path, 1, 0, 99, 10)
+    last_b = _progress(tmp_path, 2, 0, 99, 10)
+    for now in (100.0, 101.0):   # one file a round: each job's solo rate in turn
+        observer.observe([a, b], here.poll(snap, observer, [a, b]), now=now)
+    assert observer.solo_rate(1) == 10.0 and observer.solo_rate(2) == 10.0
+    b = _job(2, "mlp", gpu=0)   # from now on (job time 100, controller time 1000) they share
+    last_a = _progress(tmp_path, 1, 100, 130, 6, first=last_a + 6)
+    last_b = _progress(tmp_path, 2, 100, 130, 6, first=last_b + 6)
+    rows = []
+    for now in (1000.0, 1001.0):
+        rows += observer.observe([a, b], here.poll(snap, observer, [a, b]), now=now)[1]
+    _progress(tmp_path, 1, 131, 200, 6, first=last_a + 6)
+    _progress(tmp_path, 2, 131, 200, 6, first=last_b + 6)
+    # a minute together: job 1's turn reads its shared minute; job 2's last read was at 1001
+    rows += observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1061.0)[1]
+    assert rows == []
+    rows += observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1062.0)[1]
+    assert rows == [CoLocation("NVIDIA H200", ("resnet50", "mlp"), (0.6, 0.6), 1)]
+
+
+def test_a_solo_rate_comes_only_from_a_file_read_while_alone(tmp_path, here):
+    """A job whose partner left is alone again, but until its file's turn comes its rate is the
+    one read while it shared: that must not become its solo rate."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv), reads_per_node=1)
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
+    a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
+    last_a = _progress(tmp_path, 1, 0, 99, 10)
+    _progress(tmp_path, 2, 0, 99, 10)
+    observer.observe([a, b], here.poll(snap, observer, [a, b]), now=100.0)   # reads a: solo
+    assert observer.solo_rate(1) == 10.0
+    b = _job(2, "mlp", gpu=0)
+    _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
+    observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1000.0)   # reads b
+    observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1010.0)   # reads a: shared
+    c = _job(3, "mlp", gpu=1)   # b ended; a new job c takes this round's read
+    speeds, _ = observer.observe([a, c], here.poll(snap, observer, [a, c]), now=1020.0)
+    assert speeds[1] == 1.0 and observer.solo_rate(1) == 10.0
