@@ -37,7 +37,6 @@ from .terms import (
     MIN_PRIOR_WORKLOADS,
     MIN_SPEED,
     OFFSET_SCALE_GRID,
-    PARTNER_OFFSETS,
     PRIOR_LOWER,
     PRIOR_RIDGE_GRID,
     ROBUST_SCALE,
@@ -96,7 +95,6 @@ class _Data:
         self.workloads = sorted(set(self.self_names))
         code = {w: i for i, w in enumerate(self.workloads)}
         self.self_codes = np.array([code[w] for w in self.self_names], dtype=int)
-        self.partner_codes = np.array([code.get(w, -1) for w in self.partner_names], dtype=int)
         self.feats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, feats, _ls in FEATURE_SETS:
             x, ok = [], []
@@ -170,8 +168,7 @@ def _fit_gp(name: str, feats: tuple[str, ...], ls: tuple[float, ...], x: np.ndar
     return ResidualGP(name, feats, scales, z, alpha, k_inv, amplitude)
 
 
-# by workload code (_Data.workloads), rows: (as the job measured, as the partner); None: none
-Offsets = np.ndarray | None
+Offsets = np.ndarray | None     # by workload code (_Data.workloads); None: no offsets
 
 
 def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndarray:
@@ -197,17 +194,14 @@ def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndar
 
 
 def _offset_array(d: _Data, idx: np.ndarray, offsets: np.ndarray | None) -> np.ndarray:
-    if offsets is None:
-        return np.zeros(len(idx))
-    pc = d.partner_codes[idx]
-    return offsets[0][d.self_codes[idx]] + np.where(pc >= 0, offsets[1][pc], 0.0)
+    return np.zeros(len(idx)) if offsets is None else offsets[d.self_codes[idx]]
 
 
 def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, ridge: float | None,
-                   amplitude: float, offset_scale: float = 1.0, partner: bool = False
+                   amplitude: float, offset_scale: float = 1.0
                    ) -> tuple[np.ndarray, Offsets, tuple[ResidualGP, ...]]:
     theta = _fit_prior_arrays(d.terms[idx], d.y[idx], d.n[idx], ridge, base)
-    offsets, gps = _fit_correction(d, idx, theta, amplitude, partner)
+    offsets, gps = _fit_correction(d, idx, theta, amplitude)
     return theta, _scaled(offsets, offset_scale), gps
 
 
@@ -215,8 +209,8 @@ def _scaled(offsets: Offsets, scale: float) -> Offsets:
     return None if offsets is None or scale == 0.0 else offsets * scale
 
 
-def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float,
-                    partner: bool = False) -> tuple[Offsets, tuple[ResidualGP, ...]]:
+def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float
+                    ) -> tuple[Offsets, tuple[ResidualGP, ...]]:
     """The GP on the prior's residuals, then (with MIN_OFFSET_WORKLOADS or more workloads
     measured) each workload's own offset on what is left. The GP models how a pair's
     utilisations interact; the offset what a known workload does next to any partner that
@@ -237,14 +231,7 @@ def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: flo
     if len(np.unique(codes)) < MIN_OFFSET_WORKLOADS:
         return None, tuple(gps)
     pred, _ = _predict_idx(d, idx, theta, None, gps, confidence=False)
-    own = _self_offsets(codes, d.y[idx] - pred, len(d.workloads))
-    other = np.zeros(len(d.workloads))
-    if partner:
-        # then each workload's offset as the partner (how much more or less it slows any job
-        # than its utilisation says), on what the own offsets leave
-        other = _self_offsets(d.partner_codes[idx], d.y[idx] - pred - own[codes],
-                              len(d.workloads))
-    return np.vstack([own, other]), tuple(gps)
+    return _self_offsets(codes, d.y[idx] - pred, len(d.workloads)), tuple(gps)
 
 
 def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
@@ -291,8 +278,8 @@ Setting = tuple[str, "float | None", float, float]
 
 
 def _inner_cv(d: _Data, groups: Mapping[str, str],
-              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE,
-              partner: bool = False) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
+              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE
+              ) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
     """Choose (base rule, prior ridge, GP amplitude, offset scale among ``scales``) by grouped
     cross-validation on the training rows; return it and its held-out |errors|, confidences
     and weights (for the intervals)."""
@@ -323,7 +310,7 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
             for ridge in ridges:
                 theta = _fit_prior_arrays(d.terms[train], d.y[train], d.n[train], ridge, base)
                 for amp in GP_AMPLITUDE_GRID:
-                    offsets, gps = _fit_correction(d, train, theta, amp, partner)
+                    offsets, gps = _fit_correction(d, train, theta, amp)
                     for scale in scales:
                         pred, conf = _predict_idx(d, test, theta, _scaled(offsets, scale), gps)
                         errors[(base_name, ridge, amp, scale)].append(np.abs(pred - d.y[test]))
@@ -405,14 +392,13 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    groups: Mapping[str, str] | None = None,
                    previous: Mapping | None = None,
                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
-                   rule_scale: bool = RULE_SCALE,
-                   partner_offsets: bool = PARTNER_OFFSETS) -> dict:
+                   rule_scale: bool = RULE_SCALE) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
                                extra_observations=extra_observations, groups=groups,
                                previous=previous, offset_scales=offset_scales,
-                               rule_scale=rule_scale, partner_offsets=partner_offsets)
+                               rule_scale=rule_scale)
 
 
 # An incremental refit reuses the previous fit's selected setting and calibration while the
@@ -457,8 +443,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                     groups: Mapping[str, str] | None = None,
                     previous: Mapping | None = None,
                     offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
-                    rule_scale: bool = RULE_SCALE,
-                    partner_offsets: bool = PARTNER_OFFSETS) -> dict:
+                    rule_scale: bool = RULE_SCALE) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
@@ -494,11 +479,11 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
         (base_name, ridge, amp, scale), calibration, selected_rows, selected_workloads = reuse
     else:
         (base_name, ridge, amp, scale), held_out, held_conf, held_w = _inner_cv(
-            d, grouping, offset_scales, rule_scale, partner_offsets)
+            d, grouping, offset_scales, rule_scale)
         calibration = _calibration(held_out, held_conf, held_w)
         selected_rows, selected_workloads = len(rows), len(trained)
     theta, offsets, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name],
-                                         ridge, amp, scale, partner_offsets)
+                                         ridge, amp, scale)
     rule = BASE_RULES[base_name]
     prior = (f"prior: the {base_name} rule" if ridge is None
              else f"prior: the {base_name} rule x{theta @ rule / (rule @ rule):.2f}"
@@ -512,11 +497,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
             f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
     selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "offset_scale": scale,
                  "rows": selected_rows, "workloads": selected_workloads}
-    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets[0]) if v != 0.0}
-           if offsets is not None else {})
-    as_partner: dict[str, float] = (
-        {w: float(v) for w, v in zip(d.workloads, offsets[1]) if v != 0.0}
-        if offsets is not None else {})
+    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets) if v != 0.0}
+                             if offsets is not None else {})
     return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),
-                      fitted=True, offsets=own, selection=selection,
-                      partner_offsets=as_partner)
+                      fitted=True, offsets=own, selection=selection)

@@ -39,9 +39,6 @@ SCALE_GRID = np.round(np.arange(0.5, 2.0001, 0.01), 2)
 # nested leave-one-family-out on lucid-part chose it in 4 of 5 outer folds (0.0662 -> 0.0647,
 # benchmarks/nested_eval.py); on the H200 data the rule itself is kept (the same model).
 RULE_SCALE = True
-# Whether a known workload also gets an offset as the partner (``fit_model(partner_offsets=)``):
-# off, nested selection rejects it (lucid-part leave-one-family-out 0.0710 alone).
-PARTNER_OFFSETS = False
 GP_AMPLITUDE_GRID: tuple[float, ...] = (0.0, 0.01, GP_AMPLITUDE)
 INNER_FOLDS = 8         # at most this many inner folds (groups are dealt round-robin)
 # The prior has six coefficients: fitting them needs measurements of at least this many
@@ -233,8 +230,7 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
                theta: np.ndarray, calibration: Sequence[float],
                observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool,
                offsets: Mapping[str, float] | None = None,
-               selection: Mapping | None = None,
-               partner_offsets: Mapping[str, float] | None = None) -> dict:
+               selection: Mapping | None = None) -> dict:
     """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it).
     ``offsets`` (workload -> its own speed offset) is optional in the file: a model saved
     without it predicts as before."""
@@ -245,6 +241,4 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
             "observed": [[a, b, t, n] for (a, b), (t, n) in sorted(observed.items())],
             "gps": [g.to_dict() for g in gps],
             "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())},
-            **({"partner_offsets": {w: float(v) for w, v in sorted(partner_offsets.items())}}
-               if partner_offsets else {}),
             **({"selection": dict(selection)} if selection else {})}

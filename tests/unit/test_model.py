@@ -240,6 +240,32 @@ def test_cli_bad_model_file(tmp_path):
     assert r.returncode == 1 and "version" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_model_file_with_partner_offsets_is_refused_an_empty_key_ignored(tmp_path):
+    """An earlier iadeep could store each workload's offset as the partner (an option, off by
+    default, since removed). A file whose key is empty loads and predicts as one without it;
+    one that carries such offsets would predict otherwise here: a one-line error that says to
+    refit."""
+    m, profs = default_model(), shipped_profiles()
+    a, b = profs["mlp"], profs["resnet18"]
+    f = tmp_path / "m.json"
+    m.save(f)
+    data = json.loads(f.read_text())
+    assert "partner_offsets" not in data
+    f.write_text(json.dumps({**data, "partner_offsets": {}}))
+    assert InterferenceModel.load(f).predict_pair(a, b) == m.predict_pair(a, b)
+    f.write_text(json.dumps({**data, "partner_offsets": {"resnet18": -0.1}}))
+    with pytest.raises(ModelError, match="partner offsets") as exc:
+        InterferenceModel.load(f)
+    assert "iadeep model fit" in (exc.value.hint or "")
+    q = tmp_path / "q.csv"
+    q.write_text("job_a,job_b\nmlp,resnet18\n")
+    r = cli("predict", "--model", f, "--pairs", q)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("Error: ") and str(f) in first and "partner offsets" in first
+    assert "iadeep model fit" in r.stderr
+
+
 def test_predict_path_does_not_import_sklearn(tmp_path, model_file):
     q = tmp_path / "q.csv"
     q.write_text("job_a,job_b\nmlp,mlp\n")
@@ -623,26 +649,3 @@ def test_a_scaled_rule_is_fitted_with_few_workloads():
     rows = params["selection"]["rows"]
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,)) is not None
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,), rule_scale=False) is None
-
-
-def test_partner_offsets_are_an_option_and_roundtrip(tmp_path):
-    """``partner_offsets=True`` (off by default: nested selection rejects it on lucid-part): a
-    workload that slows every partner 0.1 more than its utilisation says gets a negative offset
-    as the partner, which survives saving; the default model has none."""
-    profs, obs = _synthetic_lab(25, 300)
-    bully = "fam0-v0"
-    obs = [dataclasses.replace(o, speeds=tuple(
-        max(0.05, s - 0.1) if bully in o.jobs and j != bully else s
-        for j, s in zip(o.jobs, o.speeds))) for o in obs]
-    assert fit_model(profs, obs).partner_offsets == {}
-    m = fit_model(profs, obs, partner_offsets=True)
-    assert m.partner_offsets[bully] < -0.05
-    f = tmp_path / "m.json"
-    m.save(f)
-    back = InterferenceModel.load(f)
-    a, b = profs["fam1-v0"], profs[bully]
-    assert back.partner_offsets == m.partner_offsets
-    assert back.predict_pair(a, b) == m.predict_pair(a, b)
-    without = dataclasses.replace(m, partner_offsets={}, _cache={})
-    assert m._structural(a, b)[0][0] == pytest.approx(
-        without._structural(a, b)[0][0] + m.partner_offsets[bully])
