@@ -340,6 +340,7 @@ def test_lowo_interval_coverage_on_h200():
 def test_fitted_prior_is_monotonic_in_the_partner():
     from iadeep_cli.model.fit import _directed_rows, _fit_prior
     from iadeep_cli.model.predictor import prior_speed, prior_terms
+    from iadeep_cli.model.terms import PriorForm, PriorKind
     profs = {f"w{i}": dataclasses.replace(p, workload=f"w{i}", gpu_util=u, mem_util=m)
              for i, (p, u, m) in enumerate(
                  (next(iter(shipped_profiles().values())), u, m)
@@ -347,7 +348,8 @@ def test_fitted_prior_is_monotonic_in_the_partner():
     rng = np.random.default_rng(0)
     obs = [dataclasses.replace(shipped_pairs()[0], jobs=(a, b), speeds=tuple(
         rng.uniform(0.4, 1.05, 2))) for a in profs for b in profs if a <= b]
-    theta = _fit_prior(_directed_rows(profs, obs), 0.03)   # noise: any fit must stay monotonic
+    # noise: any fit must stay monotonic
+    theta = _fit_prior(_directed_rows(profs, obs), PriorForm(PriorKind.RIDGE, 0.03))
     me = profs["w0"]
     for m in (0.0, 50.0, 100.0):
         speeds = [float(prior_speed(theta, prior_terms(me, dataclasses.replace(
@@ -631,7 +633,7 @@ def test_a_scaled_rule_is_fitted_with_few_workloads():
     nine workloads (too few for a fitted prior): the inner cross-validation takes the rule
     times one fitted factor, and a workload it has never seen is predicted by it."""
     from iadeep_cli.model import fit
-    from iadeep_cli.model.terms import ANALYTIC_THETA, SCALED_RULE
+    from iadeep_cli.model.terms import ANALYTIC_THETA, SCALED_RULE, PriorForm
 
     profs, obs = _synthetic_lab(9, 45)
     obs = [dataclasses.replace(o, speeds=tuple(
@@ -645,7 +647,29 @@ def test_a_scaled_rule_is_fitted_with_few_workloads():
     assert errs and max(errs) < 0.01
     # the scaled rule is a setting of the inner cross-validation, kept by an incremental refit
     params = fit.fit_parameters(profs, obs)
-    assert params["selection"]["ridge"] == SCALED_RULE
+    assert PriorForm.from_file(params["selection"]["ridge"]) == SCALED_RULE
     rows = params["selection"]["rows"]
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,)) is not None
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,), rule_scale=False) is None
+
+
+def test_a_model_files_prior_form_is_written_as_earlier_versions_wrote_it():
+    """The selection in a model file (which an incremental refit reuses) names the prior's form
+    as earlier iadeep versions did (null: the rule itself, -1: the scaled rule, else a ridge's
+    strength), so either version reads the other's file; nothing else reads as a prior form."""
+    from iadeep_cli.model.terms import (
+        PRIOR_RIDGE_GRID,
+        RULE_ITSELF,
+        SCALED_RULE,
+        PriorForm,
+        PriorKind,
+    )
+
+    forms = [RULE_ITSELF, SCALED_RULE, *(PriorForm(PriorKind.RIDGE, r) for r in PRIOR_RIDGE_GRID)]
+    assert [f.to_file() for f in forms] == [None, -1.0, *PRIOR_RIDGE_GRID]
+    assert [PriorForm.from_file(f.to_file()) for f in forms] == forms
+    for bad in (0.0, -2.0, float("nan"), "x"):
+        with pytest.raises(ValueError):
+            PriorForm.from_file(bad)
+    with pytest.raises(ValueError):
+        PriorForm(PriorKind.SCALED_RULE, 0.3)
