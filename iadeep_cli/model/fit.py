@@ -37,13 +37,15 @@ from .terms import (
     MIN_PRIOR_WORKLOADS,
     MIN_SPEED,
     OFFSET_SCALE_GRID,
-    PARTNER_OFFSETS,
     PRIOR_LOWER,
     PRIOR_RIDGE_GRID,
     ROBUST_SCALE,
+    RULE_ITSELF,
     RULE_SCALE,
     SCALE_GRID,
     SCALED_RULE,
+    PriorForm,
+    PriorKind,
     ResidualGP,
     _analytic_calibration,
     job_features,
@@ -96,7 +98,6 @@ class _Data:
         self.workloads = sorted(set(self.self_names))
         code = {w: i for i, w in enumerate(self.workloads)}
         self.self_codes = np.array([code[w] for w in self.self_names], dtype=int)
-        self.partner_codes = np.array([code.get(w, -1) for w in self.partner_names], dtype=int)
         self.feats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, feats, _ls in FEATURE_SETS:
             x, ok = [], []
@@ -109,13 +110,14 @@ class _Data:
                                 np.vstack(x) if x else np.zeros((0, 2 * len(feats))))
 
 
-def _fit_prior_arrays(terms: np.ndarray, y: np.ndarray, n: np.ndarray, ridge: float | None,
+def _fit_prior_arrays(terms: np.ndarray, y: np.ndarray, n: np.ndarray, prior: PriorForm,
                       base: np.ndarray) -> np.ndarray:
-    """Robust least squares in speed, coefficients >= PRIOR_LOWER, ridge toward ``base``;
-    ``ridge`` SCALED_RULE: ``base`` times the factor (SCALE_GRID) of least weighted MAE."""
-    if ridge is None or not len(y):
+    """The prior's coefficients of kind ``prior``: ``base`` itself; ``base`` times the factor
+    (SCALE_GRID) of least weighted MAE; or robust least squares in speed, coefficients >=
+    PRIOR_LOWER, with a ridge of strength ``prior.ridge`` toward ``base``."""
+    if prior.kind is PriorKind.RULE or not len(y):
         return base.copy()
-    if ridge == SCALED_RULE:
+    if prior.kind is PriorKind.SCALED_RULE:
         z = terms @ base
         speeds = 1.0 / (1.0 + np.maximum(SCALE_GRID[:, None] * z[None, :], -0.5))
         loss = (np.abs(speeds - y[None, :]) * n[None, :]).sum(axis=1)
@@ -123,7 +125,7 @@ def _fit_prior_arrays(terms: np.ndarray, y: np.ndarray, n: np.ndarray, ridge: fl
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
     w = np.sqrt(n)
-    pen = np.sqrt(ridge)
+    pen = np.sqrt(prior.ridge)
     eye = pen * np.eye(len(base))
 
     def resid(theta: np.ndarray) -> np.ndarray:
@@ -139,10 +141,10 @@ def _fit_prior_arrays(terms: np.ndarray, y: np.ndarray, n: np.ndarray, ridge: fl
                                     loss="soft_l1", f_scale=ROBUST_SCALE).x, float)
 
 
-def _fit_prior(rows: Sequence[_Row], ridge: float | None,
+def _fit_prior(rows: Sequence[_Row], prior: PriorForm,
                base: np.ndarray = ANALYTIC_THETA) -> np.ndarray:
     d = _Data(rows)
-    return _fit_prior_arrays(d.terms, d.y, d.n, ridge, base)
+    return _fit_prior_arrays(d.terms, d.y, d.n, prior, base)
 
 
 def _rbf(x: np.ndarray, z: np.ndarray, scales: np.ndarray, amplitude: float) -> np.ndarray:
@@ -170,8 +172,7 @@ def _fit_gp(name: str, feats: tuple[str, ...], ls: tuple[float, ...], x: np.ndar
     return ResidualGP(name, feats, scales, z, alpha, k_inv, amplitude)
 
 
-# by workload code (_Data.workloads), rows: (as the job measured, as the partner); None: none
-Offsets = np.ndarray | None
+Offsets = np.ndarray | None     # by workload code (_Data.workloads); None: no offsets
 
 
 def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndarray:
@@ -197,17 +198,14 @@ def _self_offsets(codes: np.ndarray, resid: np.ndarray, n_codes: int) -> np.ndar
 
 
 def _offset_array(d: _Data, idx: np.ndarray, offsets: np.ndarray | None) -> np.ndarray:
-    if offsets is None:
-        return np.zeros(len(idx))
-    pc = d.partner_codes[idx]
-    return offsets[0][d.self_codes[idx]] + np.where(pc >= 0, offsets[1][pc], 0.0)
+    return np.zeros(len(idx)) if offsets is None else offsets[d.self_codes[idx]]
 
 
-def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, ridge: float | None,
-                   amplitude: float, offset_scale: float = 1.0, partner: bool = False
+def _fit_structure(d: _Data, idx: np.ndarray, base: np.ndarray, prior: PriorForm,
+                   amplitude: float, offset_scale: float = 1.0
                    ) -> tuple[np.ndarray, Offsets, tuple[ResidualGP, ...]]:
-    theta = _fit_prior_arrays(d.terms[idx], d.y[idx], d.n[idx], ridge, base)
-    offsets, gps = _fit_correction(d, idx, theta, amplitude, partner)
+    theta = _fit_prior_arrays(d.terms[idx], d.y[idx], d.n[idx], prior, base)
+    offsets, gps = _fit_correction(d, idx, theta, amplitude)
     return theta, _scaled(offsets, offset_scale), gps
 
 
@@ -215,8 +213,8 @@ def _scaled(offsets: Offsets, scale: float) -> Offsets:
     return None if offsets is None or scale == 0.0 else offsets * scale
 
 
-def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float,
-                    partner: bool = False) -> tuple[Offsets, tuple[ResidualGP, ...]]:
+def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: float
+                    ) -> tuple[Offsets, tuple[ResidualGP, ...]]:
     """The GP on the prior's residuals, then (with MIN_OFFSET_WORKLOADS or more workloads
     measured) each workload's own offset on what is left. The GP models how a pair's
     utilisations interact; the offset what a known workload does next to any partner that
@@ -237,14 +235,7 @@ def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: flo
     if len(np.unique(codes)) < MIN_OFFSET_WORKLOADS:
         return None, tuple(gps)
     pred, _ = _predict_idx(d, idx, theta, None, gps, confidence=False)
-    own = _self_offsets(codes, d.y[idx] - pred, len(d.workloads))
-    other = np.zeros(len(d.workloads))
-    if partner:
-        # then each workload's offset as the partner (how much more or less it slows any job
-        # than its utilisation says), on what the own offsets leave
-        other = _self_offsets(d.partner_codes[idx], d.y[idx] - pred - own[codes],
-                              len(d.workloads))
-    return np.vstack([own, other]), tuple(gps)
+    return _self_offsets(codes, d.y[idx] - pred, len(d.workloads)), tuple(gps)
 
 
 def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
@@ -286,14 +277,15 @@ def default_groups(workloads: Sequence[str]) -> dict[str, str]:
     return {w: w for w in workloads}
 
 
-# (base rule, prior ridge, GP amplitude, share of the workloads' own offsets kept)
-Setting = tuple[str, "float | None", float, float]
+# (base rule, how the prior is formed from it, GP amplitude, share of the workloads' own
+# offsets kept)
+Setting = tuple[str, PriorForm, float, float]
 
 
 def _inner_cv(d: _Data, groups: Mapping[str, str],
-              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE,
-              partner: bool = False) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
-    """Choose (base rule, prior ridge, GP amplitude, offset scale among ``scales``) by grouped
+              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE
+              ) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
+    """Choose (base rule, prior form, GP amplitude, offset scale among ``scales``) by grouped
     cross-validation on the training rows; return it and its held-out |errors|, confidences
     and weights (for the intervals)."""
     sg = [groups.get(w, w) for w in d.self_names]
@@ -303,8 +295,9 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
     n_folds = min(INNER_FOLDS, len(names))
     fs, fo = np.array([fold_of[g] for g in sg]), np.array([fold_of[g] for g in og])
     many = len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS
-    ridges: tuple[float | None, ...] = (
-        None, *((SCALED_RULE,) if rule_scale else ()), *(PRIOR_RIDGE_GRID if many else ()))
+    priors: tuple[PriorForm, ...] = (
+        RULE_ITSELF, *((SCALED_RULE,) if rule_scale else ()),
+        *(PriorForm(PriorKind.RIDGE, r) for r in (PRIOR_RIDGE_GRID if many else ())))
     errors: dict[Setting, list[np.ndarray]] = defaultdict(list)
     confs: dict[Setting, list[np.ndarray]] = defaultdict(list)
     rule_errors: dict[str, list[float]] = defaultdict(list)   # each simple rule alone
@@ -320,20 +313,20 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
         for base_name, base in considered.items():
             rule = np.clip(prior_speed(base, d.terms[test]), MIN_SPEED, MAX_SPEED)
             rule_errors[base_name] += np.abs(rule - d.y[test]).tolist()
-            for ridge in ridges:
-                theta = _fit_prior_arrays(d.terms[train], d.y[train], d.n[train], ridge, base)
+            for prior in priors:
+                theta = _fit_prior_arrays(d.terms[train], d.y[train], d.n[train], prior, base)
                 for amp in GP_AMPLITUDE_GRID:
-                    offsets, gps = _fit_correction(d, train, theta, amp, partner)
+                    offsets, gps = _fit_correction(d, train, theta, amp)
                     for scale in scales:
                         pred, conf = _predict_idx(d, test, theta, _scaled(offsets, scale), gps)
-                        errors[(base_name, ridge, amp, scale)].append(np.abs(pred - d.y[test]))
-                        confs[(base_name, ridge, amp, scale)].append(conf)
+                        errors[(base_name, prior, amp, scale)].append(np.abs(pred - d.y[test]))
+                        confs[(base_name, prior, amp, scale)].append(conf)
     if not errors:
-        return (("analytic", None, GP_AMPLITUDE, scales[0]), np.array([]),
+        return (("analytic", RULE_ITSELF, GP_AMPLITUDE, scales[0]), np.array([]),
                 np.array([]), np.array([]))
     # the simple rule that does best on the held-out groups comes first
     bases = sorted(considered, key=lambda b: float(np.mean(rule_errors[b])))
-    best = _one_standard_error(errors, bases, list(ridges), list(scales))
+    best = _one_standard_error(errors, bases, list(priors), list(scales))
     # each held-out fold weighs the same in the calibration: the unit that is new to a model
     # is a group, and a group of many easy pairs must not make every interval narrow
     weights = np.concatenate([np.full(len(e), 1.0 / len(e)) for e in errors[best]])
@@ -341,11 +334,12 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
 
 
 def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[str],
-                        ridges: list[float | None], scales: list[float]) -> Setting:
+                        priors: list[PriorForm], scales: list[float]) -> Setting:
     """The one-standard-error rule: among the settings whose inner-fold MAE is within one
     standard error (paired over folds) of the best one, the most regularised: the first base
-    rule (``bases``: the rule that does best alone first), then the strongest ridge (None: the
-    rule itself), then the smallest correction, then the offset scale first in ``scales``.
+    rule (``bases``: the rule that does best alone first), then the prior form first in
+    ``priors`` (the rule itself, the scaled rule, then the strongest ridge), then the smallest
+    correction, then the offset scale first in ``scales``.
     With a handful of groups the best
     setting often wins by noise (seven H200 workloads: holding out mlp picked the utilisation
     sum rule by 0.002, and mlp, the one launch-bound job, is exactly what it gets wrong)."""
@@ -360,7 +354,7 @@ def _one_standard_error(errors: Mapping[Setting, list[np.ndarray]], bases: list[
         se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
         if mae(c) - mae(best) <= se:
             close.append(c)
-    return min(close, key=lambda c: (bases.index(c[0]), ridges.index(c[1]), c[2],
+    return min(close, key=lambda c: (bases.index(c[0]), priors.index(c[1]), c[2],
                                      scales.index(c[3]), mae(c)))
 
 
@@ -405,14 +399,13 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    groups: Mapping[str, str] | None = None,
                    previous: Mapping | None = None,
                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
-                   rule_scale: bool = RULE_SCALE,
-                   partner_offsets: bool = PARTNER_OFFSETS) -> dict:
+                   rule_scale: bool = RULE_SCALE) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
                                extra_observations=extra_observations, groups=groups,
                                previous=previous, offset_scales=offset_scales,
-                               rule_scale=rule_scale, partner_offsets=partner_offsets)
+                               rule_scale=rule_scale)
 
 
 # An incremental refit reuses the previous fit's selected setting and calibration while the
@@ -431,8 +424,8 @@ def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
     if not isinstance(sel, Mapping) or not previous or previous.get("gpu_model") != gpu:
         return None
     try:
-        setting: Setting = (str(sel["base"]), None if sel["ridge"] is None
-                            else float(sel["ridge"]), float(sel["amplitude"]),
+        setting: Setting = (str(sel["base"]), PriorForm.from_file(sel["ridge"]),
+                            float(sel["amplitude"]),
                             float(sel.get("offset_scale", 1.0)))
         rows, workloads = int(sel["rows"]), int(sel["workloads"])
         calibration = tuple(float(c) for c in previous["calibration"])
@@ -441,7 +434,7 @@ def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
         return None
     if (setting[0] not in BASE_RULES or levels != CAL_LEVELS
             or setting[3] not in scales
-            or (setting[1] == SCALED_RULE and not rule_scale)
+            or (setting[1].kind is PriorKind.SCALED_RULE and not rule_scale)
             or not rows <= n_rows <= rows * (1.0 + RESELECT_GROWTH)
             # the candidates differ on either side of these (prior fitted or not, offsets)
             or (workloads >= MIN_PRIOR_WORKLOADS) != (n_workloads >= MIN_PRIOR_WORKLOADS)
@@ -457,8 +450,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                     groups: Mapping[str, str] | None = None,
                     previous: Mapping | None = None,
                     offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
-                    rule_scale: bool = RULE_SCALE,
-                    partner_offsets: bool = PARTNER_OFFSETS) -> dict:
+                    rule_scale: bool = RULE_SCALE) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
@@ -491,32 +483,30 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     grouping = dict(groups) if groups is not None else default_groups(trained)
     reuse = _reusable(previous, gpu, len(rows), len(trained), offset_scales, rule_scale)
     if reuse is not None:
-        (base_name, ridge, amp, scale), calibration, selected_rows, selected_workloads = reuse
+        (base_name, prior, amp, scale), calibration, selected_rows, selected_workloads = reuse
     else:
-        (base_name, ridge, amp, scale), held_out, held_conf, held_w = _inner_cv(
-            d, grouping, offset_scales, rule_scale, partner_offsets)
+        (base_name, prior, amp, scale), held_out, held_conf, held_w = _inner_cv(
+            d, grouping, offset_scales, rule_scale)
         calibration = _calibration(held_out, held_conf, held_w)
         selected_rows, selected_workloads = len(rows), len(trained)
     theta, offsets, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name],
-                                         ridge, amp, scale, partner_offsets)
+                                         prior, amp, scale)
     rule = BASE_RULES[base_name]
-    prior = (f"prior: the {base_name} rule" if ridge is None
-             else f"prior: the {base_name} rule x{theta @ rule / (rule @ rule):.2f}"
-             if ridge == SCALED_RULE
-             else f"prior fitted toward the {base_name} rule (ridge {ridge:g})")
+    described = (
+        f"prior: the {base_name} rule" if prior.kind is PriorKind.RULE
+        else f"prior: the {base_name} rule x{theta @ rule / (rule @ rule):.2f}"
+        if prior.kind is PriorKind.SCALED_RULE
+        else f"prior fitted toward the {base_name} rule (ridge {prior.ridge:g})")
     note = (f"fitted on {n_pairs} distinct pairs of {len(trained)} workloads "
-            f"({gpu or 'unknown GPU'}); {prior}; correction: "
+            f"({gpu or 'unknown GPU'}); {described}; correction: "
             f"{', '.join(g.name for g in gps) or 'none'}"
             f"{f' (amplitude {amp:g})' if gps else ''}"
             f"{f'; own offsets x{scale:g}' if offsets is not None else ''}"
             f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
-    selection = {"base": base_name, "ridge": ridge, "amplitude": amp, "offset_scale": scale,
+    selection = {"base": base_name, "ridge": prior.to_file(), "amplitude": amp,
+                 "offset_scale": scale,
                  "rows": selected_rows, "workloads": selected_workloads}
-    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets[0]) if v != 0.0}
-           if offsets is not None else {})
-    as_partner: dict[str, float] = (
-        {w: float(v) for w, v in zip(d.workloads, offsets[1]) if v != 0.0}
-        if offsets is not None else {})
+    own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets) if v != 0.0}
+                             if offsets is not None else {})
     return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),
-                      fitted=True, offsets=own, selection=selection,
-                      partner_offsets=as_partner)
+                      fitted=True, offsets=own, selection=selection)

@@ -60,7 +60,6 @@ from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     MODEL_VERSION,
     OBS_NOISE,
     OFFSET_SCALE_GRID,
-    PARTNER_OFFSETS,
     PRIOR_TERMS,
     RULE_SCALE,
     UTIL_SUM_THETA,
@@ -103,8 +102,6 @@ class InterferenceModel:
     # a trained workload's own speed offset (how much faster or slower it runs next to any
     # partner than the prior and correction say), shrunk toward 0; 0 for a workload not seen
     offsets: dict[str, float] = field(default_factory=dict)
-    # the same as the partner: how much more or less it slows any job than the model says
-    partner_offsets: dict[str, float] = field(default_factory=dict)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -132,9 +129,6 @@ class InterferenceModel:
         observations)."""
         prior = prior_speed(self.theta, np.vstack([prior_terms(a, b), prior_terms(b, a)]))
         prior += np.array([self.offsets.get(a.workload, 0.0), self.offsets.get(b.workload, 0.0)])
-        if self.partner_offsets:
-            prior += np.array([self.partner_offsets.get(b.workload, 0.0),
-                               self.partner_offsets.get(a.workload, 0.0)])
         gp, fa, fb = self._choose(a, b)
         if gp is None:
             return (prior, np.full(2, ANALYTIC_CONFIDENCE),
@@ -231,8 +225,7 @@ class InterferenceModel:
     # -- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         return model_dict(self.gpu_model, self.gps, self.note, self.trained_on, self.theta,
-                          self.calibration, self.observed, self.fitted, self.offsets,
-                          partner_offsets=self.partner_offsets)
+                          self.calibration, self.observed, self.fitted, self.offsets)
 
     def save(self, path) -> None:
         p = Path(path)
@@ -271,15 +264,19 @@ class InterferenceModel:
             if (tuple(data["prior_terms"]) != PRIOR_TERMS
                     or tuple(data["calibration_levels"]) != CAL_LEVELS):
                 raise ValueError("prior terms or calibration levels differ from this iadeep's")
+            if dict(data.get("partner_offsets") or {}):
+                # an earlier iadeep could fit each workload's offset as the partner (an option,
+                # off by default, since removed): such a model predicts otherwise without them
+                raise ModelError(f"{path}: model has partner offsets, which this iadeep no "
+                                 "longer supports",
+                                 hint="refit it with this iadeep: `iadeep model fit -o FILE`")
             gps = tuple(ResidualGP.from_dict(g) for g in data["gps"])
             observed = {(str(a), str(b)): (float(t), float(n)) for a, b, t, n in data["observed"]}
             return cls(str(data.get("gpu_model", "")), gps, str(data.get("note", "")),
                        tuple(data.get("trained_on", ())), np.asarray(data["theta"], float),
                        tuple(float(c) for c in data["calibration"]), observed,
                        bool(data["fitted"]),
-                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()},
-                       {str(w): float(v)
-                        for w, v in dict(data.get("partner_offsets") or {}).items()})
+                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})",
                              hint="refit it with `iadeep model fit -o FILE`") from None
@@ -295,8 +292,7 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
               extra_observations: Sequence[CoLocation] | None = None,
               groups: Mapping[str, str] | None = None,
               offset_scales: Sequence[float] | None = None,
-              rule_scale: bool | None = None,
-              partner_offsets: bool | None = None) -> InterferenceModel:
+              rule_scale: bool | None = None) -> InterferenceModel:
     """Fit on pair measurements of one GPU model (see ``model.fit.fit_parameters``;
     ``offset_scales`` default: ``terms.OFFSET_SCALE_GRID``, ``rule_scale``:
     ``terms.RULE_SCALE``)."""
@@ -306,8 +302,7 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
         profiles, observations, gpu_model, extra_profiles=extra_profiles,
         extra_observations=extra_observations, groups=groups,
         offset_scales=OFFSET_SCALE_GRID if offset_scales is None else tuple(offset_scales),
-        rule_scale=RULE_SCALE if rule_scale is None else rule_scale,
-        partner_offsets=PARTNER_OFFSETS if partner_offsets is None else partner_offsets),
+        rule_scale=RULE_SCALE if rule_scale is None else rule_scale),
         "fitted model")
 
 

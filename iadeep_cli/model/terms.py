@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
@@ -25,23 +26,63 @@ ANALYTIC_CONFIDENCE = 0.2
 GP_AMPLITUDE = 0.04
 GP_NOISE = 0.01
 
+
+class PriorKind(Enum):
+    """How the prior is formed from the simple rule it leans on (one of BASE_RULES)."""
+
+    RULE = "rule"                 # the rule itself
+    SCALED_RULE = "scaled rule"   # the rule times one factor fitted to the training rows
+    RIDGE = "ridge"               # coefficients fitted with a ridge toward the rule
+
+
+@dataclass(frozen=True)
+class PriorForm:
+    """A prior candidate of the inner cross-validation: its kind and, for ``RIDGE``, the
+    ridge's strength (> 0)."""
+
+    kind: PriorKind
+    ridge: float = 0.0
+
+    def __post_init__(self) -> None:
+        if (self.kind is PriorKind.RIDGE) != (self.ridge > 0.0):
+            raise ValueError(f"ridge strength {self.ridge!r} for a {self.kind.value} prior")
+
+    def to_file(self) -> float | None:
+        """The selection's ``ridge`` in a model file: null for the rule itself, -1 for the
+        scaled rule, else the strength. The encoding earlier iadeep versions wrote (a float
+        sentinel), kept so a model file reads the same in either version."""
+        if self.kind is PriorKind.RULE:
+            return None
+        return _SCALED_RULE_IN_FILE if self.kind is PriorKind.SCALED_RULE else self.ridge
+
+    @classmethod
+    def from_file(cls, value: float | None) -> PriorForm:
+        """The inverse of ``to_file``; ValueError (or TypeError) for anything else."""
+        if value is None:
+            return RULE_ITSELF
+        strength = float(value)
+        if strength == _SCALED_RULE_IN_FILE:
+            return SCALED_RULE
+        return cls(PriorKind.RIDGE, strength)
+
+
+_SCALED_RULE_IN_FILE = -1.0
+RULE_ITSELF = PriorForm(PriorKind.RULE)
+# The base rule times one factor fitted to the training rows (their mean absolute error, over
+# SCALE_GRID). One free parameter, so it can be fitted with fewer workloads than
+# MIN_PRIOR_WORKLOADS; preferred after the rule itself and before every fitted prior by the
+# one-standard-error rule.
+SCALED_RULE = PriorForm(PriorKind.SCALED_RULE)
+SCALE_GRID = np.round(np.arange(0.5, 2.0001, 0.01), 2)
+
 # Candidates for the inner cross-validation: the simple rule the prior leans on (BASE_RULES),
 # the ridge strength toward it (with MIN_PRIOR_WORKLOADS or more workloads; below that the prior
-# is that rule) and the correction's amplitude.
+# is that rule, or SCALED_RULE) and the correction's amplitude.
 PRIOR_RIDGE_GRID: tuple[float, ...] = (3.0, 0.3, 0.03)
-# A "ridge" candidate that is no ridge: the base rule times one factor fitted to the training
-# rows (their mean absolute error, over SCALE_GRID). One free parameter, so it can be fitted
-# with fewer workloads than MIN_PRIOR_WORKLOADS; preferred after the rule itself and before
-# every fitted prior by the one-standard-error rule.
-SCALED_RULE = -1.0
-SCALE_GRID = np.round(np.arange(0.5, 2.0001, 0.01), 2)
 # Whether the inner cross-validation considers SCALED_RULE (``fit_model(rule_scale=...)``):
 # nested leave-one-family-out on lucid-part chose it in 4 of 5 outer folds (0.0662 -> 0.0647,
 # benchmarks/nested_eval.py); on the H200 data the rule itself is kept (the same model).
 RULE_SCALE = True
-# Whether a known workload also gets an offset as the partner (``fit_model(partner_offsets=)``):
-# off, nested selection rejects it (lucid-part leave-one-family-out 0.0710 alone).
-PARTNER_OFFSETS = False
 GP_AMPLITUDE_GRID: tuple[float, ...] = (0.0, 0.01, GP_AMPLITUDE)
 INNER_FOLDS = 8         # at most this many inner folds (groups are dealt round-robin)
 # The prior has six coefficients: fitting them needs measurements of at least this many
@@ -233,8 +274,7 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
                theta: np.ndarray, calibration: Sequence[float],
                observed: Mapping[tuple[str, str], tuple[float, float]], fitted: bool,
                offsets: Mapping[str, float] | None = None,
-               selection: Mapping | None = None,
-               partner_offsets: Mapping[str, float] | None = None) -> dict:
+               selection: Mapping | None = None) -> dict:
     """A model as plain numbers (the saved JSON; ``InterferenceModel.from_dict`` reads it).
     ``offsets`` (workload -> its own speed offset) is optional in the file: a model saved
     without it predicts as before."""
@@ -245,6 +285,4 @@ def model_dict(gpu_model: str, gps: Sequence[ResidualGP], note: str, trained_on:
             "observed": [[a, b, t, n] for (a, b), (t, n) in sorted(observed.items())],
             "gps": [g.to_dict() for g in gps],
             "offsets": {w: float(v) for w, v in sorted((offsets or {}).items())},
-            **({"partner_offsets": {w: float(v) for w, v in sorted(partner_offsets.items())}}
-               if partner_offsets else {}),
             **({"selection": dict(selection)} if selection else {})}

@@ -240,6 +240,32 @@ def test_cli_bad_model_file(tmp_path):
     assert r.returncode == 1 and "version" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_model_file_with_partner_offsets_is_refused_an_empty_key_ignored(tmp_path):
+    """An earlier iadeep could store each workload's offset as the partner (an option, off by
+    default, since removed). A file whose key is empty loads and predicts as one without it;
+    one that carries such offsets would predict otherwise here: a one-line error that says to
+    refit."""
+    m, profs = default_model(), shipped_profiles()
+    a, b = profs["mlp"], profs["resnet18"]
+    f = tmp_path / "m.json"
+    m.save(f)
+    data = json.loads(f.read_text())
+    assert "partner_offsets" not in data
+    f.write_text(json.dumps({**data, "partner_offsets": {}}))
+    assert InterferenceModel.load(f).predict_pair(a, b) == m.predict_pair(a, b)
+    f.write_text(json.dumps({**data, "partner_offsets": {"resnet18": -0.1}}))
+    with pytest.raises(ModelError, match="partner offsets") as exc:
+        InterferenceModel.load(f)
+    assert "iadeep model fit" in (exc.value.hint or "")
+    q = tmp_path / "q.csv"
+    q.write_text("job_a,job_b\nmlp,resnet18\n")
+    r = cli("predict", "--model", f, "--pairs", q)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("Error: ") and str(f) in first and "partner offsets" in first
+    assert "iadeep model fit" in r.stderr
+
+
 def test_predict_path_does_not_import_sklearn(tmp_path, model_file):
     q = tmp_path / "q.csv"
     q.write_text("job_a,job_b\nmlp,mlp\n")
@@ -314,6 +340,7 @@ def test_lowo_interval_coverage_on_h200():
 def test_fitted_prior_is_monotonic_in_the_partner():
     from iadeep_cli.model.fit import _directed_rows, _fit_prior
     from iadeep_cli.model.predictor import prior_speed, prior_terms
+    from iadeep_cli.model.terms import PriorForm, PriorKind
     profs = {f"w{i}": dataclasses.replace(p, workload=f"w{i}", gpu_util=u, mem_util=m)
              for i, (p, u, m) in enumerate(
                  (next(iter(shipped_profiles().values())), u, m)
@@ -321,7 +348,8 @@ def test_fitted_prior_is_monotonic_in_the_partner():
     rng = np.random.default_rng(0)
     obs = [dataclasses.replace(shipped_pairs()[0], jobs=(a, b), speeds=tuple(
         rng.uniform(0.4, 1.05, 2))) for a in profs for b in profs if a <= b]
-    theta = _fit_prior(_directed_rows(profs, obs), 0.03)   # noise: any fit must stay monotonic
+    # noise: any fit must stay monotonic
+    theta = _fit_prior(_directed_rows(profs, obs), PriorForm(PriorKind.RIDGE, 0.03))
     me = profs["w0"]
     for m in (0.0, 50.0, 100.0):
         speeds = [float(prior_speed(theta, prior_terms(me, dataclasses.replace(
@@ -605,7 +633,7 @@ def test_a_scaled_rule_is_fitted_with_few_workloads():
     nine workloads (too few for a fitted prior): the inner cross-validation takes the rule
     times one fitted factor, and a workload it has never seen is predicted by it."""
     from iadeep_cli.model import fit
-    from iadeep_cli.model.terms import ANALYTIC_THETA, SCALED_RULE
+    from iadeep_cli.model.terms import ANALYTIC_THETA, SCALED_RULE, PriorForm
 
     profs, obs = _synthetic_lab(9, 45)
     obs = [dataclasses.replace(o, speeds=tuple(
@@ -619,30 +647,29 @@ def test_a_scaled_rule_is_fitted_with_few_workloads():
     assert errs and max(errs) < 0.01
     # the scaled rule is a setting of the inner cross-validation, kept by an incremental refit
     params = fit.fit_parameters(profs, obs)
-    assert params["selection"]["ridge"] == SCALED_RULE
+    assert PriorForm.from_file(params["selection"]["ridge"]) == SCALED_RULE
     rows = params["selection"]["rows"]
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,)) is not None
     assert fit._reusable(params, params["gpu_model"], rows, 9, (1.0,), rule_scale=False) is None
 
 
-def test_partner_offsets_are_an_option_and_roundtrip(tmp_path):
-    """``partner_offsets=True`` (off by default: nested selection rejects it on lucid-part): a
-    workload that slows every partner 0.1 more than its utilisation says gets a negative offset
-    as the partner, which survives saving; the default model has none."""
-    profs, obs = _synthetic_lab(25, 300)
-    bully = "fam0-v0"
-    obs = [dataclasses.replace(o, speeds=tuple(
-        max(0.05, s - 0.1) if bully in o.jobs and j != bully else s
-        for j, s in zip(o.jobs, o.speeds))) for o in obs]
-    assert fit_model(profs, obs).partner_offsets == {}
-    m = fit_model(profs, obs, partner_offsets=True)
-    assert m.partner_offsets[bully] < -0.05
-    f = tmp_path / "m.json"
-    m.save(f)
-    back = InterferenceModel.load(f)
-    a, b = profs["fam1-v0"], profs[bully]
-    assert back.partner_offsets == m.partner_offsets
-    assert back.predict_pair(a, b) == m.predict_pair(a, b)
-    without = dataclasses.replace(m, partner_offsets={}, _cache={})
-    assert m._structural(a, b)[0][0] == pytest.approx(
-        without._structural(a, b)[0][0] + m.partner_offsets[bully])
+def test_a_model_files_prior_form_is_written_as_earlier_versions_wrote_it():
+    """The selection in a model file (which an incremental refit reuses) names the prior's form
+    as earlier iadeep versions did (null: the rule itself, -1: the scaled rule, else a ridge's
+    strength), so either version reads the other's file; nothing else reads as a prior form."""
+    from iadeep_cli.model.terms import (
+        PRIOR_RIDGE_GRID,
+        RULE_ITSELF,
+        SCALED_RULE,
+        PriorForm,
+        PriorKind,
+    )
+
+    forms = [RULE_ITSELF, SCALED_RULE, *(PriorForm(PriorKind.RIDGE, r) for r in PRIOR_RIDGE_GRID)]
+    assert [f.to_file() for f in forms] == [None, -1.0, *PRIOR_RIDGE_GRID]
+    assert [PriorForm.from_file(f.to_file()) for f in forms] == forms
+    for bad in (0.0, -2.0, float("nan"), "x"):
+        with pytest.raises(ValueError):
+            PriorForm.from_file(bad)
+    with pytest.raises(ValueError):
+        PriorForm(PriorKind.SCALED_RULE, 0.3)
