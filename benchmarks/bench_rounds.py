@@ -1,12 +1,13 @@
 """What a scheduling round costs as running jobs grow: a real controller's round (``_tick``: poll
-every node over SSH, record, reconcile, read every running job's new progress, decide) with 0,
+every node over SSH, record, reconcile, read the running jobs' new progress, decide) with 0,
 8, 64 and 256 running jobs, on 4 and 16 real sshd nodes, each as a ratio to the round with no
 job in the same run.  Target: <= 2x at 8 jobs, and a round that grows with the nodes, not with
 the jobs (every job's state and progress come with its node's one poll command).
 
 Real parts: N sshd nodes (127.0.0.x), real detached jobs (``sleep``) started by the launcher on
-them, each job's progress file appended to before every round (so every round reads new bytes of
-every job), a real ``runtime.Controller`` and its store.  The jobs are recorded running directly
+them, each job's progress file appended to before every round (so every file a round reads has
+new bytes; a round reads at most 16 files a node: ``observe.PROGRESS_READS_PER_NODE``), a real
+``runtime.Controller`` and its store.  The jobs are recorded running directly
 (not through placement: 256 jobs on 4 nodes would need more GPUs than the stand-in has), and
 the stand-in nvidia-smi lists no job processes (``noscan``): its own scan of /proc costs
 processes per job on every node, which the real tool does not.
