@@ -102,8 +102,11 @@ class AdaptPolicy:
     polls: int = 5                  # ... and over at least this many consecutive polls
     margin: float = 0.15            # observed below predicted by more than this: underperforms
     serial_margin: float = 0.05     # observed speeds summing below 1.0 - this: worse than serial
-    stop_partners: bool = True      # no new partners join a GPU whose jobs underperform
-    suspend: bool = True            # worse than serial: the job that joined last is suspended
+    # Off by default (only the phase refresh below acts): on the simulator's phase-shift grid
+    # suspending the last joiner and closing GPUs cost more than they saved, 2.8% of the
+    # exclusive JCT at load 1.5 without any phase shift (docs/simulator.md).
+    stop_partners: bool = False     # no new partners join a GPU whose jobs underperform
+    suspend: bool = False           # worse than serial: the job that joined last is suspended
     # an --opportunistic job yields its GPU (suspended or checkpointed) to a regular job that
     # waits for it: AntMan's idea, and what --opportunistic asks for; not tied to ``suspend``
     yield_opportunistic: bool = True

@@ -11,10 +11,11 @@
   is now, with the same spread) against its profile: the simulator has no iterations/s (work
   is in solo seconds), so only the signature can show a phase change here.
 
-and it acts as the controller does: a GPU with a finding takes no new partners
-(``plan(closed=...)``); a GPU worse than serial gets the job that joined last suspended (it
-keeps its place and memory, does no work, and is no partner) and resumed as soon as its
-partner leaves that GPU; a phase change refreshes the job's profile. One difference, on
+and it acts as the controller does, as ``lab.policy.adapt`` says (by default only the
+refresh): a phase change refreshes the job's profile; with ``stop_partners`` a GPU with a
+finding takes no new partners (``plan(closed=...)``); with ``suspend`` a GPU worse than serial
+gets the job that joined last suspended (it keeps its place and memory, does no work, and is
+no partner) and resumed as soon as its partner leaves that GPU. One difference, on
 purpose: the controller refreshes the *label's* profile (a lab whose jobs of one label change
 phase alike wants the next job placed by the new phase), while here the refreshed profile is
 the job's own, namely the profile of the workload it switched to (what its signature shows):

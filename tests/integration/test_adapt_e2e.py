@@ -26,7 +26,9 @@ def _all_stopped(job_id: int, node: str, home: Path) -> bool:
 
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
-    with emulator_lab(sshd_cluster, tmp_path, "{observe_s: 0, polls: 3, window_s: 1.0}") as ctl:
+    # every action on (suspending and closing GPUs are off by default)
+    with emulator_lab(sshd_cluster, tmp_path, "{observe_s: 0, polls: 3, window_s: 1.0, "
+                      "suspend: true, stop_partners: true}") as ctl:
         yield ctl
 
 

@@ -89,7 +89,7 @@ def _moves(home: Path, job_id: int) -> list[tuple[str, str]]:
 
 def test_a_members_faked_collapse_cannot_keep_anothers_job_suspended(sshd_cluster, top):
     with emulator_lab(sshd_cluster, top, "{observe_s: 0, polls: 3, window_s: 1.0, "
-                      "max_suspend_s: 3}") as lab:
+                      "suspend: true, max_suspend_s: 3}") as lab:
         home = lab.home
         # $1: the emulator's directory of heartbeats (a new one per part: a killed job's stays),
         # shared by the jobs on the GPU: they really slow each other

@@ -21,7 +21,7 @@ from iadeep_cli.scheduler.detectors import (
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
-FAST = AdaptPolicy(observe_s=30, polls=3)
+FAST = AdaptPolicy(observe_s=30, polls=3, stop_partners=True, suspend=True)
 
 
 def pair(a: float | None, b: float | None, pa=0.8, pb=0.8, **kw) -> list[Sharer]:
@@ -107,6 +107,7 @@ def test_closed_gpus_follow_the_policy():
         found = det.observe(t, bad, FAST)
     assert "worse than serial" in closed_gpus(found, 30, FAST)["n1:0"]
     assert closed_gpus(found, 30, AdaptPolicy(stop_partners=False)) == {}
+    assert closed_gpus(found, 30, AdaptPolicy()) == {}   # closing is off by default
     assert closed_gpus(found, 30, AdaptPolicy(enabled=False)) == {}
 
 
@@ -137,10 +138,10 @@ def test_the_shipped_measurements_jitter_triggers_nothing(seed):
 
 
 def test_policy_adapt_in_the_inventory():
-    inv = parse_inventory("lab:\n  policy:\n    adapt: {observe_s: 60, polls: 2, suspend: false}\n"
+    inv = parse_inventory("lab:\n  policy:\n    adapt: {observe_s: 60, polls: 2, suspend: true}\n"
                           "nodes: []\n", Path("nodes.yaml"))
     a = inv.policy.adapt
-    assert (a.observe_s, a.polls, a.suspend, a.margin) == (60, 2, False, 0.15)
+    assert (a.observe_s, a.polls, a.suspend, a.margin) == (60, 2, True, 0.15)
     assert parse_inventory("nodes: []\n", Path("n.yaml")).policy.adapt == AdaptPolicy()
     for text, expected in (
             ("margin: 0.01", "lab.policy.adapt.margin: expected a speed margin in [0.02, 1)"),
@@ -155,6 +156,18 @@ def test_policy_adapt_in_the_inventory():
     shown = yaml.safe_load((ROOT / "nodes.yaml.example").read_text())["lab"]["policy"]["adapt"]
     assert set(shown) == set(inventory._ADAPT_FIELDS)
     assert load_inventory(ROOT / "nodes.yaml.example").policy.adapt == AdaptPolicy()
+
+
+def test_the_defaults_refresh_only_and_the_other_actions_can_be_turned_on():
+    """By default only the phase refresh acts on running jobs (and --opportunistic jobs yield):
+    on the simulator's phase-shift grid suspending and closing GPUs cost more than they saved.
+    nodes.yaml turns them back on."""
+    d = AdaptPolicy()
+    assert (d.enabled, d.phase, d.yield_opportunistic) == (True, True, True)
+    assert (d.suspend, d.stop_partners) == (False, False)
+    on = parse_inventory("lab:\n  policy:\n    adapt: {suspend: true, stop_partners: true}\n"
+                         "nodes: []\n", Path("nodes.yaml")).policy.adapt
+    assert (on.suspend, on.stop_partners) == (True, True)
 
 
 def test_checkpoint_signal_is_checked_like_signal():

@@ -28,7 +28,8 @@ from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.store import Store, jobrows, profiles as profrows
 
 pytestmark = pytest.mark.unit
-FAST = AdaptPolicy(observe_s=0, polls=3, window_s=1.0)
+# quick to find, and every action on (suspending and closing GPUs are off by default)
+FAST = AdaptPolicy(observe_s=0, polls=3, window_s=1.0, suspend=True, stop_partners=True)
 
 
 class Lab:
@@ -162,11 +163,15 @@ def test_a_pair_worse_than_serial_is_split_and_rejoined(make):
     assert "not counted against --time" in lab.events(b)[5]
 
 
-def test_no_adapt_and_a_disabled_policy_suspend_nobody(make):
-    lab = make(policy=AdaptPolicy(observe_s=0, polls=3, window_s=1.0, suspend=False))
+def test_the_default_actions_suspend_nobody_and_close_no_gpu(make):
+    """By default only the phase refresh acts: a pair worse than serial is reported (the
+    event, with its numbers) and left running, its GPU open to partners."""
+    lab = make(policy=replace(AdaptPolicy(), observe_s=0, polls=3, window_s=1.0))
     a, b = pair(lab, first_iters=300)
     lab.until(lambda: any("adapt:" in e for e in lab.events(b)))
-    assert "the job that joined last is suspended" not in lab.job(b).reason
+    found = next(e for e in lab.events(b) if "adapt:" in e)
+    assert "worse than serial" in found and "no new partners" not in found
+    assert "suspended" not in found
     lab.until(lambda: lab.job(a).state == JobState.SUCCEEDED)
     assert JobState.SUSPENDED.value not in "".join(lab.events(b))
 
@@ -195,7 +200,7 @@ def test_a_gpu_the_poll_shows_idle_gets_nobody_suspended(make):
 
 
 def test_a_suspension_ends_at_the_labs_bound_and_is_not_repeated(make):
-    lab = make(policy=AdaptPolicy(observe_s=0, polls=3, window_s=1.0, max_suspend_s=2))
+    lab = make(policy=replace(FAST, max_suspend_s=2))
     a, b = pair(lab, first_iters=10**6, second_iters=300)
     lab.until(lambda: lab.job(b).state == JobState.SUSPENDED)
     # its partner runs on, yet it is resumed after 2 s and runs to its end beside it
@@ -316,11 +321,13 @@ def test_an_opportunistic_job_yields_to_a_regular_one(make):
     assert lab.job(o).attempts == 1 and lab.job(r).attempts == 1
 
 
-def test_an_opportunistic_job_yields_with_suspension_off(make):
-    """``suspend: false`` turns off suspending one job of a pair worse than serial, not what
-    --opportunistic asks for: the opportunistic job still yields and resumes after (and
-    ``yield_opportunistic: false``, the next test, keeps it running: the regular job waits)."""
-    lab = make(policy=replace(FAST, suspend=False))
+def test_an_opportunistic_job_yields_with_the_defaults(make):
+    """The defaults (``suspend: false``) turn off suspending one job of a pair worse than
+    serial, not what --opportunistic asks for: the opportunistic job still yields and resumes
+    after (and ``yield_opportunistic: false``, the next test, keeps it running: the regular
+    job waits)."""
+    assert not AdaptPolicy().suspend
+    lab = make(policy=AdaptPolicy())
     o, r = _opportunistic_then_regular(lab, 500)
     lab.until(lambda: lab.job(o).state == JobState.SUSPENDED)
     lab.until(lambda: lab.job(r).state == JobState.SUCCEEDED)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import InputError
-from iadeep_cli.inventory import Policy
+from iadeep_cli.inventory import AdaptPolicy, Policy
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.sim.engine import SimJob, add_phase_shifts, generate_jobs, make_planner, simulate
 from iadeep_cli.sim.truth import TruthModel
@@ -20,6 +20,8 @@ pytestmark = pytest.mark.unit
 PROFILES = shipped_profiles()
 TRUTH = TruthModel(shipped_pairs(), shipped_triples())
 IADEEP = [str(Path(sys.executable).parent / "iadeep")]
+# every run-time action on: suspending and closing GPUs are off by default (refresh only)
+ALL_ACTIONS = Policy(adapt=AdaptPolicy(suspend=True, stop_partners=True))
 
 
 def _run(jobs, name, gpus=1, policy=Policy()):
@@ -53,8 +55,8 @@ def _worse_than_serial_pair():
 
 
 def test_iadeep_static_takes_no_action_and_iadeep_suspends_the_last_joiner():
-    static, sp = _run(_worse_than_serial_pair(), "iadeep-static")
-    adaptive, ap = _run(_worse_than_serial_pair(), "iadeep")
+    static, sp = _run(_worse_than_serial_pair(), "iadeep-static", policy=ALL_ACTIONS)
+    adaptive, ap = _run(_worse_than_serial_pair(), "iadeep", policy=ALL_ACTIONS)
     assert sp.hooks is None and static.shared_frac == 1.0
     assert ap.hooks is not None and ap.hooks.suspensions == 1
     # both worse than serial to the end under static; adaptive runs them mostly one at a time
@@ -91,10 +93,23 @@ def test_without_phase_shifts_adaptation_acts_only_on_real_findings():
     # ones it was placed with may remain, really worse than serial (their predicted speeds
     # were the group's); suspending one of them is a real finding and it does not cost
     jobs = generate_jobs(sorted(TRUTH.workloads() & set(PROFILES)), 120, 4, 1.2, 3)
-    static, _ = _run(jobs, "iadeep-static", gpus=4)
-    adaptive, ap = _run(jobs, "iadeep", gpus=4)
+    static, _ = _run(jobs, "iadeep-static", gpus=4, policy=ALL_ACTIONS)
+    adaptive, ap = _run(jobs, "iadeep", gpus=4, policy=ALL_ACTIONS)
     assert ap.hooks.refreshes == 0
     assert sum(adaptive.jcts) <= sum(static.jcts) * 1.01
+
+
+def test_without_phase_shifts_the_default_adaptation_changes_nothing():
+    """The defaults (groups of three, only the phase refresh acts): without phase shifts there
+    is nothing to refresh, so the schedule is static's to the second, though the same trace
+    with every action on suspends jobs of groups that a light third job left behind."""
+    jobs = generate_jobs(sorted(TRUTH.workloads() & set(PROFILES)), 120, 4, 1.2, 3)
+    static, _ = _run(jobs, "iadeep-static", gpus=4)
+    adaptive, ap = _run(jobs, "iadeep", gpus=4)
+    assert ap.hooks.suspensions == ap.hooks.refreshes == 0
+    assert adaptive.jcts == pytest.approx(static.jcts)
+    _, every = _run(jobs, "iadeep", gpus=4, policy=ALL_ACTIONS)
+    assert every.hooks.suspensions > 0
 
 
 def test_phase_shifts_choose_the_fraction_and_window_and_keep_the_trace():
@@ -134,12 +149,11 @@ def test_cli_phase_shift_with_both_policies():
 def test_a_closed_gpu_reopens_as_soon_as_its_jobs_change():
     """The adaptive hooks close a GPU whose pair underperforms (at polls), and open it again at
     the very event where a partner leaves, not a virtual minute later."""
-    from iadeep_cli.inventory import AdaptPolicy
     from iadeep_cli.jobs import Job, JobSpec, JobState
     from iadeep_cli.sim.adaptive import AdaptHooks
     from iadeep_cli.sim.engine import _Phases
 
-    hooks = AdaptHooks(PROFILES, AdaptPolicy(suspend=False, observe_s=0, polls=2), seed=0)
+    hooks = AdaptHooks(PROFILES, AdaptPolicy(stop_partners=True, observe_s=0, polls=2), seed=0)
     running = {i: Job(i, "sim", JobSpec("sim", workload="resnet18"), JobState.RUNNING, 0.0,
                       node="n0", gpu_indices=(0,), started_at=float(i)) for i in (1, 2)}
     phases = _Phases([SimJob(i, 0.0, "resnet18", 1e5) for i in (1, 2)])
