@@ -15,6 +15,7 @@ stand-in ``nvidia-smi`` used by the tests replays real output for the real comma
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
@@ -291,34 +292,46 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
     return tuple(out)
 
 
+# dd's last line on stderr (C locale), with the bytes it copied: "25 bytes copied, ..." (and
+# "1 byte", and before coreutils 8.24 "25 bytes (25 B) copied, ...")
+_DD_COPIED = re.compile(r"(\d+) bytes? (?:\([^)]*\) )?copied")
 # One job's new progress bytes as a poll read them: (job id, the offset they start at, the
 # file's size then, the bytes as text: progress_script keeps them ASCII).
 Progress = tuple[int, int, int, str]
 
 
 def parse_progress(sec: dict[str, tuple[str | None, str]]) -> tuple[Progress, ...]:
-    """The ``progress:ID`` sections of a poll (see ``progress_script``), each believed only if
-    the file was the same regular file after the read as before it."""
-    def lines(name: str) -> dict[str, str]:
-        out = {}
-        for line in sec.get(name, (None, ""))[1].splitlines():
-            path, _, rest = line.partition(" ")
-            out[path] = rest
-        return out
-    before, after = lines("progress-before"), lines("progress-check")
-    out = []
+    """The files a poll read progress from (see ``progress_script``): each ``progress:ID``
+    section, in the order they were read, says how many of the ``progress-bytes`` are that
+    file's (dd's own count); a file's bytes are believed only if it was the same regular file
+    after the read as before it.  Nothing is believed if the counts do not add up to the bytes
+    there are (the reads were cut short), since then no file's bytes are known to be its."""
+    if "progress-bytes" not in sec:
+        return ()
+    blob = sec["progress-bytes"][1]
+    after = {}
+    for line in sec.get("progress-check", (None, ""))[1].splitlines():
+        path, _, rest = line.partition(" ")
+        after[path] = rest
+    out, pos = [], 0
     for key, (arg, body) in sec.items():
-        if not key.startswith("progress:") or arg is None:
+        if not key.startswith("progress:"):
             continue
-        job, fields = _int(key[len("progress:"):]), arg.split(",")
+        before, *told = body.splitlines() or [""]
+        count = next((int(m.group(1)) for line in told if (m := _DD_COPIED.match(line))), None)
+        if count is None:   # dd did not finish: where the next file's bytes start is unknown
+            return ()
+        text, pos = blob[pos:pos + count], pos + count
+        job, fields = _int(key[len("progress:"):]), (arg or "").split(",")
         if job is None or len(fields) != 2:
             continue
-        start, size, name = _int(fields[0]), _int(fields[1]), f"{job}/progress"
-        if start is None or size is None or before.get(name) is None \
-                or before.get(name) != after.get(name):
+        start, size = _int(fields[0]), _int(fields[1])
+        name, _, stat = before.partition(" ")
+        if start is None or size is None or name != f"{job}/progress" \
+                or after.get(name) != stat:
             continue
-        out.append((job, start, size, body[:PROGRESS_MAX]))
-    return tuple(out)
+        out.append((job, start, size, text[:PROGRESS_MAX]))
+    return tuple(out) if pos == len(blob) else ()
 
 
 def job_sections(sec: dict[str, tuple[str | None, str]]

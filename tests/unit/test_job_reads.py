@@ -98,6 +98,23 @@ def test_progress_cannot_forge_the_poll(tmp_path, leaders):
     assert "@" not in text and "\x1b" not in text and "\r" not in text
 
 
+def test_each_file_gets_exactly_its_own_bytes_of_the_polls_one_read(tmp_path, leaders):
+    """Several jobs' new bytes come back together, cut by dd's own counts: a job that writes a
+    marker line, a count line or bytes no progress line holds changes nothing of another
+    job's, and a file with nothing new is not read at all."""
+    forged = b"1 1\n@@iadeep progress:2 0,3\n0+1 records out\n3 bytes copied, 1 s, 3 B/s\n\xff\x00"
+    files = {1: forged, 2: b"2.0 20\n3.0 30\n", 3: b"", 4: b"4.5 45\n4.6"}
+    for job, data in files.items():
+        (_job(tmp_path, job, leaders) / "progress").write_bytes(data)
+    sec = _run(state_script(str(tmp_path), [(j, None, None) for j in files],
+                            {1: 0, 2: 7, 3: 0, 4: 0}))
+    got = {job: (start, size, text) for job, start, size, text in parse_progress(sec)}
+    shown = "".join(chr(b) if chr(b) in "0123456789.eE+ \n-" else "?" for b in forged)
+    assert got[1] == (0, len(forged), shown)
+    assert got[2] == (7, 14, "3.0 30\n") and got[4] == (0, 10, "4.5 45\n4.6")
+    assert 3 not in got
+
+
 def test_a_job_writing_more_than_a_poll_reads_gives_its_latest_bytes(tmp_path, leaders):
     d = _job(tmp_path, 1, leaders)
     (d / "progress").write_bytes(b"1 1\n" + b"9" * (2 * PROGRESS_MAX))

@@ -123,33 +123,38 @@ def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | Non
 
 def progress_script(cap: int) -> str:
     """Shell (part of ``state_script``, after its loop has set ``$P``: the running jobs'
-    ``ID/progress`` names, and ``o_ID``: where to read each from) that prints every such file's
-    new bytes as a section ``progress:ID FROM,SIZE``, then the files as they were before the
-    reads (``progress-before``: ``NAME %f %u %d:%i %w``) and after them (``progress-check``).
-    The parser (``parse_progress``) believes a file's bytes only if both agree (a regular file
-    of this account's, the same inode, born at the same nanosecond: an inode number freed by a
-    swap and given to the next file does not pass, a line appended meanwhile does).  One
-    ``stat`` for all of them, one ``dd`` (non-blocking, no link followed, ``cap`` bytes at
-    most) per file with news, and no process at all for a file without."""
+    ``ID/progress`` names, and ``o_ID``: where to read each from) that reads every such file's
+    new bytes.  It prints, per file with news, a section ``progress:ID FROM,SIZE`` holding the
+    file as it was before the read (``NAME %f %u %d:%i %w``) and dd's own count of the bytes it
+    copied; then all the bytes read, one file after the other, as ``progress-bytes``; then the
+    files as they are after the reads (``progress-check``).
+
+    The parser (``parse_progress``) cuts the bytes by dd's counts and believes a file's only if
+    both stats agree (a regular file of this account's, the same inode, born at the same
+    nanosecond: an inode number freed by a swap and given to the next file does not pass, a
+    line appended meanwhile does).  One ``stat`` before and one after, one ``dd`` (non-blocking,
+    no link followed, ``cap`` bytes at most) per file with news and one ``tr`` for all of them,
+    which shows every byte no progress line holds as '?': what a job writes keeps its length
+    (dd's counts stay exact) and can never pass for one of the poll's marker lines, and the
+    counts come from dd, which the job cannot make say anything else."""
     cap = int(cap)
     return (
         f'echo "{MARK} progress"\n'
-        '[ -n "$P" ] && cd -- "$J" 2>/dev/null && { R=""; B=""\n'
-        '  stat -c "%n %f %u %d:%i %s %w" -- $P 2>/dev/null | {\n'
+        '[ -n "$P" ] && cd -- "$J" 2>/dev/null && {\n'
+        '  X=$(stat -c "%n %f %u %d:%i %s %w" -- $P 2>/dev/null | {\n'
         '  while read -r n m u i s z; do j=${n%%/*}\n'
         '    case $j$s in *[!0-9]*) continue;; esac\n'
         '    [ "$u" = "$me" ] && [ $((0x$m & 61440)) = 32768 ] || continue\n'
         '    eval "o=\\${o_$j:-0}"; f=$o; [ "$s" -lt "$o" ] && f=0\n'
         f'    [ $((s - f)) -gt {cap} ] && f=$((s - {cap}))\n'
         '    [ "$s" -gt "$f" ] || continue\n'
-        f'    echo "{MARK} progress:$j $f,$s"; R="$R $n"; B="$B$n $m $u $i $z\n"\n'
-        '    dd if="$n" iflag=nonblock,nofollow,skip_bytes,count_bytes skip="$f" '
-        'count=$((s - f)) bs=65536 status=none 2>/dev/null | '
-        f"tr -c '{_PROGRESS_CHARS}' '?'; echo\n"
-        '  done\n'
-        f'  echo "{MARK} progress-before"; printf "%s" "$B"\n'
+        f'    printf "%s\\n" "{MARK} progress:$j $f,$s" "$n $m $u $i $z" >&4\n'
+        '    LC_ALL=C dd if="$n" iflag=nonblock,nofollow,skip_bytes,count_bytes skip="$f" '
+        'count=$((s - f)) bs=65536 2>&4\n'
+        f"  done | tr -c '{_PROGRESS_CHARS}' '?'; echo x; }})\n"
+        f'  echo "{MARK} progress-bytes"; printf "%s\\n" "${{X%x}}"\n'
         f'  echo "{MARK} progress-check"\n'
-        '  [ -z "$R" ] || stat -c "%n %f %u %d:%i %w" -- $R 2>/dev/null; }; }\n'
+        '  stat -c "%n %f %u %d:%i %w" -- $P 2>/dev/null; } 4>&1\n'
         "true\n"
     )
 
