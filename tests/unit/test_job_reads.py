@@ -19,6 +19,7 @@ from iadeep_cli.nodes.gpu import (
     parse_progress,
     parse_states,
     split_sections,
+    user_states,
 )
 from iadeep_cli.nodes.local import LocalConnection, run_bounded
 from iadeep_cli.nodes.shell.jobstate import state_script
@@ -113,6 +114,19 @@ def test_each_file_gets_exactly_its_own_bytes_of_the_polls_one_read(tmp_path, le
     assert got[1] == (0, len(forged), shown)
     assert got[2] == (7, 14, "3.0 30\n") and got[4] == (0, 10, "4.5 45\n4.6")
     assert 3 not in got
+
+
+def test_progress_read_as_its_owner_comes_through_the_users_section(tmp_path, leaders):
+    """On a ``run_as: submitter`` node the same script runs as each user, its output prefixed
+    line by line (``runas.poll_sections``' ``sed``): the bytes still come out exact, and only
+    the user's own jobs' are taken."""
+    for job, data in {1: b"1.0 10\n2.0 20\n", 2: b"\n\n5.0 50\n"}.items():
+        (_job(tmp_path, job, leaders) / "progress").write_bytes(data)
+    script = state_script(str(tmp_path), [(1, None, None), (2, None, None)], {1: 7, 2: 0})
+    _, out, _ = run_bounded(["sh", "-c", f"{{ {script}\n}} | sed 's/^/| /'"], 30)
+    sec = split_sections(f"@@iadeep as:alice\n{out.decode()}\n@@iadeep as-rc:alice 0\n")
+    got = user_states(sec, {1: "alice", 2: "bob"})
+    assert got.errors == {} and got.progress == ((1, 7, 14, "2.0 20\n"),)
 
 
 def test_a_job_writing_more_than_a_poll_reads_gives_its_latest_bytes(tmp_path, leaders):
