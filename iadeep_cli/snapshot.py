@@ -121,6 +121,9 @@ class NodeSnapshot:
     # What this poll read of its running jobs' progress files: (job id, offset the text starts
     # at, the file's size, the text).  For this round's speeds only: never stored or shown.
     progress: tuple[tuple[int, int, int, str], ...] = field(default=(), repr=False)
+    # The running jobs whose progress files this poll was asked to read: its answer covers
+    # them, new bytes or none (a late answer covers what its own round asked). The round's alone.
+    progress_asked: tuple[int, ...] = field(default=(), repr=False)
     # Why placement leaves this node out this round although its GPUs were read (its launches
     # keep failing: the controller's schedule step sets it). The round's alone, like progress.
     closed: str | None = field(default=None, repr=False)
@@ -174,13 +177,15 @@ def json_safe(data: Any) -> Any:
     return data
 
 
-_ROUND_ONLY = ("progress", "closed")   # a node's fields that are the round's alone
+# a node's fields that are the round's alone
+_ROUND_ONLY = ("progress", "progress_asked", "closed")
 
 
 def to_dict(obj: Any) -> dict:
     """Serialise a snapshot (any of the classes above) to plain JSON-able data (a node's
-    ``progress`` and ``closed`` are the round's alone, and left out: skipped before they are
-    copied, since ``progress`` holds every running job's new bytes)."""
+    ``progress``, ``progress_asked`` and ``closed`` are the round's alone, and left out:
+    skipped before they are copied, since ``progress`` holds every running job's new
+    bytes)."""
     return _plain(obj)
 
 

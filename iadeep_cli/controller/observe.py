@@ -37,8 +37,8 @@ class _Track:
     solo_rate: float | None = None
     solo_sm: float | None = None
     node: str | None = None
-    asked: int = -1        # the round whose poll last read the file (-1: never)
-    read_at: float = float("-inf")   # when (the controller's clock) it was last read
+    asked: int = -1        # the round an answer last covered the file (-1: never)
+    read_at: float = float("-inf")   # when (the controller's clock) it last gave new lines
 
 
 class SpeedObserver:
@@ -48,7 +48,8 @@ class SpeedObserver:
         self._round = 0
         self._reading: set[int] = set()   # the jobs whose progress this round reads
         self._now = 0.0                   # the round's time (``observe``)
-        self._answered: set[str] = set()  # the nodes whose poll answered this round
+        # (node, job id): the files the polls that answered this round were asked to read
+        self._covered: set[tuple[str, int]] = set()
         self.window_s = WINDOW_S   # lab.policy.adapt.window_s, set by the loop each round
         self._tracks: dict[int, _Track] = {}
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
@@ -60,7 +61,9 @@ class SpeedObserver:
     def offsets(self, running: Iterable[Job]) -> dict[int, int]:
         """Job id -> where its progress file is to be read from next, for the running jobs
         whose progress this round reads: on each node at most ``reads_per_node`` of them, the
-        longest unread first (a new job before all). The node's one poll command reads them."""
+        longest unread first (a new job before all). The node's one poll command reads them;
+        a job's turn counts as taken once a poll that read its file answered (``observe``: a
+        node that answers a round late answers for the files its own round asked)."""
         self._round += 1
         per_node: dict[str, list[tuple[int, int, int]]] = {}
         for job in running:
@@ -70,11 +73,10 @@ class SpeedObserver:
             if track is None or track.node != job.node:   # new here: its file from the start
                 track = self._tracks[job.id] = _Track(node=job.node)
             per_node.setdefault(job.node, []).append((track.asked, job.id, track.offset))
-        out = {}
+        out: dict[int, int] = {}
         for turns in per_node.values():
-            for _, job_id, offset in sorted(turns)[:self.reads_per_node]:
-                self._tracks[job_id].asked = self._round
-                out[job_id] = offset
+            out.update((job_id, offset)
+                       for _, job_id, offset in sorted(turns)[:self.reads_per_node])
         self._reading = set(out)
         return out
 
@@ -100,7 +102,7 @@ class SpeedObserver:
         measured: set[int] = set()
         self.alone_rates = {}
         self._now = now
-        self._answered = {n.name for n in snapshot.nodes if n.reached}
+        self._covered = {(n.name, j) for n in snapshot.nodes for j in n.progress_asked}
         for jobs in groups.values():
             for job in jobs:
                 speed = self._from_progress(job, read, len(jobs) == 1, known_solo or {})
@@ -115,13 +117,16 @@ class SpeedObserver:
 
     def _from_progress(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]],
                        alone: bool, known_solo: dict[str, float]) -> float | None:
-        current = self._rate(job, read)
+        track = self._track(job)
+        if track is None:
+            return None
+        fresh = self._read(job, track, read)
+        current = rate(track.points, self.window_s)
         if current is None:
             return None
-        track = self._tracks[job.id]
         if alone:
             self.alone_rates[job.id] = current
-            if job.id in self._reading:   # a solo rate only from a file read while alone
+            if fresh:   # a solo rate only from new lines read while alone
                 track.solo_rate = current
             return 1.0
         solo = track.solo_rate or known_solo.get(job.spec.workload or "")
@@ -139,37 +144,42 @@ class SpeedObserver:
         solo = track.solo_sm or known_util.get(job.spec.workload or "")
         return min(1.5, sm / solo) if solo else None
 
-    def _rate(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]]
-              ) -> float | None:
-        """The job's progress rate over the window, from what this round's poll read of its
-        progress file (``read``: (node, job id) -> ``NodeSnapshot.progress``'s entry); a Slurm
-        job's file is on the controller's own (shared) filesystem and read here, without
-        blocking."""
+    def _track(self, job: Job) -> _Track | None:
+        """The job's track on its node (a new attempt elsewhere starts a new one)."""
         if job.node is None:
             return None
         track = self._tracks.setdefault(job.id, _Track(node=job.node))
         if track.node != job.node:   # a new attempt elsewhere: its own file
             track = self._tracks[job.id] = _Track(node=job.node)
-        if job.id in self._reading:   # its turn this round (else: the rate from what was read)
-            self._read(job, track, read)
-        return rate(track.points, self.window_s)
+        return track
 
     def _read(self, job: Job, track: _Track, read: dict[tuple[str, int], tuple[int, int, str]]
-              ) -> None:
-        """Feed ``track`` what this round read of the job's progress file."""
+              ) -> bool:
+        """Feed ``track`` what this round read of the job's progress file (``read``: (node,
+        job id) -> ``NodeSnapshot.progress``'s entry; a Slurm job's file is on the
+        controller's own (shared) filesystem and read here, without blocking, in its turn).
+        True if it gave new lines."""
         assert job.node is not None
-        backend = self.pool.backend(job.node)
-        if not backend.progress_in_poll:
+        before = track.offset
+        if not self.pool.backend(job.node).progress_in_poll:
+            if job.id not in self._reading:
+                return False
+            track.asked = self._round
             try:
-                data, size = backend.read_progress(job, track.offset, 1 << 20) or (b"", 0)
+                data, size = self.pool.backend(job.node).read_progress(job, track.offset,
+                                                                       1 << 20) or (b"", 0)
             except IadeepError:
-                return
+                return False
             _feed(track, track.offset, size, data.decode("latin-1"))   # a byte a character
-        elif (job.node, job.id) in read:
-            _feed(track, *read[(job.node, job.id)])
-        elif job.node not in self._answered:   # its node did not answer: not read
-            return
+        else:
+            if (job.node, job.id) in self._covered:
+                track.asked = self._round
+            if (job.node, job.id) in read:
+                _feed(track, *read[(job.node, job.id)])
+        if track.offset == before:
+            return False
         track.read_at = self._now
+        return True
 
     def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
         rows = []

@@ -318,10 +318,10 @@ def parse_progress(sec: dict[str, tuple[str | None, str]]) -> tuple[Progress, ..
         if not key.startswith("progress:"):
             continue
         before, *told = body.splitlines() or [""]
-        count = next((int(m.group(1)) for line in told if (m := _DD_COPIED.match(line))), None)
-        if count is None:   # dd did not finish: where the next file's bytes start is unknown
-            return ()
-        text, pos = blob[pos:pos + count], pos + count
+        counts = [int(m.group(1)) for line in told if (m := _DD_COPIED.match(line))]
+        if not counts:   # dd could not open the file (it copies nothing then): skip it only
+            continue     # (had it copied bytes, the total check below catches it)
+        text, pos = blob[pos:pos + counts[-1]], pos + counts[-1]   # its last count: the total
         job, fields = _int(key[len("progress:"):]), (arg or "").split(",")
         if job is None or len(fields) != 2:
             continue

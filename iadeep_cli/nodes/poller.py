@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import IadeepError
@@ -93,10 +94,18 @@ class NodePool:
         which a ``run_as: submitter`` node needs to read each job as its owner; ``progress``:
         job id -> offset, the running jobs whose new progress to read in the same command."""
         node = self.node(node_name)
-        start = time.time()
-        t0 = time.monotonic()
         ids = {int(j) for j, _, _ in expect}
         progress = {int(j): int(o) for j, o in (progress or {}).items() if int(j) in ids}
+        snap = self._poll(node, expect, owners, progress)
+        return replace(snap, progress_asked=tuple(sorted(progress))) if snap.reached else snap
+
+    def _poll(self, node: Node, expect: Expect, owners: Mapping[int, str] | None,
+              progress: dict[int, int]) -> NodeSnapshot:
+        """``poll``'s one command (or NVML and the local shell, for the controller's own node)
+        and its parsing."""
+        node_name = node.name
+        start = time.time()
+        t0 = time.monotonic()
         try:
             if node.local:
                 from .nvml import poll_local

@@ -76,6 +76,8 @@ class ReplayPool:
             if mode == "silent":
                 nodes.append(NodeSnapshot(node.name, taken, error="no answer (scripted)"))
                 continue
+            here = {int(j) for j, _, _ in (expect or {}).get(node.name, ())}
+            asked = tuple(sorted(j for j in progress or {} if j in here))
             try:
                 jobs, read = self._job_states(node, (expect or {}).get(node.name, ()),
                                               progress or {})
@@ -84,10 +86,10 @@ class ReplayPool:
                 continue
             if mode == "gpu_failing":
                 nodes.append(NodeSnapshot(node.name, taken, error="nvidia-smi failed (scripted)",
-                                          jobs=jobs, progress=read))
+                                          jobs=jobs, progress=read, progress_asked=asked))
             else:
                 nodes.append(NodeSnapshot(node.name, taken, gpus=self.gpus[node.name],
-                                          jobs=jobs, progress=read))
+                                          jobs=jobs, progress=read, progress_asked=asked))
         return ClusterSnapshot(taken, tuple(nodes))
 
     def _job_states(self, node: Node, expect: Expect, progress: Mapping[int, int]):

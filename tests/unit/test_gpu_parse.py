@@ -248,8 +248,8 @@ def test_submitter_sections_are_believed_only_about_their_own_users_jobs(smi_fix
 
 def test_a_stored_snapshot_is_asdicts_without_the_rounds_own_fields(smi_fixture):
     """``to_dict`` (what the store keeps every round) is ``dataclasses.asdict`` of a polled
-    node, GPUs, processes and jobs included, less ``progress`` and ``closed``; and it reads
-    back as the same node."""
+    node, GPUs, processes and jobs included, less ``progress``, ``progress_asked`` and
+    ``closed``; and it reads back as the same node."""
     import dataclasses
 
     from iadeep_cli.snapshot import node_from_dict, to_dict
@@ -257,11 +257,12 @@ def test_a_stored_snapshot_is_asdicts_without_the_rounds_own_fields(smi_fixture)
     state = "5 running 100 11\n7 exited 400 0\n"
     snap = parse_poll("n1", output(smi_fixture(GPU_LOADED), smi_fixture(APPS_LOADED),
                                    procs="450 100 5\n", state=state, dirs="5\n7\n"))
-    snap = dataclasses.replace(snap, progress=((5, 0, 3, "1 2"),), closed="launches fail")
+    snap = dataclasses.replace(snap, progress=((5, 0, 3, "1 2"),), progress_asked=(5,),
+                               closed="launches fail")
     assert snap.gpus and snap.gpus[0].processes and snap.jobs   # a full node, not a thin one
     want = dataclasses.asdict(snap)
-    del want["progress"], want["closed"]
+    del want["progress"], want["progress_asked"], want["closed"]
     assert to_dict(snap) == want
     assert json.loads(json.dumps(to_dict(snap))) == json.loads(json.dumps(want))
     assert node_from_dict(json.loads(json.dumps(to_dict(snap)))) == \
-        dataclasses.replace(snap, progress=(), closed=None)
+        dataclasses.replace(snap, progress=(), progress_asked=(), closed=None)

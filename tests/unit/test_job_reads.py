@@ -4,9 +4,11 @@ blocks on them nor believes more than they can honestly say."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,31 @@ def test_progress_read_as_its_owner_comes_through_the_users_section(tmp_path, le
     sec = split_sections(f"@@iadeep as:alice\n{out.decode()}\n@@iadeep as-rc:alice 0\n")
     got = user_states(sec, {1: "alice", 2: "bob"})
     assert got.errors == {} and got.progress == ((1, 7, 14, "2.0 20\n"),)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs the poll as another account (root and setpriv needed)")
+def test_a_file_dd_cannot_open_costs_only_its_own_job_its_progress(leaders):
+    """A job can make its own progress file unreadable to the account that polls (``chmod 000``:
+    still a regular file of its own, so it is tried, and dd fails to open it, copying nothing):
+    only that job's progress is missing, the other jobs' bytes are still believed."""
+    base = Path(tempfile.mkdtemp(prefix="iadeep-jr-"))
+    try:
+        base.chmod(0o755)
+        for job, data in {1: b"1.0 10\n", 2: b"2.0 20\n"}.items():
+            d = _job(base, job, leaders)
+            (d / "progress").write_bytes(data)
+        for path in [base / "jobs", *(base / "jobs").rglob("*")]:
+            os.chown(path, 65534, 65534)
+        (base / "jobs" / "1" / "progress").chmod(0)
+        script = state_script(str(base), [(1, None, None), (2, None, None)], {1: 0, 2: 0})
+        _, out, _ = run_bounded(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 "sh", "-c", script], 30)
+        sec = split_sections(out.decode())
+        assert [s.state for _, s in parse_states(sec["state"][1])] == ["running", "running"]
+        assert parse_progress(sec) == ((2, 0, 7, "2.0 20\n"),)
+    finally:
+        shutil.rmtree(base)
 
 
 def test_a_job_writing_more_than_a_poll_reads_gives_its_latest_bytes(tmp_path, leaders):

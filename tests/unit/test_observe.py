@@ -45,13 +45,14 @@ class _Node:
                 leader = subprocess.Popen(["sleep", "600"], start_new_session=True)
                 self.leaders.append(leader)
                 (d / "pid").write_text(f"{leader.pid}\n")
-        out = local_job_states(str(self.workdir), [(j.id, None, None) for j in jobs],
-                               observer.offsets(jobs))
-        read = parse_progress(split_sections(out))
-        nodes = [replace(n, progress=read, jobs=n.jobs or ()) if n.name == "here" else n
-                 for n in snap.nodes]
+        asked = observer.offsets(jobs)
+        out = local_job_states(str(self.workdir), [(j.id, None, None) for j in jobs], asked)
+        read, covered = parse_progress(split_sections(out)), tuple(sorted(asked))
+        nodes = [replace(n, progress=read, progress_asked=covered, jobs=n.jobs or ())
+                 if n.name == "here" else n for n in snap.nodes]
         if not any(n.name == "here" for n in nodes):
-            nodes.append(NodeSnapshot("here", 0.0, jobs=(), progress=read))
+            nodes.append(NodeSnapshot("here", 0.0, jobs=(), progress=read,
+                                      progress_asked=covered))
         return replace(snap, nodes=tuple(nodes))
 
 
@@ -88,11 +89,13 @@ def test_shared_speed_is_rate_over_own_solo_rate(tmp_path, here):
     assert speeds == {1: 1.0, 2: 1.0} and rows == []
     assert observer.solo_rate(1) == 10.0 and observer.solo_rate(2) == 20.0
     b = _job(2, "mlp", gpu=0)   # now they share GPU 0
-    _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
-    _progress(tmp_path, 2, 100, 200, 17, first=last_b + 17)
+    last_a = _progress(tmp_path, 1, 100, 200, 6, first=last_a + 6)
+    last_b = _progress(tmp_path, 2, 100, 200, 17, first=last_b + 17)
     speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1000.0)
     assert round(speeds[1], 3) == 0.6 and round(speeds[2], 3) == 0.85
     assert rows == []  # together for less than a minute: not recorded yet
+    _progress(tmp_path, 1, 201, 261, 6, first=last_a + 6)
+    _progress(tmp_path, 2, 201, 261, 17, first=last_b + 17)
     speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1061.0)
     assert rows == [CoLocation("NVIDIA H200", ("resnet50", "mlp"), (0.6, 0.85), 1)]
     # one row per pairing
@@ -206,18 +209,43 @@ def test_a_round_reads_a_bounded_number_of_progress_files_per_node_in_turns(tmp_
                           tmp_path / "n.yaml")
     observer = SpeedObserver(NodePool(inv), reads_per_node=2)
     jobs = [_job(i, "x") for i in range(1, 6)]
+    for job in jobs:
+        _progress(tmp_path, job.id, 0, 30, 10)
     elsewhere = [replace(_job(i, "x"), node="other") for i in (10, 11)]
-    turns = [set(observer.offsets([*jobs, *elsewhere])) for _ in range(3)]
-    assert all(len(t - {10, 11}) == 2 and {10, 11} <= t for t in turns)
-    assert set().union(*turns) == {1, 2, 3, 4, 5, 10, 11}   # all five read within 3 rounds
-    newcomer = _job(6, "x")
-    assert 6 in observer.offsets([*jobs, newcomer])
-    # the files read in a round are what the node's poll returns: those only, from their offsets
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
+    turns = []
+    for now in (1.0, 2.0, 3.0):
+        assert {10, 11} <= set(observer.offsets([*jobs, *elsewhere]))   # the other node's two
+        polled = here.poll(snap, observer, jobs)
+        turns.append(set(polled.nodes[0].progress_asked))   # what the node's poll read
+        observer.observe(jobs, polled, now=now)
+    assert [len(t) for t in turns] == [2, 2, 2]
+    assert set().union(*turns) == {1, 2, 3, 4, 5}   # all five read within 3 rounds
+    assert all(observer._tracks[j.id].points for j in jobs)
+    assert 6 in observer.offsets([*jobs, _job(6, "x")])   # a newcomer first
+
+
+def test_a_late_answer_takes_the_turns_it_read_and_no_file_waits_for_good(tmp_path, here):
+    """A node that answers a round late answers for the files its own round asked for (it
+    started no poll for the next round's choice): turns are taken by what was read, so no file
+    is skipped for good, whatever the rhythm of late answers."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv), reads_per_node=2)
+    jobs = [_job(i, "x") for i in range(1, 5)]
     for job in jobs:
         _progress(tmp_path, job.id, 0, 30, 10)
     snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
-    polled = here.poll(snap, observer, jobs)
-    assert len(polled.nodes[0].progress) == 2
+    late = None
+    for now in range(1, 9):   # a poll every other round, each answered in the next one
+        if late is None:
+            late = here.poll(snap, observer, jobs)   # started; its answer comes next round
+            observer.observe(jobs, ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0),)), now)
+        else:
+            observer.offsets(jobs)                    # this round's choice: no poll started
+            observer.observe(jobs, late, now)
+            late = None
+    assert all(observer._tracks[j.id].points for j in jobs)
 
 
 def test_a_pair_is_recorded_only_from_reads_after_a_full_window_together(tmp_path, here):

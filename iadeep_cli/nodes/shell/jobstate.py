@@ -151,7 +151,7 @@ def progress_script(cap: int) -> str:
         f'    printf "%s\\n" "{MARK} progress:$j $f,$s" "$n $m $u $i $z" >&4\n'
         '    LC_ALL=C dd if="$n" iflag=nonblock,nofollow,skip_bytes,count_bytes skip="$f" '
         'count=$((s - f)) bs=65536 2>&4\n'
-        f"  done | tr -c '{_PROGRESS_CHARS}' '?'; echo x; }})\n"
+        f"  done | LC_ALL=C tr -c '{_PROGRESS_CHARS}' '?'; echo x; }})\n"
         f'  echo "{MARK} progress-bytes"; printf "%s\\n" "${{X%x}}"\n'
         f'  echo "{MARK} progress-check"\n'
         '  stat -c "%n %f %u %d:%i %w" -- $P 2>/dev/null; } 4>&1\n'
