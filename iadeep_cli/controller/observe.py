@@ -26,7 +26,8 @@ MIN_TOGETHER_S = 60.0    # a pair must share this long before its speeds are rec
 # (``nodes/shell/jobstate.progress_script``), so with more running jobs than this on a node
 # they take turns, longest unread first: a round's cost on a node stops growing with its jobs.
 # A rate is over the job's own timestamps (``WINDOW_S``), so reading a file every few rounds
-# instead of every round loses no line and changes no rate, it only comes a little later.
+# instead of every round changes no rate, it only comes a little later (a job that writes more
+# than a read takes between two reads is read from its latest bytes, as always).
 PROGRESS_READS_PER_NODE = 16
 
 

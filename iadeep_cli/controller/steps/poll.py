@@ -23,7 +23,8 @@ class Poll(Step):
 
     def run(self, wait_s: float) -> ClusterSnapshot:
         expected, owners = self._expected()
-        # every running job's new progress comes with its node's poll (one command a node)
+        # the running jobs' new progress comes with their node's poll (one command a node; at
+        # most observe.PROGRESS_READS_PER_NODE files a node a round, in turns)
         progress = self.observer.offsets(self.jobs({JobState.RUNNING}))
         snapshot = self.pool.poll_all(expected, wait_s=wait_s, owners=owners,
                                       progress=progress)
