@@ -201,18 +201,24 @@ def test_a_round_its_node_missed_keeps_the_solo_rate(tmp_path, here):
     assert observer.solo_rate(1) is None
 
 
+def _more_jobs_than_reads(tmp_path, count: int):
+    """An observer that reads 2 progress files a round; ``count`` running jobs on the local
+    node "here", each with 30 s of progress written; a snapshot in which "here" answered."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    jobs = [_job(i, "x") for i in range(1, count + 1)]
+    for job in jobs:
+        _progress(tmp_path, job.id, 0, 30, 10)
+    return (SpeedObserver(NodePool(inv), reads_per_node=2), jobs,
+            ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),)))
+
+
 def test_a_round_reads_a_bounded_number_of_progress_files_per_node_in_turns(tmp_path, here):
     """More running jobs on a node than a round reads: they take turns, the longest unread
     first and a new job before all, so every file is read within a few rounds while a round's
     reads on a node stay bounded; each node has its own budget."""
-    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
-                          tmp_path / "n.yaml")
-    observer = SpeedObserver(NodePool(inv), reads_per_node=2)
-    jobs = [_job(i, "x") for i in range(1, 6)]
-    for job in jobs:
-        _progress(tmp_path, job.id, 0, 30, 10)
+    observer, jobs, snap = _more_jobs_than_reads(tmp_path, 5)
     elsewhere = [replace(_job(i, "x"), node="other") for i in (10, 11)]
-    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
     turns = []
     for now in (1.0, 2.0, 3.0):
         assert {10, 11} <= set(observer.offsets([*jobs, *elsewhere]))   # the other node's two
@@ -229,13 +235,7 @@ def test_a_late_answer_takes_the_turns_it_read_and_no_file_waits_for_good(tmp_pa
     """A node that answers a round late answers for the files its own round asked for (it
     started no poll for the next round's choice): turns are taken by what was read, so no file
     is skipped for good, whatever the rhythm of late answers."""
-    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
-                          tmp_path / "n.yaml")
-    observer = SpeedObserver(NodePool(inv), reads_per_node=2)
-    jobs = [_job(i, "x") for i in range(1, 5)]
-    for job in jobs:
-        _progress(tmp_path, job.id, 0, 30, 10)
-    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
+    observer, jobs, snap = _more_jobs_than_reads(tmp_path, 4)
     late = None
     for now in range(1, 9):   # a poll every other round, each answered in the next one
         if late is None:
