@@ -297,3 +297,22 @@ def test_a_solo_rate_comes_only_from_a_file_read_while_alone(tmp_path, here):
     c = _job(3, "mlp", gpu=1)   # b ended; a new job c takes this round's read
     speeds, _ = observer.observe([a, c], here.poll(snap, observer, [a, c]), now=1020.0)
     assert speeds[1] == 1.0 and observer.solo_rate(1) == 10.0
+
+
+def test_a_read_that_brought_no_new_lines_is_no_fresh_read(tmp_path, here):
+    """Two jobs that share but whose files got no new line since (progress stalled, or their
+    owner's section of the poll failed): the node answered, but their rates are still the
+    ones from before they shared, so no co-location row may come of them (it would say 1.0)."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, (GpuSample(0, "u", "NVIDIA H200"),),
+                                              jobs=()),))
+    a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
+    _progress(tmp_path, 1, 0, 99, 10)
+    _progress(tmp_path, 2, 0, 99, 10)
+    observer.observe([a, b], here.poll(snap, observer, [a, b]), now=100.0)
+    b = _job(2, "mlp", gpu=0)   # they share from 1000 on; neither writes a line since
+    rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1000.0)[1]
+    rows += observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1061.0)[1]
+    assert rows == []
