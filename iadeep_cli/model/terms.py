@@ -4,6 +4,7 @@ stored arrays, the interval's widening. numpy only.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -44,7 +45,7 @@ class PriorForm:
     ridge: float = 0.0
 
     def __post_init__(self) -> None:
-        if (self.kind is PriorKind.RIDGE) != (self.ridge > 0.0):
+        if (self.kind is PriorKind.RIDGE) != (math.isfinite(self.ridge) and self.ridge > 0.0):
             raise ValueError(f"ridge strength {self.ridge!r} for a {self.kind.value} prior")
 
     def to_file(self) -> float | None:
@@ -60,6 +61,8 @@ class PriorForm:
         """The inverse of ``to_file``; ValueError (or TypeError) for anything else."""
         if value is None:
             return RULE_ITSELF
+        if isinstance(value, bool):   # JSON true/false is no strength
+            raise ValueError(f"ridge strength {value!r}")
         strength = float(value)
         if strength == _SCALED_RULE_IN_FILE:
             return SCALED_RULE

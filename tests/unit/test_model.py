@@ -668,7 +668,7 @@ def test_a_model_files_prior_form_is_written_as_earlier_versions_wrote_it():
     forms = [RULE_ITSELF, SCALED_RULE, *(PriorForm(PriorKind.RIDGE, r) for r in PRIOR_RIDGE_GRID)]
     assert [f.to_file() for f in forms] == [None, -1.0, *PRIOR_RIDGE_GRID]
     assert [PriorForm.from_file(f.to_file()) for f in forms] == forms
-    for bad in (0.0, -2.0, float("nan"), "x"):
+    for bad in (0.0, -2.0, float("nan"), float("inf"), True, "x"):
         with pytest.raises(ValueError):
             PriorForm.from_file(bad)
     with pytest.raises(ValueError):
