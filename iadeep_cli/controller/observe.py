@@ -68,12 +68,8 @@ class SpeedObserver:
         self._round += 1
         per_node: dict[str, list[tuple[int, int, int]]] = {}
         for job in running:
-            if job.node is None:
-                continue
-            track = self._tracks.get(job.id)
-            if track is None or track.node != job.node:   # new here: its file from the start
-                track = self._tracks[job.id] = _Track(node=job.node)
-            per_node.setdefault(job.node, []).append((track.asked, job.id, track.offset))
+            if job.node is not None and (track := self._track(job)) is not None:
+                per_node.setdefault(job.node, []).append((track.asked, job.id, track.offset))
         out: dict[int, int] = {}
         for turns in per_node.values():
             out.update((job_id, offset)
@@ -161,14 +157,13 @@ class SpeedObserver:
         controller's own (shared) filesystem and read here, without blocking, in its turn).
         True if it gave new lines."""
         assert job.node is not None
-        before = track.offset
-        if not self.pool.backend(job.node).progress_in_poll:
+        before, backend = track.offset, self.pool.backend(job.node)
+        if not backend.progress_in_poll:
             if job.id not in self._reading:
                 return False
             track.asked = self._round
             try:
-                data, size = self.pool.backend(job.node).read_progress(job, track.offset,
-                                                                       1 << 20) or (b"", 0)
+                data, size = backend.read_progress(job, track.offset, 1 << 20) or (b"", 0)
             except IadeepError:
                 return False
             _feed(track, track.offset, size, data.decode("latin-1"))   # a byte a character
@@ -192,7 +187,7 @@ class SpeedObserver:
             since = self._together.setdefault(key, now)
             # both rates over a window of sharing only: each file read after a full window
             # together (not a turn before, whose lines would still be partly alone)
-            read = min(self._tracks[j].read_at if j in self._tracks else now for j in key)
+            read = min(self._tracks[j].read_at for j in key)   # (observe made every track)
             if (key in self._recorded or read - since < MIN_TOGETHER_S or a.id not in speeds
                     or b.id not in speeds or not (a.spec.workload and b.spec.workload)):
                 continue
