@@ -255,6 +255,24 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (foreign_id, channel, recipient)
     )
     """,
+    # v13: a count of the changes to what a job is decoded from (every column a ``Job`` is
+    # read from; not the accounting columns each poll rewrites), kept by triggers on every
+    # connection's writes: the controller answers a question it asked before from its last
+    # answer while this count is unchanged (``store.jobrows.version``).
+    """
+    CREATE TABLE job_rows_changed (n INTEGER NOT NULL);
+    INSERT INTO job_rows_changed (n) VALUES (0);
+    CREATE TRIGGER job_rows_inserted AFTER INSERT ON jobs
+    BEGIN UPDATE job_rows_changed SET n = n + 1; END;
+    CREATE TRIGGER job_rows_deleted AFTER DELETE ON jobs
+    BEGIN UPDATE job_rows_changed SET n = n + 1; END;
+    CREATE TRIGGER job_rows_updated AFTER UPDATE OF
+        id, owner, state, submitted_at, started_at, ended_at, node, gpu_indices, exit_code,
+        attempts, remote_pid, remote_start, reason, observed_speed, predicted_speed, extra,
+        script, args, name, gpus, mem_gib, workload, priority, exclusive, workdir, env, retries,
+        min_speed ON jobs
+    BEGIN UPDATE job_rows_changed SET n = n + 1; END;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -302,5 +320,16 @@ def migrate(conn: sqlite3.Connection, current: int, target: int = SCHEMA_VERSION
 
 
 def _statements(script: str) -> list[str]:
-    """Split a migration into statements (executescript would commit mid-transaction)."""
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Split a migration into statements (executescript would commit mid-transaction); a
+    trigger's body, whose statements end in ';' too, stays one with its CREATE."""
+    out: list[str] = []
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        out.append(pending.strip())
+    return out

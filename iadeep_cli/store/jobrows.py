@@ -27,7 +27,9 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
                  "exclusive", "workdir", "env", "retries", "min_speed")
 # The columns a Job is decoded from (``job_from_row``): the jobs table also holds what
 # accounting writes every poll (``store.impact``), which a job's reader need not fetch and a
-# kept decoding need not be invalidated by.
+# kept decoding need not be invalidated by.  A column added here must be added to the trigger
+# that counts their changes (``store.db``, ``job_rows_updated``): tests/unit/test_store.py
+# checks that every one of them is counted.
 _JOB_COLUMNS = ", ".join(("id", "owner", "state", "submitted_at", "started_at", "ended_at",
                           "node", "gpu_indices", "exit_code", "attempts", "remote_pid",
                           "remote_start", "reason", "observed_speed", "predicted_speed",
@@ -72,26 +74,29 @@ class Decoded:
     while the database is unchanged.  The controller reads the same active jobs many times a
     round; decoding a row (four JSON columns) is most of a read's cost, so a row whose every
     column is as before gives back the job decoded last time; and a question asked again before
-    anything was written (``version``: no row changed through this connection, no commit by
-    another) is answered without reading a row (``answer``, ``keep``: only for answers read
-    in a transaction that wrote nothing, so none can be rolled back).  ``sweep`` (once a
-    round) forgets the jobs not read since the last sweep, so what is kept follows the jobs
-    the round reads, not the history, and every kept answer."""
+    any job changed (``version``: no write to a job's columns by any connection) is answered
+    without reading a row (``answer``, ``keep``: only for answers read in a transaction that
+    wrote nothing, so none can be rolled back), in this round or a later one.  ``sweep`` (once
+    a round) forgets the jobs not read and the questions not asked since the last sweep, so
+    what is kept follows what the round reads, not the history."""
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[tuple[Any, ...], Job]] = {}
         self._seen: set[int] = set()
-        self._answers: dict[Hashable, tuple[tuple[int, int], list[Job]]] = {}
+        self._answers: dict[Hashable, tuple[int, list[Job]]] = {}
+        self._asked: set[Hashable] = set()
 
-    def answer(self, query: Hashable, version: tuple[int, int]) -> list[Job] | None:
+    def answer(self, query: Hashable, version: int) -> list[Job] | None:
         """The jobs ``query`` found when the database was last at ``version``, else None."""
         kept = self._answers.get(query)
         if kept is None or kept[0] != version:
             return None
+        self._asked.add(query)
         self._seen.update(job.id for job in kept[1])
         return list(kept[1])
 
-    def keep(self, query: Hashable, version: tuple[int, int], jobs: list[Job]) -> None:
+    def keep(self, query: Hashable, version: int, jobs: list[Job]) -> None:
+        self._asked.add(query)
         self._answers[query] = (version, list(jobs))
 
     def job(self, row: sqlite3.Row) -> Job:
@@ -108,14 +113,17 @@ class Decoded:
     def sweep(self) -> None:
         self._kept = {i: v for i, v in self._kept.items() if i in self._seen}
         self._seen = set()
-        self._answers = {}
+        self._answers = {q: v for q, v in self._answers.items() if q in self._asked}
+        self._asked = set()
 
 
-def version(conn: sqlite3.Connection) -> tuple[int, int]:
-    """What changes whenever the database may have: the rows this connection changed so far
-    (every write, rolled back or not) and SQLite's ``data_version`` (a commit by any other
-    connection)."""
-    return conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0]
+def version(conn: sqlite3.Connection) -> int:
+    """What changes whenever a job as decoded may have: the count of writes to the columns a
+    ``Job`` is read from (``_JOB_COLUMNS``), inserts and deletes, kept by the database's own
+    triggers (schema v13) for every connection's writes, committed or in this transaction.
+    What accounting rewrites every poll, the nodes' snapshots and every other table leave it
+    as it was: a round's questions stay answered across them."""
+    return conn.execute("SELECT n FROM job_rows_changed").fetchone()[0]
 
 
 def _extra_fields(extra: dict) -> dict[str, Any]:

@@ -212,10 +212,11 @@ def test_decoded_rows_are_reused_only_while_every_column_is_unchanged(tmp_path):
     store.close()
 
 
-def test_the_rounds_same_question_is_read_again_only_after_a_write(tmp_path):
-    """A step asking what an earlier step of the round asked gets the last answer only while
-    nothing was written: through the controller's connection (kept or rolled back) or by
-    another connection's commit; every such write makes the next question a fresh read."""
+def test_the_rounds_same_question_is_read_again_only_after_a_job_changed(tmp_path):
+    """A step asking what an earlier step of the round asked gets the last answer only while no
+    job changed: through the controller's connection or by another connection's commit, every
+    such write makes the next question a fresh read.  A write rolled back, what accounting
+    rewrites every poll and the nodes' snapshots change no job: the answer stands."""
     from iadeep_cli.controller.steps.context import Context
 
     store = Store(tmp_path / "s.db")
@@ -241,15 +242,57 @@ def test_the_rounds_same_question_is_read_again_only_after_a_write(tmp_path):
     with pytest.raises(RuntimeError), store.tx() as c:   # a write rolled back
         jobs.transition(c, a, JobState.CANCELLED, "cancel", "a", 3.0)
         raise RuntimeError("rolled back")
-    assert [j.id for j in ctx.jobs(queued)] == [a, b] and len(reads) == 4
+    assert [j.id for j in ctx.jobs(queued)] == [a, b] and len(reads) == 3
+    with store.tx() as c:   # accounting's and the poll's writes: no job changed
+        c.execute("UPDATE jobs SET work_s = work_s + 1, acct_at = 4.0, acct_rate = '{}'")
+        c.execute("INSERT INTO node_snapshots (node, taken_at, data) VALUES ('n1', 4.0, '{}')")
+    assert [j.id for j in ctx.jobs(queued)] == [a, b] and len(reads) == 3
+    with store.tx() as c:   # one job changed: a fresh read, which sees it
+        jobs.transition(c, a, JobState.CANCELLED, "cancel", "a", 4.5)
+    assert [j.id for j in ctx.jobs(queued)] == [b] and len(reads) == 4
 
     other = sqlite3.connect(tmp_path / "s.db")   # another process's commit
     other.execute("UPDATE jobs SET name='renamed' WHERE id=?", (b,))
     other.commit()
     other.close()
-    assert ctx.jobs(queued)[1].spec.name == "renamed" and len(reads) == 5
-    assert len(ctx.jobs(queued)) == 2 and len(reads) == 5
-    ctx.decoded.sweep()   # a new round asks afresh
-    ctx.jobs(queued)
-    assert len(reads) == 6
+    assert ctx.jobs(queued)[0].spec.name == "renamed" and len(reads) == 5
+    assert len(ctx.jobs(queued)) == 1 and len(reads) == 5
+    ctx.decoded.sweep()   # a new round: what no job changed since is still answered
+    assert [j.id for j in ctx.jobs(queued)] == [b] and len(reads) == 5
+    ctx.decoded.sweep()
+    ctx.decoded.sweep()   # a question not asked for a whole round is forgotten
+    assert [j.id for j in ctx.jobs(queued)] == [b] and len(reads) == 6
+    store.close()
+
+
+def test_every_column_a_job_is_read_from_counts_as_a_change(tmp_path):
+    """The count the round's kept answers depend on (``jobrows.version``) moves with a write to
+    any column a ``Job`` is decoded from, an insert and a delete, by any connection, and with
+    nothing else: a column added to the decoding but not to the trigger fails here."""
+    store = Store(tmp_path / "s.db")
+    with store.tx() as c:
+        a, _ = jobs.insert(c, "a", JobSpec(script="/a.sh"), 1.0)
+    columns = [name.strip() for name in jobs._JOB_COLUMNS.split(",")]
+    table = {r["name"] for r in store._conn.execute("PRAGMA table_info(jobs)")}
+    assert set(columns) <= table
+    for column in columns:
+        with store.tx() as c:
+            before = jobs.version(c)
+            c.execute(f"UPDATE jobs SET {column} = {column} WHERE id = ?", (a,))
+            assert jobs.version(c) == before + 1, column
+    for column in sorted(table - set(columns)):   # accounting's, the token: no job change
+        with store.tx() as c:
+            before = jobs.version(c)
+            c.execute(f"UPDATE jobs SET {column} = {column} WHERE id = ?", (a,))
+            assert jobs.version(c) == before, column
+    with store.tx() as c:
+        before = jobs.version(c)
+    other = sqlite3.connect(tmp_path / "s.db")   # another connection's insert and delete
+    other.execute("INSERT INTO jobs (owner, script, state, submitted_at) "
+                  "VALUES ('b', '/b.sh', 'queued', 2.0)")
+    other.execute("DELETE FROM jobs WHERE owner = 'b'")
+    other.commit()
+    other.close()
+    with store.tx() as c:
+        assert jobs.version(c) == before + 2
     store.close()
