@@ -89,48 +89,72 @@ def window(conn: sqlite3.Connection, since: float, until: float) -> Window:
 
 
 # ------------------------------------------------------------------ recording
-def _running(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute("SELECT id, gpus, node, gpu_indices, acct_at, acct_rate, "
-                        "predicted_speed FROM jobs WHERE state = 'running'").fetchall()
+@dataclass(frozen=True)
+class _Running:
+    """A running job's accounting columns, each JSON column decoded once per poll."""
+
+    id: int
+    gpus: int
+    node: str
+    keys: tuple[GpuKey, ...]      # (node, index) of each of its GPUs
+    acct_at: float | None
+    rate: dict[str, Any] | None   # the rate it accrues at (``acct_rate``)
+    predicted_speed: float | None
 
 
-def _gpus(row: sqlite3.Row) -> list[GpuKey]:
-    return [(row["node"], g) for g in json.loads(row["gpu_indices"])]
+def _running(conn: sqlite3.Connection) -> list[_Running]:
+    return [_Running(row["id"], row["gpus"], row["node"],
+                     tuple((row["node"], g) for g in json.loads(row["gpu_indices"])),
+                     row["acct_at"], json.loads(row["acct_rate"]) if row["acct_rate"] else None,
+                     row["predicted_speed"])
+            for row in conn.execute("SELECT id, gpus, node, gpu_indices, acct_at, acct_rate, "
+                                    "predicted_speed FROM jobs WHERE state = 'running'")]
 
 
-def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None = None,
-           rows: Sequence[sqlite3.Row] | None = None) -> None:
-    """Add each running job's rate x the time since it was last accounted, up to ``now`` (only
-    the jobs on GPUs ``only``, if given: a transition there changes their rates). ``rows``:
-    the running jobs as ``_running`` read them, if the caller has them."""
-    scope = None if only is None else set(only)
-    buckets: dict[tuple[int, float], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    updates: list[tuple[Any, ...]] = []
-    for row in _running(conn) if rows is None else rows:
-        if scope is not None and not scope.intersection(_gpus(row)):
-            continue
-        if row["acct_at"] is None or row["acct_rate"] is None or now <= row["acct_at"]:
-            continue
-        dt = now - row["acct_at"]
-        rate = json.loads(row["acct_rate"])
-        work = rate["speed"] * row["gpus"] * dt
-        busy = rate["busy"] * dt
-        measured = work if rate["measured"] else 0.0
-        shared = row["gpus"] * dt if rate["shared"] else 0.0
-        energy = None if rate["power"] is None else rate["power"] * dt
-        updates.append((work, measured, busy, shared, work if rate["shared"] else 0.0, energy,
-                        energy, now, row["id"]))
-        for key, part in _spread(row["acct_at"], now):
-            into = buckets[key]
-            into[0] += busy * part
-            into[1] += work * part
-            into[2] += measured * part
-            into[3] += (energy or 0.0) * part
-    conn.executemany(   # one statement for every job: a poll's accounting is per job
-        "UPDATE jobs SET work_s = work_s + ?, measured_s = measured_s + ?, "
-        "busy_s = busy_s + ?, shared_s = shared_s + ?, shared_work_s = shared_work_s + ?, "
-        "energy_j = CASE WHEN ? IS NULL THEN energy_j ELSE COALESCE(energy_j, 0) + ? END, "
-        "acct_at = ? WHERE id = ?", updates)
+def _in(rows: Iterable[_Running], only: Iterable[GpuKey] | None) -> list[_Running]:
+    """The rows on any of the GPUs ``only`` (all of them where None)."""
+    if only is None:
+        return list(rows)
+    scope = set(only)
+    return [row for row in rows if not scope.isdisjoint(row.keys)]
+
+
+Buckets = dict[tuple[int, float], list[float]]
+# (work, measured, busy, shared, shared work, energy or None): what one accrual adds to a job
+Accrual = tuple[float, float, float, float, float, "float | None"]
+
+
+def _accrual(row: _Running, now: float, buckets: Buckets) -> Accrual | None:
+    """What ``row`` accrued from its ``acct_at`` up to ``now`` at its rate (None: nothing to
+    accrue: never priced, or already accounted up to now), also spread into ``buckets``."""
+    if row.acct_at is None or row.rate is None or now <= row.acct_at:
+        return None
+    rate, dt = row.rate, now - row.acct_at
+    work = rate["speed"] * row.gpus * dt
+    busy = rate["busy"] * dt
+    measured = work if rate["measured"] else 0.0
+    energy = None if rate["power"] is None else rate["power"] * dt
+    for key, part in _spread(row.acct_at, now):
+        into = buckets[key]
+        into[0] += busy * part
+        into[1] += work * part
+        into[2] += measured * part
+        into[3] += (energy or 0.0) * part
+    return (work, measured, busy, row.gpus * dt if rate["shared"] else 0.0,
+            work if rate["shared"] else 0.0, energy)
+
+
+_ADD_TOTALS = ("work_s = work_s + ?, measured_s = measured_s + ?, busy_s = busy_s + ?, "
+               "shared_s = shared_s + ?, shared_work_s = shared_work_s + ?, "
+               "energy_j = CASE WHEN ? IS NULL THEN energy_j ELSE COALESCE(energy_j, 0) + ? END")
+
+
+def _totals(got: Accrual) -> tuple[Any, ...]:
+    """``got`` as the parameters of ``_ADD_TOTALS``."""
+    return (*got, got[5])
+
+
+def _add_buckets(conn: sqlite3.Connection, buckets: Buckets) -> None:
     conn.executemany(
         "INSERT INTO usage (span, start, busy_s, work_s, measured_s, energy_j) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(span, start) DO UPDATE SET "
@@ -139,37 +163,43 @@ def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None =
         [(span, start, *v) for (span, start), v in buckets.items()])
 
 
-def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, float] | None = None,
-            power: Mapping[GpuKey, float] | None = None,
-            only: Iterable[GpuKey] | None = None,
-            rows: Sequence[sqlite3.Row] | None = None) -> None:
-    """Set the rate each running job accrues at from now on (only the jobs on GPUs ``only``, if
-    given), from how many jobs share each of its GPUs, this poll's ``observed`` speeds and the
-    GPUs' ``power`` draw (None: the last recorded poll's). A job accounted for the first time
-    (it just started running, or an older controller started it) counts from ``now``.
-    ``rows``: the running jobs as ``_running`` read them, if the caller has them (``accrue``
-    changes none of what this reads: the rate, the predicted speed; ``acct_at`` only where it
-    was set)."""
-    rows = _running(conn) if rows is None else rows
+def _new_buckets() -> Buckets:
+    return defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+
+
+def accrue(conn: sqlite3.Connection, now: float, only: Iterable[GpuKey] | None = None) -> None:
+    """Add each running job's rate x the time since it was last accounted, up to ``now`` (only
+    the jobs on GPUs ``only``, if given: a transition there changes their rates)."""
+    buckets = _new_buckets()
+    updates = []
+    for row in _in(_running(conn), only):
+        got = _accrual(row, now, buckets)
+        if got is not None:
+            updates.append((*_totals(got), now, row.id))
+    conn.executemany(   # one statement for every job: a poll's accounting is per job
+        f"UPDATE jobs SET {_ADD_TOTALS}, acct_at = ? WHERE id = ?", updates)
+    _add_buckets(conn, buckets)
+
+
+def _rates(conn: sqlite3.Connection, rows: Sequence[_Running], priced: Sequence[_Running],
+           observed: Mapping[int, float], power: Mapping[GpuKey, float] | None
+           ) -> dict[int, str]:
+    """The rate (JSON) each of ``priced`` accrues at from now on, given how many of ``rows``
+    (every running job) share each of its GPUs, this poll's ``observed`` speeds and the GPUs'
+    ``power`` draw (None: each node's last recorded poll's)."""
     sharing: dict[GpuKey, int] = defaultdict(int)
     for row in rows:
-        for key in _gpus(row):
+        for key in row.keys:
             sharing[key] += 1
-    scope = None if only is None else set(only)
     if power is None:   # a transition: the nodes concerned, as last polled
-        power = last_power(conn, {node for node, _ in scope} if scope is not None
-                           else {row["node"] for row in rows})
-    observed = observed or {}
-    updates: list[tuple[Any, ...]] = []
-    for row in rows:
-        gpus = _gpus(row)
-        if scope is not None and not scope.intersection(gpus):
-            continue
-        counts = [sharing[key] for key in gpus] or [1]
+        power = last_power(conn, {row.node for row in priced})
+    out: dict[int, str] = {}
+    for row in priced:
+        counts = [sharing[key] for key in row.keys] or [1]
         alone = max(counts) == 1
-        before = json.loads(row["acct_rate"]) if row["acct_rate"] else {}
-        if row["id"] in observed:
-            speed, measured = float(observed[row["id"]]), True
+        before = row.rate or {}
+        if row.id in observed:
+            speed, measured = float(observed[row.id]), True
         elif before.get("measured") and before.get("n") == counts:
             # measured before, in the same company: a poll that could not read its progress
             # this time (a slow node) leaves its measured speed as it was
@@ -177,27 +207,50 @@ def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, floa
         elif alone:
             speed, measured = 1.0, False
         else:
-            speed = row["predicted_speed"] if row["predicted_speed"] is not None \
+            speed = row.predicted_speed if row.predicted_speed is not None \
                 else 1.0 / max(counts)
             measured = False
-        busy = sum(1.0 / n for n in counts) if gpus else float(row["gpus"])
-        watts = [power[key] / sharing[key] for key in gpus if power.get(key) is not None]
+        busy = sum(1.0 / n for n in counts) if row.keys else float(row.gpus)
+        watts = [power[key] / sharing[key] for key in row.keys if power.get(key) is not None]
         if not watts and before.get("power") is not None and before.get("n") == counts:
             watts = [before["power"]]   # this poll did not reach its node: as it drew last
-        rate = {"speed": round(speed, 6), "measured": measured, "busy": busy,
-                "shared": not alone, "power": sum(watts) if watts else None, "n": counts}
-        updates.append((json.dumps(rate), now, row["id"]))
+        out[row.id] = json.dumps({"speed": round(speed, 6), "measured": measured, "busy": busy,
+                                  "shared": not alone, "power": sum(watts) if watts else None,
+                                  "n": counts})
+    return out
+
+
+def reprice(conn: sqlite3.Connection, now: float, *, observed: Mapping[int, float] | None = None,
+            power: Mapping[GpuKey, float] | None = None,
+            only: Iterable[GpuKey] | None = None) -> None:
+    """Set the rate each running job accrues at from now on (only the jobs on GPUs ``only``, if
+    given), from how many jobs share each of its GPUs, this poll's ``observed`` speeds and the
+    GPUs' ``power`` draw (None: the last recorded poll's). A job accounted for the first time
+    (it just started running, or an older controller started it) counts from ``now``."""
+    rows = _running(conn)
+    rates = _rates(conn, rows, _in(rows, only), observed or {}, power)
     conn.executemany("UPDATE jobs SET acct_rate = ?, acct_at = COALESCE(acct_at, ?) "
-                     "WHERE id = ?", updates)
+                     "WHERE id = ?", [(rate, now, job_id) for job_id, rate in rates.items()])
 
 
 def tick(conn: sqlite3.Connection, now: float, observed: Mapping[int, float],
          power: Mapping[GpuKey, float]) -> None:
-    """One poll's accounting: accrue every running job up to ``now``, set its rate from this
-    poll, and fold minute rows older than two days into hour rows."""
-    rows = _running(conn)   # read once for both: every poll, every running job
-    accrue(conn, now, rows=rows)
-    reprice(conn, now, observed=observed, power=power, rows=rows)
+    """One poll's accounting: accrue every running job up to ``now`` and set its rate from this
+    poll (one read of the running jobs and one UPDATE each, the two together), and fold minute
+    rows older than two days into hour rows."""
+    rows = _running(conn)
+    buckets = _new_buckets()
+    rates = _rates(conn, rows, rows, observed, power)
+    updates = []
+    for row in rows:
+        got = _accrual(row, now, buckets)
+        # accrued: accounted up to now; else as it was (first priced: from now)
+        at = now if got is not None or row.acct_at is None else row.acct_at
+        updates.append((*_totals(got or (0.0, 0.0, 0.0, 0.0, 0.0, None)), rates[row.id], at,
+                        row.id))
+    conn.executemany(f"UPDATE jobs SET {_ADD_TOTALS}, acct_rate = ?, acct_at = ? WHERE id = ?",
+                     updates)
+    _add_buckets(conn, buckets)
     compact(conn, now)
 
 
