@@ -8,6 +8,7 @@ An unreachable node is a ``NodeSnapshot`` with ``error`` set, never an exception
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
@@ -155,13 +156,27 @@ class ClusterSnapshot:
     nodes: tuple[NodeSnapshot, ...] = field(default_factory=tuple)
 
     def node(self, name: str) -> NodeSnapshot | None:
-        return next((n for n in self.nodes if n.name == name), None)
+        return self._by_name.get(name)
 
     def gpu(self, node: str | None, index: int) -> GpuSample | None:
         """GPU ``index`` of ``node`` as last read; None if the node failed or has no such GPU."""
-        snap = self.node(node or "")
-        return next((g for g in (snap.gpus if snap and snap.ok else ()) if g.index == index),
-                    None)
+        return self._by_gpu.get((node or "", index))
+
+    # Looked up once per job and step every round: indexed on first use (a snapshot is frozen).
+    @functools.cached_property
+    def _by_name(self) -> dict[str, NodeSnapshot]:
+        out: dict[str, NodeSnapshot] = {}
+        for n in self.nodes:
+            out.setdefault(n.name, n)   # the first of a name, as a scan would find
+        return out
+
+    @functools.cached_property
+    def _by_gpu(self) -> dict[tuple[str, int], GpuSample]:
+        out: dict[tuple[str, int], GpuSample] = {}
+        for n in self._by_name.values():
+            for g in n.gpus if n.ok else ():
+                out.setdefault((n.name, g.index), g)
+        return out
 
 
 def json_safe(data: Any) -> Any:
@@ -189,12 +204,25 @@ def to_dict(obj: Any) -> dict:
     return _plain(obj)
 
 
+# each dataclass's fields to serialise, found once per class (a round serialises every
+# running job's entry of every node: asking ``dataclasses.fields`` each time cost most of it)
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _plain(value: Any) -> Any:
     """``dataclasses.asdict``'s result for these classes (their values are immutable: no
     copies), without the round-only fields."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)
-                if f.name not in _ROUND_ONLY}
+    kind = type(value)
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    if kind in (tuple, list):
+        return kind(_plain(v) for v in value)
+    names = _NAMES.get(kind)
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _NAMES[kind] = tuple(f.name for f in fields(value)
+                                     if f.name not in _ROUND_ONLY)
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, (list, tuple)):
         return type(value)(_plain(v) for v in value)
     if isinstance(value, dict):
