@@ -14,8 +14,12 @@ processes per job on every node, which the real tool does not.
 Each line also splits the round: the nodes' polls (the shell on every node reading its jobs'
 states and progress: on a real lab that runs on the nodes, here on this machine's cores) and the
 controller's own part (the rest: the store, reconcile, observe, placement).
+The last lines put the two growths side by side: what a job adds to the round once every node
+reads its budget of progress files (from 16 to 64 jobs a node on 4 nodes), and what a node adds
+to the empty round.  The controller's thread's CPU time is printed too: unlike wall time, the
+machine's load does not inflate it.
 Usage: .venv/bin/python benchmarks/bench_rounds.py [--nodes 4 16] [--jobs 0 8 64 256]
-       [--rounds 7]
+       [--rounds 7] [--profile N]
 """
 from __future__ import annotations
 
@@ -57,24 +61,28 @@ def _start(ctl, script: Path, index: int, nodes: list[str]) -> tuple[str, int]:
     return got.job_dir, job_id
 
 
-def _rounds(ctl, dirs: list[str], rounds: int, step: list[int], profiler=None) -> list[float]:
+def _rounds(ctl, dirs: list[str], rounds: int, step: list[int], profiler=None,
+            cpu: list[float] | None = None) -> list[float]:
     """``rounds`` timed rounds, each after one more progress line in every job's file; the
     nodes' polls' share of each is appended to ``ctl.poll_times``.  ``profiler``: a
     ``cProfile.Profile`` that sees the rounds (the controller's own thread only: the polls
-    run in the pool's threads)."""
+    run in the pool's threads).  ``cpu``: each round's CPU time in the controller's own
+    thread is appended to it (what the machine's load does not inflate, unlike wall time)."""
     times = []
     for _ in range(rounds):
         step[0] += 1
         for d in dirs:
             with open(f"{d}/progress", "a") as f:
                 f.write(f"{time.time():.3f} {step[0] * 10}\n")
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.thread_time()
         if profiler is not None:
             profiler.enable()
         ctl._tick()
         if profiler is not None:
             profiler.disable()
         times.append(time.perf_counter() - began)
+        if cpu is not None:
+            cpu.append(time.thread_time() - cpu_began)
     return times
 
 
@@ -100,7 +108,7 @@ def _count_running(ctl) -> int:
 
 
 def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
-        ) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+        ) -> tuple[dict[int, list[float]], dict[int, list[float]], dict[int, list[float]]]:
     from iadeep_cli.controller.runtime import Controller
     from iadeep_cli.controller.steps.profile import PROFILE_SAMPLES
 
@@ -120,6 +128,7 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
             dirs: list[str] = []
             out: dict[int, list[float]] = {}
             polls: dict[int, list[float]] = {}
+            cpus: dict[int, list[float]] = {}
             spent = _timed_polls(ctl)
             step = [0]
             try:
@@ -134,8 +143,10 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
                     if _count_running(ctl) != count:
                         raise SystemExit(f"{_count_running(ctl)} jobs running, not {count}")
                     spent.clear()
+                    cpus[count] = []
                     out[count] = _rounds(ctl, dirs, rounds, step,
-                                         profiler if count == max(counts) else None)
+                                         profiler if count == max(counts) else None,
+                                         cpus[count])
                     polls[count] = list(spent)
             finally:
                 if ctl.loop is not None:
@@ -145,7 +156,7 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
                 kill_recorded_jobs(Path(d) / "pid" for d in dirs)   # the jobs' sessions
         finally:
             cluster.shutdown()
-    return out, polls
+    return out, polls, cpus
 
 
 def main() -> None:
@@ -157,13 +168,15 @@ def main() -> None:
                     help="print the N functions with the most own time in the controller's "
                          "thread over the rounds with the most jobs (cProfile)")
     args = ap.parse_args()
+    from iadeep_cli.controller.observe import PROGRESS_READS_PER_NODE
     counts = sorted(set(args.jobs) | {0})
     print(f"cpus={os.cpu_count()} rounds={args.rounds} (medians); load average "
           f"{os.getloadavg()[0]:.1f} at start")
+    empty: dict[int, float] = {}
     for n in args.nodes:
         profiler = cProfile.Profile() if args.profile else None
-        got, polls = run(n, counts, args.rounds, profiler)
-        base = statistics.median(got[0])
+        got, polls, cpus = run(n, counts, args.rounds, profiler)
+        base = empty[n] = statistics.median(got[0])
         own_base = statistics.median(r - p for r, p in zip(got[0], polls[0]))
         for count in counts:
             xs = got[count]
@@ -173,17 +186,30 @@ def main() -> None:
                   f"(min {min(xs) * 1000:6.1f}, max {max(xs) * 1000:6.1f})  "
                   f"vs no job {m / base:5.2f}x; of it the nodes' polls "
                   f"{statistics.median(polls[count]) * 1000:7.1f} ms, the controller's own "
-                  f"part {own * 1000:6.1f} ms ({own / own_base:5.2f}x)")
+                  f"part {own * 1000:6.1f} ms ({own / own_base:5.2f}x), its thread's CPU "
+                  f"{statistics.median(cpus[count]) * 1000:6.1f} ms")
         ratio8 = statistics.median(got[8]) / base if 8 in got else None
         if ratio8 is not None:
             print(f"  {n:>2} nodes: 8 jobs {ratio8:.2f}x the empty round (target <= 2x: "
                   f"{'met' if ratio8 <= 2 else 'MISSED'})")
+        # from every node's progress files all read each round to more jobs taking turns
+        past = [c for c in counts if c >= PROGRESS_READS_PER_NODE * n]
+        if len(past) >= 2:
+            lo, hi = past[0], past[-1]
+            a, b = statistics.median(got[lo]), statistics.median(got[hi])
+            print(f"  {n:>2} nodes: at and past the read budget ({lo} -> {hi} jobs, "
+                  f"{lo // n} -> {hi // n} a node) the round grows {b / a:.2f}x, "
+                  f"{(b - a) / (hi - lo) * 1000:.2f} ms a job")
         if profiler is not None:
             print(f"  {n:>2} nodes, {max(counts)} jobs: where the controller's thread spent "
                   "its time (cProfile, total time per function):")
             stats = pstats.Stats(profiler, stream=sys.stdout)
             stats.sort_stats("tottime").print_stats(args.profile)
             stats.dump_stats(f"/tmp/bench_rounds-{n}.prof")
+    if len(empty) >= 2:
+        few, many = min(empty), max(empty)
+        print(f"  the empty round, {few} -> {many} nodes: {empty[many] / empty[few]:.2f}x, "
+              f"{(empty[many] - empty[few]) / (many - few) * 1000:.1f} ms a node")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
