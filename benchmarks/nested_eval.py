@@ -5,13 +5,15 @@ picked by looking at the held-out scores themselves reports an optimistic figure
 
 Variants (the first wins ties):
 
-* ``previous default``: the model before the scaled rule (the inner cross-validation chooses
-  among the base rule itself and, with 12 or more workloads, priors fitted toward it);
-* ``scaled rule considered``: the same plus the base rule times one fitted factor among its
-  candidates (``fit_model(..., rule_scale=True)``, the shipped default).
+* ``additive correction``: the model before the log-speed correction (the correction is
+  added to the prior's speed, ``fit_model(..., log_correction=False)``);
+* ``log-speed correction``: the correction multiplies the prior's speed
+  (``log_correction=True``, the shipped default).
 
-(A third variant, each known workload's offset as the partner, was rejected by this script at
-commit 8fc976c and its code removed since: docs/scheduling.md has its figures.)
+Both consider the base rule times one fitted factor among the prior's candidates (the scaled
+rule, chosen by this script over the model before it at commit 8fc976c). (Each known
+workload's offset as the partner was rejected by this script at that commit and its code
+removed since: docs/scheduling.md has its figures.)
 
 For each data set it prints every variant alone (no choice: ``model eval``'s figure for that
 variant) and the nested choice among them, with the variant each outer fold chose.
@@ -36,8 +38,8 @@ def variants():
 
     def with_options(**options):
         return lambda groups: (lambda p, o: fit_model(p, o, groups=groups, **options))
-    return {"previous default": with_options(rule_scale=False),
-            "scaled rule considered": with_options(rule_scale=True)}
+    return {"additive correction": with_options(log_correction=False),
+            "log-speed correction": with_options(log_correction=True)}
 
 
 def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:

@@ -25,11 +25,13 @@ from .terms import (
     ANALYTIC_THETA,
     BASE_RULES,
     CAL_LEVELS,
+    CORRECTION_SCALES,
     FEATURE_SETS,
     GP_AMPLITUDE,
     GP_AMPLITUDE_GRID,
     GP_NOISE,
     INNER_FOLDS,
+    LOG_CORRECTION,
     MAX_INDUCING,
     MAX_SPEED,
     MIN_OFFSET_WORKLOADS,
@@ -48,6 +50,7 @@ from .terms import (
     PriorKind,
     ResidualGP,
     _analytic_calibration,
+    corrected,
     job_features,
     merge_measurements,
     model_dict,
@@ -85,10 +88,12 @@ def _directed_rows(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
 
 
 class _Data:
-    """The rows as arrays: prior terms, speeds, samples, correction features per feature set."""
+    """The rows as arrays: prior terms, speeds, samples, correction features per feature set;
+    ``log_correction``: the correction's scale (``terms.CORRECTION_SCALES``)."""
 
-    def __init__(self, rows: Sequence[_Row]):
+    def __init__(self, rows: Sequence[_Row], log_correction: bool = LOG_CORRECTION):
         self.rows = list(rows)
+        self.log_correction = log_correction
         self.terms = (np.vstack([prior_terms(r.s, r.o) for r in rows]) if rows
                       else np.zeros((0, 6)))
         self.y = np.array([r.y for r in rows], dtype=float)
@@ -222,8 +227,10 @@ def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: flo
     predicts, next to everything). A workload not seen in training gets no offset.
     Offsets after the GP, not before: fitted first they absorb the part of the residual that
     depends on the partners a workload happened to be measured with (leave-one-family-out on
-    lucid-part: 0.0671 before, 0.0662 after)."""
-    resid = d.y - prior_speed(theta, d.terms)
+    lucid-part: 0.0671 before, 0.0662 after). The GP learns the residual on the correction's
+    scale (``d.log_correction``: log measured - log prior); the offsets are in speed."""
+    prior = prior_speed(theta, d.terms)
+    resid = np.log(d.y) - np.log(prior) if d.log_correction else d.y - prior
     gps = []
     for name, feats, ls in FEATURE_SETS if amplitude > 0 else ():
         ok, x = d.feats[name]
@@ -244,7 +251,7 @@ def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
     """Structural speeds (clipped) and confidences of rows ``idx``: the same numbers as
     ``InterferenceModel.predict_pair``, batched (``confidence=False``: speeds only, the
     confidences left at ANALYTIC_CONFIDENCE)."""
-    out = prior_speed(theta, d.terms[idx]) + _offset_array(d, idx, offsets)
+    correction = np.zeros(len(idx))
     conf = np.full(len(idx), ANALYTIC_CONFIDENCE)
     todo = np.ones(len(idx), dtype=bool)
     for gp in gps:
@@ -255,8 +262,10 @@ def _predict_idx(d: _Data, idx: np.ndarray, theta: np.ndarray, offsets: Offsets,
                 mean, conf[use] = gp.correct(x[idx[use]])
             else:
                 mean = gp.mean(x[idx[use]])
-            out[use] += mean
+            correction[use] += mean
         todo &= ~use
+    out = (corrected(prior_speed(theta, d.terms[idx]), correction, d.log_correction)
+           + _offset_array(d, idx, offsets))
     return np.clip(out, MIN_SPEED, MAX_SPEED), conf
 
 
@@ -399,13 +408,14 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    groups: Mapping[str, str] | None = None,
                    previous: Mapping | None = None,
                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
-                   rule_scale: bool = RULE_SCALE) -> dict:
+                   rule_scale: bool = RULE_SCALE,
+                   log_correction: bool = LOG_CORRECTION) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
                                extra_observations=extra_observations, groups=groups,
                                previous=previous, offset_scales=offset_scales,
-                               rule_scale=rule_scale)
+                               rule_scale=rule_scale, log_correction=log_correction)
 
 
 # An incremental refit reuses the previous fit's selected setting and calibration while the
@@ -416,7 +426,8 @@ RESELECT_GROWTH = 0.1
 
 
 def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
-              scales: Sequence[float], rule_scale: bool = RULE_SCALE
+              scales: Sequence[float], rule_scale: bool = RULE_SCALE,
+              log_correction: bool = LOG_CORRECTION
               ) -> tuple[Setting, tuple[float, ...], int, int] | None:
     """The previous fit's (setting, calibration, rows and workloads at its selection) when
     still valid here."""
@@ -434,6 +445,9 @@ def _reusable(previous: Mapping | None, gpu: str, n_rows: int, n_workloads: int,
         return None
     if (setting[0] not in BASE_RULES or levels != CAL_LEVELS
             or setting[3] not in scales
+            # a setting (and calibration) selected for the correction on another scale
+            or previous.get("correction", CORRECTION_SCALES[0])
+            != CORRECTION_SCALES[int(log_correction)]
             or (setting[1].kind is PriorKind.SCALED_RULE and not rule_scale)
             or not rows <= n_rows <= rows * (1.0 + RESELECT_GROWTH)
             # the candidates differ on either side of these (prior fitted or not, offsets)
@@ -450,7 +464,8 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                     groups: Mapping[str, str] | None = None,
                     previous: Mapping | None = None,
                     offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
-                    rule_scale: bool = RULE_SCALE) -> dict:
+                    rule_scale: bool = RULE_SCALE,
+                    log_correction: bool = LOG_CORRECTION) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
@@ -462,6 +477,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     ``offset_scales``: the shares of the workloads' own offsets the inner cross-validation
     chooses among (the first preferred on a tie; ``(0.0,)``: no offsets). ``rule_scale``: the
     inner cross-validation also considers the base rule times one fitted factor (SCALED_RULE).
+    ``log_correction``: the correction's scale (``terms.LOG_CORRECTION``).
     """
     if not offset_scales or any(not 0.0 <= s <= 1.0 for s in offset_scales):
         raise InputError(f"offset scales {tuple(offset_scales)} must be one or more numbers "
@@ -479,9 +495,10 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                 f"{gpu or 'this GPU'} (need {MIN_PAIRS})")
         return model_dict(gpu, (), note, trained, ANALYTIC_THETA, _analytic_calibration(),
                           _observed_pairs(rows), fitted=False)
-    d = _Data(rows)
+    d = _Data(rows, log_correction)
     grouping = dict(groups) if groups is not None else default_groups(trained)
-    reuse = _reusable(previous, gpu, len(rows), len(trained), offset_scales, rule_scale)
+    reuse = _reusable(previous, gpu, len(rows), len(trained), offset_scales, rule_scale,
+                      log_correction)
     if reuse is not None:
         (base_name, prior, amp, scale), calibration, selected_rows, selected_workloads = reuse
     else:
@@ -500,7 +517,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     note = (f"fitted on {n_pairs} distinct pairs of {len(trained)} workloads "
             f"({gpu or 'unknown GPU'}); {described}; correction: "
             f"{', '.join(g.name for g in gps) or 'none'}"
-            f"{f' (amplitude {amp:g})' if gps else ''}"
+            f"{f' (amplitude {amp:g}, on {CORRECTION_SCALES[int(log_correction)]})' if gps else ''}"
             f"{f'; own offsets x{scale:g}' if offsets is not None else ''}"
             f"{f'; setting selected on {selected_rows} rows' if reuse is not None else ''}")
     selection = {"base": base_name, "ridge": prior.to_file(), "amplitude": amp,
@@ -509,4 +526,5 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     own: dict[str, float] = ({w: float(v) for w, v in zip(d.workloads, offsets) if v != 0.0}
                              if offsets is not None else {})
     return model_dict(gpu, gps, note, trained, theta, calibration, _observed_pairs(rows),
-                      fitted=True, offsets=own, selection=selection)
+                      fitted=True, offsets=own, selection=selection,
+                      log_correction=log_correction)

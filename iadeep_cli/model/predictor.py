@@ -54,6 +54,8 @@ from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     ANALYTIC_CONFIDENCE,
     ANALYTIC_THETA,
     CAL_LEVELS,
+    CORRECTION_SCALES,
+    LOG_CORRECTION,
     MAX_SPEED,
     MIN_SPEED,
     MODEL_FORMAT,
@@ -66,6 +68,7 @@ from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     ResidualGP,
     _analytic_calibration,
     analytic_speed,
+    corrected,
     job_features,
     merge_measurements,
     model_dict,
@@ -102,6 +105,9 @@ class InterferenceModel:
     # a trained workload's own speed offset (how much faster or slower it runs next to any
     # partner than the prior and correction say), shrunk toward 0; 0 for a workload not seen
     offsets: dict[str, float] = field(default_factory=dict)
+    # the correction multiplies the prior's speed (``exp``, its "log speed" scale) instead of
+    # being added to it (terms.CORRECTION_SCALES; a model file without the entry: added)
+    log_correction: bool = False
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -128,14 +134,14 @@ class InterferenceModel:
         """Speeds (a, b) from prior + correction, confidence per speed, method (no
         observations)."""
         prior = prior_speed(self.theta, np.vstack([prior_terms(a, b), prior_terms(b, a)]))
-        prior += np.array([self.offsets.get(a.workload, 0.0), self.offsets.get(b.workload, 0.0)])
+        own = np.array([self.offsets.get(a.workload, 0.0), self.offsets.get(b.workload, 0.0)])
         gp, fa, fb = self._choose(a, b)
         if gp is None:
-            return (prior, np.full(2, ANALYTIC_CONFIDENCE),
+            return (prior + own, np.full(2, ANALYTIC_CONFIDENCE),
                     "model" if self.fitted else "analytic")
         x = np.vstack([np.concatenate([fa, fb]), np.concatenate([fb, fa])])
         resid, conf = gp.correct(x)
-        return prior + resid, conf, "model"
+        return corrected(prior, resid, self.log_correction) + own, conf, "model"
 
     def _predict_uncached(self, a: Profile, b: Profile) -> tuple[PairPrediction, np.ndarray]:
         """The prediction and, per speed, the interval's scale: for a pair not measured, the
@@ -225,7 +231,8 @@ class InterferenceModel:
     # -- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         return model_dict(self.gpu_model, self.gps, self.note, self.trained_on, self.theta,
-                          self.calibration, self.observed, self.fitted, self.offsets)
+                          self.calibration, self.observed, self.fitted, self.offsets,
+                          log_correction=self.log_correction)
 
     def save(self, path) -> None:
         p = Path(path)
@@ -271,12 +278,17 @@ class InterferenceModel:
                                  "longer supports",
                                  hint="refit it with this iadeep: `iadeep model fit -o FILE`")
             gps = tuple(ResidualGP.from_dict(g) for g in data["gps"])
+            scale = data.get("correction", CORRECTION_SCALES[0])
+            if scale not in CORRECTION_SCALES:
+                raise ValueError(f"correction scale {scale!r} is none of "
+                                 f"{', '.join(CORRECTION_SCALES)}")
             observed = {(str(a), str(b)): (float(t), float(n)) for a, b, t, n in data["observed"]}
             return cls(str(data.get("gpu_model", "")), gps, str(data.get("note", "")),
                        tuple(data.get("trained_on", ())), np.asarray(data["theta"], float),
                        tuple(float(c) for c in data["calibration"]), observed,
                        bool(data["fitted"]),
-                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()})
+                       {str(w): float(v) for w, v in dict(data.get("offsets") or {}).items()},
+                       CORRECTION_SCALES.index(scale) == 1)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{path}: corrupt model file ({type(exc).__name__}: {exc})",
                              hint="refit it with `iadeep model fit -o FILE`") from None
@@ -292,17 +304,19 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
               extra_observations: Sequence[CoLocation] | None = None,
               groups: Mapping[str, str] | None = None,
               offset_scales: Sequence[float] | None = None,
-              rule_scale: bool | None = None) -> InterferenceModel:
+              rule_scale: bool | None = None,
+              log_correction: bool | None = None) -> InterferenceModel:
     """Fit on pair measurements of one GPU model (see ``model.fit.fit_parameters``;
     ``offset_scales`` default: ``terms.OFFSET_SCALE_GRID``, ``rule_scale``:
-    ``terms.RULE_SCALE``)."""
+    ``terms.RULE_SCALE``, ``log_correction``: ``terms.LOG_CORRECTION``)."""
     from .fit import fit_parameters
 
     return InterferenceModel.from_dict(fit_parameters(
         profiles, observations, gpu_model, extra_profiles=extra_profiles,
         extra_observations=extra_observations, groups=groups,
         offset_scales=OFFSET_SCALE_GRID if offset_scales is None else tuple(offset_scales),
-        rule_scale=RULE_SCALE if rule_scale is None else rule_scale),
+        rule_scale=RULE_SCALE if rule_scale is None else rule_scale,
+        log_correction=LOG_CORRECTION if log_correction is None else log_correction),
         "fitted model")
 
 
