@@ -121,7 +121,7 @@ class SchedulingLoop(OnContext):
     # ------------------------------------------------------------------ the round
     def tick(self) -> None:
         now = self.clock()
-        self.ctx.decoded.sweep()   # keep only the jobs last round read decoded
+        self.ctx.decoded.sweep()   # keep only what last round read: its jobs and questions
         snapshot = self.poll.run(self.round_wait_s)
         for node in snapshot.nodes:
             if node.reached:

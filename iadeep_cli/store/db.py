@@ -12,6 +12,15 @@ from pathlib import Path
 
 from ..errors import StoreError
 
+# The columns a job is decoded from when v13 was made (``store.jobrows._JOB_COLUMNS``): a write
+# that changes one of their values counts (one that writes a value as it was does not: the
+# round rewrites each running job's observed speed, mostly unchanged).
+_V13_JOB_COLUMNS = (
+    "id", "owner", "state", "submitted_at", "started_at", "ended_at", "node", "gpu_indices",
+    "exit_code", "attempts", "remote_pid", "remote_start", "reason", "observed_speed",
+    "predicted_speed", "extra", "script", "args", "name", "gpus", "mem_gib", "workload",
+    "priority", "exclusive", "workdir", "env", "retries", "min_speed")
+
 MIGRATIONS: tuple[str, ...] = (
     # v1: jobs and their transition history.
     """
@@ -266,11 +275,8 @@ MIGRATIONS: tuple[str, ...] = (
     BEGIN UPDATE job_rows_changed SET n = n + 1; END;
     CREATE TRIGGER job_rows_deleted AFTER DELETE ON jobs
     BEGIN UPDATE job_rows_changed SET n = n + 1; END;
-    CREATE TRIGGER job_rows_updated AFTER UPDATE OF
-        id, owner, state, submitted_at, started_at, ended_at, node, gpu_indices, exit_code,
-        attempts, remote_pid, remote_start, reason, observed_speed, predicted_speed, extra,
-        script, args, name, gpus, mem_gib, workload, priority, exclusive, workdir, env, retries,
-        min_speed ON jobs
+    CREATE TRIGGER job_rows_updated AFTER UPDATE OF """ + ", ".join(_V13_JOB_COLUMNS) + """
+    ON jobs WHEN """ + " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in _V13_JOB_COLUMNS) + """
     BEGIN UPDATE job_rows_changed SET n = n + 1; END;
     """,
 )

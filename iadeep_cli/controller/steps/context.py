@@ -35,8 +35,8 @@ class Context:
 
     def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
         """The jobs in ``states`` (on ``node``), oldest first, read in a transaction of their
-        own (which writes nothing: the same question before the next write anywhere is
-        answered from the last read, see ``jobrows.Decoded``)."""
+        own (which writes nothing: the same question asked again, this round or the next,
+        before any job changed is answered from the last read, see ``jobrows.Decoded``)."""
         states = tuple(states)
         query = (frozenset(states), node)
         with self.store.tx() as conn:
