@@ -37,13 +37,24 @@ SPLITS = {"tune": range(10, 20), "report": range(0, 10)}
 
 
 CACHE: dict[str, float] | None = None   # --cache: the peers' results, which iadeep's
-#                                        settings do not change (never iadeep's own)
+#                                        settings do not change, and iadeep-static's, keyed
+#                                        by its settings but the run-time ones (``adapt``),
+#                                        which it never uses; never iadeep's own
+CONSTS = ""   # the --const what-ifs of this run (part of iadeep-static's key)
+
+
+def _cache_key(name: str, s: SimSettings, policy: Policy) -> str | None:
+    """Where ``name``'s result on this trace is kept in ``CACHE``; None: never kept."""
+    key = f"{name}|{s.lowo}|{s.load:g}|{s.seed}|{s.phase_shift:g}|{s.jobs}|{s.gpus}"
+    if name == "iadeep-static":   # a placement is final: the adaptation settings do nothing
+        return f"{key}|{replace(policy, adapt=type(policy.adapt)())!r}|{CONSTS}"
+    return None if name.startswith("iadeep") else key
 
 
 def run_one(name: str, s: SimSettings, inputs, policy: Policy) -> float:
     """One policy's average JCT (s) on one trace; a search keeps its best variant's."""
-    key = f"{name}|{s.lowo}|{s.load:g}|{s.seed}|{s.phase_shift:g}|{s.jobs}|{s.gpus}"
-    if CACHE is not None and not name.startswith("iadeep") and key in CACHE:
+    key = _cache_key(name, s, policy)
+    if CACHE is not None and key is not None and key in CACHE:
         return CACHE[key]
     profiles, truth, model = inputs
     jobs = build_trace(s, profiles, truth)
@@ -56,7 +67,7 @@ def run_one(name: str, s: SimSettings, inputs, policy: Policy) -> float:
                      policy=pol, profiles=profiles, name=name)
         best = r.avg_jct_s if best is None else min(best, r.avg_jct_s)
     assert best is not None
-    if CACHE is not None and not name.startswith("iadeep"):
+    if CACHE is not None and key is not None:
         CACHE[key] = best
     return best
 
@@ -166,8 +177,9 @@ def main() -> None:
     ap.add_argument("--const", action="append", default=[],
                     help="a module constant for a what-if: module.NAME=number")
     ap.add_argument("--json", help="write every per-seed ratio to this file")
-    ap.add_argument("--cache", help="keep the other policies' results in this JSON file "
-                    "(for tuning runs; the figures to report run without it)")
+    ap.add_argument("--cache", help="keep the other policies' results (and iadeep-static's, "
+                    "which --set adapt.* does not change) in this JSON file (for tuning runs "
+                    "of one code version; the figures to report run without it)")
     a = ap.parse_args()
     a.loads = [float(x) for x in a.loads.split(",")]
     a.shifts = [float(x) for x in a.shifts.split(",")]
@@ -181,7 +193,8 @@ def main() -> None:
             sys.exit(f"--const {item}: {mod} has no {name}")
         setattr(module, name, type(getattr(module, name))(float(raw)))
     dump: dict = {}
-    global CACHE
+    global CACHE, CONSTS
+    CONSTS = ",".join(sorted(a.const))
     if a.cache:
         try:
             with open(a.cache, encoding="utf-8") as fh:
