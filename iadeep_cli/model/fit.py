@@ -228,9 +228,13 @@ def _fit_correction(d: _Data, idx: np.ndarray, theta: np.ndarray, amplitude: flo
     Offsets after the GP, not before: fitted first they absorb the part of the residual that
     depends on the partners a workload happened to be measured with (leave-one-family-out on
     lucid-part: 0.0671 before, 0.0662 after). The GP learns the residual on the correction's
-    scale (``d.log_correction``: log measured - log prior); the offsets are in speed."""
+    scale (``d.log_correction``: log measured - log prior); the offsets are in speed.
+    On the log scale a measured speed below MIN_SPEED counts as MIN_SPEED (the model predicts
+    nothing below it): one all but stalled measurement (0.0001, log residual -8.5) would
+    otherwise outweigh every other row, and made the fit drop the correction altogether."""
     prior = prior_speed(theta, d.terms)
-    resid = np.log(d.y) - np.log(prior) if d.log_correction else d.y - prior
+    resid = (np.log(np.maximum(d.y, MIN_SPEED)) - np.log(prior) if d.log_correction
+             else d.y - prior)
     gps = []
     for name, feats, ls in FEATURE_SETS if amplitude > 0 else ():
         ok, x = d.feats[name]

@@ -11,7 +11,8 @@ from iadeep_cli.model import fit
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles
 from iadeep_cli.model.evaluate import LOWO, lowo_evaluate, nested_cross_validate
 from iadeep_cli.model.predictor import InterferenceModel, fit_model
-from iadeep_cli.model.terms import prior_speed, prior_terms
+from iadeep_cli.model.terms import MIN_SPEED, prior_speed, prior_terms
+from iadeep_cli.profiles import CoLocation
 
 
 def test_h200_unseen_workloads_within_0045_and_nested_selection_chooses_the_log_scale():
@@ -71,3 +72,20 @@ def test_an_incremental_refit_reuses_a_selection_only_on_its_own_scale():
     additive = fit.fit_parameters(profs, pairs, log_correction=False)
     assert additive["correction"] == "speed"
     assert fit._reusable(additive, params["gpu_model"], rows, workloads, (1.0,)) is None
+
+
+def test_a_measured_speed_below_the_floor_weighs_on_the_log_scale_as_the_floor():
+    # The lab's observer records speeds to four decimals: a job that all but stalled while
+    # sharing is stored as 0.0001. On the log scale its residual was log(0.0001 / ~0.5) = -8.5
+    # (the additive one -0.5), and that one row made the whole model drop its correction.
+    # The model predicts nothing below MIN_SPEED, so it learns such a speed as MIN_SPEED.
+    profs, pairs = shipped_profiles(), shipped_pairs()
+
+    def fitted(speed: float) -> dict:
+        stalled = CoLocation(pairs[0].gpu_model, ("lstm", "mlp"), (speed, 0.5), 1)
+        return fit.fit_parameters(profs, pairs, extra_observations=[stalled])
+
+    floor, stalled = fitted(MIN_SPEED), fitted(0.0001)
+    assert floor["gps"] and floor["correction"] == "log speed"
+    assert stalled["selection"] == floor["selection"]
+    assert stalled["gps"] == floor["gps"]
