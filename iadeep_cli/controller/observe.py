@@ -191,9 +191,15 @@ class SpeedObserver:
             if (key in self._recorded or read - since < MIN_TOGETHER_S or a.id not in speeds
                     or b.id not in speeds or not (a.spec.workload and b.spec.workload)):
                 continue
+            pair = (round(speeds[a.id], 4), round(speeds[b.id], 4))
+            if min(pair) <= 0.0:
+                # no progress over the window (a validation pass, a checkpoint): a stall,
+                # not a slowdown, and a speed no fit accepts (every later one would fail);
+                # the pair is recorded once both move again
+                continue
             gpu = snapshot.gpu(node, index)
             rows.append(CoLocation(gpu.name if gpu else "", (a.spec.workload, b.spec.workload),
-                                   (round(speeds[a.id], 4), round(speeds[b.id], 4)), 1))
+                                   pair, 1))
             self._recorded.add(key)
         return rows
 

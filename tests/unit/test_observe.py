@@ -316,3 +316,35 @@ def test_a_read_that_brought_no_new_lines_is_no_fresh_read(tmp_path, here):
     rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1000.0)[1]
     rows += observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1061.0)[1]
     assert rows == []
+
+
+def test_a_job_that_made_no_progress_while_sharing_is_no_model_row(tmp_path, here):
+    """A job that reports the same iteration count for the whole window while sharing (a
+    validation pass, a checkpoint) shows speed 0, which no fit accepts (a model speed is in
+    (0, 2]): recorded, that one row made every later fit with the lab's data fail. It is no
+    model row; the pair is recorded once the job moves again."""
+    from iadeep_cli.model.data import shipped_pairs, shipped_profiles
+    from iadeep_cli.model.fit import fit_parameters
+
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, (GpuSample(0, "u", "NVIDIA H200"),)),))
+    a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
+    last_a = _progress(tmp_path, 1, 0, 60, 10)
+    last_b = _progress(tmp_path, 2, 0, 60, 20)
+    observer.observe([a, b], here.poll(snap, observer, [a, b]), now=100.0)
+    b = _job(2, "mlp", gpu=0)   # now they share GPU 0; job 1 stalls at one iteration count
+    _progress(tmp_path, 1, 100, 200, 0, first=last_a + 10)
+    last_b = _progress(tmp_path, 2, 100, 200, 17, first=last_b + 17)
+    observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1000.0)
+    _progress(tmp_path, 1, 201, 261, 0, first=last_a + 10)
+    last_b = _progress(tmp_path, 2, 201, 261, 17, first=last_b + 17)
+    speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1061.0)
+    assert speeds[1] == 0.0 and rows == []
+    fit_parameters(shipped_profiles(), shipped_pairs(), extra_observations=rows)
+    # moving again (its window past the stall), the pair becomes a row
+    _progress(tmp_path, 1, 262, 400, 6, first=last_a + 16)
+    _progress(tmp_path, 2, 262, 400, 17, first=last_b + 17)
+    speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1200.0)
+    assert rows == [CoLocation("NVIDIA H200", ("resnet50", "mlp"), (0.6, 0.85), 1)]
