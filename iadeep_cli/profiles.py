@@ -54,6 +54,15 @@ class CoLocation:
     samples: int = 1
 
 
+# a measured co-located speed a fit accepts: (0, MAX_MEASURED_SPEED] (0: no progress at all)
+MAX_MEASURED_SPEED = 2.0
+
+
+def measurable(speeds: Sequence[float]) -> bool:
+    """Whether every one of a co-location's measured speeds is one a fit accepts."""
+    return all(0.0 < float(y) <= MAX_MEASURED_SPEED for y in speeds)
+
+
 # ---------------------------------------------------------------------------------------------
 # Learning: merging a job's sample into its profile (``store.profiles.learn`` applies these).
 # ---------------------------------------------------------------------------------------------

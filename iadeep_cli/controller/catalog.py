@@ -5,10 +5,14 @@ controller, the database or the controller's public snapshot (``controller.offli
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 
 from .. import paths
 from ..model.data import shipped_profiles
+from ..profiles import MAX_MEASURED_SPEED, measurable
+
+log = logging.getLogger("iadeep.model")
 
 
 def profile_views(conn=None) -> list[dict]:
@@ -51,4 +55,8 @@ def lab_measurements(store=None) -> tuple[dict, list]:
     finally:
         if own:
             store.close()
-    return found, pairs
+    bad = [c for c in pairs if not measurable(c.speeds)]
+    for c in bad:   # stored by an older controller (a stalled job's 0.0): kept, not fitted
+        log.warning("lab measurement %s next to %s at speeds %s left out of the fit: a speed "
+                    "must be in (0, %g]", *c.jobs, c.speeds, MAX_MEASURED_SPEED)
+    return found, [c for c in pairs if measurable(c.speeds)]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..errors import IadeepError
 from ..jobs import Job
 from ..nodes.connection import Pool
-from ..profiles import CoLocation
+from ..profiles import CoLocation, measurable
 from ..progress import parse_progress, rate
 from ..snapshot import ClusterSnapshot
 
@@ -192,10 +192,10 @@ class SpeedObserver:
                     or b.id not in speeds or not (a.spec.workload and b.spec.workload)):
                 continue
             pair = (round(speeds[a.id], 4), round(speeds[b.id], 4))
-            if min(pair) <= 0.0:
+            if not measurable(pair):
                 # no progress over the window (a validation pass, a checkpoint): a stall,
-                # not a slowdown, and a speed no fit accepts (every later one would fail);
-                # the pair is recorded once both move again
+                # not a slowdown, and a speed no fit accepts (as one over twice the solo
+                # speed: a solo rate read too low); the pair is recorded once both move again
                 continue
             gpu = snapshot.gpu(node, index)
             rows.append(CoLocation(gpu.name if gpu else "", (a.spec.workload, b.spec.workload),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..profiles import CoLocation, Profile
+from ..profiles import MAX_MEASURED_SPEED, CoLocation, Profile, measurable
 from .terms import (
     ANALYTIC_CONFIDENCE,
     ANALYTIC_THETA,
@@ -77,8 +77,9 @@ def _directed_rows(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
         if len(o.jobs) != 2 or not all(j in profiles for j in o.jobs):
             continue
         for (s, p), y in zip((o.jobs, o.jobs[::-1]), o.speeds):
-            if not 0.0 < y <= 2.0:
-                raise InputError(f"measured speed {y} for {s} next to {p} is outside (0, 2]",
+            if not measurable((y,)):
+                raise InputError(f"measured speed {y} for {s} next to {p} is outside "
+                                 f"(0, {MAX_MEASURED_SPEED:g}]",
                                  hint="speed = co-located / solo throughput")
             a = acc.setdefault((s, p), [0.0, 0.0])
             a[0] += y * o.samples

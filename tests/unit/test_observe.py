@@ -6,6 +6,7 @@ leader (a real ``sleep`` here) is alive."""
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -133,6 +134,27 @@ def test_lab_measurements_take_precedence(tmp_path, monkeypatch):
     assert by_name["resnet50"].source.startswith("shipped")
     profiles, pairs = lab_measurements()
     assert set(profiles) == {"mlp", "mine"} and pairs[0].jobs == ("mine", "mlp")
+
+
+def test_a_stored_speed_no_fit_accepts_is_left_out_and_the_labs_fit_still_runs(tmp_path):
+    """A stalled job's 0.0 (or a speed over twice the solo one) stored by an older controller
+    must not make every later `iadeep model fit` and refit fail: the row stays in the
+    database, the fit leaves it out, the other rows count."""
+    env = {**os.environ, "IADEEP_HOME": str(tmp_path)}
+    store = Store(tmp_path / "iadeep.db")
+    with store.tx() as conn:
+        for speeds in ((0.0, 0.85), (0.6, 2.5), (0.7, 0.8)):
+            profrows.add_colocation(conn, CoLocation("NVIDIA H200", ("resnet50", "mlp"),
+                                                     speeds), 6.0)
+    store.close()
+    done = subprocess.run([str(Path(sys.executable).parent / "iadeep"), "model", "fit", "-o",
+                           str(tmp_path / "m.json")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "wrote" in done.stdout and (tmp_path / "m.json").exists()
+    reader = Store(tmp_path / "iadeep.db", readonly=True)
+    assert [p.speeds for p in lab_measurements(reader)[1]] == [(0.7, 0.8)]
+    reader.close()
 
 
 def test_a_newcomer_uses_the_solo_rate_this_lab_profiled(tmp_path, here):
