@@ -77,7 +77,10 @@ def _progress(workdir: Path, job_id: int, start: float, end: float, per_s: float
     return it - int(per_s)
 
 
-def test_shared_speed_is_rate_over_own_solo_rate(tmp_path, here):
+def _resnet50_and_mlp_alone(tmp_path):
+    """An observer of the local node, its one-GPU snapshot, resnet50 (job 1, GPU 0) and mlp
+    (job 2, GPU 1), and the last iteration each wrote over its first minute alone (10 and 20
+    a second)."""
     inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
                           tmp_path / "n.yaml")
     observer = SpeedObserver(NodePool(inv))
@@ -85,6 +88,11 @@ def test_shared_speed_is_rate_over_own_solo_rate(tmp_path, here):
     a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
     last_a = _progress(tmp_path, 1, 0, 60, 10)
     last_b = _progress(tmp_path, 2, 0, 60, 20)
+    return observer, snap, a, b, last_a, last_b
+
+
+def test_shared_speed_is_rate_over_own_solo_rate(tmp_path, here):
+    observer, snap, a, b, last_a, last_b = _resnet50_and_mlp_alone(tmp_path)
     # each alone on its GPU
     speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=100.0)
     assert speeds == {1: 1.0, 2: 1.0} and rows == []
@@ -348,13 +356,7 @@ def test_a_job_that_made_no_progress_while_sharing_is_no_model_row(tmp_path, her
     from iadeep_cli.model.data import shipped_pairs, shipped_profiles
     from iadeep_cli.model.fit import fit_parameters
 
-    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
-                          tmp_path / "n.yaml")
-    observer = SpeedObserver(NodePool(inv))
-    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, (GpuSample(0, "u", "NVIDIA H200"),)),))
-    a, b = _job(1, "resnet50"), _job(2, "mlp", gpu=1)
-    last_a = _progress(tmp_path, 1, 0, 60, 10)
-    last_b = _progress(tmp_path, 2, 0, 60, 20)
+    observer, snap, a, b, last_a, last_b = _resnet50_and_mlp_alone(tmp_path)
     observer.observe([a, b], here.poll(snap, observer, [a, b]), now=100.0)
     b = _job(2, "mlp", gpu=0)   # now they share GPU 0; job 1 stalls at one iteration count
     _progress(tmp_path, 1, 100, 200, 0, first=last_a + 10)
