@@ -215,7 +215,7 @@ def _plain(value: Any) -> Any:
     kind = type(value)
     if kind in (str, int, float, bool) or value is None:
         return value
-    if kind in (tuple, list):
+    if isinstance(value, (list, tuple)):
         return kind(_plain(v) for v in value)
     names = _NAMES.get(kind)
     if names is None and is_dataclass(value) and not isinstance(value, type):
@@ -223,8 +223,6 @@ def _plain(value: Any) -> Any:
                                      if f.name not in _ROUND_ONLY)
     if names is not None:
         return {name: _plain(getattr(value, name)) for name in names}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value

@@ -55,8 +55,11 @@ def lab_measurements(store=None) -> tuple[dict, list]:
     finally:
         if own:
             store.close()
-    bad = [c for c in pairs if not measurable(c.speeds)]
-    for c in bad:   # stored by an older controller (a stalled job's 0.0): kept, not fitted
-        log.warning("lab measurement %s next to %s at speeds %s left out of the fit: a speed "
-                    "must be in (0, %g]", *c.jobs, c.speeds, MAX_MEASURED_SPEED)
-    return found, [c for c in pairs if measurable(c.speeds)]
+    usable = []
+    for c in pairs:
+        if measurable(c.speeds):
+            usable.append(c)
+        else:   # stored by an older controller (a stalled job's 0.0): kept, not fitted
+            log.warning("lab measurement %s next to %s at speeds %s left out of the fit: a "
+                        "speed must be in (0, %g]", *c.jobs, c.speeds, MAX_MEASURED_SPEED)
+    return found, usable

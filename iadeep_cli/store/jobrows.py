@@ -118,9 +118,10 @@ class Decoded:
 
 
 def version(conn: sqlite3.Connection) -> int:
-    """What changes whenever a job as decoded may have: the count of writes to the columns a
-    ``Job`` is read from (``_JOB_COLUMNS``), inserts and deletes, kept by the database's own
-    triggers (schema v13) for every connection's writes, committed or in this transaction.
+    """What changes whenever a job as decoded may have: the count of writes that changed the
+    value of a column a ``Job`` is read from (``_JOB_COLUMNS``), inserts and deletes, kept by
+    the database's own triggers (schema v13) for every connection's writes, committed or in
+    this transaction.
     What accounting rewrites every poll, the nodes' snapshots and every other table leave it
     as it was: a round's questions stay answered across them."""
     return conn.execute("SELECT n FROM job_rows_changed").fetchone()[0]
