@@ -28,7 +28,9 @@ import cProfile
 import getpass
 import os
 import pstats
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,13 +104,42 @@ def _timed_polls(ctl) -> list[float]:
     return spent
 
 
+def _recorded_polls() -> list[str]:
+    """From now on, keep the job part of the last poll a node was sent (what its shell runs
+    for its jobs: states and progress; ``jobstate.state_script``) as the list's one item."""
+    from iadeep_cli.nodes import poller
+    from iadeep_cli.nodes.shell.jobstate import state_script
+
+    last = [""]
+    inner = poller.poll_script
+
+    def poll_script(workdir, expect=(), gpu_timeout_s=None, progress=None):
+        last[0] = state_script(workdir, expect, progress)
+        return inner(workdir, expect, gpu_timeout_s, progress)
+    poller.poll_script = poll_script
+    return last
+
+
+def _node_cpu(script: str, repeats: int = 9) -> float:
+    """CPU seconds (user + system, the median of ``repeats`` runs) one node's shell spends on
+    ``script``, run here as its node would: unlike wall time, other load does not inflate it."""
+    spent = []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(["sh", "-c", script], stdout=subprocess.DEVNULL, check=False)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spent.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(spent)
+
+
 def _count_running(ctl) -> int:
     from iadeep_cli.jobs import JobState
     return ctl.service.status().queue[JobState.RUNNING]
 
 
 def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
-        ) -> tuple[dict[int, list[float]], dict[int, list[float]], dict[int, list[float]]]:
+        ) -> tuple[dict[int, list[float]], dict[int, list[float]], dict[int, list[float]],
+                   dict[int, float]]:
     from iadeep_cli.controller.runtime import Controller
     from iadeep_cli.controller.steps.profile import PROFILE_SAMPLES
 
@@ -129,7 +160,9 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
             out: dict[int, list[float]] = {}
             polls: dict[int, list[float]] = {}
             cpus: dict[int, list[float]] = {}
+            node_cpu: dict[int, float] = {}
             spent = _timed_polls(ctl)
+            sent = _recorded_polls()
             step = [0]
             try:
                 for _ in range(2):   # connections opened, first reads: not a steady round
@@ -148,6 +181,8 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
                                          profiler if count == max(counts) else None,
                                          cpus[count])
                     polls[count] = list(spent)
+                    # a node's job part as the last round sent it (the nodes share one workdir)
+                    node_cpu[count] = _node_cpu(sent[0])
             finally:
                 if ctl.loop is not None:
                     ctl.loop.close()
@@ -156,7 +191,7 @@ def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
                 kill_recorded_jobs(Path(d) / "pid" for d in dirs)   # the jobs' sessions
         finally:
             cluster.shutdown()
-    return out, polls, cpus
+    return out, polls, cpus, node_cpu
 
 
 def main() -> None:
@@ -175,7 +210,7 @@ def main() -> None:
     empty: dict[int, float] = {}
     for n in args.nodes:
         profiler = cProfile.Profile() if args.profile else None
-        got, polls, cpus = run(n, counts, args.rounds, profiler)
+        got, polls, cpus, node_cpu = run(n, counts, args.rounds, profiler)
         base = empty[n] = statistics.median(got[0])
         own_base = statistics.median(r - p for r, p in zip(got[0], polls[0]))
         for count in counts:
@@ -187,7 +222,8 @@ def main() -> None:
                   f"vs no job {m / base:5.2f}x; of it the nodes' polls "
                   f"{statistics.median(polls[count]) * 1000:7.1f} ms, the controller's own "
                   f"part {own * 1000:6.1f} ms ({own / own_base:5.2f}x), its thread's CPU "
-                  f"{statistics.median(cpus[count]) * 1000:6.1f} ms")
+                  f"{statistics.median(cpus[count]) * 1000:6.1f} ms; one node's shell for "
+                  f"its jobs {node_cpu[count] * 1000:5.1f} ms CPU")
         ratio8 = statistics.median(got[8]) / base if 8 in got else None
         if ratio8 is not None:
             print(f"  {n:>2} nodes: 8 jobs {ratio8:.2f}x the empty round (target <= 2x: "
@@ -197,9 +233,12 @@ def main() -> None:
         if len(past) >= 2:
             lo, hi = past[0], past[-1]
             a, b = statistics.median(got[lo]), statistics.median(got[hi])
+            own_job = (statistics.median(cpus[hi]) - statistics.median(cpus[lo])) / (hi - lo)
             print(f"  {n:>2} nodes: at and past the read budget ({lo} -> {hi} jobs, "
                   f"{lo // n} -> {hi // n} a node) the round grows {b / a:.2f}x, "
-                  f"{(b - a) / (hi - lo) * 1000:.2f} ms a job")
+                  f"{(b - a) / (hi - lo) * 1000:.2f} ms a job; the controller's thread's CPU "
+                  f"{own_job * 1000:.3f} ms a job, a node's shell for its jobs "
+                  f"{(node_cpu[hi] - node_cpu[lo]) / (hi - lo) * n * 1000:.3f} ms a job on it")
         if profiler is not None:
             print(f"  {n:>2} nodes, {max(counts)} jobs: where the controller's thread spent "
                   "its time (cProfile, total time per function):")

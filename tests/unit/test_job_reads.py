@@ -216,3 +216,60 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def _stat_start(pid: int) -> int:
+    """The process's start time as /proc/PID/stat says it (field 22), read by Python."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+
+
+def test_recorded_leaders_are_judged_whatever_they_call_themselves(tmp_path, leaders):
+    """The poll reads every recorded leader's /proc/PID/stat in one go (``leaders_script``);
+    a name holding ") ", a newline and fake fields moves nothing, a wrong start time (a pid
+    reused) or a zombie leader is no running job, and a pid gone falls back to the job's own
+    files."""
+    odd = tmp_path / "x\n) R 1 1 1"      # a leader named like the fields that follow it
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", odd)
+    for j in (1, 2, 3, 4, 5):
+        _job(tmp_path, j)
+    named = subprocess.Popen([str(odd), "600"], start_new_session=True)
+    plain = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    zombie = subprocess.Popen(["true"], start_new_session=True)   # exits, never reaped
+    leaders.extend([named, plain, zombie])
+    follower = subprocess.Popen(["sh", "-c", "sleep 600 & echo $!; wait"], stdout=subprocess.PIPE,
+                                start_new_session=True)   # its child leads no session
+    leaders.append(follower)
+    child = int(follower.stdout.readline())
+    while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z":
+        pass
+    (tmp_path / "jobs" / "4" / "exit").write_text("3\n")
+    expect = [(1, named.pid, _stat_start(named.pid)),
+              (2, plain.pid, _stat_start(plain.pid) + 1),   # the pid now leads someone else
+              (3, zombie.pid, None),
+              (4, 999_999, 5),                               # gone: its exit file says
+              (5, child, _stat_start(child))]               # alive, but no session leader
+    states = dict(parse_states(_run(state_script(str(tmp_path), expect))["state"][1]))
+    assert (states[1].state, states[1].pid, states[1].start) == \
+        ("running", named.pid, _stat_start(named.pid))
+    assert (states[2].state, states[2].exit_code) == ("exited", None)
+    assert (states[3].state, states[3].exit_code) == ("exited", None)
+    assert (states[4].state, states[4].exit_code) == ("exited", 3)
+    assert states[5].state == "exited"
+
+
+def test_one_read_gives_each_live_leader_its_state_session_and_start(leaders):
+    from iadeep_cli.nodes.shell.jobstate import leaders_script
+
+    a = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    leaders.append(a)
+    b = subprocess.Popen(["sleep", "600"])                      # not a session leader
+    try:
+        script = "set -f\n" + leaders_script([a.pid, b.pid, 999_999]) + \
+            f'echo "a=$L_{a.pid}"; echo "b=$L_{b.pid}"; echo "gone=${{L_999999:-}}"\n'
+        _, out, _ = run_bounded(["sh", "-c", script], 30)
+        want = [f"a=S {a.pid} {_stat_start(a.pid)}",
+                f"b=S {os.getsid(b.pid)} {_stat_start(b.pid)}", "gone="]
+    finally:
+        b.kill()
+        b.wait()
+    assert out.decode().splitlines() == want
