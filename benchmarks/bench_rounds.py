@@ -208,6 +208,7 @@ def main() -> None:
     print(f"cpus={os.cpu_count()} rounds={args.rounds} (medians); load average "
           f"{os.getloadavg()[0]:.1f} at start")
     empty: dict[int, float] = {}
+    per_job: dict[int, float] = {}   # by node count: what a job past the read budget adds
     for n in args.nodes:
         profiler = cProfile.Profile() if args.profile else None
         got, polls, cpus, node_cpu = run(n, counts, args.rounds, profiler)
@@ -234,6 +235,7 @@ def main() -> None:
             lo, hi = past[0], past[-1]
             a, b = statistics.median(got[lo]), statistics.median(got[hi])
             own_job = (statistics.median(cpus[hi]) - statistics.median(cpus[lo])) / (hi - lo)
+            per_job[n] = (b - a) / (hi - lo)
             print(f"  {n:>2} nodes: at and past the read budget ({lo} -> {hi} jobs, "
                   f"{lo // n} -> {hi // n} a node) the round grows {b / a:.2f}x, "
                   f"{(b - a) / (hi - lo) * 1000:.2f} ms a job; the controller's thread's CPU "
@@ -249,6 +251,10 @@ def main() -> None:
         few, many = min(empty), max(empty)
         print(f"  the empty round, {few} -> {many} nodes: {empty[many] / empty[few]:.2f}x, "
               f"{(empty[many] - empty[few]) / (many - few) * 1000:.1f} ms a node")
+        node = (empty[many] - empty[few]) / (many - few)
+        for n, job in sorted(per_job.items()):
+            print(f"  {n:>2} nodes: a node adds as much to the round as "
+                  f"{node / job if job > 0 else float('inf'):.0f} jobs past the read budget")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
