@@ -273,3 +273,52 @@ def test_one_read_gives_each_live_leader_its_state_session_and_start(leaders):
         b.kill()
         b.wait()
     assert out.decode().splitlines() == want
+
+
+# Names a leader can give itself (its comm: 15 bytes) under which its stat line also parses,
+# read from an earlier ") ", as a session-1 process: only the last ") " ends the name.  Tabs
+# and newlines there would split into extra words for the shell if they ever reached it.
+_NAMER = ("import sys, time\n"
+          "open('/proc/self/comm', 'w').write(sys.argv[1])\n"
+          "print(flush=True); time.sleep(600)\n")
+
+
+@pytest.mark.parametrize("comm", [") R 1 1 1 ", ") R\t1\t1\t1 ", ")\nR 1 1 1 "])
+def test_a_leader_named_like_other_fields_is_judged_by_its_real_ones(tmp_path, leaders, comm):
+    for j in (1, 2):
+        _job(tmp_path, j)
+    named = subprocess.Popen([sys.executable, "-c", _NAMER, comm], start_new_session=True,
+                             stdout=subprocess.PIPE)
+    plain = subprocess.Popen(["sleep", "600"], start_new_session=True)   # read after it
+    leaders.extend([named, plain])
+    named.stdout.readline()
+    assert Path(f"/proc/{named.pid}/comm").read_text() == comm + "\n"
+    expect = [(1, named.pid, _stat_start(named.pid)), (2, plain.pid, _stat_start(plain.pid))]
+    states = dict(parse_states(_run(state_script(str(tmp_path), expect))["state"][1]))
+    assert (states[1].state, states[1].start) == ("running", _stat_start(named.pid))
+    assert (states[2].state, states[2].start) == ("running", _stat_start(plain.pid))
+
+
+def test_a_thread_id_or_an_odd_pid_file_is_no_leader(tmp_path, leaders):
+    """A recorded pid now a thread of another process (its /proc/TID/stat is readable), and pid
+    files naming a recorded leader as written, with a leading zero, too long, or at another
+    start time."""
+    code = ("import threading, time\n"
+            "def f():\n    print(threading.get_native_id(), flush=True); time.sleep(600)\n"
+            "threading.Thread(target=f).start()\n")
+    threads = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                               stdout=subprocess.PIPE)
+    plain = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    leaders.extend([threads, plain])
+    tid = int(threads.stdout.readline())
+    t0 = _stat_start(plain.pid)
+    for j, text in ((2, f"{plain.pid} {t0}"), (3, f"0{plain.pid} {t0}"), (4, "9" * 60),
+                    (5, f"{plain.pid} {t0 + 1}")):
+        (_job(tmp_path, j) / "pid").write_text(text + "\n")
+    for j in (1, 6):
+        _job(tmp_path, j)
+    expect = [(1, tid, _stat_start(tid)), (2, None, None), (3, None, None), (4, None, None),
+              (5, None, None), (6, plain.pid, t0)]
+    states = dict(parse_states(_run(state_script(str(tmp_path), expect))["state"][1]))
+    assert {j: s.state for j, s in states.items()} == {
+        1: "exited", 2: "running", 3: "exited", 4: "exited", 5: "exited", 6: "running"}
