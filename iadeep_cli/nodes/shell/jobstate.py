@@ -82,14 +82,17 @@ def leaders_script(pids) -> str:
             "done\n")
 
 
-# IS_OURS from what ``leaders_script`` read, where it read $p (the usual case: the recorded
-# leader); else (a pid from the pid file, or a leader gone) IS_OURS itself.
+# IS_OURS from what ``leaders_script`` read, where that says $p is ours (the usual case: the
+# recorded leader, alive); in every other case (a pid from the pid file, a leader gone, or a
+# sed that read something else) IS_OURS itself decides, as it did before the one read.
 IS_OURS_FAST = (
-    'L=""; [ "$p" = - ] || eval "L=\\${L_$p:-}"\n'
-    'if [ -n "$L" ]; then ours=0; now=-; s=$L; set -- $L\n'
+    'ours=0; L=""; [ "$p" = - ] || eval "L=\\${L_$p:-}"\n'
+    'if [ -n "$L" ]; then set -- $L\n'
     '  case "$1" in Z*|X*) ;; *) [ "$2" = "$p" ] && '
-    '{ [ "$st" = - ] || [ "$3" = "$st" ]; } && { ours=1; now=$3; };; esac\n'
-    "else\n" + "".join("  " + ln + "\n" for ln in IS_OURS.splitlines()) + "fi\n")
+    '{ [ "$st" = - ] || [ "$3" = "$st" ]; } && { ours=1; now=$3; s=$L; };; esac\n'
+    "fi\n"
+    'if [ "$ours" != 1 ]; then\n' + "".join("  " + ln + "\n" for ln in IS_OURS.splitlines())
+    + "fi\n")
 
 
 def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | None = None,
