@@ -148,7 +148,7 @@ def cmd_phase(a, mine: Policy, dump: dict) -> None:
     print(f"adaptive vs static, seeds {seeds[0]}-{seeds[-1]}"
           + (", leave-one-workload-out" if a.lowo else ""))
     print(f"{'shift':>5} {'load':>5} {'static':>7} {'adaptive':>8} {'gain':>7} {'better':>6}")
-    gains = []
+    gains: dict[float, list[float]] = {}   # by phase shift: each load's gain
     for shift in a.shifts:
         for load in a.loads:
             r = ratios(("iadeep-static", "iadeep"),
@@ -156,11 +156,15 @@ def cmd_phase(a, mine: Policy, dump: dict) -> None:
             dump[f"phase {shift:g} load {load:g}"] = r
             st, ad = mean(r["iadeep-static"]), mean(r["iadeep"])
             gain = 1 - ad / st
-            gains.append(gain)
+            gains.setdefault(shift, []).append(gain)
             better = sum(x < y for x, y in zip(r["iadeep"], r["iadeep-static"]))
             print(f"{shift:5g} {load:5g} {st:7.3f} {ad:8.3f} {gain:+7.1%} {better:>3}/"
                   f"{len(seeds)}", flush=True)
-    print(f"mean gain {mean(gains):+.1%}, worst cell {min(gains):+.1%}")
+    shifted = [g for shift, gs in gains.items() if shift > 0 for g in gs]
+    if shifted:   # the targets: >= 2% on average over these cells, none below -0.5%
+        print(f"shifted cells: mean gain {mean(shifted):+.1%}, worst cell {min(shifted):+.1%}")
+    if 0 in gains:   # the target: costs at most 1% where no job changes phase
+        print(f"without phase shifts: worst cell {min(gains[0]):+.1%}")
 
 
 def main() -> None:
