@@ -12,6 +12,8 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``,
    or not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or
    join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
+   A reserved GPU already empty takes a one-GPU job expected to end before the last reserved
+   GPU is expected free (EASY backfilling, ``_backfill``), instead of idling until then.
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
