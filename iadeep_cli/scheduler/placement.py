@@ -12,8 +12,6 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``,
    or not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or
    join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
-   A reserved GPU already empty takes a one-GPU job expected to end before the last reserved
-   GPU is expected free (EASY backfilling, ``_backfill``), instead of idling until then.
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
@@ -94,8 +92,7 @@ class Placement:
     node: str
     gpu_indices: tuple[int, ...]
     predicted_speeds: dict[int, float] = field(default_factory=dict)
-    # why this GPU model (on a cluster of several), or that it backfills a reservation
-    note: str = ""
+    note: str = ""   # why this GPU model, on a cluster of several ('' otherwise)
 
 
 @dataclass(frozen=True)
@@ -238,9 +235,6 @@ class _Round:
         # same speeds, per model so a job trying one model skips the others' wholesale
         self.shareable: dict[tuple, dict[int, _Gpu]] = {}
         self.empty_count = 0
-        # reserved GPUs already empty while the reservation's others drain: id(gpu) -> (gpu,
-        # the job it is held for, seconds until the last of its GPUs is expected free)
-        self.backfill: dict[int, tuple[_Gpu, int, float]] = {}
         # the largest GPU memory anywhere: fixed for the round, so whether a job could ever
         # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
         # 1,000 jobs x 512 GPUs: benchmarks/bench_schedule.py)
@@ -322,8 +316,6 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
-    history = durations if durations is not None else NO_HISTORY   # run times, any sharing
-    drain = _drain_estimate(active, history, now)
     if policy.sharing != "jct":
         durations = None
     elif durations is None:
@@ -376,13 +368,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 got, why = _place_whole(rnd, job, res, need, ok)
             else:
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
-        if got is None and rnd.backfill and job.spec.gpus == 1:
-            got = _backfill(rnd, job, res, need, ok, history.expected_left(
-                job.spec.workload, job.spec.time_limit_s, 0.0))
         if got is None:
             if whole and total_gpus:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
-                                            - (now - job.submitted_at), holder, drain, ok)
+                                            - (now - job.submitted_at), holder, ok)
                 why += note
             if not whole and rnd.closed:
                 why += _closed_note(rnd, ok)
@@ -630,8 +619,7 @@ def _largest(gpus: Sequence[_Gpu]) -> float | None:
 
 
 def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
-                 holder: int | None, drain: Callable[[_Gpu], float],
-                 ok: NodeRule = _anywhere) -> tuple[str, int | None]:
+                 holder: int | None, ok: NodeRule = _anywhere) -> tuple[str, int | None]:
     """For a blocked whole-GPU job: what its reason adds about reserving GPUs (so a user knows
     when it stops waiting behind small jobs), and the job holding this round's reservation."""
     if left_s > 0:
@@ -642,7 +630,6 @@ def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
     gpus = _reserve(rnd, job, need, ok)
     if not gpus:
         return "", None
-    _offer_backfill(rnd, gpus, job.id, drain)
     where = f"{gpus[0].node}:{','.join(str(g.index) for g in gpus)}"
     return f"; reserving {where} while {'they drain' if len(gpus) > 1 else 'it drains'}", job.id
 
@@ -672,53 +659,3 @@ def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
     held = sorted(sorted(gs, key=lambda g: (len(g.residents), g.index))[:k], key=lambda g: g.index)
     rnd.reserve(held)
     return held
-
-
-def _drain_estimate(active: Sequence[Job], history: Durations, now: float
-                    ) -> Callable[[_Gpu], float]:
-    """How long a GPU's jobs are expected to keep it busy (seconds): the longest expected
-    remaining run time among them (``Durations.expected_left``: the lab's run times of their
-    label, their ``--time``, how long they have run); 0 for an empty GPU. Worked out only for
-    a round's reservation, never per job."""
-    by_id: dict[int, Job] = {}
-
-    def drain(g: _Gpu) -> float:
-        if not by_id:
-            by_id.update((j.id, j) for j in active)
-        left = 0.0
-        for r in g.residents:
-            j = by_id.get(r.job_id)
-            age = now - j.started_at if j is not None and j.started_at is not None else 0.0
-            spec = j.spec if j is not None else None
-            left = max(left, history.expected_left(spec.workload if spec else None,
-                                                   spec.time_limit_s if spec else None, age))
-        return left
-    return drain
-
-
-def _offer_backfill(rnd: _Round, held: Sequence[_Gpu], holder: int,
-                    drain: Callable[[_Gpu], float]) -> None:
-    """Let the reserved GPUs that are already empty run a job expected to end before the
-    last of ``held`` is expected free (EASY backfilling): they would idle until then."""
-    shadow = max(drain(g) for g in held)
-    for g in held:
-        if not g.residents and shadow > 0:
-            rnd.backfill[id(g)] = (g, holder, shadow)
-
-
-def _backfill(rnd: _Round, job: Job, res: _Res, need: float | None, ok: NodeRule,
-              run_s: float) -> Placement | None:
-    """``job`` alone on an empty reserved GPU whose reservation's other GPUs are expected to
-    drain after ``run_s`` (its expected run time: the lab's run times of its label, its
-    ``--time``), or None."""
-    for key, (g, holder, shadow) in rnd.backfill.items():
-        if run_s < shadow and ok(g) and g.fits(need):
-            del rnd.backfill[key]
-            g.residents.append(res)
-            if g.free is not None and need is not None:
-                g.free -= need
-            return Placement(job.id, g.node, (g.index,), {job.id: 1.0},
-                             note=f"on a GPU reserved for job {holder}: expected to end in "
-                                  f"{_eta(run_s)}, before its other GPUs free up "
-                                  f"(~{_eta(shadow)})")
-    return None

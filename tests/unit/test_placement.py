@@ -217,29 +217,6 @@ def test_a_blocked_whole_gpu_job_says_when_it_reserves_gpus_and_which():
                           "will reserve GPUs in 10m")
 
 
-def test_a_reserved_gpu_already_empty_runs_a_job_expected_to_end_before_the_others_drain():
-    # EASY backfilling: a:0 is held for job 1 while a:1's job (10 h --time, 1 h run) drains;
-    # a job with a 30-minute --time may use a:0 meanwhile
-    now = 3 * 3600.0
-    slots = [slot("a", 0), slot("a", 1, jobs=(9,))]
-    long = job(9, "transformer", node="a", idx=(1,), exclusive=True)
-    active = [dataclasses.replace(long, started_at=now - 3600.0, spec=dataclasses.replace(
-        long.spec, time_limit_s=10 * 3600.0))]
-    short = job(2, "resnet18", t=1.0)
-    short = dataclasses.replace(short, spec=dataclasses.replace(short.spec,
-                                                                time_limit_s=1800.0))
-    p = run([job(1, "resnet50", t=0.0, gpus=2), short], slots, active=active, now=now)
-    assert where(p, 2) == ("a", (0,)) and "reserving a:0,1" in p.waits[1]
-    note = next(x.note for x in p.placements if x.job_id == 2)
-    assert note.startswith("on a GPU reserved for job 1: expected to end in ")
-    assert "m, before its other GPUs free up (~" in note
-    # a:1's job 10 minutes from its --time: the 30-minute job would delay job 1, so it waits
-    ending = [dataclasses.replace(active[0], spec=dataclasses.replace(
-        long.spec, time_limit_s=3600.0 + 600.0))]
-    p = run([job(1, "resnet50", t=0.0, gpus=2), short], slots, active=ending, now=now)
-    assert p.placements == () and set(p.waits) == {1, 2}
-
-
 def test_reservation_waits_for_the_labs_reserve_after_s():
     q = [job(1, "resnet50", t=0.0, gpus=2), job(2, "resnet18", t=1.0)]
     slots = [slot("a", 0), slot("a", 1, jobs=(9,))]

@@ -26,7 +26,7 @@ class Launches(Step):
         """Record the placement (committed before anything happens on the node), then launch
         on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
-        why = f"; {placement.note}" if placement.note else ""   # the GPU model, a backfill
+        why = f"; {placement.note}" if placement.note else ""   # the GPU model decided
         started = self.move(job, JobState.STARTING, f"placed on {placement.node}:"
                              f"{','.join(map(str, placement.gpu_indices))}{why}",
                              **{**jobrows.no_attempt(), "node": placement.node,   # afresh
@@ -71,7 +71,7 @@ class Launches(Step):
                               "start it"}))
             return
         try:
-            model = f"; {placement.note}" if placement.note else ""   # why this GPU (model)
+            model = f"; {placement.note}" if placement.note else ""   # why this GPU model
             self.move(started, JobState.RUNNING, f"running on {node}:"
                        f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}"
                        f"{model}",
