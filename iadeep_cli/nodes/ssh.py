@@ -381,13 +381,13 @@ class SshConnection:
         import paramiko
 
         client = self.client()
-        chan = self._open_channel(client)
         deadline = time.monotonic() + timeout
+        chan = self._open_channel(client, timeout)
         try:
             chan.exec_command(cmd)
             if stdin is not None:
                 chan.sendall(stdin)
-            chan.shutdown_write()
+            _shutdown_write(chan)
             out = _read_all(chan.recv, chan, deadline)
             err = _read_all(chan.recv_stderr, chan, deadline)
             while not chan.status_event.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
@@ -411,23 +411,28 @@ class SshConnection:
                             f"{exc or type(exc).__name__}",
                             hint="it is retried automatically on the next poll") from None
         finally:
-            chan.close()
-        if rc == -1:
-            self.close()
+            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+                chan.close()   # on a connection that died meanwhile: nothing left to close
+        if rc == -1:   # no exit status: the connection died, or sshd ended this session alone
+            if not self.connected:
+                self.close()
             raise NodeError(f"node {self.node.name}: connection lost before the command finished",
                             hint="it is retried automatically on the next poll")
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
-    def _open_channel(self, client):
+    def _open_channel(self, client, timeout: float):
         """A new session channel. sshd refusing one (past its MaxSessions, counting channels
         still closing) leaves the connection up: tried again twice after a moment, then this
-        command's NodeError, never a reconnect that would cut every command in flight. Any
-        other failure means the connection is dead (``_Stale``: ``run`` reconnects once)."""
+        command's NodeError, never a reconnect that would cut every command in flight. So does
+        sshd answering too slowly (a loaded node: waited for up to the command's ``timeout``)
+        while the connection is up. Any other failure means the connection is dead
+        (``_Stale``: ``run`` reconnects once)."""
         import paramiko
 
+        transport = client.get_transport()
         for attempt in range(3):
             try:
-                return client.get_transport().open_session(timeout=self.connect_timeout)
+                return transport.open_session(timeout=max(self.connect_timeout, timeout))
             except paramiko.ChannelException as exc:
                 if attempt == 2:
                     raise NodeError(f"node {self.node.name}: sshd refused a new session "
@@ -436,6 +441,11 @@ class SshConnection:
                                          "in the node's sshd_config if this persists") from None
                 time.sleep(0.2 * (attempt + 1))
             except (paramiko.SSHException, EOFError, OSError) as exc:
+                if transport is not None and transport.is_active():
+                    raise NodeError(f"node {self.node.name}: sshd did not open a session in "
+                                    f"time ({exc or type(exc).__name__})",
+                                    hint="the node is overloaded; it is retried on the next "
+                                         "poll") from None
                 self.close()
                 raise _Stale(str(exc) or type(exc).__name__) from None
         raise AssertionError("unreachable")
@@ -630,6 +640,26 @@ MAX_OUTPUT = 8 * 1024 * 1024   # a node's answer larger than this is refused, no
 
 class _TooMuchOutput(Exception):
     pass
+
+
+def _shutdown_write(chan) -> None:
+    """``chan.shutdown_write()``, with the EOF sent while the channel's lock is held.
+
+    paramiko builds the EOF under the lock but sends it after releasing it. A command that
+    ends at once (a refused read) lets sshd's EOF and CLOSE in between: paramiko's transport
+    thread answers with its own CLOSE, then our EOF goes out for a channel sshd has freed, and
+    sshd drops the whole connection ("ieof packet referred to nonexistent channel"), cutting
+    every command in flight (seen: one read of 30 concurrent ones, under load). Sent under
+    the lock, our EOF goes first, or not at all once the channel is closing."""
+    lock, build, transport = getattr(chan, "lock", None), getattr(chan, "_send_eof", None), \
+        getattr(chan, "transport", None)
+    if lock is None or build is None or transport is None:   # another paramiko: its own way
+        chan.shutdown_write()
+        return
+    with lock:
+        m = build()
+        if m is not None:
+            transport._send_user_message(m)
 
 
 def _read_all(recv, chan, deadline: float) -> bytes:
