@@ -45,17 +45,28 @@ _READ_PIDFILE = (
     'set -- $(rd "$d/pid"); p=${1:-}; st=${2:--}\n'
     "case $p in ''|*[!0-9]*) p=-;; esac\n"
     "case $st in ''|*[!0-9]*) st=-;; esac\n")
-# Sets $ours (1 if process $p is alive, not a zombie, leads its own session and started at $st,
-# unless $st is '-') and $now (its start time).  After a reboot a pid may belong to someone
-# else, even another job's session leader: a process is ours only if all of this holds.
-# /proc/$p/stat is read by the shell itself (no process per job); the command name, which may
-# hold anything, ends at its last ") ".
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
+def _verdict(state: str, sid: str, start: str) -> str:
+    """Shell that sets $ours=1 and $now when process $p, whose stat fields ``state``, ``sid``
+    and ``start`` name, is alive (not a zombie), leads its own session and started at $st
+    (unless $st is '-').  After a reboot a pid may belong to someone else, even another job's
+    session leader: a process is ours only if all of this holds."""
+    return (f'case "{state}" in Z*|X*|"") ;; *) [ "{sid}" = "$p" ] && '
+            f'{{ [ "$st" = - ] || [ "{start}" = "$st" ]; }} && {{ ours=1; now={start}; }};; esac\n')
+
+
+# Sets $ours and $now (``_verdict``) from /proc/$p/stat, read by the shell itself (no process
+# per job); the command name, which may hold anything, ends at its last ") ".
 IS_OURS = (
     'ours=0; now=-; s=""\n'
     '[ "$p" != - ] && [ -r /proc/$p/stat ] && { read -r s < /proc/$p/stat; } 2>/dev/null\n'
     's=${s##*) }; set -- $s\n'
-    'case "${1:-}" in Z*|X*|"") ;; *) [ "${4:-}" = "$p" ] && '
-    '{ [ "$st" = - ] || [ "${20:-}" = "$st" ]; } && { ours=1; now=${20:-}; };; esac\n'
+    + _verdict("${1:-}", "${4:-}", "${20:-}")
 )
 
 
@@ -87,12 +98,10 @@ def leaders_script(pids) -> str:
 # sed that read something else) IS_OURS itself decides, as it did before the one read.
 IS_OURS_FAST = (
     'ours=0; L=""; [ "$p" = - ] || eval "L=\\${L_$p:-}"\n'
-    'if [ -n "$L" ]; then set -- $L\n'
-    '  case "$1" in Z*|X*) ;; *) [ "$2" = "$p" ] && '
-    '{ [ "$st" = - ] || [ "$3" = "$st" ]; } && { ours=1; now=$3; s=$L; };; esac\n'
+    'if [ -n "$L" ]; then s=$L; set -- $L\n'
+    + _indent(_verdict("$1", "$2", "$3"), 2) +
     "fi\n"
-    'if [ "$ours" != 1 ]; then\n' + "".join("  " + ln + "\n" for ln in IS_OURS.splitlines())
-    + "fi\n")
+    'if [ "$ours" != 1 ]; then\n' + _indent(IS_OURS, 2) + "fi\n")
 
 
 def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | None = None,
@@ -199,10 +208,6 @@ def progress_script(cap: int) -> str:
 def progress_cap(count: int, budget: int = PROGRESS_TOTAL) -> int:
     """Bytes one job's progress file may give one poll when ``count`` share ``budget``."""
     return max(512, min(PROGRESS_MAX, budget // max(1, count)))
-
-
-def _indent(text: str, n: int) -> str:
-    return "".join(" " * n + line + "\n" for line in text.splitlines())
 
 
 def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TIMEOUT_S,
