@@ -12,11 +12,15 @@ import io
 import json
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 # One lock for every change to /etc/passwd and /etc/group made by the tests: parallel workers
 # (pytest-xdist) may create the same account at once (the second useradd fails: "already
@@ -24,6 +28,40 @@ from pathlib import Path
 # lock /etc/passwd; try again later"). A fixed path on purpose: it is the one thing all workers
 # must share.
 LOCK = Path("/run/lock/iadeep-tests-accounts.lock")
+
+ALICE, BOB = "iadeep-alice", "iadeep-bob"   # the two members most tests act as
+
+# A test that creates accounts runs as root (CI does); elsewhere it skips.
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
+                                reason="creating OS accounts needs root (CI runs as root)")
+# The marks of a module whose every test creates accounts (one at a time: ``os_global``).
+ACCOUNT_TESTS = [pytest.mark.os_global, needs_root]
+
+
+@contextlib.contextmanager
+def shared_dir(prefix: str) -> Iterator[Path]:
+    """A fresh folder under /tmp that the other accounts can reach (pytest's tmp_path is
+    private to root): for a controller's socket and the scripts members submit."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(path, 0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def submitted(result: dict) -> int:
+    """The job id a successful ``queue add`` (a ``cli_as``/``cli_here`` result) printed."""
+    assert result["rc"] == 0, result
+    return int(result["out"].strip())
+
+
+def sh_script(folder: Path, name: str, body: str) -> str:
+    """An executable ``#!/bin/sh`` script ``folder/name`` running ``body``; its path."""
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
 
 
 @contextlib.contextmanager

@@ -13,49 +13,33 @@ node with one (stand-in) GPU, a real controller process, the real CLI, and stand
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sqlite3
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from helpers.accounts import cli_as
+from helpers.accounts import (
+    ACCOUNT_TESTS,
+    ALICE,
+    BOB,
+    cli_as,
+    sh_script,
+    shared_dir,
+    submitted,
+)
 from helpers.adapt_lab import EMU, EMULATOR, emulator_lab
 from helpers.controllers import cli, jobs_by_id, wait_jobs, wait_until
 from iadeep_cli.profiles import Profile
 from iadeep_cli.store import profiles as profrows
 
-ALICE, BOB = "iadeep-alice", "iadeep-bob"
-
-pytestmark = [
-    pytest.mark.os_global,   # creates Unix accounts
-    pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
-                       reason="creating OS accounts needs root (CI runs as root)"),
-]
+pytestmark = ACCOUNT_TESTS   # creates Unix accounts
 
 
 @pytest.fixture
 def top():
-    # Not under pytest's tmp_path: the other accounts must reach the socket and the scripts.
-    path = Path(tempfile.mkdtemp(prefix="iadeep-adapt-trust-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _script(top: Path, name: str, body: str) -> str:
-    path = top / f"{name}.sh"
-    path.write_text(f"#!/bin/sh\n{body}\n")
-    path.chmod(0o755)
-    return str(path)
-
-
-def _submitted(result: dict) -> int:
-    assert result["rc"] == 0, result
-    return int(result["out"].strip())
+    with shared_dir("iadeep-adapt-trust-") as path:
+        yield path
 
 
 def _db(home: Path) -> sqlite3.Connection:
@@ -93,21 +77,21 @@ def test_a_members_faked_collapse_cannot_keep_anothers_job_suspended(sshd_cluste
         home = lab.home
         # $1: the emulator's directory of heartbeats (a new one per part: a killed job's stays),
         # shared by the jobs on the GPU: they really slow each other
-        honest = _script(top, "honest", f"exec {sys.executable} {EMULATOR} {top}/$1 $2")
+        honest = sh_script(top, "honest.sh", f"exec {sys.executable} {EMULATOR} {top}/$1 $2")
         # alice's job contends for real at full tilt (its own progress goes nowhere) and tells
         # the controller it runs at 100 it/s alone, and at 5 it/s once another job shares
-        faker = _script(top, "faker", (
+        faker = sh_script(top, "faker.sh", (
             f"IADEEP_PROGRESS_FILE=/dev/null {sys.executable} {EMULATOR} {top}/$1 1000000 &\n"
             f"n=0; while :; do if [ $(ls {top}/$1 | wc -l) -gt 1 ]; then n=$((n+1)); "
             "else n=$((n+20)); fi; echo \"$(date +%s.%N) $n\" >> \"$IADEEP_PROGRESS_FILE\"; "
             "sleep 0.2; done"))
 
         # 1. bob's job was there first; alice's --no-adapt job joins it and "collapses"
-        bob = _submitted(cli_as(BOB, home, "queue", "add", "--workload", "emu", honest,
-                                "part1", "1000000"))
+        bob = submitted(cli_as(BOB, home, "queue", "add", "--workload", "emu", honest,
+                               "part1", "1000000"))
         wait_jobs(home, lambda js: js[bob]["observed_speed"] is not None)
-        alice = _submitted(cli_as(ALICE, home, "queue", "add", "--workload", "emu",
-                                  "--no-adapt", faker, "part1"))
+        alice = submitted(cli_as(ALICE, home, "queue", "add", "--workload", "emu",
+                                 "--no-adapt", faker, "part1"))
         jobs = wait_jobs(home, lambda js: js[bob]["state"] == "suspended"
                          or "nobody is suspended" in (js[bob]["reason"] or ""))
         assert jobs[bob]["state"] == "running", jobs[bob]["reason"]
@@ -119,11 +103,11 @@ def test_a_members_faked_collapse_cannot_keep_anothers_job_suspended(sshd_cluste
 
         # 2. alice's job is there first; bob's joins, is slowed and suspended: for at most the
         # lab's 3 s, though alice's job runs on, and not again
-        alice = _submitted(cli_as(ALICE, home, "queue", "add", "--workload", "emu",
-                                  "--no-adapt", faker, "part2"))
+        alice = submitted(cli_as(ALICE, home, "queue", "add", "--workload", "emu",
+                                 "--no-adapt", faker, "part2"))
         wait_jobs(home, lambda js: js[alice]["observed_speed"] is not None)
-        bob = _submitted(cli_as(BOB, home, "queue", "add", "--workload", "emu", honest, "part2",
-                                "300"))
+        bob = submitted(cli_as(BOB, home, "queue", "add", "--workload", "emu", honest, "part2",
+                               "300"))
         wait_jobs(home, lambda js: js[bob]["state"] == "suspended")
         jobs = wait_jobs(home, lambda js: js[bob]["state"] in ("succeeded", "failed"),
                          timeout=120)
@@ -141,16 +125,16 @@ def test_one_members_phase_change_stays_theirs_until_another_member_agrees(sshd_
         home = lab.home
 
         def phased(name: str) -> str:   # 150 iterations at 100 it/s, then 250 at 10 it/s
-            return _script(top, name, f"CONTENTION_PHASE=150:0.1 exec {sys.executable} "
-                                      f"{EMULATOR} {top / name} 400")
+            return sh_script(top, f"{name}.sh", "CONTENTION_PHASE=150:0.1 exec "
+                             f"{sys.executable} {EMULATOR} {top / name} 400")
 
         def reported(job_id: int):
             wait_jobs(home, lambda js: js[job_id]["state"] in ("succeeded", "failed")
                       or _sample_of(home, job_id) is not None)
             return wait_until(lambda: _sample_of(home, job_id), limit=120)
 
-        alice = _submitted(cli_as(ALICE, home, "queue", "add", phased("alice"),
-                                  "--workload", "emu"))
+        alice = submitted(cli_as(ALICE, home, "queue", "add", phased("alice"),
+                                 "--workload", "emu"))
         held = reported(alice)
         # the lab's profile, which every member's placement uses, is what it was
         assert _emu_profile(home) == (EMU, "measured")
@@ -166,7 +150,7 @@ def test_one_members_phase_change_stays_theirs_until_another_member_agrees(sshd_
         # another member's job shows the same phase alone (once alice's left the GPU): now it
         # is the lab's
         wait_jobs(home, lambda js: js[alice]["state"] in ("succeeded", "failed"))
-        bob = _submitted(cli_as(BOB, home, "queue", "add", phased("bob"), "--workload", "emu"))
+        bob = submitted(cli_as(BOB, home, "queue", "add", phased("bob"), "--workload", "emu"))
         assert reported(bob)["kind"] == "phase"
         profile, source = _emu_profile(home)
         assert source == f"phase change of jobs {alice} ({ALICE}) and {bob} ({BOB})"

@@ -11,38 +11,35 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers.accounts import cli_as
+from helpers.accounts import (
+    ACCOUNT_TESTS,
+    ALICE,
+    BOB,
+    cli_as,
+    sh_script,
+    shared_dir,
+    submitted,
+)
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.paths import StateDir
 from iadeep_cli.store import Store, jobrows
 
-ALICE, BOB = "iadeep-alice", "iadeep-bob"
 H, WEEK = 3600.0, 7 * 86400.0
 
-pytestmark = [
-    pytest.mark.os_global,   # creates Unix accounts
-    pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
-                       reason="creating OS accounts needs root (CI runs as root)"),
-]
+pytestmark = ACCOUNT_TESTS   # creates Unix accounts
 
 
 @pytest.fixture
 def top():
-    # Not under pytest's tmp_path: the other accounts must reach the socket and the scripts.
-    path = Path(tempfile.mkdtemp(prefix="iadeep-fairshare-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with shared_dir("iadeep-fairshare-") as path:
+        yield path
 
 
 def _seed_history(home: Path, now: float) -> None:
@@ -58,18 +55,6 @@ def _seed_history(home: Path, now: float) -> None:
         jobrows.transition(c, job_id, JobState.SUCCEEDED, "exit 0", "controller", now - H,
                            exit_code=0)
     store.close()
-
-
-def _script(top: Path, name: str, body: str) -> str:
-    path = top / name
-    path.write_text(f"#!/bin/sh\n{body}\n")
-    path.chmod(0o755)
-    return str(path)
-
-
-def _submitted(result: dict) -> int:
-    assert result["rc"] == 0, result
-    return int(result["out"].strip())
 
 
 def _first_start(home: Path, job_id: int) -> float:
@@ -90,13 +75,13 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
     ctl = ControllerProcess(home, inventory).start()
     try:
         go = top / "go"
-        blocker = int(cli(home, "queue", "add", "--exclusive", _script(
+        blocker = int(cli(home, "queue", "add", "--exclusive", sh_script(
             top, "block.sh", f"n=0; while [ ! -e {go} ] && [ $n -lt 900 ]; do sleep 0.1; "
                              "n=$((n+1)); done"), check=True).stdout)
         wait_until(lambda: jobs_by_id(home)[blocker]["state"] == "running", limit=120)
-        short = _script(top, "short.sh", "sleep 0.5")
-        first = _submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", short))
-        second = _submitted(cli_as(BOB, home, "queue", "add", "--exclusive", short))
+        short = sh_script(top, "short.sh", "sleep 0.5")
+        first = submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", short))
+        second = submitted(cli_as(BOB, home, "queue", "add", "--exclusive", short))
 
         def why(user, job_id):   # once a round counted all three users (bob submitted last)
             out = cli_as(user, home, "queue", "why", str(job_id))

@@ -12,16 +12,14 @@ from pathlib import Path
 import pytest
 
 import iadeep_cli.cli.main
-from helpers.accounts import ensure_user, run_as
+from helpers.accounts import ensure_user, needs_root, run_as
 from helpers.controllers import ControllerProcess
 from iadeep_cli.controller import client  # loaded here: the accounts cannot read /root
 from iadeep_cli.errors import IadeepError
 
 USERS = ("iadeep-alice", "iadeep-bob", "iadeep-admin")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 and os.environ.get("CI") != "true",
-    reason="creating OS accounts needs root (CI runs as root)")
+pytestmark = needs_root   # creates Unix accounts
 
 
 _ensure_user = ensure_user

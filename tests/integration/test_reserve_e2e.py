@@ -8,44 +8,27 @@ deleted, bob's job runs too.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from helpers.accounts import cli_as
+from helpers.accounts import (
+    ACCOUNT_TESTS,
+    ALICE,
+    BOB,
+    cli_as,
+    sh_script,
+    shared_dir,
+    submitted,
+)
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 
-ALICE, BOB = "iadeep-alice", "iadeep-bob"
-
-pytestmark = [
-    pytest.mark.os_global,   # creates Unix accounts
-    pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
-                       reason="creating OS accounts needs root (CI runs as root)"),
-]
+pytestmark = ACCOUNT_TESTS   # creates Unix accounts
 
 
 @pytest.fixture
 def top():
-    # Not under pytest's tmp_path: the other accounts must reach the socket and the scripts.
-    path = Path(tempfile.mkdtemp(prefix="iadeep-reserve-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _script(top: Path, name: str, body: str) -> str:
-    path = top / name
-    path.write_text(f"#!/bin/sh\n{body}\n")
-    path.chmod(0o755)
-    return str(path)
-
-
-def _submitted(result: dict) -> int:
-    assert result["rc"] == 0, result
-    return int(result["out"].strip())
+    with shared_dir("iadeep-reserve-") as path:
+        yield path
 
 
 def test_a_reservation_keeps_others_off_its_gpu_while_its_user_runs_there(sshd_cluster, top):
@@ -67,14 +50,14 @@ def test_a_reservation_keeps_others_off_its_gpu_while_its_user_runs_there(sshd_c
         assert [(r["id"], r["user"], r["held"]) for r in listed] == [(1, ALICE, ["node01:0"])]
 
         go = top / "go"
-        gated = _script(top, "gated.sh", f"while [ ! -e {go} ]; do sleep 0.1; done")
-        bobs = _submitted(cli_as(BOB, home, "queue", "add", "--exclusive", "--time", "10",
-                                 _script(top, "bob.sh", "echo bob ran")))
+        gated = sh_script(top, "gated.sh", f"while [ ! -e {go} ]; do sleep 0.1; done")
+        bobs = submitted(cli_as(BOB, home, "queue", "add", "--exclusive", "--time", "10",
+                                sh_script(top, "bob.sh", "echo bob ran")))
         why = wait_until(lambda: (out := cli(home, "queue", "why", str(bobs)).stdout)
                          and "reservation" in out and out, limit=60)
         assert f"job {bobs} is queued:" in why
         assert "node01:0 kept by reservation 1 for iadeep-alice until " in why
-        alices = _submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", gated))
+        alices = submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", gated))
         wait_until(lambda: jobs_by_id(home)[alices]["state"] == "running", limit=60)
         assert jobs_by_id(home)[bobs]["state"] == "queued"   # still kept off
 
@@ -88,7 +71,7 @@ def test_a_reservation_keeps_others_off_its_gpu_while_its_user_runs_there(sshd_c
         assert deleted.startswith("deleted reservation 1 (")
         wait_until(lambda: jobs_by_id(home)[bobs]["state"] == "succeeded", limit=60)
         assert cli(home, "reserve", "list", "--json", check=True).stdout.strip() == "[]"
-        again = _submitted(cli_as(ALICE, home, "queue", "add", _script(top, "a2.sh", "true")))
+        again = submitted(cli_as(ALICE, home, "queue", "add", sh_script(top, "a2.sh", "true")))
         wait_until(lambda: jobs_by_id(home)[again]["state"] == "succeeded", limit=60)
     finally:
         ctl.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, warm_cli
+from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, needs_root, warm_cli
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 from helpers.floods import (
     connect as _connect,
@@ -31,9 +31,7 @@ from iadeep_cli.controller.server import (
 )
 from iadeep_cli.jobs import SubmitSpec
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 and os.environ.get("CI") != "true",
-    reason="creating OS accounts needs root (CI runs as root)")
+pytestmark = needs_root   # creates Unix accounts
 
 FLOODER, OTHER = "iadeep-flood", "iadeep-bob"
 SYSTEMD_NOFILE = 1024   # systemd's default for a service
