@@ -6,6 +6,7 @@ A lab that shares one controller sets ``IADEEP_HOME`` (e.g. ``/var/lib/iadeep``)
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,28 @@ from pathlib import Path
 # What a member is told when their commands look in their own default state directory, where
 # no controller runs: a lab's controller lives elsewhere (e.g. /var/lib/iadeep).
 SET_IADEEP_HOME = "set IADEEP_HOME to your lab's state directory (ask your admin)"
+
+
+def replace_file(target: Path, text: str, *, mode: int | None = None,
+                 durable: bool = False) -> None:
+    """Write ``text`` to ``target`` atomically: a reader sees the old file or the new one,
+    whole (written beside it, then renamed over it). ``mode``: the new file's permissions;
+    ``durable``: on disk (fsync) before the rename. Raises OSError, leaving the old file and
+    no temporary one."""
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def iadeep_home_set() -> bool:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from .. import messages as m
 from ..errors import ControllerUnavailable, NotFoundError, StoreError
 from ..jobs import FINISHED
-from ..paths import StateDir
+from ..paths import StateDir, replace_file
 from . import views
 
 PUBLIC_FINISHED = 200
@@ -44,12 +44,7 @@ def public_views(conn, now: float) -> dict:
 
 def publish(state: StateDir, data: dict) -> None:
     """Replace the snapshot atomically: a reader sees the old one or the new one, whole."""
-    target = state.public_view
-    tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, separators=(",", ":"))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+    replace_file(state.public_view, json.dumps(data, separators=(",", ":")), mode=0o644)
 
 
 def read(request: m.Request[R], down: ControllerUnavailable) -> tuple[R, float]:

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..paths import replace_file
+
 NICE = 10
 
 
@@ -66,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             store.close()
     params = fit_parameters(shipped_profiles(), shipped_pairs(), extra_profiles=lab_profiles,
                             extra_observations=lab_pairs, previous=_previous(args.out))
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(params), encoding="utf-8")
-    tmp.replace(args.out)
+    replace_file(args.out, json.dumps(params))
     return 0
 
 

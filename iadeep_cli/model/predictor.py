@@ -49,6 +49,7 @@ from statistics import NormalDist
 import numpy as np
 
 from ..errors import InputError, ModelError
+from ..paths import replace_file
 from ..profiles import CoLocation, Profile
 from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     ANALYTIC_CONFIDENCE,
@@ -237,9 +238,7 @@ class InterferenceModel:
     def save(self, path) -> None:
         p = Path(path)
         try:
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(json.dumps(self.to_dict()), encoding="utf-8")
-            tmp.replace(p)
+            replace_file(p, json.dumps(self.to_dict()))
         except OSError as exc:
             raise ModelError(f"{path}: cannot write model ({exc.strerror or exc})",
                              hint="choose a writable path for -o") from None

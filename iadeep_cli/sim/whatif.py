@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..inventory import TUNABLE_KEYS as TUNABLE, AdaptPolicy, Policy
+from ..paths import replace_file
 from ..profiles import CoLocation, Profile
 from ..text import settings_label as label
 from .engine import SimJob, _mem_mib, make_planner, simulate
@@ -293,9 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
     usage = os.times()
     table["cpu_s"] = round(usage.user + usage.system + usage.children_user, 2)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(table), encoding="utf-8")
-    tmp.replace(args.out)
+    replace_file(args.out, json.dumps(table))
     return 0
 
 

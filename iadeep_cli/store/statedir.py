@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import StoreError
-from ..paths import StateDir
+from ..paths import StateDir, replace_file
 from . import Store, cluster, rescue_path, state_dir_full
 
 RESERVE_BYTES = 16 * 2**20
@@ -81,10 +81,4 @@ def _read_marker(marker: Path) -> str | None:
 def _write_marker(marker: Path, install_id: str) -> None:
     if _read_marker(marker) == install_id:
         return
-    tmp = marker.with_name(marker.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(install_id + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, marker)
+    replace_file(marker, install_id + "\n", mode=0o644, durable=True)
