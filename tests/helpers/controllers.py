@@ -30,6 +30,11 @@ def cli(home: Path, *args: str, check: bool = False, **extra: str) -> subprocess
     return proc
 
 
+def queue_add(home: Path, *args: str) -> int:
+    """`iadeep queue add ARGS...` as a real process that must succeed; the new job's id."""
+    return int(cli(home, "queue", "add", *args, check=True).stdout)
+
+
 class ControllerProcess:
     """`iadeep controller run` in the background; start() waits until its socket answers."""
 

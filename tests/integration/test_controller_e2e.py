@@ -21,6 +21,7 @@ from helpers.controllers import (
     cli,
     env_for,
     jobs_by_id,
+    queue_add,
     start_lab,
     wait_jobs,
     wait_until,
@@ -42,10 +43,6 @@ def _inventory(cluster, tmp_path, gpus=1, grace=3.0):
 _jobs = jobs_by_id
 
 
-def _add(home, *args):
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
-
-
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
     cluster = sshd_cluster(2)
@@ -57,12 +54,12 @@ def lab(sshd_cluster, tmp_path):
 def test_jobs_run_to_completion_with_exact_arguments(lab, tmp_path):
     home = lab.home
     nasty = ["it's", '$(touch /tmp/pwned)', "a;b", "two words", "line\nbreak", '"q"']
-    hello = _add(home, str(ROOT / "jobs/hello.sh"), *nasty, "--env", "GREETING=$(id) ;x",
-                 "--env", "SLEEP_S=0", "--name", "hello `uname`")
-    steps = _add(home, str(ROOT / "jobs/steps_progress.sh"), "5", "0.05", "--workload", "mlp")
+    hello = queue_add(home, str(ROOT / "jobs/hello.sh"), *nasty, "--env", "GREETING=$(id) ;x",
+                      "--env", "SLEEP_S=0", "--name", "hello `uname`")
+    steps = queue_add(home, str(ROOT / "jobs/steps_progress.sh"), "5", "0.05", "--workload", "mlp")
     bad = tmp_path / "fails.sh"
     bad.write_text("#!/bin/sh\necho about to fail\nexit 3\n")
-    failing = _add(home, str(bad))
+    failing = queue_add(home, str(bad))
     jobs = wait_jobs(home, lambda js: all(j["state"] in FINISHED for j in js.values()))
     assert (jobs[hello]["state"], jobs[hello]["exit_code"]) == ("succeeded", 0)
     assert (jobs[steps]["state"], jobs[steps]["exit_code"]) == ("succeeded", 0)
@@ -95,7 +92,7 @@ def test_jobs_run_to_completion_with_exact_arguments(lab, tmp_path):
 
 def test_cancel_a_running_job_stops_it_on_its_node(lab):
     home = lab.home
-    job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "600", "0.1")
+    job = queue_add(home, str(ROOT / "jobs/steps_progress.sh"), "600", "0.1")
     wait_jobs(home, lambda js: js[job]["state"] == "running")
     assert cli(home, "queue", "cancel", str(job), check=True).stdout.strip() == \
         f"job {job}: cancelling"
@@ -114,7 +111,7 @@ def _marker_script(tmp_path, seconds):
 def test_sigkill_while_jobs_start_and_run_loses_and_duplicates_nothing(lab, tmp_path):
     home = lab.home
     script, marks = _marker_script(tmp_path, 1.5)
-    ids = [_add(home, str(script), "--name", f"m{i}", "--workload", "mlp") for i in range(6)]
+    ids = [queue_add(home, str(script), "--name", f"m{i}", "--workload", "mlp") for i in range(6)]
     for _ in range(3):  # kill it mid-flight a few times, at different moments
         time.sleep(0.7)
         lab.kill(signal.SIGKILL)
@@ -129,7 +126,7 @@ def test_sigkill_while_jobs_start_and_run_loses_and_duplicates_nothing(lab, tmp_
 def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
     home = lab.home
     script, _ = _marker_script(tmp_path, 600)   # runs until the cancellation stops it
-    job = _add(home, str(script), "--exclusive")
+    job = queue_add(home, str(script), "--exclusive")
     jobs = wait_jobs(home, lambda js: js[job]["state"] == "running")
     node = jobs[job]["node"]
     lab.cluster.stop(node)
@@ -144,7 +141,7 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
 
 def test_unknown_workload_is_profiled_alone_then_known(lab):
     home = lab.home
-    job = _add(home, str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1")
+    job = queue_add(home, str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1")
     jobs = wait_jobs(home, lambda js: js[job]["workload"] == "steps_progress"
                  and js[job]["observed_speed"] is not None)
     assert jobs[job]["state"] == "running"
@@ -170,7 +167,7 @@ def test_logs_follow_waits_out_a_node_that_stops_answering_for_a_while(lab, tmp_
     script = tmp_path / "gated.sh"
     script.write_text(f"#!/bin/sh\necho \"job $IADEEP_JOB_ID started\"\n"
                       f"while [ ! -e {gate} ]; do sleep 0.1; done\necho done\n")
-    job = _add(home, str(script), "--nodelist", "node01")
+    job = queue_add(home, str(script), "--nodelist", "node01")
     wait_jobs(home, lambda js: js[job]["state"] == "running")
     follow = subprocess.Popen([*IADEEP, "logs", str(job), "--follow"], env=env_for(home),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -200,7 +197,7 @@ def test_logs_follow_streams_until_the_job_ends(lab, tmp_path):
     script = tmp_path / "gated.sh"
     script.write_text(f"#!/bin/sh\necho \"job $IADEEP_JOB_ID started\"\n"
                       f"while [ ! -e {gate} ]; do sleep 0.1; done\necho done\n")
-    job = _add(home, str(script))
+    job = queue_add(home, str(script))
     wait_jobs(home, lambda js: js[job]["state"] == "running")
     follow = subprocess.Popen([*IADEEP, "logs", str(job), "--follow"], env=env_for(home),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -222,7 +219,7 @@ def test_finished_jobs_directories_go_after_the_retention(sshd_cluster, tmp_path
     inv.write_text(inv.read_text().replace("lab:\n", "lab:\n  job_dir_retention: 2\n", 1))
     ctl = ControllerProcess(tmp_path / "state", inv).start()
     try:
-        job = _add(ctl.home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=0")
+        job = queue_add(ctl.home, str(ROOT / "jobs/hello.sh"), "x", "--env", "SLEEP_S=0")
         node = wait_jobs(ctl.home, lambda js: js[job]["state"] == "succeeded")[job]["node"]
         install = (ctl.home / "install_id").read_text().strip()   # not an earlier test's job
         jobs_dir = Path(cluster.workdir) / install / node / "jobs"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, wait_until
+from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, queue_add, wait_until
 
 ACTIVE = {"starting", "running"}
 FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
@@ -19,8 +19,8 @@ def lab(sshd_cluster, tmp_path):
         yield ctl
 
 
-def _add(home: Path, *args: str) -> int:
-    return int(cli(home, "queue", "add", *args, "--exclusive", check=True).stdout)
+def add_exclusive(home: Path, *args: str) -> int:
+    return queue_add(home, *args, "--exclusive")
 
 
 def _restart(lab) -> None:
@@ -34,10 +34,10 @@ def test_a_chain_waits_for_success_cancels_on_failure_and_survives_sigkill(lab, 
     for path, code in ((ok, 0), (bad, 3)):
         path.write_text(f"#!/bin/sh\necho $IADEEP_JOB_ID >> {marks}\n"
                         f"while [ ! -e {go} ]; do sleep 0.1; done\nexit {code}\n")
-    a = _add(home, str(ok))
-    b = _add(home, str(ok), "--after", str(a))
-    c = _add(home, str(bad))
-    d = _add(home, str(ok), "--after", str(c))
+    a = add_exclusive(home, str(ok))
+    b = add_exclusive(home, str(ok), "--after", str(a))
+    c = add_exclusive(home, str(bad))
+    d = add_exclusive(home, str(ok), "--after", str(c))
     wait_until(lambda: all(jobs_by_id(home)[i]["state"] == "running" for i in (a, c)), 60, 0.3)
     _restart(lab)                                   # mid-chain: A and C run, B and D wait
     jobs = wait_until(lambda: (js := jobs_by_id(home))[b]["reason"].startswith("waiting") and js,
@@ -63,7 +63,7 @@ def test_an_array_runs_each_index_once_at_most_its_limit_at_once_through_sigkill
     script.write_text(f"#!/bin/sh\necho $IADEEP_ARRAY_JOB_ID $IADEEP_ARRAY_INDEX >> {marks}\n"
                       f"[ $IADEEP_ARRAY_INDEX -lt 2 ] || while [ ! -e {go} ]; do sleep 0.1; "
                       "done\n")
-    array = _add(home, str(script), "--array", "0-5%2")
+    array = add_exclusive(home, str(script), "--array", "0-5%2")
     most, killed = 0, False
     deadline = time.monotonic() + 120
     while True:                                  # sample the running tasks throughout

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.controllers import ControllerProcess, cli, start_lab, wait_until
+from helpers.controllers import ControllerProcess, cli, queue_add, start_lab, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/nvidia-smi"
@@ -82,10 +82,6 @@ def _status(home) -> dict:
     return json.loads(cli(home, "status", "--json", check=True).stdout)
 
 
-def _add(home, *args) -> int:
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
-
-
 def _consistent(home, url, project, ok=lambda _: True):
     """A scrape between two `status --json` that agree on ``project(status)`` (and that
     projection ``ok``), so the scrape saw the same state; returns (samples, the projection).
@@ -113,11 +109,11 @@ def test_metrics_carry_the_labs_state(lab, tmp_path):
     home, url = lab.home, _metrics_url(lab)
     train = tmp_path / "train.py"   # one process that reports progress (a shell script's
     train.write_text(TRAIN)         # `sleep` children would come and go as GPU processes)
-    long = _add(home, str(train), "--workload", "resnet50", "--name", "train")
-    waiting = _add(home, str(ROOT / "jobs/hello.sh"), "--after", str(long), "--name", "next")
+    long = queue_add(home, str(train), "--workload", "resnet50", "--name", "train")
+    waiting = queue_add(home, str(ROOT / "jobs/hello.sh"), "--after", str(long), "--name", "next")
     bad = tmp_path / "fails.sh"
     bad.write_text("#!/bin/sh\nexit 3\n")
-    failing = _add(home, str(bad), "--name", "broken")
+    failing = queue_add(home, str(bad), "--name", "broken")
     cli(home, "queue", "hold", str(waiting), check=True)
 
     def settled(status):

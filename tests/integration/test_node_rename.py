@@ -3,15 +3,11 @@ controller and a real sshd node: the job follows the new name (still running, sa
 not lost), and an --exclusive job does not land on the GPU it holds."""
 from pathlib import Path
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "lab:\n  poll_interval: 0.3\n  node_grace: 3\n"
 LONG_JOB = [str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1", "--exclusive"]
-
-
-def _add(home, *args) -> int:
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
 
 
 def _job(home, job_id) -> dict:
@@ -26,7 +22,7 @@ def test_a_renamed_nodes_job_follows_it_and_keeps_its_gpu(sshd_cluster, tmp_path
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     home = ctl.home
     try:
-        first = _add(home, *LONG_JOB, "--name", "first")
+        first = queue_add(home, *LONG_JOB, "--name", "first")
         wait_until(lambda: _job(home, first)["state"] == "running", limit=60)
         before = _job(home, first)
 
@@ -34,7 +30,7 @@ def test_a_renamed_nodes_job_follows_it_and_keeps_its_gpu(sshd_cluster, tmp_path
                                                                     "name: gpu-a"))
         out = cli(home, "controller", "reload", check=True).stdout
         assert out == f"reloaded {inventory}: 1 node (renamed node01 to gpu-a)\n"
-        second = _add(home, *LONG_JOB, "--name", "second")
+        second = queue_add(home, *LONG_JOB, "--name", "second")
         # rounds under the new name have run: the second job was placed, or was told why not
         wait_until(lambda: _job(home, second)["state"] != "queued"
                    or "waiting" in _job(home, second)["reason"], limit=60)
@@ -65,7 +61,7 @@ def test_a_removed_nodes_lost_job_can_be_fenced_by_its_old_name(sshd_cluster, tm
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     home = ctl.home
     try:
-        job = _add(home, *LONG_JOB, "--retries", "1")
+        job = queue_add(home, *LONG_JOB, "--retries", "1")
         wait_until(lambda: _job(home, job)["state"] == "running", limit=60)
         inventory.write_text(LAB + cluster.inventory_yaml(["node02"]))   # a different host
         out = cli(home, "controller", "reload", check=True).stdout

@@ -8,14 +8,10 @@ import json
 import signal
 import sqlite3
 
-from helpers.controllers import cli, jobs_by_id, start_lab, wait_until
+from helpers.controllers import cli, jobs_by_id, queue_add, start_lab, wait_until
 from helpers.sinks import HookSink, MailSink
 
 FINISHED = {"succeeded", "failed", "cancelled"}
-
-
-def _add(home, *args) -> int:
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
 
 
 def _script(tmp_path, name: str, body: str):
@@ -42,10 +38,10 @@ def test_finished_jobs_are_announced_by_mail_and_webhook(sshd_cluster, tmp_path)
             noisy = _script(tmp_path, "noisy.sh",
                             'for i in $(seq 1 40); do echo "line $i"; done\n'
                             "printf 'red \\033[31malert\\033[0m\\n'\nexit 3\n")
-            failed = _add(home, str(noisy), "--name", "noisy")     # the lab default: fail
+            failed = queue_add(home, str(noisy), "--name", "noisy")     # the lab default: fail
             wait_until(lambda: hook.got()[0], limit=120)            # its webhook call hangs...
-            ok = _add(home, str(_script(tmp_path, "ok.sh", "echo fine\n")), "--notify", "end")
-            quiet = _add(home, str(_script(tmp_path, "quiet.sh", "echo shh\n")))
+            ok = queue_add(home, str(_script(tmp_path, "ok.sh", "echo fine\n")), "--notify", "end")
+            quiet = queue_add(home, str(_script(tmp_path, "quiet.sh", "echo shh\n")))
             jobs = wait_until(lambda: (lambda js: js if all(
                 js[i]["state"] in FINISHED for i in (failed, ok, quiet)) else None)(
                     jobs_by_id(home)), limit=90)                   # ...and jobs still run
@@ -97,7 +93,7 @@ def test_notify_without_a_channel_is_refused_at_submission(sshd_cluster, tmp_pat
         assert "--notify fail: no notification channel of this lab reaches" in proc.stderr
         bad = cli(ctl.home, "queue", "add", str(script), "--notify", "always")
         assert bad.returncode != 0 and "--notify must be one of end, fail, all, none" in bad.stderr
-        fine = _add(ctl.home, str(script), "--notify", "none")
+        fine = queue_add(ctl.home, str(script), "--notify", "none")
         assert jobs_by_id(ctl.home)[fine]["notify"] == "none"
     finally:
         ctl.stop()
@@ -118,7 +114,7 @@ def test_a_notification_owed_when_the_controller_is_killed_is_sent_once_after(ss
         cluster.inventory_yaml())
     ctl = start_lab(cluster, tmp_path, inventory)
     try:
-        job = _add(ctl.home, str(_script(tmp_path, "ok.sh", "echo done\n")))
+        job = queue_add(ctl.home, str(_script(tmp_path, "ok.sh", "echo done\n")))
         wait_until(lambda: f"of job {job} by email failed (try 1 of 5)" in ctl.log.read_text(),
                    limit=90)
         ctl.kill(signal.SIGKILL)

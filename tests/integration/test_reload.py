@@ -5,16 +5,12 @@ import json
 import signal
 from pathlib import Path
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from helpers.sshd import _descendants
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "lab:\n  poll_interval: 0.3\n  node_grace: 3\n"
 LONG_JOB = [str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1", "--exclusive"]
-
-
-def _add(home, *args) -> int:
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
 
 
 def _job(home, job_id) -> dict:
@@ -52,9 +48,9 @@ def test_reload_adds_a_node_keeps_running_jobs_and_refuses_a_broken_file(sshd_cl
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     home = ctl.home
     try:
-        first = _add(home, *LONG_JOB, "--name", "first")
+        first = queue_add(home, *LONG_JOB, "--name", "first")
         wait_until(lambda: _job(home, first)["state"] == "running", limit=120)
-        second = _add(home, *LONG_JOB, "--name", "second")   # node01's only GPU is taken
+        second = queue_add(home, *LONG_JOB, "--name", "second")   # node01's only GPU is taken
         wait_until(lambda: _job(home, second)["reason"], limit=120)
         before = _job(home, first)
 
@@ -89,7 +85,7 @@ def test_sighup_reloads_a_good_file_keeps_the_old_one_on_a_bad_one(sshd_cluster,
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     home = ctl.home
     try:
-        job = _add(home, *LONG_JOB)
+        job = queue_add(home, *LONG_JOB)
         inventory.write_text(LAB + cluster.inventory_yaml(["node01"]))
         ctl.proc.send_signal(signal.SIGHUP)
         wait_until(lambda: _job(home, job)["state"] == "running", limit=120)

@@ -16,7 +16,7 @@ import random
 import time
 from pathlib import Path
 
-from helpers.controllers import cli, start_lab, wait_jobs, wait_until
+from helpers.controllers import cli, queue_add, start_lab, wait_jobs, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = str(ROOT / "jobs/steps_progress.sh")
@@ -74,10 +74,6 @@ def _record(home: Path) -> dict:
         store.close()
 
 
-def _add(home: Path, *args: str) -> int:
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
-
-
 def test_history_favouring_three_per_gpu_is_adopted_and_a_pin_stops_it(sshd_cluster,
                                                                        tmp_path):
     cluster = sshd_cluster(2)
@@ -99,7 +95,7 @@ def test_history_favouring_three_per_gpu_is_adopted_and_a_pin_stops_it(sshd_clus
         assert "1/GPU (exclusive)" in shown and "best" in shown
         assert "Adopted" in shown
         # ... and placement uses it: two light jobs share the one GPU
-        ids = [_add(home, STEPS, "400", "0.2", "--workload", "mlp", "--name", f"new{i}")
+        ids = [queue_add(home, STEPS, "400", "0.2", "--workload", "mlp", "--name", f"new{i}")
                for i in range(2)]
         wait_jobs(home, lambda js: all(js[i]["state"] == "running" for i in ids))
         for i in ids:
@@ -127,7 +123,7 @@ def test_history_favouring_three_per_gpu_is_adopted_and_a_pin_stops_it(sshd_clus
 
 def _one_after_the_other(home: Path, name: str) -> None:
     """Two light jobs on the lab's one GPU run one after the other (one job per GPU)."""
-    ids = [_add(home, STEPS, "40", "0.1", "--workload", "mlp", "--name", f"{name}{i}")
+    ids = [queue_add(home, STEPS, "40", "0.1", "--workload", "mlp", "--name", f"{name}{i}")
            for i in range(2)]
     jobs = wait_jobs(home, lambda js: all(js[i]["state"] == "succeeded" for i in ids))
     first, second = sorted((jobs[i] for i in ids), key=lambda j: j["started_at"])

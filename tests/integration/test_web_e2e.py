@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, wait_jobs, wait_until
+from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, queue_add, wait_jobs, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -51,10 +51,6 @@ def _web(home: Path) -> tuple[subprocess.Popen, str]:
     return proc, line.split()[1]
 
 
-def _add(home: Path, *args: str) -> int:
-    return int(cli(home, "queue", "add", *args, check=True).stdout)
-
-
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
     with fake_gpu_lab(sshd_cluster, tmp_path, nodes=2) as ctl:
@@ -64,11 +60,11 @@ def lab(sshd_cluster, tmp_path):
 def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
     home = lab.home
     long_job = str(ROOT / "jobs/steps_progress.sh")
-    first = _add(home, long_job, "600", "0.1", "--exclusive", "--name", NASTY,
-                 "--env", "SECRET=hunter2")
-    second = _add(home, long_job, "600", "0.1", "--exclusive", "--name", "second")
+    first = queue_add(home, long_job, "600", "0.1", "--exclusive", "--name", NASTY,
+                      "--env", "SECRET=hunter2")
+    second = queue_add(home, long_job, "600", "0.1", "--exclusive", "--name", "second")
     wait_jobs(home, lambda js: js[first]["state"] == js[second]["state"] == "running")
-    waiting = _add(home, long_job, "600", "0.1", "--exclusive", "--name", "waiter")
+    waiting = queue_add(home, long_job, "600", "0.1", "--exclusive", "--name", "waiter")
     reason = wait_jobs(home, lambda js: js[waiting]["reason"])[waiting]["reason"]
 
     proc, url = _web(home)
