@@ -10,7 +10,9 @@ Runs, in one process (the inputs and, in --lowo mode, the held-out models fitted
 * ``phase``: ``iadeep`` (run-time adaptation) against ``iadeep-static`` on the phase-shift grid.
 
 Seeds: ``--split tune`` is seeds 10-19 (the only ones any setting was chosen on), ``--split
-report`` seeds 0-9 (the figures docs/simulator.md quotes). ``--set key=value`` changes iadeep's
+report`` seeds 0-9 (the figures docs/simulator.md quotes), ``--split wide`` seeds 100-199 (a large
+set for measuring how much of a cell's result is noise: neither tuned on nor quoted as the
+result). ``--set key=value`` changes iadeep's
 ``Policy`` for a what-if (tuning); ``--json`` prints every per-seed ratio.
 
   .venv/bin/python benchmarks/eval_placement.py peers --lowo --split report
@@ -33,7 +35,7 @@ from iadeep_cli.sim.policies import REGISTRY
 from iadeep_cli.sim.run import SimSettings, build_trace, load_inputs
 
 PEERS = ("packing", "random", "tiresias", "gandiva", "lucid")
-SPLITS = {"tune": range(10, 20), "report": range(0, 10)}
+SPLITS = {"tune": range(10, 20), "report": range(0, 10), "wide": range(100, 200)}
 
 
 CACHE: dict[str, float] | None = None   # --cache: the peers' results, which iadeep's
@@ -86,6 +88,13 @@ def ratios(names, s: SimSettings, seeds, inputs, mine: Policy) -> dict[str, list
 
 def mean(xs) -> float:
     return statistics.fmean(xs)
+
+
+def paired_se(mine: list[float], other: list[float]) -> float:
+    """The standard error of the mean per-seed relative difference ``1 - mine/other`` (paired:
+    both ran the same traces), so a cell's gain can be told from its noise; 0 for one seed."""
+    diffs = [1 - m / o for m, o in zip(mine, other)]
+    return statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
 
 
 def parse_set(items: list[str]) -> Policy:
@@ -147,7 +156,8 @@ def cmd_phase(a, mine: Policy, dump: dict) -> None:
     seeds = SPLITS[a.split]
     print(f"adaptive vs static, seeds {seeds[0]}-{seeds[-1]}"
           + (", leave-one-workload-out" if a.lowo else ""))
-    print(f"{'shift':>5} {'load':>5} {'static':>7} {'adaptive':>8} {'gain':>7} {'better':>6}")
+    print(f"{'shift':>5} {'load':>5} {'static':>7} {'adaptive':>8} {'gain':>7} {'better':>6}"
+          f" {'paired se':>9}")
     gains: dict[float, list[float]] = {}   # by phase shift: each load's gain
     for shift in a.shifts:
         for load in a.loads:
@@ -158,8 +168,9 @@ def cmd_phase(a, mine: Policy, dump: dict) -> None:
             gain = 1 - ad / st
             gains.setdefault(shift, []).append(gain)
             better = sum(x < y for x, y in zip(r["iadeep"], r["iadeep-static"]))
+            se = paired_se(r["iadeep"], r["iadeep-static"])
             print(f"{shift:5g} {load:5g} {st:7.3f} {ad:8.3f} {gain:+7.1%} {better:>3}/"
-                  f"{len(seeds)}", flush=True)
+                  f"{len(seeds)} {se:9.1%}", flush=True)
     shifted = [g for shift, gs in gains.items() if shift > 0 for g in gs]
     if shifted:   # the targets: >= 2% on average over these cells, none below -0.5%
         print(f"shifted cells: mean gain {mean(shifted):+.1%}, worst cell {min(shifted):+.1%}")
