@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from helpers.adapt_lab import EMULATOR, emulator_lab
-from helpers.controllers import attempt_processes, cli, jobs_by_id, process_states, wait_jobs
+from helpers.controllers import (
+    attempt_processes,
+    cli,
+    jobs_by_id,
+    process_states,
+    queue_add,
+    wait_jobs,
+)
 
 
 def _all_stopped(job_id: int, node: str, home: Path) -> bool:
@@ -44,11 +51,9 @@ def test_a_harmful_pair_is_suspended_and_resumed_through_controller_kills(lab, t
     home, node = lab.home, lab.node
     # the partner runs until the test ends it: a partner that finished on its own could end
     # while a loaded machine restarts the controller, and the suspended job would rightly resume
-    first = int(cli(home, "queue", "add", _emulator_job(tmp_path, 10**6), "--workload", "emu",
-                    check=True).stdout)
+    first = queue_add(home, _emulator_job(tmp_path, 10**6), "--workload", "emu")
     wait_jobs(home, lambda js: js[first]["observed_speed"] is not None)
-    second = int(cli(home, "queue", "add", _emulator_job(tmp_path, 300), "--workload", "emu",
-                     check=True).stdout)
+    second = queue_add(home, _emulator_job(tmp_path, 300), "--workload", "emu")
     jobs = wait_jobs(home, lambda js: js[second]["state"] == "suspended")
     # SIGKILL as soon as the suspension is committed: its SIGSTOP may or may not be out yet
     lab.kill()
@@ -92,12 +97,10 @@ def test_a_checkpointing_job_requeues_and_resumes_through_a_controller_kill(lab,
     work = tmp_path / "work"
     work.mkdir()
     (work / "ckpt.hold").touch()   # its save lasts until the controller has been killed
-    first = int(cli(home, "queue", "add", _emulator_job(tmp_path, 2000), "--workload", "emu",
-                    check=True).stdout)
+    first = queue_add(home, _emulator_job(tmp_path, 2000), "--workload", "emu")
     wait_jobs(home, lambda js: js[first]["observed_speed"] is not None)
-    second = int(cli(home, "queue", "add", _emulator_job(tmp_path, 400, "ckpt"), "--workload",
-                     "emu", "--checkpoint-signal", "USR1", "--chdir", str(work),
-                     check=True).stdout)
+    second = queue_add(home, _emulator_job(tmp_path, 400, "ckpt"), "--workload",
+                       "emu", "--checkpoint-signal", "USR1", "--chdir", str(work))
     # the job got its USR1 and is saving (held there): the controller dies mid-action
     deadline = time.monotonic() + 120
     while not (work / "ckpt.saving").exists():
@@ -133,11 +136,10 @@ def test_an_opportunistic_job_yields_to_a_regular_one_through_a_controller_kill(
     committed), the regular job runs there, and the opportunistic job resumes after it (and is
     then cancelled, still cancellable); each started once."""
     home, node = lab.home, lab.node
-    opp = int(cli(home, "queue", "add", _emulator_job(tmp_path, 10**6), "--workload", "emu",
-                  "--opportunistic", "--exclusive", check=True).stdout)
+    opp = queue_add(home, _emulator_job(tmp_path, 10**6), "--workload", "emu",
+                    "--opportunistic", "--exclusive")
     wait_jobs(home, lambda js: js[opp]["state"] == "running")
-    regular = int(cli(home, "queue", "add", _emulator_job(tmp_path, 600), "--workload", "emu",
-                      check=True).stdout)
+    regular = queue_add(home, _emulator_job(tmp_path, 600), "--workload", "emu")
     jobs = wait_jobs(home, lambda js: js[opp]["state"] == "suspended")
     lab.kill()
     assert jobs[opp]["reason"] == (f"suspended: opportunistic: regular job {regular} waits "

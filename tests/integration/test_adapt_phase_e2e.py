@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.adapt_lab import EMU, EMULATOR, emulator_lab
-from helpers.controllers import cli, jobs_by_id, wait_jobs
+from helpers.controllers import cli, jobs_by_id, queue_add, wait_jobs
 from iadeep_cli.profiles import Profile
 from iadeep_cli.store import profiles as profrows
 
@@ -60,15 +60,14 @@ def _profile(home: Path) -> tuple[Profile, str]:
 def test_a_job_alone_that_changes_phase_refreshes_its_profile(lab, tmp_path):
     home = lab.home
     # --no-adapt: the same change, and nothing is done about it
-    opted = int(cli(home, "queue", "add", _phase_job(tmp_path, "opted", 100, 100),
-                    "--workload", "emu", "--no-adapt", check=True).stdout)
+    opted = queue_add(home, _phase_job(tmp_path, "opted", 100, 100),
+                      "--workload", "emu", "--no-adapt")
     wait_jobs(home, lambda js: js[opted]["state"] in ("succeeded", "failed"))
     assert _samples(home) == []
     assert _profile(home)[0].solo_it_per_s == 100.0
     assert "phase change" not in cli(home, "queue", "show", str(opted), check=True).stdout
 
-    job = int(cli(home, "queue", "add", _phase_job(tmp_path, "phased", 150, 250),
-                  "--workload", "emu", check=True).stdout)
+    job = queue_add(home, _phase_job(tmp_path, "phased", 150, 250), "--workload", "emu")
     wait_jobs(home, lambda js: js[job]["state"] in ("succeeded", "failed")
               or any(s["kind"] == "held" and s["job_id"] == job for s in _samples(home)))
     samples = [s for s in _samples(home) if s["kind"] == "held"]

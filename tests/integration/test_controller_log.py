@@ -3,7 +3,14 @@ job transition and the start and stop are there, and libraries' INFO chatter is 
 import re
 from pathlib import Path
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, kill_attempt, wait_until
+from helpers.controllers import (
+    ControllerProcess,
+    cli,
+    jobs_by_id,
+    kill_attempt,
+    queue_add,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -15,8 +22,7 @@ def test_log_tells_the_labs_story_without_library_chatter(sshd_cluster, tmp_path
                          cluster.inventory_yaml())
     ctl = ControllerProcess(tmp_path / "state", inventory).start()
     home = ctl.home
-    job = int(cli(home, "queue", "add", str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1",
-                  "--retries", "1", check=True).stdout)
+    job = queue_add(home, str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1", "--retries", "1")
 
     def state():
         return jobs_by_id(home)[job]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from helpers.controllers import cli
+from helpers.controllers import cli, queue_add
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def _ids(home):
 
 
 def test_an_array_is_listed_folded_and_controlled_whole_or_by_task(home, script):
-    array = int(cli(home, "queue", "add", str(script), "--array", "0-5%2", check=True).stdout)
+    array = queue_add(home, str(script), "--array", "0-5%2")
     jobs = _ids(home)
     assert sorted((j["array_id"], j["array_index"]) for j in jobs.values()) == \
         [(array, i) for i in range(6)]
@@ -68,7 +68,7 @@ def test_rerun_makes_a_new_job_that_names_the_old_one(home, script):
 def test_a_rerun_task_alone_is_labelled_with_its_task(home, script):
     """`queue rerun 12_3`: the new run is 12_3 (what the name refers to from now on); the
     earlier run is listed by its own id, never a second 12_3."""
-    array = int(cli(home, "queue", "add", str(script), "--array", "0-1", check=True).stdout)
+    array = queue_add(home, str(script), "--array", "0-1")
     cli(home, "queue", "cancel", str(array), check=True)
     again = int(cli(home, "queue", "rerun", f"{array}_1", check=True).stdout)
     rows = [line.split()[0] for line in

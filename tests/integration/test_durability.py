@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from iadeep_cli.errors import StoreError
 from iadeep_cli.paths import StateDir
 from iadeep_cli.store import Store, cluster, statedir
@@ -85,8 +85,7 @@ def test_a_full_state_directory_degrades_the_controller_and_it_recovers(
     home = ctl.home
     try:
         def add(*args):
-            return int(cli(home, "queue", "add", str(ROOT / "jobs/hello.sh"), "--exclusive",
-                           *args, check=True).stdout)
+            return queue_add(home, str(ROOT / "jobs/hello.sh"), "--exclusive", *args)
         running, waiting = add("--env", "SLEEP_S=600"), add("--env", "SLEEP_S=0")
         wait_until(lambda: jobs_by_id(home)[running]["state"] == "running", limit=120)
         low = _fill(small_fs, leave=statedir.RESERVE_BYTES // 2)
@@ -138,7 +137,7 @@ def test_a_database_deleted_under_a_running_controller_is_detected_and_kept(tmp_
     ctl = _controller(tmp_path).start()
     home, db = ctl.home, ctl.home / "iadeep.db"
     try:
-        ids = [int(cli(home, "queue", "add", "/bin/true", check=True).stdout) for _ in range(2)]
+        ids = [queue_add(home, "/bin/true") for _ in range(2)]
         install = (home / "install_id").read_text().strip()
         db.unlink()
         refused = cli(home, "queue", "add", "/bin/true")
@@ -158,7 +157,7 @@ def test_a_database_deleted_under_a_running_controller_is_detected_and_kept(tmp_
     (home / "iadeep.db.rescued").rename(db)
     ctl.start()
     try:
-        later = int(cli(home, "queue", "add", "/bin/true", check=True).stdout)
+        later = queue_add(home, "/bin/true")
         assert sorted(jobs_by_id(home)) == [*ids, later] == [1, 2, 3]
     finally:
         ctl.stop()

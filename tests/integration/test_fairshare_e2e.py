@@ -26,7 +26,7 @@ from helpers.accounts import (
     shared_dir,
     submitted,
 )
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.paths import StateDir
 from iadeep_cli.store import Store, jobrows
@@ -75,9 +75,9 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
     ctl = ControllerProcess(home, inventory).start()
     try:
         go = top / "go"
-        blocker = int(cli(home, "queue", "add", "--exclusive", sh_script(
+        blocker = queue_add(home, "--exclusive", sh_script(
             top, "block.sh", f"n=0; while [ ! -e {go} ] && [ $n -lt 900 ]; do sleep 0.1; "
-                             "n=$((n+1)); done"), check=True).stdout)
+                             "n=$((n+1)); done"))
         wait_until(lambda: jobs_by_id(home)[blocker]["state"] == "running", limit=120)
         short = sh_script(top, "short.sh", "sleep 0.5")
         first = submitted(cli_as(ALICE, home, "queue", "add", "--exclusive", short))

@@ -16,6 +16,7 @@ from helpers.controllers import (
     cli,
     jobs_by_id,
     kill_attempt,
+    queue_add,
     start_lab,
     wait_until,
 )
@@ -78,8 +79,7 @@ def _node_data(home, name):
 def _start_job(lab, tmp_path):
     script = tmp_path / "long.sh"
     script.write_text("#!/bin/sh\nsleep 300\n")
-    job = int(cli(lab.home, "queue", "add", str(script), "--exclusive", "--retries", "1",
-                  check=True).stdout)
+    job = queue_add(lab.home, str(script), "--exclusive", "--retries", "1")
     copies = Copies(job, lab.cluster.nodes, lab.home)
     first = _watch(lab.home, copies, lambda j: j["state"] == "running")["node"]
     other = next(n for n in lab.cluster.nodes if n != first)
@@ -198,7 +198,7 @@ def test_a_job_cannot_fake_its_state_or_blind_the_poll(lab, tmp_path, mischief):
     script = tmp_path / "sly.sh"
     script.write_text("#!/bin/sh\nd=$(dirname \"$IADEEP_PROGRESS_FILE\")\n"
                       f"{mischief}\ntouch {tmp_path}/done\nsleep 300\n")
-    job = int(cli(lab.home, "queue", "add", str(script), "--exclusive", check=True).stdout)
+    job = queue_add(lab.home, str(script), "--exclusive")
     copies = Copies(job, lab.cluster.nodes, lab.home)
     node = _watch(lab.home, copies, lambda j: j["state"] == "running")["node"]
     wait_until(lambda: (tmp_path / "done").exists(), limit=120)

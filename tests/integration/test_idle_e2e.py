@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from helpers.controllers import cli, jobs_by_id, start_lab, wait_jobs, wait_until
+from helpers.controllers import cli, jobs_by_id, queue_add, start_lab, wait_jobs, wait_until
 from helpers.sinks import HookSink
 
 LONG = "#!/bin/sh\nsleep 600\n"
@@ -52,8 +52,7 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
         ctl = idle_lab(hook, "requeue", util=0)
         home = ctl.home
         submitted = time.time()
-        job = int(cli(home, "queue", "add", str(script), "--name", "holder",
-                      check=True).stdout)
+        job = queue_add(home, str(script), "--name", "holder")
         wait_until(lambda: _idle_notices(hook, job), limit=120)
         first = _idle_notices(hook, job)[0]
         assert first["text"].startswith(f"Job {job} (holder) of ")
@@ -96,9 +95,8 @@ def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_
     with HookSink() as hook:
         ctl = idle_lab(hook, "cancel", util=0, gpus=2)
         home = ctl.home
-        job = int(cli(home, "queue", "add", str(script), "--exclusive", check=True).stdout)
-        patient = int(cli(home, "queue", "add", str(script), "--exclusive", "--idle-after",
-                          "1h", check=True).stdout)
+        job = queue_add(home, str(script), "--exclusive")
+        patient = queue_add(home, str(script), "--exclusive", "--idle-after", "1h")
         jobs = wait_jobs(home, lambda js: js[job]["state"] == "cancelled", timeout=120)
         assert jobs[job]["reason"] == "cancelled by iadeep:idle"
         wait_until(lambda: _idle_notices(hook, job), limit=60)
@@ -110,7 +108,7 @@ def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_
         assert not jobs[patient]["reason"].startswith("idle")   # its own --idle-after: 1h
         # the same node reporting its GPUs busy: a job running past idle_after is left alone
         next(iter(ctl.cluster.nodes.values())).set_fake(gpus=2, util=60)
-        busy = int(cli(home, "queue", "add", str(script), "--exclusive", check=True).stdout)
+        busy = queue_add(home, str(script), "--exclusive")
         started = wait_jobs(home, lambda js: js[busy]["state"] == "running")[busy]["started_at"]
         _heartbeat_after(home, started + 6)
         jobs = jobs_by_id(home)

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, wait_until
+from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, queue_add, wait_until
 
 PROGRESS = f"""#!{sys.executable}
 import os, sys, time
@@ -62,8 +62,7 @@ def test_impact_factor_matches_the_events_in_report_and_status(lab, tmp_path):
     script.chmod(0o755)
 
     def add(stop: str) -> int:   # runs until the file ``stop`` exists
-        return int(cli(home, "queue", "add", str(script), str(tmp_path / stop), "--workload",
-                       "mlp", check=True).stdout)
+        return queue_add(home, str(script), str(tmp_path / stop), "--workload", "mlp")
 
     def state(job_id: int) -> str:
         return jobs_by_id(home)[job_id]["state"]

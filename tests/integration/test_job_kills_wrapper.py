@@ -51,7 +51,7 @@ def test_the_controller_keeps_a_job_that_killed_its_wrapper_running_and_runs_it_
     """Through a real controller, with a retry to spend: the job stays `running` on its first
     attempt while its process lives (it was `failed` or requeued, a second attempt started
     beside the first), and ends once, without an exit code, when its process does."""
-    from helpers.controllers import ControllerProcess, cli, jobs_by_id
+    from helpers.controllers import ControllerProcess, jobs_by_id, queue_add
 
     cluster = sshd_cluster(1)
     cluster.node("node01").set_fake(gpus=2)   # the later job runs on the other
@@ -69,13 +69,12 @@ def test_the_controller_keeps_a_job_that_killed_its_wrapper_running_and_runs_it_
         return jobs_by_id(home)[i]
 
     try:
-        first = int(cli(home, "queue", "add", str(script), str(release), "--retries", "1",
-                        check=True).stdout)
+        first = queue_add(home, str(script), str(release), "--retries", "1")
         wait_until(lambda: job(first)["state"] == "running" and job(first)["remote_pid"],
                    limit=60)
         wait_until(lambda: not running(job(first)["remote_pid"]), limit=60)   # wrapper gone
         # rounds have polled it since: a later job ran start to end on the same node
-        later = int(cli(home, "queue", "add", str(quick), check=True).stdout)
+        later = queue_add(home, str(quick))
         wait_until(lambda: job(later)["state"] == "succeeded", limit=60)
         assert (job(first)["state"], job(first)["attempts"]) == ("running", 1), job(first)
         release.touch()

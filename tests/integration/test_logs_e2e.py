@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 
 pytestmark = pytest.mark.sshd
 
@@ -50,7 +50,7 @@ def test_a_multi_megabyte_log(lab, tmp_path):
     script = tmp_path / "long.sh"
     script.write_text(SCRIPT)
     home = lab.home
-    job = int(cli(home, "queue", "add", str(script), check=True).stdout)
+    job = queue_add(home, str(script))
     wait_until(lambda: jobs_by_id(home)[job]["state"] == "failed", limit=120)
     whole = log_file(lab, job).read_bytes()
     lines = [LINE.format(i) + "\n" for i in range(1, LINES + 1)] + [ERROR + "\n"]
@@ -76,7 +76,7 @@ def test_a_log_of_one_long_line_still_shows_its_end(lab, tmp_path):
     script = tmp_path / "bar.sh"     # a progress bar: carriage returns, no newline
     script.write_text("#!/bin/sh\ni=0; while [ $i -lt 20000 ]; do printf '\\r%06d' $i; "
                       "i=$((i+1)); done\n")
-    job = int(cli(lab.home, "queue", "add", str(script), check=True).stdout)
+    job = queue_add(lab.home, str(script))
     wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "succeeded", limit=120)
     out = cli(lab.home, "logs", str(job), check=True)
     # (text mode reads the carriage returns as newlines)
@@ -126,8 +126,7 @@ def test_an_output_file_that_cannot_be_opened_fails_the_job_saying_why(lab, tmp_
     script.write_text("#!/bin/sh\necho ran\n")
     script.chmod(0o755)
     missing = tmp_path / "no-such-dir"
-    job = int(cli(lab.home, "queue", "add", str(script), "--output", f"{missing}/out-%j.txt",
-                  check=True).stdout)
+    job = queue_add(lab.home, str(script), "--output", f"{missing}/out-%j.txt")
     wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "failed", limit=120)
     reason = jobs_by_id(lab.home)[job]["reason"]
     assert reason == (f"could not open its output (exit code 122): cannot create "

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.controllers import cli, jobs_by_id, start_lab, wait_until
+from helpers.controllers import cli, jobs_by_id, queue_add, start_lab, wait_until
 from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.paths import StateDir
@@ -60,7 +60,7 @@ def test_a_job_goes_to_the_gpu_model_where_it_gains_most(lab, tmp_path):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\nsleep 600\n")
     script.chmod(0o755)
-    job = int(cli(home, "queue", "add", str(script), "--workload", "dense", check=True).stdout)
+    job = queue_add(home, str(script), "--workload", "dense")
     wait_until(lambda: jobs_by_id(home)[job]["state"] in ("starting", "running"), 60)
     assert jobs_by_id(home)[job]["node"] == "node02"
     note = "h200 runs dense at 2.50x its a100 speed (measured on both a100 and h200)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from helpers.local_node import FAKE_PYNVML, local_lab
 from iadeep_cli.errors import NodeError
 from iadeep_cli.inventory import Inventory, Node
@@ -356,11 +356,10 @@ def test_controller_runs_jobs_on_its_own_machine(monkeypatch, tmp_path):
         gate = tmp_path / "gate"
         gated_sh = tmp_path / "gated.sh"
         gated_sh.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.1; done\n")
-        hello = int(cli(home, "queue", "add", str(ROOT / "jobs/hello.sh"), "a b", "$(x);y",
-                        "--env", "SLEEP_S=0", check=True).stdout)
-        steps = int(cli(home, "queue", "add", str(ROOT / "jobs/steps_progress.sh"), "15", "0.2",
-                        "--workload", "mlp", check=True).stdout)
-        gated = int(cli(home, "queue", "add", str(gated_sh), check=True).stdout)
+        hello = queue_add(home, str(ROOT / "jobs/hello.sh"), "a b", "$(x);y", "--env", "SLEEP_S=0")
+        steps = queue_add(home, str(ROOT / "jobs/steps_progress.sh"), "15", "0.2",
+                          "--workload", "mlp")
+        gated = queue_add(home, str(gated_sh))
         seen: dict[int, int] = {}       # job id -> GPU its process was seen on
         name = fixture_gpu("idle")["name"]
         deadline = time.monotonic() + 90

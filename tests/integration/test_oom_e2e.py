@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, wait_jobs, wait_until
+from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, queue_add, wait_jobs, wait_until
 
 # What PyTorch prints when an allocation fails (torch 2.x), the traceback's last lines.
 TORCH_OOM = (
@@ -58,11 +58,10 @@ def test_out_of_memory_while_sharing_is_named_and_retried_alone(lab, tmp_path):
     script.write_text(JOB)
     script.chmod(0o755)
     stop_a, stop_b = tmp_path / "stop-a", tmp_path / "stop-b"
-    a = int(cli(home, "queue", "add", str(script), str(stop_a), "--workload", "mlp",
-                check=True).stdout)
+    a = queue_add(home, str(script), str(stop_a), "--workload", "mlp")
     wait_jobs(home, lambda js: js[a]["state"] == "running")
-    b = int(cli(home, "queue", "add", str(script), str(stop_b), str(tmp_path / "b-tried"),
-                "--workload", "mlp", "--retries", "1", check=True).stdout)
+    b = queue_add(home, str(script), str(stop_b), str(tmp_path / "b-tried"),
+                  "--workload", "mlp", "--retries", "1")
     # B shares A's GPU (mlp with mlp: 0.90 each), runs out of memory, and is queued again
     wait_until(lambda: any(e["new_state"] == "lost" and "out of GPU memory" in e["reason"]
                            for e in _events(home, b)), limit=120)
@@ -97,11 +96,10 @@ def test_out_of_memory_alone_fails_with_the_reason(lab, tmp_path):
     home = lab.home
     script = tmp_path / "oom.sh"
     script.write_text("#!/bin/sh\necho step 1\nprintf '%s' \"$OOM\" >&2\nexit 1\n")
-    job = int(cli(home, "queue", "add", str(script), "--env", f"OOM={TORCH_OOM}",
-                  "--retries", "1", check=True).stdout)
+    job = queue_add(home, str(script), "--env", f"OOM={TORCH_OOM}", "--retries", "1")
     plain = tmp_path / "plain.sh"
     plain.write_text("#!/bin/sh\necho 'no memory problem here'\nexit 1\n")
-    other = int(cli(home, "queue", "add", str(plain), check=True).stdout)
+    other = queue_add(home, str(plain))
     jobs = wait_jobs(home, lambda js: {js[job]["state"], js[other]["state"]} == {"failed"})
     assert jobs[job]["reason"] == "out of GPU memory (exit code 1)"
     assert jobs[job]["attempts"] == 1 and jobs[job]["exclusive"] is False   # its own doing

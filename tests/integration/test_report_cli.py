@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers.accounts import cli_as
-from helpers.controllers import ControllerProcess, cli, jobs_by_id
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add
 from helpers.local_node import local_lab
 
 FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
@@ -63,11 +63,10 @@ def test_report_matches_the_events_live_and_after_stop(monkeypatch, state):
     ctl = ControllerProcess(state / "home", inventory).start()
     home = ctl.home
     try:
-        two = int(cli(home, "queue", "add", str(ok_sh), "--gpus", "2", check=True).stdout)
-        failing = int(cli(home, "queue", "add", str(fail_sh), check=True).stdout)
+        two = queue_add(home, str(ok_sh), "--gpus", "2")
+        failing = queue_add(home, str(fail_sh))
         # never runnable once `failing` failed: cancelled without ever starting
-        after = int(cli(home, "queue", "add", str(ok_sh), "--after", str(failing),
-                        check=True).stdout)
+        after = queue_add(home, str(ok_sh), "--after", str(failing))
         ids = [two, failing, after]
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -129,7 +128,7 @@ def test_admins_get_the_lab_report_and_members_their_own_through_the_controller(
     ctl = ControllerProcess(state / "home", inventory).start()
     try:
         os.chmod(ctl.home, 0o755)
-        job = int(cli(ctl.home, "queue", "add", str(ok_sh), check=True).stdout)
+        job = queue_add(ctl.home, str(ok_sh))
         deadline = time.monotonic() + 90
         while jobs_by_id(ctl.home)[job]["state"] not in FINISHED and time.monotonic() < deadline:
             time.sleep(0.2)

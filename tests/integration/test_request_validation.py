@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add
 
 SCRIPT_B64 = base64.b64encode(b"#!/bin/sh\ntrue\n").decode()
 # What must never reach a terminal from a name: C0/C1 controls (newline only ends a line).
@@ -154,8 +154,7 @@ def test_refused_submissions_leave_no_file_behind(ctl):
 
 
 def test_ids_sent_as_a_string_act_on_no_job(ctl):
-    ids = [int(cli(ctl.home, "queue", "add", str(ctl.script), check=True).stdout)
-           for _ in range(2)]
+    ids = [queue_add(ctl.home, str(ctl.script)) for _ in range(2)]
     for op in ("cancel", "hold"):
         reply = raw(ctl, json.dumps({"op": op, "args": {"ids": "".join(map(str, ids))}}).encode())
         _refused(reply, "ids must be a list")

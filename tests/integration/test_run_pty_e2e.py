@@ -12,6 +12,7 @@ from helpers.controllers import (
     env_for,
     fake_gpu_lab,
     jobs_by_id,
+    queue_add,
     wait_jobs,
     wait_until,
 )
@@ -93,7 +94,7 @@ def test_only_the_owner_types_into_a_running_interactive_job(lab, tmp_path, monk
     """The input request's rules, through the real socket: not a batch job's, not after it
     ended (nobody reads its terminal), and `queue rerun` refuses it (nobody would type)."""
     home = lab.home
-    batch = int(cli(home, "queue", "add", "--", "/bin/sleep", "600", check=True).stdout)
+    batch = queue_add(home, "--", "/bin/sleep", "600")
     term = Terminal(home, "--pty", "sh")
     try:
         wait_jobs(home, lambda js: len(js) == 2 and all(j["state"] == "running"

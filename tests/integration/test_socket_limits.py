@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, needs_root, warm_cli
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
+from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from helpers.floods import (
     connect as _connect,
     hold_idle,
@@ -93,7 +93,7 @@ def test_one_account_flooding_the_socket_cannot_take_the_controller_offline(
         # ... and the scheduling loop still places and finishes a job.
         script = shared_state / "quick.sh"
         script.write_text("#!/bin/sh\necho placed\n")
-        job = int(cli(ctl.home, "queue", "add", str(script), check=True).stdout)
+        job = queue_add(ctl.home, str(script))
         wait_until(lambda: jobs_by_id(ctl.home)[job]["state"] == "succeeded", limit=120,
                    every=0.5)
         # Sanity bound, not a timing: the caps keep most descriptors free.
