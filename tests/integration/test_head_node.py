@@ -23,12 +23,11 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from helpers.accounts import accounts_lock, ensure_user, run_as
+from helpers.accounts import accounts_lock, ensure_user, run_as, shared_dir
 from helpers.controllers import wait_until
 from helpers.sshd import SshdNode, sshd_available
 
@@ -248,11 +247,9 @@ def machine():
         pytest.skip(f"this machine has an iadeep set-up ({', '.join(taken)}); the test would "
                     "replace it")
     MARK.touch()
-    top = Path(tempfile.mkdtemp(prefix="iadeep-headnode-", dir="/tmp"))
-    os.chmod(top, 0o755)
-    yield top
-    _clean()
-    shutil.rmtree(top, ignore_errors=True)
+    with shared_dir("iadeep-headnode-") as top:
+        yield top
+        _clean()
 
 
 def test_the_documented_head_node_checklist_as_written_ends_with_a_job_on_a_trusted_node(machine):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import iadeep_cli.cli.main
-from helpers.accounts import ensure_user, needs_root, run_as
+from helpers.accounts import ensure_user, needs_root, run_as, shared_dir
 from helpers.controllers import ControllerProcess
 from iadeep_cli.controller import client  # loaded here: the accounts cannot read /root
 from iadeep_cli.errors import IadeepError
@@ -46,14 +46,12 @@ def as_user(user: str, op: str, args: dict, socket_path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def lab():
-    state = Path(tempfile.mkdtemp(prefix="iadeep-perm-", dir="/tmp"))
-    os.chmod(state, 0o755)  # other accounts must reach the socket inside it
-    inventory = state / "nodes.yaml"
-    inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
-    ctl = ControllerProcess(state / "home", inventory).start()
-    yield ctl
-    ctl.stop()
-    shutil.rmtree(state, ignore_errors=True)
+    with shared_dir("iadeep-perm-") as state:   # other accounts must reach the socket inside
+        inventory = state / "nodes.yaml"
+        inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
+        ctl = ControllerProcess(state / "home", inventory).start()
+        yield ctl
+        ctl.stop()
 
 
 def _submit(lab, user):
@@ -177,15 +175,13 @@ def test_env_values_are_shown_to_the_owner_and_admins_only(lab):
 @pytest.fixture
 def stopped_lab():
     """A controller that ran in a shared state directory, accepted alice's job, and stopped."""
-    top = Path(tempfile.mkdtemp(prefix="iadeep-shared-", dir="/tmp"))
-    os.chmod(top, 0o755)  # pytest's tmp_path is private to root
-    inventory = top / "nodes.yaml"
-    inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
-    ctl = ControllerProcess(top / "state", inventory).start()
-    job_id = _submit_with_secret(ctl.home / "controller.sock", "iadeep-alice")
-    assert ctl.stop() == 0
-    yield ctl.home, job_id
-    shutil.rmtree(top, ignore_errors=True)
+    with shared_dir("iadeep-shared-") as top:   # pytest's tmp_path is private to root
+        inventory = top / "nodes.yaml"
+        inventory.write_text("lab:\n  admins: [iadeep-admin]\nnodes: []\n")
+        ctl = ControllerProcess(top / "state", inventory).start()
+        job_id = _submit_with_secret(ctl.home / "controller.sock", "iadeep-alice")
+        assert ctl.stop() == 0
+        yield ctl.home, job_id
 
 
 def test_after_a_clean_stop_ordinary_users_read_and_see_no_secrets(stopped_lab):

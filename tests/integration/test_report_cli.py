@@ -8,14 +8,12 @@ import importlib
 import itertools
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers.accounts import cli_as
+from helpers.accounts import cli_as, shared_dir
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add
 from helpers.local_node import local_lab
 
@@ -49,10 +47,8 @@ def _report(home: Path) -> dict:
 @pytest.fixture
 def state(monkeypatch):
     # Not under pytest's tmp_path: another account must reach the database to be refused
-    top = Path(tempfile.mkdtemp(prefix="iadeep-report-", dir="/tmp"))
-    os.chmod(top, 0o755)
-    yield top
-    shutil.rmtree(top, ignore_errors=True)
+    with shared_dir("iadeep-report-") as top:
+        yield top
 
 
 def test_report_matches_the_events_live_and_after_stop(monkeypatch, state):

@@ -4,14 +4,12 @@ open-file limit where it matters), real second OS accounts, a real sshd node."""
 import os
 import resource
 import select
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
-from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, needs_root, warm_cli
+from helpers.accounts import AsUser, cli_as, cli_here, ensure_user, needs_root, shared_dir, warm_cli
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from helpers.floods import (
     connect as _connect,
@@ -45,11 +43,9 @@ def _nofile(n: int):
 @pytest.fixture
 def shared_state():
     """A state directory other accounts can reach (pytest's tmp_path is private to root)."""
-    state = Path(tempfile.mkdtemp(prefix="iadeep-sock-", dir="/tmp"))
-    os.chmod(state, 0o755)
-    (state / "empty.yaml").write_text("nodes: []\n")
-    yield state
-    shutil.rmtree(state, ignore_errors=True)
+    with shared_dir("iadeep-sock-") as state:
+        (state / "empty.yaml").write_text("nodes: []\n")
+        yield state
 
 
 def _flood(path: str, n: int, home: str, ready_w: int, stop_r: int) -> dict:

@@ -15,13 +15,13 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from helpers.accounts import shared_dir
 from helpers.sshd import sshd_available
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -52,10 +52,8 @@ def private_clone(tmp_path) -> ModuleType:
 def node_root() -> Iterator[Path]:
     """Where a lab puts its nodes (as helpers/runas_lab.py does: 0755 under /tmp; pytest's
     own tmp_path is 0700)."""
-    top = Path(tempfile.mkdtemp(prefix="iadeep-standin-", dir="/tmp"))
-    top.chmod(0o755)
-    yield top
-    shutil.rmtree(top, ignore_errors=True)
+    with shared_dir("iadeep-standin-") as top:
+        yield top
 
 
 def _session_env(node) -> dict[str, str]:

@@ -1,29 +1,20 @@
 """A job that could never run is refused when it is submitted, with the reason and a hint,
 instead of waiting forever. Real controller processes, real sshd nodes, a real second account."""
 import json
-import os
-import shutil
 import socket
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from helpers.accounts import cli_as
+from helpers.accounts import ALICE, cli_as, sh_script, shared_dir
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
-
-ALICE = "iadeep-alice"
 
 
 @pytest.fixture
 def shared(tmp_path):
     """A directory other accounts can reach, with a job script in it."""
-    root = Path(tempfile.mkdtemp(prefix="iadeep-unrun-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    (root / "job.sh").write_text("#!/bin/sh\nsleep 30\n")
-    os.chmod(root / "job.sh", 0o755)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    with shared_dir("iadeep-unrun-") as root:
+        sh_script(root, "job.sh", "sleep 30")
+        yield root
 
 
 def _refused(out, message: str, hint: str) -> None:
