@@ -16,16 +16,16 @@ from pathlib import Path
 SET_IADEEP_HOME = "set IADEEP_HOME to your lab's state directory (ask your admin)"
 
 
-def replace_file(target: Path, text: str, *, mode: int | None = None,
+def replace_file(target: Path, data: str | bytes, *, mode: int | None = None,
                  durable: bool = False) -> None:
-    """Write ``text`` to ``target`` atomically: a reader sees the old file or the new one,
-    whole (written beside it, then renamed over it). ``mode``: the new file's permissions;
-    ``durable``: on disk (fsync) before the rename. Raises OSError, leaving the old file and
-    no temporary one."""
+    """Write ``data`` (text, as UTF-8, or bytes as they are) to ``target`` atomically: a reader
+    sees the old file or the new one, whole (written beside it, then renamed over it).
+    ``mode``: the new file's permissions; ``durable``: on disk (fsync) before the rename.
+    Raises OSError, leaving the old file and no temporary one."""
     tmp = target.with_name(target.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())

@@ -41,7 +41,7 @@ from ..jobs import (
     validate_spec,
 )
 from ..model.data import shipped_profiles
-from ..paths import StateDir
+from ..paths import StateDir, replace_file
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
 from ..text import MIB_PER_GIB, duration, hms
@@ -583,18 +583,8 @@ def _script_content(path: str, script_b64: str | None) -> bytes:
 
 def _write_script(directory: Path, original: str, content: bytes) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / Path(original).name
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o700)
-        os.replace(tmp, target)
-    except BaseException:   # a full disk: no half-written copy left behind
-        tmp.unlink(missing_ok=True)
-        raise
+    # a full disk: no half-written copy left behind
+    replace_file(directory / Path(original).name, content, mode=0o700, durable=True)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """``paths.replace_file``: the one atomic write (the model file, the offline view, the state
-directory's marker, the refit's and the what-if's results)."""
+directory's marker, the refit's and the what-if's results, a submitted job's script)."""
 from __future__ import annotations
 
 import stat
@@ -18,6 +18,14 @@ def test_the_new_text_replaces_the_old_whole_and_leaves_no_temporary_file(tmp_pa
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert target.stat().st_ino != old_inode   # renamed over, not rewritten in place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["view.json"]
+
+
+def test_bytes_are_written_as_they_are(tmp_path):
+    target = tmp_path / "job.sh"   # a submitted script: any bytes, not only UTF-8
+    replace_file(target, b"#!/bin/sh\r\necho \xff\n", mode=0o700, durable=True)
+    assert target.read_bytes() == b"#!/bin/sh\r\necho \xff\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]
 
 
 def test_a_reader_holding_the_old_file_keeps_reading_it_whole(tmp_path):
