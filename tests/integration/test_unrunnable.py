@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from helpers.accounts import ALICE, cli_as, sh_script, shared_dir
+from helpers.accounts import ALICE, cli_as, needs_root, sh_script, shared_dir
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, wait_until
 
 
@@ -22,6 +22,8 @@ def _refused(out, message: str, hint: str) -> None:
     assert out.stderr.startswith(f"Error: {message} (hint: {hint}") and out.stderr.count("\n") == 1
 
 
+@pytest.mark.os_global   # creates a Unix account
+@needs_root
 def test_a_job_larger_than_every_node_is_refused_with_the_reason(sshd_cluster, shared):
     cluster = sshd_cluster(2)
     for node in cluster.nodes.values():
