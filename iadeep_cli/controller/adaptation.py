@@ -12,9 +12,11 @@ acts, every action an event with the numbers that caused it (``queue show``, ``q
    (``to_suspend``): only a job whose own speed shows it slowed is suspended, not when the
    poll shows the GPU too idle for sharing to be the cause, and for at most
    ``max_suspend_s`` in all, after which it is resumed and left running.
-3. **Refresh a profile on a phase change**: a job alone on its GPU whose progress rate or GPU
-   signature moved, for good, away from how it started and from its workload's profile
-   (``scheduler/detectors.PhaseDetector``) gives that workload a *phase* sample, held as its
+3. **Refresh a profile on a phase change**: a job whose progress rate or GPU signature moved,
+   for good, away from how it started and from its workload's profile
+   (``scheduler/detectors.PhaseDetector``; alone on its GPU, the GPU's figures; sharing it,
+   its utilisation alone estimated from its own SM share and speed, where the poll has
+   per-process figures) gives that workload a *phase* sample, held as its
    owner's (their later jobs are judged by it) until a job of another user agrees, when it
    replaces the lab's profile (``store/profiles.refresh``) and the model is refitted; the job
    gets an event with the old and new numbers and what became of them.
@@ -53,8 +55,10 @@ from ..scheduler.detectors import (
     Sharer,
     Solo,
     closed_gpus,
+    solo_util,
 )
 from ..store import Store, jobrows, profiles as profrows
+from .observe import job_sm
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -161,24 +165,29 @@ class Adapter:
     # ------------------------------------------------------------------ phase changes
     def phase_step(self, now: float, snapshot: Any, profiles: dict[str, Profile],
                    lab: dict[str, Profile]) -> list[PhaseChange]:
-        """Feed the phase detector this round's jobs alone on their GPU (their progress rate,
-        from the observer; their GPU's utilisation, from the poll) against their workload's
-        profile in effect, and refresh the profile of each phase change it reports."""
+        """Feed the phase detector this round's one-GPU jobs' signatures alone against their
+        workload's profile in effect, and refresh the profile of each phase change it reports.
+        A job alone on its GPU: its progress rate (from the observer) and its GPU's
+        utilisation (from the poll). A job sharing it: its utilisation alone estimated from
+        its own SM share (where the poll has per-process figures: NVML) over its speed
+        measured from progress (``solo_util``); no estimate, no signature this round."""
         jobs = self.loop.jobs(ACTIVE)
         per_gpu: dict[str, list[Job]] = {}
         for job in jobs:
             if (gpu := _gpu_of(job)) is not None:
                 per_gpu.setdefault(gpu, []).append(job)
         rates = self.loop.observer.alone_rates
+        speeds = self.loop.observer.progress_speeds
         solos: list[Solo] = []
         samples: dict[int, Any] = {}
-        alone = [g[0] for g in per_gpu.values() if len(g) == 1
-                 and g[0].state == JobState.RUNNING and g[0].spec.workload]
+        watched = [(job, len(group) > 1) for group in per_gpu.values() for job in group
+                   if job.state == JobState.RUNNING and job.spec.workload
+                   and (len(group) == 1 or job.id in speeds)]
         held: dict[tuple[str, str], Profile] = {}
-        if alone:
+        if watched:
             with self.loop.store.tx() as conn:
                 held = profrows.held(conn)
-        for job in alone:
+        for job, sharing in watched:
             assert job.spec.workload is not None
             # a phase its owner's earlier job showed (held as theirs) is what it is judged by
             mine = held.get((job.owner, job.spec.workload))
@@ -186,9 +195,18 @@ class Adapter:
             if prof is None:   # not profiled yet: nothing to refresh (profiling does it)
                 continue
             gpu = snapshot.gpu(job.node, job.gpu_indices[0])
+            learnt = mine or lab.get(job.spec.workload)
+            if sharing:
+                util = solo_util(job_sm(job, snapshot), speeds[job.id])
+                if util is None:
+                    continue
+                samples[job.id] = (job, gpu, prof, learnt)
+                solos.append(Solo(job.id, job.spec.workload, util=util,
+                                  profile_util=prof.gpu_util, adapt=not job.spec.no_adapt,
+                                  sharing=True))
+                continue
             if gpu is not None and any(p.job_id not in (None, job.id) for p in gpu.processes):
                 gpu = None     # another job's process there: its signature is not this job's
-            learnt = mine or lab.get(job.spec.workload)
             samples[job.id] = (job, gpu, prof, learnt)
             solos.append(Solo(job.id, job.spec.workload, rates.get(job.id),
                               gpu.utilization_gpu if gpu is not None else None,

@@ -58,6 +58,10 @@ class SpeedObserver:
         # job id -> its progress rate (it/s) this round, for jobs alone on their GPU: what the
         # phase detector (controller/adaptation.py) compares with how the job started
         self.alone_rates: dict[int, float] = {}
+        # job id -> its speed this round measured from its progress (not the SM proxy): with
+        # its own SM share, what estimates a sharing job's utilisation alone (the phase
+        # detector's ``solo_util``)
+        self.progress_speeds: dict[int, float] = {}
 
     def offsets(self, running: Iterable[Job]) -> dict[int, int]:
         """Job id -> where its progress file is to be read from next, for the running jobs
@@ -97,7 +101,7 @@ class SpeedObserver:
                 for j, start, size, text in n.progress}
         speeds: dict[int, float] = {}
         measured: set[int] = set()
-        self.alone_rates = {}
+        self.alone_rates, self.progress_speeds = {}, {}
         self._now = now
         self._covered = {(n.name, j) for n in snapshot.nodes for j in n.progress_asked}
         for jobs in groups.values():
@@ -110,6 +114,7 @@ class SpeedObserver:
                 if speed is not None:
                     speeds[job.id] = speed
         self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})
+        self.progress_speeds = {i: speeds[i] for i in measured}
         return speeds, self._pairs(groups, {i: speeds[i] for i in measured}, snapshot, now)
 
     def _from_progress(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]],
@@ -131,7 +136,7 @@ class SpeedObserver:
 
     def _from_sm(self, job: Job, snapshot: ClusterSnapshot, alone: bool,
                  known_util: dict[str, float]) -> float | None:
-        sm = _job_sm(job, snapshot)
+        sm = job_sm(job, snapshot)
         if sm is None:
             return None
         track = self._tracks.setdefault(job.id, _Track(node=job.node))
@@ -243,7 +248,7 @@ def _groups(running: list[Job]) -> dict[tuple[str, int], list[Job]]:
     return groups
 
 
-def _job_sm(job: Job, snapshot: ClusterSnapshot) -> float | None:
+def job_sm(job: Job, snapshot: ClusterSnapshot) -> float | None:
     """The job's processes' summed SM utilisation on its GPU in this snapshot, if reported."""
     gpu = snapshot.gpu(job.node, job.gpu_indices[0])
     values = [p.sm_util for p in (gpu.processes if gpu else ())

@@ -17,11 +17,14 @@ only after ``polls`` consecutive polls without it (hysteresis, so a borderline p
 flap). A poll where no job on the GPU could be judged (no speeds yet) neither extends nor breaks
 a streak.
 
-A *phase change* (``PhaseDetector``) is about a job alone on its GPU: its progress rate, GPU
+A *phase change* (``PhaseDetector``) is about one job's own behaviour: its progress rate, GPU
 or memory utilisation moved by more than ``phase_threshold`` (rate, relative) or
 ``phase_util`` (percentage points) away from how it started and from its workload's profile,
-for ``phase_persist_s`` and ``polls`` polls. The controller then gives the workload a "phase"
-profile sample, which replaces the profile instead of being averaged in.
+for ``phase_persist_s`` and ``polls`` polls. Alone on its GPU, the GPU's figures are the job's;
+sharing it, only its own SM share is (where the poll has per-process figures: NVML), and that
+share over the job's observed speed estimates its utilisation alone (``solo_util``). The
+controller then gives the workload a "phase" profile sample, which replaces the profile
+instead of being averaged in.
 
 The margins' defaults are several times the +-2% spread of the shipped measurements
 (``tests/unit/test_adapt_detect.py`` checks that such jitter finds nothing).
@@ -182,18 +185,32 @@ def closed_gpus(findings: Mapping[str, Finding], now: float, policy: AdaptPolicy
 
 
 # ---------------------------------------------------------------------------------------------
-# Phase change: a job alone on its GPU that no longer behaves like its workload's profile.
+# Phase change: a job that no longer behaves like its workload's profile.
 # ---------------------------------------------------------------------------------------------
 RATE = "rate"          # progress rate, iterations/s
 UTIL = "gpu_util"      # GPU (SM) utilisation, %
 MEM = "mem_util"       # memory-bandwidth utilisation, %
 
 
+MIN_SHARED_SPEED = 0.1   # slower than this while sharing (a stall, a checkpoint): no estimate
+
+
+def solo_util(sm_share: float | None, speed: float | None) -> float | None:
+    """A sharing job's GPU utilisation alone (%), estimated from its own SM share of the GPU
+    (NVML's per-process figure) and its observed speed relative to alone: time-sliced, a job
+    doing ``speed`` of its solo work keeps the SMs busy about ``speed`` times as long as alone.
+    None where either is missing or the job nearly stalled (the quotient is then noise)."""
+    if sm_share is None or speed is None or speed < MIN_SHARED_SPEED:
+        return None
+    return min(100.0, sm_share / speed)
+
+
 @dataclass(frozen=True)
 class Solo:
-    """One job running alone on its GPU, as the phase detector sees it this poll: what it
-    shows now (None: not measured this poll) and what its workload's profile in effect says
-    (None: the profile does not say)."""
+    """One job's signature alone, as the phase detector sees it this poll: what it shows now
+    (None: not measured this poll) and what its workload's profile in effect says (None: the
+    profile does not say). ``sharing``: the job shares its GPU, so ``util`` is the estimate
+    ``solo_util`` and rate and memory are not its own (None)."""
 
     job_id: int
     workload: str
@@ -204,6 +221,7 @@ class Solo:
     profile_util: float | None = None
     profile_mem: float | None = None
     adapt: bool = True          # False: --no-adapt, never acted on
+    sharing: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,11 +236,14 @@ class PhaseChange:
     new: dict[str, float]
     since: float
     polls: int
+    sharing: bool = False    # seen while sharing its GPU (its utilisation alone estimated)
 
     def describe(self, now: float) -> str:
         moved = "; ".join(f"{_METRIC_TEXT[k]} {_fmt(k, self.old[k])} -> {_fmt(k, v)}"
                           for k, v in sorted(self.new.items()))
-        return (f"phase change: job {self.job_id} ({self.workload}) alone: {moved} "
+        where = ("sharing its GPU (utilisation alone estimated from its own SM share and "
+                 "speed)" if self.sharing else "alone")
+        return (f"phase change: job {self.job_id} ({self.workload}) {where}: {moved} "
                 f"for {now - self.since:.0f} s over {self.polls} polls")
 
 
@@ -273,13 +294,15 @@ class _PhaseStreak:
 @dataclass
 class PhaseDetector:
     """Per job: its first values alone (its starting phase) and the current streak of polls
-    showing a phase shift.  ``observe`` takes one poll (the jobs alone on their GPUs) and
+    showing a phase shift.  ``observe`` takes one poll (each job's signature alone: measured
+    alone, or estimated while sharing) and
     returns the phase changes that just became findings: each is reported once, after which
     the job's new values are its starting point (the caller refreshes the profile; if it could
     not, the same change is not reported again).  Like ``Detector``: a shift counts once it
     lasted ``phase_persist_s`` seconds **and** ``polls`` consecutive polls; a poll without it
-    breaks the streak; a poll where the job is not alone (absent here) or shows nothing
-    measured neither extends nor breaks it, and jobs that ended are forgotten."""
+    breaks the streak; a poll where the job is absent (no signature of its own: sharing on a
+    node without per-process figures) or shows nothing measured neither extends nor breaks
+    it, and jobs that ended are forgotten."""
 
     _start: dict[int, dict[str, float]] = field(default_factory=dict)
     _streaks: dict[int, _PhaseStreak] = field(default_factory=dict)
@@ -318,7 +341,7 @@ class PhaseDetector:
                 prof = _profile_of(s)
                 old = {k: p if (p := prof[k]) is not None else start[k] for k in new}
                 out.append(PhaseChange(s.job_id, s.workload, old, new, streak.since,
-                                       streak.polls))
+                                       streak.polls, s.sharing))
                 start.update(new)
                 del self._streaks[s.job_id]
         if alive is not None:

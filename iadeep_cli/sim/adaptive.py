@@ -9,7 +9,12 @@
   predicted for it when it or its partner was placed;
 - for a job alone on its GPU, its GPU and memory utilisation (the profile of the workload it
   is now, with the same spread) against its profile: the simulator has no iterations/s (work
-  is in solo seconds), so only the signature can show a phase change here.
+  is in solo seconds), so only the signature can show a phase change here;
+- for a job sharing its GPU, its own SM share, as NVML's per-process utilisation would show it:
+  its workload's utilisation alone times its speed (time-sliced, a job doing ``speed`` of its
+  solo work holds the SMs about that much of the time), with the same spread; over its
+  observed speed that estimates its utilisation alone (``detectors.solo_util``), as the
+  controller does on a node whose poll has per-process figures.
 
 and it acts as the controller does, as ``lab.policy.adapt`` says (by default only the
 refresh): a phase change refreshes the job's profile; with ``stop_partners`` a GPU with a
@@ -21,6 +26,8 @@ phase alike wants the next job placed by the new phase), while here the refreshe
 the job's own, namely the profile of the workload it switched to (what its signature shows):
 the generated jobs switch to random workloads, so a label-wide refresh would misplace the next
 job of that label, which starts in its first phase.
+A second simplification: a job found sharing gets that whole profile too, though only its
+utilisation was seen (the controller's sample keeps the profile's memory figures).
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ from ..scheduler.detectors import (
     Solo,
     closed_gpus,
     last_joined,
+    solo_util,
 )
 
 POLL_S = 60.0      # virtual seconds between polls (a lab's poll_interval is seconds; the
@@ -118,7 +126,7 @@ class AdaptHooks:
                     self.suspended_for[victim.job_id] = partner
                     self.suspensions += 1
                     acted = True
-        acted = self._phase(t, running, groups, phases) or acted
+        acted = self._phase(t, running, groups, phases, observed) or acted
         return acted
 
     def _reopen(self, t: float, on_gpu, phases) -> bool:
@@ -151,21 +159,31 @@ class AdaptHooks:
         return acted
 
     def _phase(self, t: float, running: dict[int, Job], groups: Mapping[str, list[int]],
-               phases) -> bool:
+               phases, observed: Callable[[str, int], float | None]) -> bool:
+        """Feed the phase detector each one-GPU job's signature alone (measured alone,
+        estimated while sharing) and relabel the jobs it reports."""
         if not self.policy.phase:
             return False
         solos = []
-        for ids in groups.values():
-            if len(ids) != 1 or len(running[ids[0]].gpu_indices) != 1:
-                continue
-            job = running[ids[0]]
-            label = job.spec.workload or ""
-            mine, believed = self.profiles.get(phases.now[job.id]), self.profiles.get(label)
-            if mine is None or believed is None:
-                continue
-            solos.append(Solo(job.id, label, None, self._jitter(mine.gpu_util),
-                              self._jitter(mine.mem_util), None, believed.gpu_util,
-                              believed.mem_util))
+        for g, ids in groups.items():
+            for job_id in ids:
+                job = running[job_id]
+                label = job.spec.workload or ""
+                mine, believed = self.profiles.get(phases.now[job_id]), self.profiles.get(label)
+                if len(job.gpu_indices) != 1 or mine is None or believed is None:
+                    continue
+                if len(ids) == 1:
+                    solos.append(Solo(job_id, label, None, self._jitter(mine.gpu_util),
+                                      self._jitter(mine.mem_util), None, believed.gpu_util,
+                                      believed.mem_util))
+                    continue
+                speed = observed(g, job_id)
+                sm_share = None if speed is None or mine.gpu_util is None \
+                    else self._jitter(mine.gpu_util * speed)
+                util = solo_util(sm_share, self._jitter(speed))
+                if util is not None:
+                    solos.append(Solo(job_id, label, util=util, profile_util=believed.gpu_util,
+                                      sharing=True))
         changes = self.phases.observe(t, solos, self.policy, alive=set(running))
         for change in changes:
             running[change.job_id] = relabelled(running[change.job_id],

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.loop import SchedulingLoop
 from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.snapshot import GpuProcess
 from iadeep_cli.store import Store, jobrows, profiles as profrows
 
 pytestmark = pytest.mark.unit
@@ -44,6 +46,7 @@ class Lab:
             profrows.upsert_profile(conn, EMU, time.time())
         self.pool = ReplayPool(self.inventory, {"n1": 1})
         self.busy(97.0)   # a GPU time-sliced between two jobs is busy (the shipped pairs: 96-97%)
+        self.before_round: Callable[[], None] | None = None   # e.g. what the GPU shows next
         self.loop = SchedulingLoop(self.store, self.inventory, self.pool, root / "scripts",
                                    fit_in_background=False)
 
@@ -66,6 +69,8 @@ class Lab:
                                      for g in self.pool.gpus["n1"])
 
     def round(self) -> None:
+        if self.before_round is not None:
+            self.before_round()
         self.loop.tick()
         self.loop.actions.drain()
         time.sleep(0.2)
@@ -385,3 +390,50 @@ def test_in_a_bad_pair_the_opportunistic_job_is_suspended_though_it_came_first(m
     lab.until(lambda: lab.job(o).state == JobState.SUCCEEDED)
     assert JobState.SUSPENDED.value not in "".join(
         e.split(":")[0] for e in lab.events(r))
+
+
+def test_a_job_that_changes_phase_while_sharing_refreshes_its_profile(make):
+    """Where the poll has per-process figures (NVML), a sharing job's own SM share over its
+    speed (measured from its progress) estimates its utilisation alone. The stand-in GPU here
+    gives each job the SM share a time-sliced GPU would: its utilisation alone (EMU's 20%)
+    times its measured speed (the GPU's utilisation: their sum); from a point on, job a's is
+    that of an 80% workload. The controller finds a's phase change while it shares, with the
+    numbers, and holds the refreshed profile as its owner's; its partner, unchanged, gets
+    none."""
+    lab = make(policy=replace(AdaptPolicy(), observe_s=0, polls=3, window_s=1.0,
+                              phase_persist_s=1.0))
+    alone_util = {}
+
+    def gpu_follows_the_jobs() -> None:
+        procs = []
+        for job_id, util in alone_util.items():
+            speed = lab.job(job_id).observed_speed
+            if speed is not None:
+                procs.append(GpuProcess(pid=1000 + job_id, used_memory_mib=1024.0,
+                                        job_id=job_id, sm_util=round(util * speed, 1)))
+        busy = min(100.0, sum(p.sm_util or 0.0 for p in procs))
+        lab.pool.gpus["n1"] = (replace(lab.pool.gpus["n1"][0], processes=tuple(procs),
+                                       utilization_gpu=busy),)
+
+    lab.before_round = gpu_follows_the_jobs
+    a = lab.submit(2000)
+    alone_util[a] = EMU.gpu_util
+    lab.until(lambda: lab.job(a).observed_speed is not None)
+    b = lab.submit(2000)
+    alone_util[b] = EMU.gpu_util
+    lab.until(lambda: lab.job(b).state == JobState.RUNNING)
+    shared_before = time.time()
+    lab.until(lambda: lab.loop.observer.progress_speeds.keys() >= {a, b}
+              and time.time() - shared_before > 3)
+    assert not [e for e in lab.events(a) + lab.events(b) if "phase change" in e]
+    alone_util[a] = 80.0
+    lab.until(lambda: any("phase change" in e for e in lab.events(a)))
+    [found] = [e for e in lab.events(a) if "phase change" in e]
+    assert f"phase change: job {a} (emu) sharing its GPU" in found
+    assert "GPU utilisation 20% -> " in found and "held as alice's" in found
+    with lab.store.tx() as conn:
+        refreshed = profrows.held(conn)[("alice", "emu")]
+    assert refreshed.gpu_util is not None and 60 <= refreshed.gpu_util <= 100
+    assert refreshed.mem_util == EMU.mem_util     # what a shared GPU does not show per job
+    assert lab.job(a).state == lab.job(b).state == JobState.RUNNING
+    assert not [e for e in lab.events(b) if "phase change" in e]

@@ -78,6 +78,21 @@ def test_iadeep_refreshes_a_phase_changed_profile_and_places_by_it():
     assert sum(adaptive.jcts) < sum(static.jcts)
 
 
+def test_iadeep_refreshes_a_job_that_changes_phase_while_sharing():
+    """Two mlp jobs share the one GPU from the start; job 1 becomes vgg16 (utilisation alone
+    97% against mlp's 11%) and ends while job 2 still runs, so it is never alone: only its
+    own SM share over its speed (``solo_util``) can show the change, and it does. With phase
+    refreshes off, nothing is refreshed."""
+    jobs = [SimJob(1, 0.0, "mlp", 40000.0, phase_at=0.2, phase_to="vgg16"),
+            SimJob(2, 0.0, "mlp", 200000.0)]
+    adaptive, ap = _run(jobs, "iadeep")
+    assert adaptive.shared_frac == 1.0 and adaptive.jcts[0] < adaptive.jcts[1]
+    assert ap.hooks.refreshes == 1
+    off = Policy(adapt=AdaptPolicy(phase=False))
+    _, quiet = _run(jobs, "iadeep", policy=off)
+    assert quiet.hooks.refreshes == 0
+
+
 def test_without_phase_shifts_the_adaptive_policy_changes_nothing():
     # pairs only: every group is as predicted, so the jitter of the observations finds nothing
     pairs = Policy(max_jobs_per_gpu=2, min_speed=0.5)
