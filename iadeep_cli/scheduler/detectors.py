@@ -193,14 +193,18 @@ MEM = "mem_util"       # memory-bandwidth utilisation, %
 
 
 MIN_SHARED_SPEED = 0.1   # slower than this while sharing (a stall, a checkpoint): no estimate
+# The observer caps a speed here (controller/observe.py): a speed at the cap is only a floor
+# (the job outran the rate it is measured against), so it gives no estimate.
+SPEED_CAP = 1.5
 
 
 def solo_util(sm_share: float | None, speed: float | None) -> float | None:
     """A sharing job's GPU utilisation alone (%), estimated from its own SM share of the GPU
     (NVML's per-process figure) and its observed speed relative to alone: time-sliced, a job
     doing ``speed`` of its solo work keeps the SMs busy about ``speed`` times as long as alone.
-    None where either is missing or the job nearly stalled (the quotient is then noise)."""
-    if sm_share is None or speed is None or speed < MIN_SHARED_SPEED:
+    None where either is missing, the job nearly stalled (the quotient is then noise) or its
+    speed is at the observer's cap (``SPEED_CAP``: not a measurement)."""
+    if sm_share is None or speed is None or not MIN_SHARED_SPEED <= speed < SPEED_CAP:
         return None
     return min(100.0, sm_share / speed)
 
