@@ -201,9 +201,12 @@ class Adapter:
                 if util is None:
                     continue
                 samples[job.id] = (job, gpu, prof, learnt)
+                # its speed against the lab's solo rate of the workload, not its own (never
+                # measured alone): a start of its own (``Solo.provisional``)
+                own = self.loop.observer.solo_rate(job.id) is not None
                 solos.append(Solo(job.id, job.spec.workload, util=util,
                                   profile_util=prof.gpu_util, adapt=not job.spec.no_adapt,
-                                  sharing=True))
+                                  sharing=True, provisional=not own))
                 continue
             if gpu is not None and any(p.job_id not in (None, job.id) for p in gpu.processes):
                 gpu = None     # another job's process there: its signature is not this job's

@@ -17,6 +17,7 @@ from ..jobs import Job
 from ..nodes.connection import Pool
 from ..profiles import CoLocation, measurable
 from ..progress import parse_progress, rate
+from ..scheduler.detectors import SPEED_CAP
 from ..snapshot import ClusterSnapshot
 
 log = logging.getLogger("iadeep.controller")
@@ -132,7 +133,7 @@ class SpeedObserver:
                 track.solo_rate = current
             return 1.0
         solo = track.solo_rate or known_solo.get(job.spec.workload or "")
-        return min(1.5, current / solo) if solo else None
+        return min(SPEED_CAP, current / solo) if solo else None
 
     def _from_sm(self, job: Job, snapshot: ClusterSnapshot, alone: bool,
                  known_util: dict[str, float]) -> float | None:
@@ -144,7 +145,7 @@ class SpeedObserver:
             track.solo_sm = sm
             return 1.0
         solo = track.solo_sm or known_util.get(job.spec.workload or "")
-        return min(1.5, sm / solo) if solo else None
+        return min(SPEED_CAP, sm / solo) if solo else None
 
     def _track(self, job: Job) -> _Track | None:
         """The job's track on its node (a new attempt elsewhere starts a new one)."""

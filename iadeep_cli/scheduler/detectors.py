@@ -193,14 +193,18 @@ MEM = "mem_util"       # memory-bandwidth utilisation, %
 
 
 MIN_SHARED_SPEED = 0.1   # slower than this while sharing (a stall, a checkpoint): no estimate
+# The observer caps a speed here (controller/observe.py): a speed at the cap is only a floor
+# (the job outran the rate it is measured against), so it gives no estimate.
+SPEED_CAP = 1.5
 
 
 def solo_util(sm_share: float | None, speed: float | None) -> float | None:
     """A sharing job's GPU utilisation alone (%), estimated from its own SM share of the GPU
     (NVML's per-process figure) and its observed speed relative to alone: time-sliced, a job
     doing ``speed`` of its solo work keeps the SMs busy about ``speed`` times as long as alone.
-    None where either is missing or the job nearly stalled (the quotient is then noise)."""
-    if sm_share is None or speed is None or speed < MIN_SHARED_SPEED:
+    None where either is missing, the job nearly stalled (the quotient is then noise) or its
+    speed is at the observer's cap (``SPEED_CAP``: not a measurement)."""
+    if sm_share is None or speed is None or not MIN_SHARED_SPEED <= speed < SPEED_CAP:
         return None
     return min(100.0, sm_share / speed)
 
@@ -222,6 +226,12 @@ class Solo:
     profile_mem: float | None = None
     adapt: bool = True          # False: --no-adapt, never acted on
     sharing: bool = False
+    # ``util`` estimated with a speed relative to the solo rate the lab profiled for the
+    # workload, not the job's own (not yet measured alone): a job of another batch size runs
+    # at another rate, which skews such an estimate by the ratio of the two rates, so it is
+    # compared only with the job's earlier such estimates (a start of their own), never with
+    # values measured alone or estimated against its own rate
+    provisional: bool = False
 
 
 @dataclass(frozen=True)
@@ -289,6 +299,7 @@ class _PhaseStreak:
     since: float = 0.0
     polls: int = 0
     seen: dict[str, list[float]] = field(default_factory=dict)
+    provisional: bool = False   # of provisional estimates (``Solo.provisional``)
 
 
 @dataclass
@@ -305,6 +316,8 @@ class PhaseDetector:
     it, and jobs that ended are forgotten."""
 
     _start: dict[int, dict[str, float]] = field(default_factory=dict)
+    # per job: its first provisional estimates (``Solo.provisional``), their own start
+    _provisional: dict[int, dict[str, float]] = field(default_factory=dict)
     _streaks: dict[int, _PhaseStreak] = field(default_factory=dict)
 
     def begin(self, job_id: int, values: Mapping[str, float]) -> dict[str, float]:
@@ -323,7 +336,12 @@ class PhaseDetector:
             values = _values(s)
             if not values:
                 continue
-            start = self.begin(s.job_id, values)
+            if s.provisional:
+                start = self._provisional.setdefault(s.job_id, {})
+                for k, v in values.items():
+                    start.setdefault(k, v)
+            else:
+                start = self.begin(s.job_id, values)
             if not (policy.enabled and policy.phase and s.adapt):
                 continue
             moved = phase_shift(s, start, policy)
@@ -331,8 +349,10 @@ class PhaseDetector:
                 self._streaks.pop(s.job_id, None)
                 continue
             streak = self._streaks.get(s.job_id)
-            if streak is None or set(streak.seen) != set(moved):
-                streak = self._streaks[s.job_id] = _PhaseStreak(since=now)
+            if (streak is None or set(streak.seen) != set(moved)
+                    or streak.provisional != s.provisional):
+                streak = self._streaks[s.job_id] = _PhaseStreak(since=now,
+                                                                provisional=s.provisional)
             streak.polls += 1
             for k, v in moved.items():
                 streak.seen.setdefault(k, []).append(v)
@@ -345,8 +365,9 @@ class PhaseDetector:
                 start.update(new)
                 del self._streaks[s.job_id]
         if alive is not None:
-            for gone in set(self._start) - alive:
-                del self._start[gone]
+            for gone in (set(self._start) | set(self._provisional)) - alive:
+                self._start.pop(gone, None)
+                self._provisional.pop(gone, None)
                 self._streaks.pop(gone, None)
         return out
 

@@ -90,6 +90,8 @@ def test_a_sharing_jobs_utilisation_alone_is_its_sm_share_over_its_speed():
     assert solo_util(90.0, 0.5) == 100.0                 # no more than the whole GPU
     assert solo_util(None, 0.5) is None and solo_util(20.0, None) is None
     assert solo_util(5.0, 0.05) is None                  # nearly stalled: the quotient is noise
+    # at the observer's cap (controller/observe.py) a speed is only a floor: no estimate
+    assert solo_util(30.0, 1.5) is None and solo_util(30.0, 1.2) == pytest.approx(25.0)
 
 
 def test_a_sharing_job_changes_phase_on_its_estimate_and_says_so():
@@ -283,3 +285,69 @@ def test_one_users_phase_samples_stay_theirs_until_another_user_agrees_or_an_adm
         assert lab.solo_it_per_s == 297.0
         assert source == "phase change of job 6 (mallory), adopted by admin"
     store.close()
+
+
+def test_a_sharing_estimate_against_the_labs_rate_is_not_a_start_for_values_alone(tmp_path):
+    """``Adapter.phase_step``: a job of another batch size than the lab profiled for its label
+    (50% busy and 50 it/s alone, where the profile says 20% and 100 it/s) starts beside a
+    partner, so its speed is against the profile's 100 it/s (0.25 at half the GPU's time, not
+    its own 0.5) and its utilisation alone is estimated at 25 / 0.25 = 100%. Once alone it
+    shows its own, steady 50%: that is how it always ran, no phase change (as for the same job
+    alone from the start). Were the skewed estimate its start, 50% would have moved from it and
+    from the profile, and the profile would be refreshed with a phase it never changed."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from iadeep_cli.controller.adaptation import Adapter
+    from iadeep_cli.inventory import Inventory, Policy
+    from iadeep_cli.jobs import JobSpec, JobState
+    from iadeep_cli.profiles import Profile
+    from iadeep_cli.snapshot import GpuProcess, GpuSample
+    from iadeep_cli.store import Store, jobrows
+
+    lab_profile = Profile("w", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="G",
+                          solo_it_per_s=100.0)
+    store = Store(tmp_path / "iadeep.db")
+    with store.tx() as conn:
+        ids = [jobrows.insert(conn, "alice", JobSpec("/bin/true", workload="w"), 0.0)[0]
+               for _ in range(2)]
+    with store.tx() as conn:
+        jobs = [replace(jobrows.get(conn, i), state=JobState.RUNNING, node="n1",
+                        gpu_indices=(0,)) for i in ids]
+    me, partner = jobs
+    observer = SimpleNamespace(alone_rates={}, progress_speeds={}, solo_rates={})
+    observer.solo_rate = observer.solo_rates.get
+    host = SimpleNamespace(store=store, observer=observer, refit=lambda: None, running=jobs,
+                           inventory=Inventory(nodes=(), policy=Policy(adapt=FAST)))
+    host.jobs = lambda states, node=None: [j for j in host.running if j.state in states]
+    adapter = Adapter(host)
+    profiles = {"w": lab_profile}
+
+    def poll(t: float, processes, util: float) -> list:
+        gpu = GpuSample(0, "u", "G", utilization_gpu=util, utilization_memory=5.0,
+                        processes=tuple(processes))
+        snapshot = SimpleNamespace(gpu=lambda node, index: gpu)
+        return adapter.phase_step(t, snapshot, profiles, profiles)
+
+    # sharing: half the GPU's time each; its speed against the lab's rate, 25 / 100
+    observer.progress_speeds = {me.id: 0.25, partner.id: 0.5}
+    sharing = [GpuProcess(1, 1024.0, job_id=me.id, sm_util=25.0),
+               GpuProcess(2, 1024.0, job_id=partner.id, sm_util=10.0)]
+    found = [c for t in range(0, 100, 10) for c in poll(float(t), sharing, 35.0)]
+    assert found == []
+    # its partner ended: alone, 50% busy at its own 50 it/s, as it always ran
+    host.running = [me]
+    observer.progress_speeds, observer.alone_rates = {me.id: 1.0}, {me.id: 50.0}
+    observer.solo_rates[me.id] = 50.0
+    alone = [GpuProcess(1, 1024.0, job_id=me.id, sm_util=50.0)]
+    found = [c for t in range(100, 300, 10) for c in poll(float(t), alone, 50.0)]
+    assert found == []
+    # and beside a partner again, now against its own rate: 25 / 0.5, still 50%
+    host.running = jobs
+    observer.progress_speeds, observer.alone_rates = {me.id: 0.5, partner.id: 0.5}, {}
+    found = [c for t in range(300, 500, 10) for c in poll(float(t), sharing, 35.0)]
+    assert found == []
+    # a real change while it shares is still found: 80% alone, 40% of the SMs at speed 0.5
+    busier = [GpuProcess(1, 1024.0, job_id=me.id, sm_util=40.0), sharing[1]]
+    found = [c for t in range(500, 700, 10) for c in poll(float(t), busier, 50.0)]
+    assert [(c.job_id, c.sharing, c.new) for c in found] == [(me.id, True, {UTIL: 80.0})]
