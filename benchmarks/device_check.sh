@@ -3,7 +3,8 @@
 #
 # NOT YET RUN ON A GPU. It was written in a session without one (there the NVML path is tested
 # with the replaying fake in tests/fakes/pynvml, and this script was rehearsed with
-# DEVICE_CHECK_DRY=1, see below).  Run it on a machine with an NVIDIA driver and GPU, e.g. the
+# DEVICE_CHECK_DRY=1, see below; rehearsed again 2026-12-02, when it failed at step 2: its
+# inventory asked for share_threshold 0.5, which the inventory rules no longer accept).  Run it on a machine with an NVIDIA driver and GPU, e.g. the
 # H200 device machine, with one command from anywhere (about 2-4 minutes, killed at 7m50s):
 #
 #     bash benchmarks/device_check.sh
@@ -18,11 +19,16 @@
 #      labelled `train_pytorch`: A runs alone and is profiled, then B is placed next to it on the
 #      same GPU.  Prints `iadeep status --json` while both run (their processes on the GPU with
 #      their job ids, read through NVML + /proc) and both jobs' observed speeds
-#      (speed next to the other / speed alone), then cancels both.
+#      (speed next to the other / speed alone), then cancels both. While they share it also
+#      prints each one's SM share (NVML's per-process figure, through the poll) over its speed,
+#      the estimate of its utilisation alone that sharing jobs' phase changes are judged by
+#      (scheduler/detectors.solo_util; A's utilisation alone is its profile's), and saves
+#      `nvidia-smi pmon -c 1 -s um` (pmon.txt: per-process figures as nvidia-smi prints them,
+#      the real output a remote poll of them would need as its test fixture).
 #
 # Environment: DEVICE_CHECK_DIR (work dir, default a new /tmp/iadeep-device.*),
 # DEVICE_CHECK_PYTHON (the interpreter to build the venv from; default python3), OUT (if set,
-# summary.json, status.json, nodes-check.json and controller.log are copied there),
+# summary.json, status.json, nodes-check.json, pmon.txt and controller.log are copied there),
 # DEVICE_CHECK_DRY=1 (rehearsal without a GPU: the fake pynvml and jobs/steps_progress.sh
 # instead of NVML and PyTorch; proves the script's plumbing only, not the GPU path).
 set -uo pipefail
@@ -93,7 +99,9 @@ cat > "$INV" <<EOF
 lab:
   poll_interval: 1
   node_grace: 30
-  policy: {share_threshold: 0.5, min_speed: 0.1}   # this checks NVML + speeds, not the policy
+  # this checks NVML and speeds, not the policy: the loosest sharing the inventory accepts
+  # (a small MLP is launch-bound, so two are predicted to share well above it anyway)
+  policy: {share_threshold: 1.0, min_speed: 0.1}
 nodes:
   - name: here
     local: true
@@ -137,7 +145,7 @@ cleanup() {
             kill -TERM -- "-$(cat "$pidfile")" 2>/dev/null
     done
     [ -n "$CTL_PID" ] && kill -TERM "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
-    [ -n "${OUT:-}" ] && cp "$WORK"/{summary.json,status.json,nodes-check.json} \
+    [ -n "${OUT:-}" ] && cp "$WORK"/{summary.json,status.json,nodes-check.json,pmon.txt} \
         "$WORK/state/controller.log" "$OUT"/ 2>/dev/null
     true
 }
@@ -158,7 +166,7 @@ A=$("${IADEEP[@]}" queue add --name solo-first --workload train_pytorch "${JOB[@
 B=$("${IADEEP[@]}" queue add --name joins-later --workload train_pytorch "${JOB[@]}")
 echo "submitted A=$A B=$B: ${JOB[*]}"
 timeout 240 "$PY" - "$WORK" "$A" "$B" <<'EOF' || fail "co-location"
-import json, subprocess, sys, time, pathlib
+import json, shutil, subprocess, sys, time, pathlib
 work, a, b = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 iadeep = [sys.executable, "-m", "iadeep_cli"]
 def q(*args):
@@ -191,7 +199,27 @@ jobs = {j["id"]: j for j in q("queue", "list", "--all", "--json")}
 status = q("status", "--json")
 (work / "status.json").write_text(json.dumps(status, indent=1))
 print(json.dumps(status, indent=1))
+# while they share: NVML's per-process SM share over each job's speed (the sharing phase
+# estimate), and nvidia-smi's own per-process figures
+estimates = {}
+for n in status["nodes"]:
+    for g in n["gpus"]:
+        for p in g["processes"]:
+            i, sm = p["job_id"], p.get("sm_util")
+            if i in (a, b):
+                speed = jobs[i]["observed_speed"]
+                estimates[i] = {"sm_util": sm, "speed": speed,
+                                "util_alone_estimate": round(sm / speed, 1)
+                                if sm is not None and speed else None}
+print("SM share / speed while sharing:", estimates)
+if shutil.which("nvidia-smi"):
+    pmon = subprocess.run(["nvidia-smi", "pmon", "-c", "1", "-s", "um"], capture_output=True,
+                          text=True, timeout=30)
+    (work / "pmon.txt").write_text(f"$ nvidia-smi pmon -c 1 -s um  (exit {pmon.returncode})\n"
+                                   + pmon.stdout + pmon.stderr)
+    print(pmon.stdout + pmon.stderr)
 summary = {"elapsed_s": round(time.time() - start, 1), "seen_on_gpu": seen,
+           "sharing_estimates": estimates,
            "jobs": {i: {k: jobs[i][k] for k in ("state", "node", "gpu_indices",
                                                  "observed_speed", "predicted_speed", "reason")}
                     for i in (a, b)},
