@@ -4,8 +4,9 @@
 # NOT YET RUN ON A GPU. It was written in a session without one (there the NVML path is tested
 # with the replaying fake in tests/fakes/pynvml, and this script was rehearsed with
 # DEVICE_CHECK_DRY=1, see below; rehearsed again 2026-12-02, when it failed at step 2: its
-# inventory asked for share_threshold 0.5, which the inventory rules no longer accept).  Run it on a machine with an NVIDIA driver and GPU, e.g. the
-# H200 device machine, with one command from anywhere (about 2-4 minutes, killed at 7m50s):
+# inventory asked for share_threshold 0.5, which the inventory rules no longer accept).  Run it
+# on a machine with an NVIDIA driver and GPU, e.g. the H200 device machine, with one command
+# from anywhere (about 2-4 minutes, killed at 7m50s):
 #
 #     bash benchmarks/device_check.sh
 #
