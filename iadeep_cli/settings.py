@@ -116,8 +116,10 @@ class AdaptPolicy:
     # and no job spends more than max_suspend_s suspended for its partners in all.
     busy_util: float = 50.0
     max_suspend_s: float = 3600.0
-    # Phase change of a job alone (its rate or GPU signature moved away from how it started and
-    # from its workload's profile): its workload's profile is refreshed with a "phase" sample.
+    # Phase change of a job (alone: its rate or GPU signature; sharing, where the poll has
+    # per-process figures: its utilisation alone estimated from its SM share and speed) moved
+    # away from how it started and from its workload's profile: its workload's profile is
+    # refreshed with a "phase" sample.
     phase: bool = True
     phase_threshold: float = 0.25   # relative change of the progress rate (0.25: +-25%)
     phase_util: float = 20.0        # change of GPU/memory utilisation, percentage points
