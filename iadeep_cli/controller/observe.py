@@ -116,7 +116,7 @@ class SpeedObserver:
                     speeds[job.id] = speed
         self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})
         self.progress_speeds = {i: speeds[i] for i in measured}
-        return speeds, self._pairs(groups, {i: speeds[i] for i in measured}, snapshot, now)
+        return speeds, self._pairs(groups, self.progress_speeds, snapshot, now)
 
     def _from_progress(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]],
                        alone: bool, known_solo: dict[str, float]) -> float | None:

@@ -320,11 +320,14 @@ class PhaseDetector:
     _provisional: dict[int, dict[str, float]] = field(default_factory=dict)
     _streaks: dict[int, _PhaseStreak] = field(default_factory=dict)
 
-    def begin(self, job_id: int, values: Mapping[str, float]) -> dict[str, float]:
+    def begin(self, job_id: int, values: Mapping[str, float], provisional: bool = False
+              ) -> dict[str, float]:
         """Record what a job's first values are (its starting phase; a metric seen before
         keeps its first value) and return them all: each poll does this, and the simulator
-        does it when it places a job (its label's profile says how it starts)."""
-        start = self._start.setdefault(job_id, {})
+        does it when it places a job (its label's profile says how it starts).
+        ``provisional`` estimates (``Solo.provisional``) have a start of their own."""
+        starts = self._provisional if provisional else self._start
+        start = starts.setdefault(job_id, {})
         for k, v in values.items():
             start.setdefault(k, v)
         return start
@@ -336,12 +339,7 @@ class PhaseDetector:
             values = _values(s)
             if not values:
                 continue
-            if s.provisional:
-                start = self._provisional.setdefault(s.job_id, {})
-                for k, v in values.items():
-                    start.setdefault(k, v)
-            else:
-                start = self.begin(s.job_id, values)
+            start = self.begin(s.job_id, values, s.provisional)
             if not (policy.enabled and policy.phase and s.adapt):
                 continue
             moved = phase_shift(s, start, policy)
