@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test docs cli-reference lint sshd slurm chromium torch-cpu bench check-min-deps clean
+.PHONY: demo test docs cli-reference lint sshd slurm chromium promtool torch-cpu bench check-min-deps clean
 
 # iadeep_cli/__init__.py holds the version, which the installed metadata (--version) copies
 $(STAMP): pyproject.toml iadeep_cli/__init__.py
@@ -42,6 +42,12 @@ chromium:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
 	  -y -qq chromium chromium-driver; }
+
+# The metrics endpoint's tests lint a live scrape with Prometheus's own `promtool check
+# metrics` (Debian's prometheus package; its server is not started).
+promtool:
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus; }
 
 demo: $(STAMP)
 	$(BIN)/iadeep sim
@@ -82,7 +88,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
                   [ $$n -lt 4 ] && n=4; [ $$n -gt 8 ] && n=8; echo $$n)
 
-test: $(STAMP) lint sshd slurm chromium torch-cpu
+test: $(STAMP) lint sshd slurm chromium promtool torch-cpu
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 # The lower bounds in pyproject.toml, tested: the oldest allowed version of every dependency

@@ -369,7 +369,7 @@ def _listen(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[str, int]:
     return listen
 
 
-_METRICS_FIELDS = {"listen": _listen, "allow_remote": _bool}
+_METRICS_FIELDS = {"listen": _listen, "allow_remote": _bool, "legacy_hours": _bool}
 
 
 def _metrics(ctx: _Ctx, node: yaml.Node, where: str) -> MetricsSettings:

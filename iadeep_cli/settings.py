@@ -214,6 +214,9 @@ class MetricsSettings:
 
     listen: tuple[str, int] | None = None
     allow_remote: bool = False
+    # also serve the GPU-hour gauges that the *_gpu_seconds ones replaced (0.x: deprecated;
+    # for dashboards not yet moved to seconds, docs/accounting.md "Metrics ...")
+    legacy_hours: bool = False
 
 
 def parse_listen(value: str) -> tuple[str, int] | None:

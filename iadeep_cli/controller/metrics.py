@@ -56,6 +56,9 @@ MIB = 1024 * 1024
 WAIT_BUCKETS = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0,
                 12 * 3600.0, 86400.0, 2 * 86400.0, 7 * 86400.0)
 # A round is about one poll (its wait is capped at one poll interval, 10 s at most).
+# The help text of a GPU-hour gauge kept for dashboards not yet moved to its seconds twin
+# (Prometheus's rule: base units; `promtool check metrics` flags hours)
+LEGACY = "Deprecated (lab.metrics.legacy_hours), use the *_gpu_seconds twin. "
 ROUND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # The first start of each job since the cursor (a requeued job's wait ends at its first start,
 # as in `iadeep report`); events are written by one connection, so ids commit in order.
@@ -94,6 +97,11 @@ class LabCollector(Collector):
         with self._lock:
             self._store.close()
 
+    @property
+    def _legacy_hours(self) -> bool:
+        """Whether the lab still wants the GPU-hour gauges (lab.metrics.legacy_hours)."""
+        return self._inventory().metrics.legacy_hours
+
     def collect(self) -> Iterator[Metric]:
         with self._lock, self._store.tx() as conn:
             conn.execute("BEGIN")   # one read snapshot for every series of this scrape
@@ -111,16 +119,21 @@ class LabCollector(Collector):
             yield self._jobs_by_state(view)
             yield from self._impact(view)
             yield self._queue_wait()
-            yield self._idle(idle_s)
+            yield from self._idle(idle_s)
 
-    @staticmethod
-    def _idle(idle_s: dict[str, float]) -> Metric:
-        family = GaugeMetricFamily("iadeep_idle_gpu_hours", "GPU-hours each user's running jobs "
-                                   "held with their GPUs idle (lab.idle_util or below), since "
-                                   "the database began.", labels=["user"])
+    def _idle(self, idle_s: dict[str, float]) -> Iterator[Metric]:
+        help_ = ("{unit} each user's running jobs held with their GPUs idle (lab.idle_util or "
+                 "below), since the database began.")
+        family = GaugeMetricFamily("iadeep_idle_gpu_seconds", help_.format(unit="GPU-seconds"),
+                                   labels=["user"])
+        legacy = GaugeMetricFamily("iadeep_idle_gpu_hours", LEGACY
+                                   + help_.format(unit="GPU-hours"), labels=["user"])
         for user, seconds in sorted(idle_s.items()):
-            family.add_metric([user], seconds / 3600.0)
-        return family
+            family.add_metric([user], seconds)
+            legacy.add_metric([user], seconds / 3600.0)
+        yield family
+        if self._legacy_hours:
+            yield legacy
 
     # ------------------------------------------------------------------ the series
     def _controller(self, view: StatusView) -> Iterator[Metric]:
@@ -230,23 +243,31 @@ class LabCollector(Collector):
         factor = GaugeMetricFamily("iadeep_impact_factor", "Work done in exclusive-GPU-hours "
                                    "per busy GPU-hour (1.00: as one job per GPU).",
                                    labels=["window"])
-        work = GaugeMetricFamily("iadeep_work_gpu_hours", "Work done in exclusive-GPU-hours.",
-                                 labels=["window"])
-        busy = GaugeMetricFamily("iadeep_busy_gpu_hours", "GPU-hours the busy GPUs were busy.",
-                                 labels=["window"])
+        work = GaugeMetricFamily("iadeep_work_gpu_seconds", "Work done in exclusive-GPU-"
+                                 "seconds.", labels=["window"])
+        busy = GaugeMetricFamily("iadeep_busy_gpu_seconds", "GPU-seconds the busy GPUs were "
+                                 "busy.", labels=["window"])
+        work_h = GaugeMetricFamily("iadeep_work_gpu_hours", LEGACY + "Work done in "
+                                   "exclusive-GPU-hours.", labels=["window"])
+        busy_h = GaugeMetricFamily("iadeep_busy_gpu_hours", LEGACY + "GPU-hours the busy GPUs "
+                                   "were busy.", labels=["window"])
         measured = GaugeMetricFamily("iadeep_work_measured_ratio", "Share of the work from "
                                      "observed speeds rather than predicted ones.",
                                      labels=["window"])
         for label, w in (("1h", view.impact_last_hour), ("start", view.impact_since_start)):
             if w is None:
                 continue
-            work.add_metric([label], w.work_gpu_hours)
-            busy.add_metric([label], w.busy_gpu_hours)
+            work.add_metric([label], w.work_gpu_hours * 3600.0)
+            busy.add_metric([label], w.busy_gpu_hours * 3600.0)
+            work_h.add_metric([label], w.work_gpu_hours)
+            busy_h.add_metric([label], w.busy_gpu_hours)
             if w.impact_factor is not None:
                 factor.add_metric([label], w.impact_factor)
             if w.measured_share is not None:
                 measured.add_metric([label], w.measured_share)
         yield from (factor, work, busy, measured)
+        if self._legacy_hours:
+            yield from (work_h, busy_h)
 
     # ------------------------------------------------------------------ queue wait
     def _new_waits(self, conn) -> list[tuple[int, float]]:

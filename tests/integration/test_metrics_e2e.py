@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
 import threading
 import urllib.request
 from pathlib import Path
@@ -68,6 +69,16 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
         text = reply.read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def promtool_problems(url: str) -> str:
+    """What Prometheus's own linter (`promtool check metrics`, Debian's prometheus package,
+    which `make test` installs) says of one scrape: '' when it passes."""
+    with urllib.request.urlopen(url, timeout=60) as reply:
+        text = reply.read()
+    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                          timeout=60)
+    return (done.stdout + done.stderr).decode().strip() if done.returncode else ""
 
 
 def series(samples, metric: str, /, **labels: str) -> float | None:
@@ -136,8 +147,10 @@ def test_metrics_carry_the_labs_state(lab, tmp_path):
     samples, shown_factor = _consistent(home, url, factor, lambda f: f > 0)
     assert series(samples, "iadeep_impact_factor", window="start") == \
         pytest.approx(shown_factor, abs=0.002)
-    assert series(samples, "iadeep_work_gpu_hours", window="start") > 0
-    assert series(samples, "iadeep_busy_gpu_hours", window="1h") > 0
+    assert series(samples, "iadeep_work_gpu_seconds", window="start") > 0
+    assert series(samples, "iadeep_busy_gpu_seconds", window="1h") > 0
+    assert not {n for n in names(samples) if n.endswith("_hours")}   # base units only
+    assert promtool_problems(url) == ""
 
     # every GPU: what the replayed nvidia-smi said, exactly, and what status says runs there
     def nodes(s):
@@ -226,6 +239,29 @@ def test_lab_metrics_in_the_inventory_turns_them_on(sshd_cluster, tmp_path):
         # once polled, each node of this inventory has its series
         wait_until(lambda: all(series(scrape(url), "iadeep_node_up", node=n) is not None
                                for n in cluster.nodes), limit=60)
+    finally:
+        ctl.stop()
+
+
+def test_the_deprecated_gpu_hour_gauges_are_served_beside_seconds_only_when_the_lab_asks(
+        sshd_cluster, tmp_path):
+    cluster = sshd_cluster(2)
+    inventory = _inventory(cluster, tmp_path, "  metrics:\n    listen: 127.0.0.1:0\n"
+                                              "    legacy_hours: true\n")
+    ctl = start_lab(cluster, tmp_path, inventory)
+    try:
+        url = _metrics_url(ctl)
+        queue_add(ctl.home, str(ROOT / "jobs/hello.sh"), "--workload", "resnet50")
+
+        def both():
+            samples = scrape(url)
+            return samples if series(samples, "iadeep_work_gpu_seconds", window="start") \
+                else None
+        samples = wait_until(both, limit=90)
+        assert series(samples, "iadeep_work_gpu_hours", window="start") == pytest.approx(
+            series(samples, "iadeep_work_gpu_seconds", window="start") / 3600, rel=1e-6)
+        assert series(samples, "iadeep_busy_gpu_hours", window="start") == pytest.approx(
+            series(samples, "iadeep_busy_gpu_seconds", window="start") / 3600, rel=1e-6)
     finally:
         ctl.stop()
 
