@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -55,9 +56,10 @@ def parse_time(text: str, option: str, now: float) -> float:
     raise InputError(f"{option} {text[:40]!r} is not a time", hint=f"give {_TIME_HINT}")
 
 
-def open_database() -> Store:
+def open_database(command: str = "report") -> Store:
     """The controller's database, read-only; a one-line error when there is none or the caller
-    may not read it."""
+    may not read it. ``command``: the `iadeep` command asking, named in that error; only
+    `report` can also be answered by a running controller, so only its hint says so."""
     from ..store import Store
 
     state = StateDir.default()
@@ -72,12 +74,29 @@ def open_database() -> Store:
     except PermissionError:   # the state directory itself is closed to this account
         readable = False
     if not readable:
+        owner = _owner(db)
+        as_owner = f"sudo -u {owner} sh -lc 'iadeep {command}'"
+        hint = (f"start the controller (it reports to admins and members), or run it as that "
+                f"account (e.g. {as_owner})") if command == "report" else \
+            f"run it as that account: {as_owner}"
         raise PermissionDenied(
-            f"`iadeep report` reads the controller's database {db}, which only the "
+            f"`iadeep {command}` reads the controller's database {db}, which only the "
             "controller's account and root may read (it holds every job's env values)",
-            hint="start the controller (it reports to admins and members), or run it as that "
-                 "account (e.g. sudo -u iadeep sh -lc 'iadeep report')")
+            hint=hint)
     return Store(db, readonly=True)
+
+
+def _owner(db: Path) -> str:
+    """The account that owns the state directory (the controller's), for a `sudo -u` hint;
+    'iadeep' (the account the docs install it as) when even that cannot be seen."""
+    import pwd
+
+    for path in (db, db.parent):
+        try:
+            return pwd.getpwuid(path.stat().st_uid).pw_name
+        except (OSError, KeyError):
+            continue
+    return "iadeep"
 
 
 def _hours(x: float) -> str:

@@ -161,7 +161,7 @@ def _lab_trace(days: float, save: str | None, trace, profiles, truth, triples, m
                          hint=f"drop {clash[0]}")
     if not 0 < days <= 365:
         raise InputError(f"--days must be in (0, 365], got {days:g}", hint="e.g. --days 14")
-    store = open_database()
+    store = open_database("sim --trace-from-db")
     try:
         now = time.time()
         known = whatif.known_profiles(store)

@@ -55,7 +55,7 @@ def tune(
 
     if days is not None and not 0 < days <= 365:
         raise InputError(f"--days must be in (0, 365], got {days:g}", hint="e.g. --days 14")
-    store = open_database()
+    store = open_database("tune")
     try:
         with store.read() as conn:
             record = cluster.get_meta(conn, selftune.META, {}) or {}

@@ -8,6 +8,7 @@ import importlib
 import itertools
 import json
 import os
+import pwd
 import time
 from pathlib import Path
 
@@ -141,6 +142,15 @@ def test_admins_get_the_lab_report_and_members_their_own_through_the_controller(
         other = cli_as(member, ctl.home, "report", "--user", owner)
         assert other["rc"] == 1 and f"{member} may see only their own jobs' accounting" in \
             other["err"], other
+        # `tune` replays the database itself (no controller request answers it): an admin who
+        # may not read it is told to run it as the controller's account, not to start the
+        # controller that is running
+        tune = cli_as(admin, ctl.home, "tune")
+        assert tune["rc"] == 1 and tune["err"].count("\n") == 1, tune
+        assert "`iadeep tune` reads the controller's database" in tune["err"], tune
+        owner_account = pwd.getpwuid(os.stat(ctl.home).st_uid).pw_name
+        assert f"run it as that account: sudo -u {owner_account} sh -lc 'iadeep tune'" in \
+            tune["err"] and "start the controller" not in tune["err"], tune
     finally:
         ctl.stop()
     out = cli_as(member, ctl.home, "report")
