@@ -117,10 +117,19 @@ class SnapshotReader(views.Reader):
                  "finished; start the controller to see every job")
 
     def status(self) -> m.StatusView:
+        """As recorded, but aged to now and judged as the database reader judges a stopped
+        controller's nodes: ``up`` only on data younger than STALE_POLLS polls (the recorded
+        states were the running controller's, which allowed it the node grace too)."""
         now = time.time()
-        nodes = tuple(dataclasses.replace(n, age_s=max(0.0, now - n.snapshot.taken_at))
-                      for n in self._status.nodes)
-        return dataclasses.replace(self._status, now=now, nodes=nodes)
+        stale_s = views.stale_after_s(None, self._status.controller)
+        nodes = []
+        for n in self._status.nodes:
+            age = max(0.0, now - n.snapshot.taken_at)
+            state = n.state if n.state is m.NodeState.REMOVED else \
+                views.node_state(n.snapshot, age, stale_s, None)
+            nodes.append(dataclasses.replace(n, age_s=age, state=state))
+        return dataclasses.replace(self._status, now=now, nodes=tuple(nodes),
+                                   stale_after_s=stale_s)
 
     def profiles(self) -> list[m.ProfileView]:
         return [m.ProfileView.from_dict(p) for p in self.public["profiles"]]

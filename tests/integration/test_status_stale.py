@@ -1,9 +1,11 @@
 """`iadeep status` never calls a node "up" on old data: real controllers and sshd nodes."""
 import json
+import os
 import re
 
 import pytest
 
+from helpers.accounts import BOB, cli_as, needs_root, shared_dir
 from helpers.controllers import ControllerProcess, cli, wait_until
 
 
@@ -57,3 +59,36 @@ def test_stale_and_no_longer_polled_nodes_do_not_read_up(sshd_cluster, tmp_path)
     seen = "up" if last["node01"] is None else f"DOWN ({last['node01']})"
     assert f"node01: not in the controller's inventory (last seen {seen}), data" in text
     assert ": up" not in text
+
+
+@pytest.mark.os_global
+@needs_root
+def test_a_member_reading_the_public_snapshot_sees_a_stopped_controllers_nodes_go_stale(
+        sshd_cluster):
+    """A member who may not read the database reads the controller's public snapshot while it
+    is down; its nodes were recorded "up" by the running controller, which allowed them the
+    node grace (here 30 s). Down, the docs' rule holds: "up" only on data younger than 3 polls,
+    as the database reader (and the web page) say."""
+    cluster = sshd_cluster(1)
+    with shared_dir("iadeep-stale-") as top:
+        home = top / "state"
+        inventory = top / "nodes.yaml"
+        inventory.write_text("lab:\n  poll_interval: 0.5\n  node_grace: 30\n" +
+                             cluster.inventory_yaml())
+        ctl = ControllerProcess(home, inventory).start()
+        try:
+            wait_until(lambda: _states(home) == {"node01": "up"}, limit=120)
+            os.chmod(home, 0o755)
+        finally:
+            ctl.stop()   # writes the public snapshot: node01 "up"
+
+        def member_status() -> dict:
+            done = cli_as(BOB, home, "status", "--json")
+            assert done["rc"] == 0, done
+            return json.loads(done["out"])
+        seen = member_status()
+        assert seen["stale_after_s"] == pytest.approx(1.5)   # 3 polls, not the node grace
+        wait_until(lambda: [n["state"] for n in member_status()["nodes"]] in
+                   (["stale"], ["down"]), limit=30)
+        text = cli_as(BOB, home, "status")
+        assert text["rc"] == 0 and "node01: up" not in text["out"], text
