@@ -43,7 +43,6 @@ from ..text import (
     column_widths,
     duration,
     field_text,
-    hms,
     job_label,
     newest_runs,
     shorten,
@@ -512,19 +511,22 @@ def _jobs_request(kind: type[m.JobsRequest], refs: list[str]) -> m.JobsRequest:
 
 
 def _time_used(job: m.JobView, now: float) -> str:
-    """This attempt's run time so far (or in all, once ended) over its limit: ``12m/2:00:00``."""
+    """This attempt's run time so far (or in all, once ended) over its limit: ``12m/2h00m``
+    (both as `duration` writes them: the column stays narrow enough for one line a job)."""
     began = job.started_at
     used = "-" if began is None else duration((job.ended_at or now) - began)
-    return used if job.time_limit_s is None else f"{used}/{hms(job.time_limit_s)}"
+    return used if job.time_limit_s is None else f"{used}/{duration(job.time_limit_s)}"
 
 
 def _fit(headers: list[str], rows: list[list[str]], columns: int) -> list[list[str]]:
     """One job a line on a terminal ``columns`` wide: NAME and REASON as wide as they are where
     the terminal has room, else NAME cut to 28 characters first, then REASON to the rest of the
-    line (at least 20), then NAME further, each marked "..." (``text.column_widths``, as the
-    monitor does). A pipe gets them whole, so grep finds them."""
+    line (at least 20), then NAME further, then both to their last floors (a narrow terminal,
+    long user names), each marked "..." (``text.column_widths``, as the monitor does). A pipe
+    gets them whole, so grep finds them."""
     last = len(headers) - 1
-    widths = column_widths(headers, rows, columns, [(1, 28), (last, 20), (1, 12)])
+    widths = column_widths(headers, rows, columns,
+                           [(1, 28), (last, 20), (1, 12), (last, 8), (1, 6)])
     return [[r[0], shorten(r[1], widths[1]), *r[2:-1], shorten(r[-1], widths[-1])] for r in rows]
 
 

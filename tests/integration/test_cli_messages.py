@@ -108,6 +108,27 @@ def test_long_reasons_are_shortened_with_dots_only_on_a_terminal(unreachable, sc
     assert reason in wide and "n" * 40 in wide
 
 
+def test_queue_list_keeps_one_line_a_job_at_80_columns_when_jobs_have_a_time_limit(
+        tmp_path, script):
+    """The example inventory gives every job a time limit, which adds the TIME column; the
+    rows must still fit an 80-column terminal, whatever the user's and job's names."""
+    ctl = controller_on(tmp_path, "[{name: gone, host: 127.0.0.1, port: 9}]",
+                        lab="default_time_limit: 1d")
+    try:
+        home = ctl.home
+        cli(home, "queue", "add", str(script), "--name", "train-" + "x" * 30, check=True)
+        cli(home, "queue", "add", str(script), "--name", "eval", "--time", "2-12:30:00",
+            check=True)
+        wait_until(lambda: all(j["reason"] for j in
+                               json.loads(cli(home, "queue", "list", "--json").stdout)), 60)
+        lines = _on_terminal(home, "queue", "list", columns=80).splitlines()
+        assert lines[0].split()[-2:] == ["TIME", "REASON"], lines
+        assert len(lines) == 3 and all(len(line) <= 80 for line in lines), lines
+        assert "-/1d0h" in lines[1] and "-/2d12h" in lines[2], lines
+    finally:
+        ctl.stop()
+
+
 def test_show_prints_values_as_people_read_them(controller, script):
     home = controller.home
     job = cli(home, "queue", "add", str(script), "a b", "--mem", "7.123456789", "--exclusive",
