@@ -182,6 +182,7 @@ def test_a_silent_node_loses_its_job_which_waits_until_its_attempt_is_known_gone
     lab.round()
     lost = lab.job(job_id)
     assert lost.state == JobState.LOST and "silent for over 60s" in lost.reason
+    assert "it is requeued when the node answers" in lost.reason   # it has a retry
     for _ in range(3):   # its attempt may still run there: it is not started anywhere else
         lab.wait(GRACE_S)
         lab.round()
@@ -196,6 +197,22 @@ def test_a_silent_node_loses_its_job_which_waits_until_its_attempt_is_known_gone
     assert second.attempts == 2 and second.remote_pid != first.remote_pid
     assert second.orphans == ()
     assert list(lab.jobs_dir(first.node).glob(f"{job_id}.abandoned.*"))   # old dir set aside
+
+
+def test_a_lost_job_without_retries_is_not_promised_a_requeue(lab):
+    lab = lab(n1=1)
+    job_id = lab.submit()   # no --retries
+    lab.round()
+    first = _running(lab, job_id)
+    lab.pool.set_mode(first.node, "silent")
+    lab.round()
+    lab.wait(GRACE_S + 1)
+    lab.round()
+    lost = lab.job(job_id)
+    assert lost.state == JobState.LOST, lab.reasons(job_id)
+    assert "no retries left, so it is not requeued" in lost.reason
+    assert "requeued when" not in lost.reason
+    _kill(first.remote_pid)
 
 
 def test_a_lost_job_whose_attempt_lives_on_runs_on(lab):

@@ -14,6 +14,16 @@ from .context import Context, Step
 from .ends import Ends, stopped
 
 
+def _then(job: Job) -> str:
+    """What happens next to a job lost with its node, as its retries decide (``Ends.requeue``)."""
+    fence = f"`iadeep nodes fence {job.node}`"
+    if job.attempts - job.checkpoints > job.spec.retries:
+        return (f"no retries left, so it is not requeued: it ends as the node says once it "
+                f"answers, or fails when an admin runs {fence}")
+    return (f"it is requeued when the node answers and its attempt is gone, or when an admin "
+            f"runs {fence}")
+
+
 class Lose(Step):
     def __init__(self, ctx: Context, ends: Ends):
         super().__init__(ctx)
@@ -29,9 +39,7 @@ class Lose(Step):
         for job in self.jobs(ACTIVE):
             if job.node in silent:
                 self._lose(job, f"node {job.node} silent for over "
-                                f"{self.inventory.node_grace_s:.0f}s; it is requeued when the "
-                                f"node answers and its attempt is gone, or when an admin runs "
-                                f"`iadeep nodes fence {job.node}`")
+                                f"{self.inventory.node_grace_s:.0f}s; " + _then(job))
             elif job.node not in known:
                 self._lose(job, f"node {job.node} is no longer in the inventory")
 
