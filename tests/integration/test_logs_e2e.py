@@ -119,17 +119,21 @@ def test_status_json_from_a_real_controller_is_standard(lab):
     assert gpu["utilization_gpu"] is None and gpu["memory_total_mib"] == 143771
 
 
-def test_an_output_file_that_cannot_be_opened_fails_the_job_saying_why(lab, tmp_path):
-    """--output in a directory that does not exist on the node: the job fails before it runs,
-    with the shell's message in its reason, and `iadeep logs` shows the job directory's log."""
+@pytest.mark.parametrize("option, named", [("--output", "its output"),
+                                           ("--error", "its error file")])
+def test_an_output_file_that_cannot_be_opened_fails_the_job_saying_why(lab, tmp_path, option,
+                                                                       named):
+    """--output (or --error alone) in a directory that does not exist on the node: the job
+    fails before it runs, with the shell's message in its reason naming the file it was
+    given, and `iadeep logs` shows the job directory's log."""
     script = tmp_path / "out.sh"
     script.write_text("#!/bin/sh\necho ran\n")
     script.chmod(0o755)
     missing = tmp_path / "no-such-dir"
-    job = queue_add(lab.home, str(script), "--output", f"{missing}/out-%j.txt")
+    job = queue_add(lab.home, str(script), option, f"{missing}/out-%j.txt")
     wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "failed", limit=120)
     reason = jobs_by_id(lab.home)[job]["reason"]
-    assert reason == (f"could not open its output (exit code 122): cannot create "
+    assert reason == (f"could not open {named} (exit code 122): cannot create "
                       f"{missing}/out-{job}.txt: Directory nonexistent"), reason
     log = cli(lab.home, "logs", str(job))
     assert log.returncode == 0 and "iadeep: cannot open the job's output: cannot create" in \

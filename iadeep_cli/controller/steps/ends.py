@@ -78,7 +78,9 @@ class Ends(Step):
         line = next((x for x in data.decode("utf-8", "replace").splitlines()
                      if x.startswith(OPEN_FAILED_LINE)), None)
         said = None if line is None else line[len(OPEN_FAILED_LINE):][:300]
-        return said and f"could not open its output (exit code {code}): {said}"
+        files = "its output" if not job.spec.error else \
+            "its error file" if not job.spec.output else "its output or error file"
+        return said and f"could not open {files} (exit code {code}): {said}"
 
     def requeue(self, job: Job, why: str) -> bool:
         """Queue a job's next attempt, if it has retries left; its previous attempt must be
