@@ -596,7 +596,7 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     detail = render.clean(detail)   # the job and its owner's fair-share figures
     job = detail.job
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
-    print(f"job {job.id} is {job.state}: {reason}")
+    print(f"job {_named(job_id, job)} is {job.state}: {reason}")
     # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
     # `queue show --json` has the parts either way).
     if detail.priority is not None and detail.priority.fairshare_on:
@@ -604,6 +604,15 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
         print(f"effective priority {first}")
         for line in more:
             print(f"  {line}")
+
+
+def _named(typed: str, job: m.JobView) -> str:
+    """The job as the user named it, with what else it is called: ``6_5 (id 11)`` for an
+    array's task named so, ``11 (task 6_5)`` for one named by its own id."""
+    if job.array_id is None or job.array_index is None:
+        return str(job.id)
+    task = f"{job.array_id}_{job.array_index}"
+    return f"{task} (id {job.id})" if "_" in typed else f"{job.id} (task {task})"
 
 
 def priority_lines(p: m.PriorityView, owner: str) -> list[str]:

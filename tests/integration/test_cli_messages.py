@@ -129,6 +129,18 @@ def test_queue_list_keeps_one_line_a_job_at_80_columns_when_jobs_have_a_time_lim
         ctl.stop()
 
 
+def test_queue_why_names_an_arrays_task_as_the_user_did(unreachable, script):
+    home = unreachable.home
+    array = int(cli(home, "queue", "add", str(script), "--array", "0-2", check=True)
+                .stdout.split()[0])
+    tasks = {j["array_index"]: j["id"] for j in
+             json.loads(cli(home, "queue", "list", "--json").stdout)}
+    said = cli(home, "queue", "why", f"{array}_1", check=True).stdout
+    assert said.startswith(f"job {array}_1 (id {tasks[1]}) is queued"), said
+    said = cli(home, "queue", "why", str(tasks[2]), check=True).stdout
+    assert said.startswith(f"job {tasks[2]} (task {array}_2) is queued"), said
+
+
 def test_show_prints_values_as_people_read_them(controller, script):
     home = controller.home
     job = cli(home, "queue", "add", str(script), "a b", "--mem", "7.123456789", "--exclusive",
