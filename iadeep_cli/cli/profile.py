@@ -31,10 +31,10 @@ def _verdict(sample: m.ProfileSample) -> str:
 def list_(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List every known workload label (use one with `queue add --workload`)."""
     views, stale = client.read(m.ProfilesRequest())
+    render.stale_note(stale)   # on stderr: --json's stdout stays JSON
     if json_:
         render.as_json(m.encode(views))
         return
-    render.stale_note(stale)
     render.table(["WORKLOAD", "GPU", "GPU%", "MEM%", "PEAK GiB", "POWER W", "SOURCE"],
                  ([v.profile.workload, v.profile.gpu_model, _num(v.profile.gpu_util),
                    _num(v.profile.mem_util), _num(v.profile.peak_mem_gib),
@@ -51,10 +51,10 @@ def show(label: str = LABEL,
         names = ", ".join(v.profile.workload for v in views)
         raise NotFoundError(f"no profile named {label!r}", hint=f"known: {names}")
     view = found[0]
+    render.stale_note(stale)   # on stderr: --json's stdout stays JSON
     if json_:
         render.as_json(m.encode(view))
         return
-    render.stale_note(stale)
     for key, value in m.encode(view).items():   # every field, as the JSON names it
         if key in ("updated_at", "pinned_at"):
             value = when(value)

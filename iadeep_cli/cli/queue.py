@@ -430,10 +430,10 @@ def list_(
     if shown is not None and len(jobs) >= shown and jobs:
         print(f"note: showing the newest {len(jobs)} jobs; older ones: --before {jobs[0].id}",
               file=sys.stderr)
+    render.stale_note(stale)   # on stderr: --json's stdout stays JSON
     if json_:
         render.as_json(m.encode(jobs))
         return
-    render.stale_note(stale)
     now = time.time()
     folded = _fold(jobs)
     rows = [[label, j.name, j.owner, j.state.value, str(j.gpus), _where(j),
@@ -557,10 +557,10 @@ def show(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callbac
          json_: bool = JSON) -> None:
     """Show a job's fields and its event history."""
     detail, stale = client.read(m.ShowRequest(_job_id(job_id)))
+    render.stale_note(stale)   # on stderr: --json's stdout stays JSON
     if json_:
         render.as_json(m.encode(detail))
         return
-    render.stale_note(stale)
     detail = render.clean(detail)
     job = detail.job
     for name in SHOW_FIELDS:   # labelled as in the JSON (a job's owner is its "user")

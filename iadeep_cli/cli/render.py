@@ -10,6 +10,7 @@ from ..checks import (
     escape as safe,  # what users typed, made printable
     escaped as clean,  # noqa: F401  (used by the commands as render.clean)
 )
+from ..paths import SET_IADEEP_HOME, iadeep_home_set
 from ..snapshot import json_safe
 from ..text import duration
 
@@ -39,7 +40,11 @@ def stale_note(stale_since: float | None) -> None:
     """If the controller is down, say so and how old the data shown is (on stderr)."""
     if stale_since is None:
         return
-    age = (f"last heartbeat {duration(time.time() - stale_since)} ago" if stale_since
-           else "it has never run here")
+    if stale_since:
+        age = f"last heartbeat {duration(time.time() - stale_since)} ago"
+    elif iadeep_home_set():
+        age = "it has never run here"
+    else:   # a member looking in their own default directory, where no lab's controller is
+        age = f"it has never run in your default state directory: {SET_IADEEP_HOME}"
     print(f"note: the controller is not running; showing the last recorded state ({age})",
           file=sys.stderr)

@@ -85,6 +85,22 @@ def test_a_path_that_is_not_a_regular_file_says_what_it_is(tmp_path):
               "/dev/null: is not a regular file")
 
 
+def test_json_readers_say_on_stderr_that_no_controller_has_ever_run(tmp_path):
+    """`queue list --json` in a state directory no controller ever used: stdout stays the
+    (empty) JSON a script parses, and stderr says why it is empty, as the table's note does;
+    without IADEEP_HOME it says how to find the lab's directory."""
+    for argv in (("queue", "list", "--json"), ("profile", "list", "--json")):
+        done = cli(tmp_path / "never", *argv)
+        assert done.returncode == 0 and isinstance(json.loads(done.stdout), list), done
+        assert done.stderr.count("\n") == 1 and "it has never run here" in done.stderr, done
+    env = {k: v for k, v in env_for(tmp_path).items() if k != "IADEEP_HOME"}
+    env["HOME"] = str(tmp_path / "member")
+    done = subprocess.run([*IADEEP, "queue", "list", "--json"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done
+    assert "never run in your default state directory: set IADEEP_HOME" in done.stderr, done
+
+
 # --------------------------------------------------------------------------- queue list / show
 def test_long_reasons_are_shortened_with_dots_only_on_a_terminal(unreachable, script):
     home = unreachable.home
