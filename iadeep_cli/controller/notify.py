@@ -154,7 +154,9 @@ def build(job: Job, kind: str, state: str, tail: str | None, tail_note: str = ""
                 "ended_at": job.ended_at, "attempts": job.attempts},
         "log_tail": tail,
     }
-    return Notice(subject=f"[iadeep] job {job.id} ({name}) {state}"[:200], headline=headline,
+    # an idle job is still running: its subject says what the message is about
+    what = "holds its GPUs idle" if kind == "idle" else state
+    return Notice(subject=f"[iadeep] job {job.id} ({name}) {what}"[:200], headline=headline,
                   summary=summary, text="\n".join(body) + "\n", fields=fields)
 
 

@@ -108,3 +108,11 @@ def test_the_webhook_text_is_inert_for_chat_markup_and_carries_no_log():
     assert "log_tail" not in body and "evil" not in json.dumps(body)
     assert body["job"]["name"] == "a<b> @here & @all" and body["event"] == "end"
     json.dumps(body)   # all of it is JSON
+
+
+def test_an_idle_message_says_so_in_its_subject_not_just_running():
+    job = _job(state=JobState.RUNNING, ended_at=None, exit_code=None,
+               reason="idle: its GPUs sat idle for 1h00m (at or below 5%)")
+    notice = build(job, "idle", "running", None)
+    assert notice.subject == "[iadeep] job 12 (lr3) holds its GPUs idle"
+    assert notice.headline.startswith("Job 12 (lr3) of alice is idle: its GPUs sat idle")
