@@ -85,7 +85,9 @@ def snapshot(data: MonitorData, now: float) -> dict[str, Any]:
     return {
         "now": now,
         "live": data.stale_since is None,
-        "banner": {"level": view.banner.level, "text": view.banner.text},
+        # the page shows the impact factor on a line of its own: not in the banner as well
+        "banner": {"level": view.banner.level,
+                   "text": view.banner.text.removesuffix(vm.impact_text(status))},
         "summary": view.summary,
         "refresh_s": min(MAX_REFRESH_S, max(MIN_REFRESH_S, view.poll_interval_s)),
         "impact": {"text": vm.impact_text(status).lstrip(" ·").removeprefix("impact "),
@@ -127,6 +129,11 @@ function el(tag, cls, text) {
   if (cls) e.className = cls;
   if (text !== undefined && text !== null) e.textContent = String(text);
   return e;
+}
+// a 24-hour clock, as the CLI and the monitor write times (not the browser's locale's AM/PM)
+function clock(d) {
+  return [d.getHours(), d.getMinutes(), d.getSeconds()]
+    .map(x => String(x).padStart(2, "0")).join(":");
 }
 function num(v, digits) { return v === null || v === undefined ? "-" : v.toFixed(digits); }
 function bar(fraction) {
@@ -205,7 +212,7 @@ function render(v) {
   }
   document.getElementById("users").replaceChildren(...urows);
   document.getElementById("updated").textContent =
-    "updated " + new Date(v.now * 1000).toLocaleTimeString();
+    "updated " + clock(new Date(v.now * 1000));
   document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
 }
 let every = 5;

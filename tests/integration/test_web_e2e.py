@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.error
@@ -100,6 +101,8 @@ def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
         row = wait_until(lambda: text_of(f'#queue tr[data-job="{waiting}"]'))
         assert "waiter" in row and "queued" in row and reason in row
         assert wait_until(lambda: "last hour" in text_of("#impact"))     # the impact factor
+        assert "impact" not in text_of("#banner")                        # ... once
+        assert re.fullmatch(r"updated \d\d:\d\d:\d\d", text_of("#updated"))  # 24-hour
         assert "hunter2" not in browser.page_source
         if os.environ.get("IADEEP_WEB_SCREENSHOT"):       # docs/img/web.png is made this way
             browser.save_screenshot(os.environ["IADEEP_WEB_SCREENSHOT"])
