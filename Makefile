@@ -61,6 +61,7 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	$(BIN)/python tests/check_site_links.py site
 
 # docs/reference/cli.md from the CLI itself (tests/unit/test_docs.py fails when it is stale)
 cli-reference: $(STAMP)
