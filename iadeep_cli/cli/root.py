@@ -12,6 +12,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    # Markdown: a docstring's single line breaks (wrapped at the source's width) join, so help
+    # rewraps to the terminal instead of breaking mid-sentence at 80 columns
+    rich_markup_mode="markdown",
 )
 
 

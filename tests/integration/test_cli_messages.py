@@ -68,6 +68,31 @@ def test_usage_errors_are_one_line_with_exit_2(tmp_path, args, fragments):
     assert line.endswith("--help`)")
 
 
+def test_top_level_help_wraps_each_description_to_an_80_column_terminal(tmp_path):
+    """Every command's line in `iadeep --help` is filled before it wraps (greedy wrapping):
+    no description breaks mid-sentence where its docstring's source line happened to end."""
+    out = cli(tmp_path, "--help", COLUMNS="80", check=True).stdout
+    panel = out[out.index("Commands"):].splitlines()[1:]
+    entries: list[list[str]] = []
+    width = 0
+    for line in panel:
+        if not line.startswith("│"):
+            break
+        inner = line.strip("│")
+        width = len(inner) - 1
+        name, text = inner[:13].strip(), inner[13:].rstrip()
+        if name:
+            entries.append([text])
+        else:
+            entries[-1].append(text)
+    assert len(entries) > 10 and max(len(e) for e in entries) > 1, out
+    for lines in entries:
+        for this, after in zip(lines, lines[1:]):
+            # the next line's first word would not have fitted on this one
+            assert len(this) + 1 + len(after.split()[0]) > width - 13, (this, after)
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+
+
 def test_help_and_a_commands_own_exit_code_still_work(tmp_path):
     assert cli(tmp_path, "queue", "priority", "--help").returncode == 0
     # `queue cancel` exits 1 through typer.Exit when a job fails (here: no controller at all)
