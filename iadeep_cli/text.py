@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+import unicodedata
 
 MIB_PER_GIB = 1024.0
 
@@ -177,8 +178,34 @@ def job_label(job, newest: dict[tuple[int, int], int]) -> str:
     return f"{job.array_id}_{job.array_index}"
 
 
+def cells(text: str) -> int:
+    """How many terminal cells ``text`` takes: East Asian wide and fullwidth characters two
+    (a CJK job name), combining marks none, the rest one (as wcwidth counts them)."""
+    n = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        n += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return n
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` padded with spaces to ``width`` cells (str.ljust counts characters)."""
+    return text + " " * max(0, width - cells(text))
+
+
 def shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(0, width - 3)] + "..."
+    """``text`` cut to at most ``width`` cells, marked "..." where it was cut."""
+    if cells(text) <= width:
+        return text
+    out, used = [], 0
+    for ch in text:
+        w = cells(ch)
+        if used + w > max(0, width - 3):
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + "..."
 
 
 def column_widths(headers, rows, columns: int, shrink: list[tuple[int, int]], gap: int = 2
@@ -187,12 +214,13 @@ def column_widths(headers, rows, columns: int, shrink: list[tuple[int, int]], ga
     content, then, while the table is too wide, the steps of ``shrink`` in order, each
     (column, floor) narrowing that column down to at most ``floor``: a wide terminal cuts
     nothing, a narrow one cuts what matters least first."""
-    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+    widths = [max([cells(str(h))] + [cells(str(r[i])) for r in rows])
+              for i, h in enumerate(headers)]
     for i, floor in shrink:
         over = sum(widths) + gap * (len(widths) - 1) - columns
         if over <= 0:
             break
-        widths[i] = max(min(widths[i], max(floor, len(str(headers[i])))), widths[i] - over)
+        widths[i] = max(min(widths[i], max(floor, cells(str(headers[i])))), widths[i] - over)
     return widths
 
 

@@ -12,7 +12,7 @@ from ..checks import (
 )
 from ..paths import SET_IADEEP_HOME, iadeep_home_set
 from ..snapshot import json_safe
-from ..text import duration
+from ..text import cells, duration, pad
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) -> None:
@@ -20,10 +20,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], out=None) ->
     padded."""
     out = out or sys.stdout
     text = [["-" if c is None else safe(str(c)) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in text]) for i, h in enumerate(headers)]
+    # widths in terminal cells, not characters: a CJK job name takes two cells a character
+    widths = [max([cells(h)] + [cells(r[i]) for r in text]) for i, h in enumerate(headers)]
 
-    def line(cells: Sequence[str]) -> str:
-        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1])] + [cells[-1]]
+    def line(row: Sequence[str]) -> str:
+        padded = [pad(c, w) for c, w in zip(row[:-1], widths[:-1])] + [row[-1]]
         return "  ".join(padded).rstrip()
 
     print(line(list(headers)), file=out)

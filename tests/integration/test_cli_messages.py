@@ -2,6 +2,7 @@
 values, workload typos, negative priorities. Real `iadeep` processes, a real controller."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pty
@@ -10,6 +11,7 @@ import subprocess
 import pytest
 
 from helpers.controllers import IADEEP, cli, controller_on, env_for, wait_until
+from iadeep_cli.text import cells
 
 
 @pytest.fixture
@@ -87,7 +89,7 @@ def test_top_level_help_wraps_each_description_to_an_80_column_terminal(tmp_path
             entries[-1].append(text)
     assert len(entries) > 10 and max(len(e) for e in entries) > 1, out
     for lines in entries:
-        for this, after in zip(lines, lines[1:]):
+        for this, after in itertools.pairwise(lines):
             # the next line's first word would not have fitted on this one
             assert len(this) + 1 + len(after.split()[0]) > width - 13, (this, after)
     assert all(len(line) <= 80 for line in out.splitlines()), out
@@ -168,6 +170,26 @@ def test_queue_list_keeps_one_line_a_job_at_80_columns_when_jobs_have_a_time_lim
         assert "-/1d0h" in lines[1] and "-/2d12h" in lines[2], lines
     finally:
         ctl.stop()
+
+
+def test_cjk_job_names_keep_the_columns_aligned_in_display_cells(unreachable, script):
+    """A job named in Chinese takes two terminal cells a character: the columns after NAME
+    start at the same cell on every line, on a pipe and cut to fit a terminal."""
+    home = unreachable.home
+    for name in ("训练模型-大", "train", "ﾃｽﾄ-half-width"):
+        cli(home, "queue", "add", str(script), "--name", name, check=True)
+    jobs = wait_until(lambda: (js := json.loads(cli(home, "queue", "list", "--json").stdout))
+                      and all(j["reason"] for j in js) and js, 60)
+    owner = jobs[0]["user"]
+
+    def user_column_cells(text: str) -> set[int]:   # where USER begins, in cells
+        return {cells(line[:line.index(f" {owner} ")
+                          if not line.startswith("ID") else line.index(" USER ")])
+                for line in text.splitlines()}
+    assert len(user_column_cells(cli(home, "queue", "list", check=True).stdout)) == 1
+    narrow = _on_terminal(home, "queue", "list", columns=60)
+    assert len(user_column_cells(narrow)) == 1, narrow
+    assert all(cells(line) <= 60 for line in narrow.splitlines()), narrow
 
 
 def test_queue_why_names_an_arrays_task_as_the_user_did(unreachable, script):
