@@ -74,7 +74,7 @@ class MonitorApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("slash", "filter", "Filter"),
-        Binding("tab", "switch_pane", "Switch pane", priority=True),
+        Binding("tab", "switch_pane", "Pane", priority=True),
         Binding("enter", "details", "Details"),
         Binding("c", "cancel", "Cancel"),
         Binding("h", "hold", "Hold"),

@@ -174,17 +174,19 @@ class ConfirmScreen(ModalScreen[bool]):
 HELP = """\
 [b]iadeep monitor[/b]: what the controller recorded, refreshed every poll interval.
 
-  [b]q[/b]        quit                      [b]Tab[/b]     switch between cluster and queue
+  [b]q[/b]        quit
+  [b]Tab[/b]      switch between cluster and queue
   [b]/[/b]        filter: text, or user:NAME (or @NAME); Esc clears
   [b]Enter[/b]    job details: fields, events, the tail of its log
-  [b]c[/b]        cancel the selected job (asks first; the controller allows owners/admins)
+  [b]c[/b]        cancel the selected job (asks first; owners and admins may)
   [b]h[/b] / [b]r[/b]    hold / release the selected job
-  [b]Ctrl+R[/b]   refresh now               [b]?[/b]       this help
+  [b]Ctrl+R[/b]   refresh now
+  [b]?[/b]        this help
 
-Job colours (speed relative to running alone, observed if measured, else predicted):
-  [green]>= 0.85 barely slowed[/]   [yellow]0.60-0.85 slowed[/]   \
-[bold red]< 0.60 badly slowed[/]   [cyan]no estimate[/]
-  [magenta]foreign[/]: a process iadeep did not start.   Speeds read predicted/observed.
+Job colours: speed relative to running alone (observed if measured, else
+predicted; shown as predicted/observed):
+  [green]>= 0.85 barely slowed[/]   [yellow]0.60-0.85 slowed[/]   [bold red]< 0.60 badly slowed[/]
+  [cyan]no estimate[/]   [magenta]foreign[/]: a process iadeep did not start
 """
 
 
