@@ -225,6 +225,15 @@ class NodeState(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class DrainView(Message):
+    """Why a node takes no new jobs (`iadeep nodes drain`): its running jobs finish."""
+
+    reason: str
+    by: str
+    at: float
+
+
+@dataclass(frozen=True)
 class NodeView(Message):
     """A node's last snapshot, how old it is and what that means (JSON: the snapshot's keys,
     its GPUs with their jobs, then "age_s", "down_since", "state")."""
@@ -234,6 +243,7 @@ class NodeView(Message):
     age_s: float
     down_since: float | None
     state: NodeState
+    drain: DrainView | None = None   # drained by an admin: no new jobs there
 
     @property
     def name(self) -> str:
@@ -245,15 +255,18 @@ class NodeView(Message):
 
     def to_dict(self) -> dict[str, Any]:
         return {**encode(to_dict(self.snapshot)), "gpus": encode(self.gpus),
-                "age_s": self.age_s, "down_since": self.down_since, "state": self.state.value}
+                "age_s": self.age_s, "down_since": self.down_since, "state": self.state.value,
+                "drain": None if self.drain is None else encode(self.drain)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NodeView:
         gpus = decode(tuple[GpuView, ...], data.get("gpus", ()))
         snapshot = node_from_dict({k: data[k] for k in _fields(NodeSnapshot) if k in data
                                    and k != "gpus"})
+        drain = data.get("drain")
         return cls(dataclasses.replace(snapshot, gpus=tuple(g.sample for g in gpus)), gpus,
-                   data["age_s"], data["down_since"], NodeState(data["state"]))
+                   data["age_s"], data["down_since"], NodeState(data["state"]),
+                   None if drain is None else DrainView.from_dict(drain))
 
 
 @dataclass(frozen=True)
@@ -431,6 +444,16 @@ class FenceResult(Message):
 
 
 @dataclass(frozen=True)
+class DrainResult(Message):
+    """The node drained or resumed, and the jobs still running there (drain: they finish)."""
+
+    node: str
+    drained: bool           # its state now
+    changed: bool           # False: it already was so
+    running: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class PingResult(Message):
     """Who the controller takes the caller for (from the socket), and whether an admin."""
 
@@ -560,6 +583,16 @@ class FenceRequest(Request[FenceResult]):
     op: ClassVar[str] = "fence"
     node: str
     force: bool | None = optional()   # fence a node heard from within node_grace too
+
+
+@dataclass(frozen=True)
+class DrainRequest(Request[DrainResult]):
+    """Drain ``node`` (no new jobs; running ones finish), or resume it (``resume``)."""
+
+    op: ClassVar[str] = "drain"
+    node: str
+    reason: str | None = optional()   # required to drain: shown wherever the node is
+    resume: bool | None = optional()
 
 
 @dataclass(frozen=True)

@@ -144,3 +144,36 @@ def fence(node: str = typer.Argument(..., help="node name from the inventory",
     result = ask(m.FenceRequest(node, force=force or None))
     ids = ", ".join(map(str, result.jobs)) or "none"
     typer.echo(f"node {result.node} fenced; its jobs requeued or failed: {ids}")
+
+
+@app.command("drain")
+def drain(node: str = typer.Argument(..., help="node name from the inventory",
+                                    autocompletion=complete.node_names),
+          reason: str = typer.Option(..., "--reason", help="why (shown in status, the monitor "
+                                                           "and the web page)")):
+    """Drain NODE (admins): no new jobs start there; the jobs running there finish.
+
+    For maintenance that can wait for them (a driver update, a disk swap), as Slurm's drain
+    state. `iadeep nodes resume NODE` undoes it; `nodes fence` is for nodes that are dead.
+    """
+    from .. import messages as m
+    from ..controller.client import ask
+
+    result = ask(m.DrainRequest(node, reason=reason))
+    running = ", ".join(map(str, result.running))
+    was = "" if result.changed else " (it was drained already; the reason is updated)"
+    typer.echo(f"node {result.node} drained{was}: no new jobs start there; "
+               + (f"running there until they finish: {running}" if running
+                  else "no job runs there: it is free for maintenance now"))
+
+
+@app.command("resume")
+def resume(node: str = typer.Argument(..., help="node name from the inventory",
+                                     autocompletion=complete.node_names)):
+    """Undo `nodes drain NODE` (admins): new jobs may start there again."""
+    from .. import messages as m
+    from ..controller.client import ask
+
+    result = ask(m.DrainRequest(node, resume=True))
+    typer.echo(f"node {result.node} resumed: new jobs may start there"
+               if result.changed else f"node {result.node} was not drained; nothing changed")

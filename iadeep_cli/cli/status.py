@@ -57,7 +57,9 @@ def _print(data: m.StatusView, live: bool) -> None:
     else:
         print("controller: NOT running (it has never run with this state directory)")
     for node in data.nodes:
-        print(f"{node.name}: {_node_state(node)}, data {duration(node.age_s)} old")
+        drained = "" if node.drain is None else \
+            f", DRAINED by {node.drain.by} {when(node.drain.at, data.now)}: {node.drain.reason}"
+        print(f"{node.name}: {_node_state(node)}{drained}, data {duration(node.age_s)} old")
         for gpu in node.gpus:
             print(_gpu_line(gpu))
     for held in data.foreign_idle or ():   # foreign processes holding a GPU idle

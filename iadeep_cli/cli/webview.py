@@ -74,7 +74,7 @@ def _gpu(gpu: vm.GpuLine) -> dict[str, Any]:
 
 def _node(card: vm.NodeCard) -> dict[str, Any]:
     state = "up" if card.up else "stale" if card.stale and card.error is None else "down"
-    return {"name": card.name, "state": state, "error": card.error,
+    return {"name": card.name, "state": state, "error": card.error, "drained": card.drained,
             "age_s": round(card.age_s, 1), "gpus": [_gpu(g) for g in card.gpus]}
 
 
@@ -183,6 +183,8 @@ function render(v) {
     s.dataset.node = n.name;
     s.appendChild(el("h3", null, n.name + (n.state === "up" ? "" : " (" + n.state +
                                  (n.error ? ": " + n.error : "") + ")")));
+    if (n.drained) s.appendChild(el("p", "drained", "drained: " + n.drained +
+                                    " (no new jobs; running ones finish)"));
     for (const g of n.gpus) s.appendChild(gpuDiv(n.name, g));
     nodes.appendChild(s);
   }

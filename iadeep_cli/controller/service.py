@@ -45,7 +45,7 @@ from ..paths import StateDir, replace_file
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
 from ..text import MIB_PER_GIB, duration, hms
-from . import admission, interactive, reservations, views
+from . import admission, drain, interactive, reservations, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 # (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
@@ -615,6 +615,9 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     # A wrong fence can run a job twice.
     Operation(m.FenceRequest, Service.op_fence,
               admin_only="only a lab admin may fence a node; {user} is not one"),
+    # Drained nodes take no new jobs (controller/drain.py).
+    Operation(m.DrainRequest, drain.op_drain,
+              admin_only="only a lab admin may drain or resume a node; {user} is not one"),
     Operation(m.PingRequest, Service.op_ping),
     Operation(m.ReportRequest, Service.op_report),
     Operation(m.ListRequest, views.list_jobs, offline=True),

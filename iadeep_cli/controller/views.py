@@ -18,6 +18,7 @@ from ..inventory import Inventory
 from ..jobs import ACTIVE, UNFINISHED, JobState
 from ..messages import (
     ControllerView,
+    DrainView,
     EventView,
     ForeignIdleView,
     GpuJob,
@@ -196,12 +197,15 @@ def status_view(conn: sqlite3.Connection, now: float,
                 job.idle_since if job.reason.startswith("idle:") else None))   # still idle
     controller = ControllerView.from_dict(cluster.get_meta(conn, "controller", {}))
     stale_s = stale_after_s(inventory, controller)
+    drained = cluster.drained(conn)
     nodes = []
     for snap, down_since in cluster.load_nodes(conn):
         age = max(0.0, now - snap.taken_at)
         gpus = tuple(GpuView(g, tuple(on_gpu.get((snap.name, g.index), ()))) for g in snap.gpus)
+        drain = drained.get(snap.name)
         nodes.append(NodeView(snap, gpus, age, down_since,
-                              node_state(snap, age, stale_s, inventory)))
+                              node_state(snap, age, stale_s, inventory),
+                              None if drain is None else DrainView.from_dict(drain)))
     counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
     return StatusView(now=now, nodes=tuple(nodes),
                       queue={s: counts.get(s.value, 0) for s in JobState},

@@ -62,3 +62,27 @@ def set_meta(conn: sqlite3.Connection, key: str, value) -> None:
 def get_meta(conn: sqlite3.Connection, key: str, default=None):
     row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
     return json.loads(row["value"]) if row else default
+
+
+# ------------------------------------------------------------------ drained nodes
+DRAINED = "drained"   # meta key: node -> {"reason", "by", "at"} (`iadeep nodes drain`)
+
+
+def drained(conn: sqlite3.Connection) -> dict[str, dict]:
+    """The drained nodes: no new jobs start there, running ones finish (Slurm's DRAIN)."""
+    return dict(get_meta(conn, DRAINED, {}) or {})
+
+
+def set_drained(conn: sqlite3.Connection, node: str, reason: str, by: str, at: float) -> None:
+    found = drained(conn)
+    found[node] = {"reason": reason, "by": by, "at": at}
+    set_meta(conn, DRAINED, found)
+
+
+def clear_drained(conn: sqlite3.Connection, node: str) -> dict | None:
+    """Resume ``node``; what its drain was (None: it was not drained)."""
+    found = drained(conn)
+    was = found.pop(node, None)
+    if was is not None:
+        set_meta(conn, DRAINED, found)
+    return was

@@ -83,6 +83,7 @@ class NodeCard:
     stale: bool
     gpus: tuple[GpuLine, ...]
     visible: bool = True
+    drained: str | None = None   # `iadeep nodes drain`: why it takes no new jobs
 
 
 @dataclass(frozen=True)
@@ -216,9 +217,10 @@ def node_card(node: NodeView, now: float, stale_s: float, query: str = "",
     visible = (not query or query.strip().lower() in node.name.lower()
                or any(c.match for g in gpus for c in g.jobs))
     stale = age > stale_s or node.state is NodeState.REMOVED
+    drained = None if node.drain is None else f"{node.drain.reason} ({node.drain.by})"
     return NodeCard(node.name, node.error is None and not stale, node.error,
                     age, None if down_since is None else max(0.0, now - down_since),
-                    stale, gpus, visible)
+                    stale, gpus, visible, drained)
 
 
 # --------------------------------------------------------------------------- queue rows

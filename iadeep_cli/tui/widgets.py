@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -98,6 +99,8 @@ def card_titles(card: vm.NodeCard) -> tuple[str, str]:
         state = f"[b]{card.name}[/b] [yellow]unknown[/] · {what}"
     else:
         state = f"[b]{card.name}[/b] [bold red]DOWN[/] for {duration(card.down_for_s)} · {what}"
+    if card.drained is not None:   # no new jobs; escaped: an admin typed the reason
+        state += f" · [yellow]drained[/]: {escape(card.drained)}"
     age = f"data {duration(card.age_s)} old"
     return state, (f"[yellow]{age} (stale)[/]" if card.stale else age)
 

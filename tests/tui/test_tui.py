@@ -120,6 +120,18 @@ def test_stale_or_no_longer_polled_node_is_not_up_nor_down(age_s, state):
     assert vm.node_card(fresh, NOW, stale_s=30).up
 
 
+def test_a_drained_node_card_says_so_with_the_admins_reason_as_text():
+    from iadeep_cli.tui.widgets import card_titles
+
+    node = {"name": "n1", "taken_at": NOW - 5, "error": None, "down_since": None,
+            "age_s": 5, "state": "up", "gpus": [],
+            "drain": {"reason": "swap [b]disk[/b]", "by": "pi", "at": NOW - 60}}
+    card = vm.node_card(m.NodeView.from_dict(node), NOW, stale_s=30)
+    title, _ = card_titles(card)
+    assert card.up and "drained" in title
+    assert "swap \\[b]disk\\[/b] (pi)" in title   # markup typed by the admin stays text
+
+
 def test_gpu_shows_foreign_processes_and_jobs_that_left():
     gpu = {"index": 0, "uuid": "GPU-0", "name": "H200", "utilization_gpu": None,
            "memory_used_mib": 10.0, "memory_total_mib": 100.0,

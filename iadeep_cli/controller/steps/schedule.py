@@ -15,7 +15,7 @@ from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
 from ...store import jobrows, profiles as profrows
 from ...text import clock
-from .. import reservations  # `iadeep reserve`: what each round plans with
+from .. import drain, reservations  # `iadeep nodes drain`, `iadeep reserve`: read each round
 from ..fairshare import FairShareRound
 from .backoff import Backoff
 from .context import Context, Step
@@ -51,7 +51,8 @@ class Schedule(Step):
                 jobrows.set_reasons(conn, list(waits.items()))
             return
         active = self.jobs(ACTIVE)
-        snapshot = self._without_failing_nodes(snapshot)
+        drained = drain.load(self.store)   # `iadeep nodes drain` (read each round)
+        snapshot = self._without_failing_nodes(self._without_drained(snapshot, drained))
         now = self.clock()
         fair = self.fairshare.points(self.store, self.inventory.policy, now)
         inventory = self._tuned(self.inventory)   # with self-tuned settings, if any
@@ -78,7 +79,7 @@ class Schedule(Step):
             active = self.jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
-        waits.update(self._with_skipped_nodes(decided.waits))
+        waits.update(self._with_skipped_nodes(_with_drained(decided.waits, drained)))
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
@@ -151,6 +152,15 @@ class Schedule(Step):
             dataclasses.replace(n, closed=f"launches failing: {failing[n.name].reason}")
             if n.name in failing else n for n in snapshot.nodes))
 
+    @staticmethod
+    def _without_drained(snapshot: ClusterSnapshot, drained: dict[str, str]) -> ClusterSnapshot:
+        """Drained nodes offer no GPUs to new jobs; their running jobs stay where they are."""
+        if not drained:
+            return snapshot
+        return dataclasses.replace(snapshot, nodes=tuple(
+            dataclasses.replace(n, closed=drained[n.name]) if n.name in drained and
+            n.closed is None else n for n in snapshot.nodes))
+
     def _with_skipped_nodes(self, waits: dict[int, str]) -> dict[int, str]:
         """Waiting reasons that name the nodes skipped because their launches fail (sudo
         refusing, a broken workdir), why, and when they are tried again: plan() saw those nodes
@@ -164,3 +174,12 @@ class Schedule(Step):
             return waits
         return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
                 for i, why in waits.items()}
+
+
+def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, str]:
+    """Waiting reasons that say which nodes are drained (plan() saw them only as offering no
+    GPUs), so nobody takes them for down."""
+    if not drained:
+        return waits
+    said = "; ".join(f"node {n} is {why}" for n, why in sorted(drained.items()))
+    return {i: f"{why}; {said}" for i, why in waits.items()}
