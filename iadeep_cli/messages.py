@@ -565,6 +565,30 @@ class PriorityRequest(Request[PriorityResult]):
 
 
 @dataclass(frozen=True)
+class UpdateResult(Message):
+    """The job changed and what changed, each as ``field: old -> new`` for people."""
+
+    id: int
+    changes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpdateRequest(Request[UpdateResult]):
+    """`iadeep queue update`: change a job's name, time limit, priority or dependencies
+    (``scontrol update``'s everyday uses); None: unchanged. A waiting job takes any of them, a
+    running one only a time limit (its owner may lower it, an admin raise it too)."""
+
+    op: ClassVar[str] = "update"
+    id: int
+    name: str | None = optional()
+    time_limit_s: float | None = optional()
+    priority: int | None = optional()
+    after: tuple[int, ...] | None = optional()
+    after_any: tuple[int, ...] | None = optional()
+    after_fail: tuple[int, ...] | None = optional()
+
+
+@dataclass(frozen=True)
 class RerunRequest(Request[AddResult]):
     """Submit finished job ``id`` again with its spec (a new job); ``token`` as AddRequest's."""
 

@@ -675,3 +675,36 @@ def priority(job_id: str = typer.Argument(..., help="Job id (an array's: all its
     ref, index = _job_ref(job_id)
     r = client.ask(m.PriorityRequest(ref, value, index=index))
     print(f"job {r.id}: priority {r.priority}")
+
+
+# `queue update 13 --priority -5`: without ignore_unknown_options click reads "-5" as an option.
+@app.command("update", context_settings={"ignore_unknown_options": True})
+def update(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callback=_refs,
+                                        autocompletion=complete.job_ids),
+           name: str | None = typer.Option(None, "--name", "--job-name", "-J",
+                                           help="A new name."),
+           time_limit: str | None = typer.Option(None, "--time", "-t", metavar="LIMIT",
+                                                 help="A new time limit, as sbatch writes it "
+                                                      "(a running job: its owner may lower it, "
+                                                      "an admin also raise it)."),
+           priority_: int | None = typer.Option(None, "--priority", help="A new priority "
+                                                "(members: up to lab.max_priority)."),
+           after: str | None = typer.Option(None, "--after", metavar="ID[,ID...]",
+                                            help="Start only once these older jobs "
+                                                 "succeeded (replaces the list)."),
+           after_any: str | None = typer.Option(None, "--after-any", metavar="ID[,ID...]",
+                                                help="... once they ended, in any state."),
+           after_fail: str | None = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
+                                                 help="... once they ended other than "
+                                                      "succeeded."),
+           ) -> None:
+    """Change a job after submitting it (as `scontrol update`): its name, time limit, priority
+    or dependencies; a running job only its time limit. Same checks and caps as `queue add`."""
+    r = client.ask(m.UpdateRequest(
+        _job_id(job_id), name=name,
+        time_limit_s=None if time_limit is None else parse_time_limit(time_limit),
+        priority=priority_,
+        after=None if after is None else _ids(after, "--after"),
+        after_any=None if after_any is None else _ids(after_any, "--after-any"),
+        after_fail=None if after_fail is None else _ids(after_fail, "--after-fail")))
+    print(f"job {r.id}: " + ("; ".join(r.changes) or "nothing changed (already so)"))

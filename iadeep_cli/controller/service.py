@@ -45,7 +45,7 @@ from ..paths import StateDir, replace_file
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
 from ..text import MIB_PER_GIB, duration, hms
-from . import admission, drain, interactive, reservations, views
+from . import admission, drain, interactive, reservations, update, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 # (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
@@ -375,6 +375,10 @@ class Service(views.StoreReader):
                                   "(nodes.yaml); loosen one of them")
         return allowed
 
+    def _checked_dependencies(self, conn, spec: JobSpec) -> JobSpec:
+        """``spec`` with every dependency naming a job (controller/update.py's changes too)."""
+        return _with_dependencies(conn, spec)
+
     def _owned(self, conn, user: str, job_id: int) -> Job:
         job = jobrows.get(conn, job_id)
         if job.owner != user and not self.inventory.is_admin(user):
@@ -609,6 +613,7 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.ReleaseRequest, Service.op_release),
     Operation(m.PriorityRequest, Service.op_priority),
     Operation(m.RerunRequest, Service.op_rerun),
+    Operation(m.UpdateRequest, update.op_update),   # owner or admin: checked by the handler
     # It decides who the admins are, and which nodes jobs run on.
     Operation(m.ReloadRequest, Service.op_reload,
               admin_only="{user} may not reload the controller's inventory"),

@@ -196,6 +196,20 @@ def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
     return job_id, True
 
 
+def replace_spec(conn: sqlite3.Connection, job_id: int, spec: JobSpec) -> None:
+    """Write a changed spec (`iadeep queue update`): its columns and its fields in ``extra``."""
+    row = conn.execute("SELECT extra FROM jobs WHERE id=?", (job_id,)).fetchone()
+    extra = json.loads(row["extra"]) if row else {}
+    later = _spec_extra(spec)
+    if later:
+        extra["spec"] = later
+    else:
+        extra.pop("spec", None)
+    sets = ", ".join(f"{c}=?" for c in _SPEC_COLUMNS)
+    conn.execute(f"UPDATE jobs SET {sets}, extra=? WHERE id=?",
+                 [*_spec_values(spec), json.dumps(extra), job_id])
+
+
 def add_event(conn: sqlite3.Connection, job_id: int, at: float, old: JobState | None,
               new: JobState, reason: str, actor: str) -> None:
     conn.execute(
