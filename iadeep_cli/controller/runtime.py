@@ -31,6 +31,7 @@ from . import offline
 from .copies import FREE_EVERY_S, free as free_copies
 from .notify import Notifier
 from .renames import carry, dir_names, renamed
+from .sdnotify import SystemdNotifier
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
     from .metrics import MetricsServer
@@ -48,9 +49,11 @@ class Controller:
 
     def __init__(self, inventory: Inventory, state_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, new_database: bool = False,
-                 metrics: tuple[str, int] | None = None):
+                 metrics: tuple[str, int] | None = None,
+                 round_done: Callable[[], None] = lambda: None):
         inventory = _with_slurm(inventory)
         self.inventory = inventory
+        self._round_done = round_done   # after each round: systemd's watchdog (sdnotify.py)
         self._metrics_at = metrics   # (host, port) to serve Prometheus metrics on; None: off
         self.metrics: MetricsServer | None = None
         self.state = StateDir(state_dir) if state_dir else StateDir.default()
@@ -335,6 +338,7 @@ class Controller:
                         self.metrics.round_done(time.monotonic() - round_began, self.clock())
                 self.notifier.wake()   # jobs that ended in this round, or by a request
                 self._beat()
+                self._round_done()
                 # a fixed rate: a round that took long does not also delay the next one
                 self._wake.wait(max(0.0, self.inventory.poll_interval_s -
                                     (time.monotonic() - began)))
@@ -439,8 +443,21 @@ def _scoped_workdirs(inventory: Inventory, install_id: str,
 
 def run_forever(inventory: Inventory, on_ready: Callable[[], None] = lambda: None,
                 new_database: bool = False, metrics: tuple[str, int] | None = None) -> None:
-    controller = Controller(inventory, new_database=new_database, metrics=metrics)
+    systemd = SystemdNotifier()   # Type=notify and WatchdogSec (deploy/), when under systemd
+    if systemd.watchdog_s is not None and systemd.watchdog_s < 2 * inventory.poll_interval_s:
+        log.warning("systemd's watchdog (%gs) is under twice the poll interval (%gs): a slow "
+                    "round would have the controller restarted; raise WatchdogSec",
+                    systemd.watchdog_s, inventory.poll_interval_s)
+    controller = Controller(inventory, new_database=new_database, metrics=metrics,
+                            round_done=systemd.round_done)
     signal.signal(signal.SIGTERM, controller.stop)
     signal.signal(signal.SIGINT, controller.stop)
     signal.signal(signal.SIGHUP, controller.hangup)
-    controller.run(on_ready)
+
+    def ready() -> None:
+        systemd.ready(f"serving {controller.socket.path}")
+        on_ready()
+    try:
+        controller.run(ready)
+    finally:
+        systemd.stopping()

@@ -39,11 +39,12 @@ class ControllerProcess:
     """`iadeep controller run` in the background; start() waits until its socket answers."""
 
     def __init__(self, home: Path, inventory: Path | None = None, *extra_args: str,
-                 preexec_fn=None):
+                 preexec_fn=None, env: dict[str, str] | None = None):
         self.home = home
         self.inventory = inventory
         self.extra_args = list(extra_args)   # e.g. --new-database
         self.preexec_fn = preexec_fn   # e.g. set a resource limit in the controller process
+        self.env = env or {}           # more environment (e.g. systemd's NOTIFY_SOCKET)
         self.proc: subprocess.Popen | None = None
         self.log = home / "controller.log"
 
@@ -59,7 +60,7 @@ class ControllerProcess:
         elif not (self.home / "nodes.yaml").exists():   # a controller needs an inventory
             (self.home / "nodes.yaml").write_text("nodes: []\n")
         with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(args, env=env_for(self.home), stdout=log,
+            self.proc = subprocess.Popen(args, env=env_for(self.home, **self.env), stdout=log,
                                          stderr=subprocess.STDOUT, preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
