@@ -92,6 +92,11 @@ class JobView(Message):
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
     opportunistic: bool | None = optional()           # --opportunistic
     idle_after_s: float | None = optional()           # --idle-after
+    requeue: bool | None = optional()                 # --requeue: may be preempted, requeued
+    # asked to checkpoint and be requeued, this attempt: for which job or by whom ("job 7",
+    # "alice"); its signal is sent (or about to be)
+    requeueing: str | None = optional()
+    preempted: str | None = optional()   # "preempted for job 7 at 14:02; requeued" (the last)
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -115,7 +120,9 @@ class JobView(Message):
             no_adapt=spec.no_adapt or None,
             suspended_s=round(job.suspended_s, 1) or None,
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
-            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s)
+            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
+            requeue=spec.requeue or None, requeueing=job.preempt_for,
+            preempted=job.preempted or None)
 
 
 @dataclass(frozen=True)
@@ -529,6 +536,14 @@ class HoldRequest(JobsRequest):
 @dataclass(frozen=True)
 class ReleaseRequest(JobsRequest):
     op: ClassVar[str] = "release"
+
+
+@dataclass(frozen=True)
+class RequeueRequest(JobsRequest):
+    """Checkpoint running --requeue jobs and queue them again (``iadeep queue requeue``,
+    Slurm's ``scontrol requeue``): no retry spent."""
+
+    op: ClassVar[str] = "requeue"
 
 
 @dataclass(frozen=True)

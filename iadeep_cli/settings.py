@@ -154,6 +154,9 @@ class Policy:
     tune_every_s: float = 6 * 3600.0   # at most this often
     tune_days: float = 14.0            # on the jobs submitted in the last this many days
     pinned: tuple[str, ...] = ()       # set by the parser: the tunable keys nodes.yaml gives
+    # how long a --requeue job asked to checkpoint (preempted, `queue requeue`) may take to
+    # save and exit before it is stopped (and requeued all the same)
+    preempt_grace_s: float = 300.0
 
 
 @dataclass(frozen=True)

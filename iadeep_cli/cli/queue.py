@@ -172,6 +172,13 @@ def add(
         None, "--idle-after", metavar="DURATION",
         help="Count this job as idle once its GPUs sat idle this long (e.g. 2h; a bare number "
              "is minutes), instead of the lab's idle_after (docs/administration.md)."),
+    requeue: bool = typer.Option(
+        False, "--requeue",
+        help="The job can be requeued: on its checkpoint signal (--checkpoint-signal, default "
+             "USR1) it saves a checkpoint and exits, and it may be preempted (the lab's "
+             "preemption) or requeued (`queue requeue`); it then waits in the queue again, "
+             "spends no retry, and resumes from its checkpoint (docs/submitting.md "
+             "'Requeueable jobs')."),
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
                                        "than serial (docs/scheduling.md 'Adapting at run time')."),
@@ -216,6 +223,7 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
                    checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"],
+                   requeue=o["requeue"],
                    idle_after_s=None if o["idle_after"] is None else
                    parse_idle_after(o["idle_after"]))
     # --retries and --notify not given: the controller applies the lab's defaults
@@ -438,7 +446,7 @@ def list_(
     now = time.time()
     folded = _fold(jobs)
     rows = [[label, j.name, j.owner, j.state.value, str(j.gpus), _where(j),
-             duration(now - j.submitted_at), j.reason] for label, j in folded]
+             duration(now - j.submitted_at), _reason(j)] for label, j in folded]
     jobs = [j for _, j in folded]
     headers = LIST_HEADERS
     if any(j.time_limit_s is not None for j in jobs):   # only where some job has a limit
@@ -447,6 +455,14 @@ def list_(
     if sys.stdout.isatty() and not wide:
         rows = _fit(headers, rows, shutil.get_terminal_size().columns)
     render.table(headers, rows)
+
+
+def _reason(job: m.JobView) -> str:
+    """A job's reason as the list shows it: a waiting job that was preempted (or requeued on
+    request) says so before why it waits now."""
+    if job.preempted and job.state in (JobState.QUEUED, JobState.HELD):
+        return f"{job.preempted}; {job.reason}" if job.reason else job.preempted
+    return job.reason
 
 
 def _fold(jobs: list[m.JobView]) -> list[tuple[str, m.JobView]]:
@@ -543,7 +559,7 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
                "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
-               "checkpoints", "opportunistic")
+               "checkpoints", "opportunistic", "requeue", "requeueing", "preempted")
 
 
 _field = field_text   # the monitor's details pane shows fields the same way
@@ -640,6 +656,14 @@ def _act(request: m.JobsRequest) -> None:
 def cancel(ids: list[str] = IDS) -> None:
     """Cancel jobs (queued ones at once; running ones are stopped on their node)."""
     _act(_jobs_request(m.CancelRequest, ids))
+
+
+@app.command("requeue")
+def requeue(ids: list[str] = IDS) -> None:
+    """Checkpoint running --requeue jobs and queue them again, without spending a retry (as
+    Slurm's `scontrol requeue`): each gets its checkpoint signal, and is stopped if it has not
+    exited within the lab's preempt_grace. Your own jobs; an admin's, anyone's."""
+    _act(_jobs_request(m.RequeueRequest, ids))
 
 
 @app.command("hold")

@@ -44,7 +44,8 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
              "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
-             "checkpoints", "yielded", "idle_since", "idle_requeued")
+             "checkpoints", "yielded", "idle_since", "idle_requeued", "preempt_for",
+             "preempt_at", "preempted")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -140,7 +141,9 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             "yielded": (str(extra["yielded"][0]), int(extra["yielded"][1]))
             if extra.get("yielded") else None,
             "idle_since": extra.get("idle_since"),
-            "idle_requeued": bool(extra.get("idle_requeued", False))}
+            "idle_requeued": bool(extra.get("idle_requeued", False)),
+            "preempt_for": extra.get("preempt_for"), "preempt_at": extra.get("preempt_at"),
+            "preempted": str(extra.get("preempted", ""))}
 
 
 @functools.cache

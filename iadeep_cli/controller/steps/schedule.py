@@ -79,6 +79,8 @@ class Schedule(Step):
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(decided.waits))
+        if decided.preempt and inventory.policy.preemption != "off":
+            self._preempt(decided, [j for j in queue if j.id in decided.waits], active, now)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
@@ -91,6 +93,20 @@ class Schedule(Step):
                 waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
+
+    def _preempt(self, decided, waiting: list[Job], active: list[Job], now: float) -> None:
+        """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
+        signal once (the adapter commits the mark first, so never twice, even across a
+        restart) and is requeued when it exits or its grace ends. It is preempted "for" the
+        first job plan() left waiting (plan() ranks the queue, and its waits keep that
+        order)."""
+        ranked = [i for i in decided.waits if any(j.id == i for j in waiting)]
+        for_what = f"job {ranked[0]}" if ranked else "a waiting job"
+        by_id = {j.id: j for j in active}
+        for job_id in decided.preempt:
+            job = by_id.get(job_id)
+            if job is not None and job.checkpoint_at is None:
+                self.adapt.preempt(job, for_what, now)
 
     def _run_times(self, now: float) -> Durations:
         """The lab's recent run times per workload label, for placement (re-read every
