@@ -119,6 +119,9 @@ class JobSpec:
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
     # then sends it SIG instead of suspending it, and requeues it (controller/adaptation.py).
     checkpoint_signal: str | None = None
+    # --requeue: it checkpoints on its checkpoint signal (checkpoint_signal, USR1 when none is
+    # given) and may be preempted: plan() may return it in Plan.preempt (Policy.preemption)
+    requeue: bool = False
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
     # job waits for its GPU (AntMan's idea; controller/adaptation.py)
     opportunistic: bool = False

@@ -97,10 +97,14 @@ class Placement:
 
 @dataclass(frozen=True)
 class Plan:
-    """One round's outcome: what starts now, and why every other queued job waits."""
+    """One round's outcome: what starts now, why every other queued job waits, and which
+    running jobs to checkpoint and requeue (``preempt``: only jobs whose ``spec.requeue`` is
+    set, and only when ``Policy.preemption`` is not "off"; their GPUs are not given to anyone
+    in this round: the next round, once they left, places the jobs they made room for)."""
 
     placements: tuple[Placement, ...]
     waits: dict[int, str]
+    preempt: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- snapshot -> slots

@@ -70,11 +70,9 @@ LUCID_UTIL_CUTS = (25.0, 75.0)     # % GPU utilisation: tiny below the first, ju
 LUCID_MEM_CUTS = (0.25, 0.50)      # fraction of GPU memory: same roles
 
 
-@dataclass(frozen=True)
-class SimPlan(Plan):
-    """A plan that may also stop running jobs (they go back to the queue, work kept)."""
-
-    preempt: tuple[int, ...] = ()
+# A plan that may also stop running jobs: ``Plan.preempt`` (they go back to the queue, work
+# kept less the preemption cost, sim/engine.py); the old name stays for the peers written here.
+SimPlan = Plan
 
 
 @dataclass
