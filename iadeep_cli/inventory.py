@@ -243,7 +243,7 @@ _POLICY_FIELDS = {
     "tune_every": lambda ctx, n, w: _within(_duration, lambda v: v >= 1,
                                             "a duration of at least 1 s")(ctx, n, w),
     "tune_days": _within(_num, lambda v: 0 < v <= 365, "a number of days in (0, 365]"),
-    # YAML 1.1 reads a bare off/on as a boolean: both spellings mean the same
+    # YAML 1.1 reads a bare off as false: the same
     "preemption": lambda ctx, n, w: _preemption(ctx, n, w),
     # a checkpoint of a large model takes minutes; a day would keep a waiting job waiting
     "preempt_grace": lambda ctx, n, w: _within(_duration, lambda v: 1 <= v <= 86400,
@@ -260,11 +260,11 @@ def _policy(ctx: _Ctx, node: yaml.Node, where: str) -> Policy:
     return Policy(**fields, pinned=tuple(k for k in TUNABLE_KEYS if k in given))
 
 def _preemption(ctx: _Ctx, node: yaml.Node, where: str) -> str:
-    """``policy.preemption``: one of PREEMPTION_RULES; YAML's bare ``off``/``on`` (booleans)
-    are read as those words."""
+    """``policy.preemption``: one of PREEMPTION_RULES; YAML reads a bare ``off`` as false,
+    which means "off" here too."""
     value = _scalar(ctx, node, where)
-    if isinstance(value, bool):
-        value = "on" if value else "off"
+    if value is False:
+        value = "off"
     if value not in PREEMPTION_RULES:
         raise ctx.fail(node, where, f"expected one of {', '.join(PREEMPTION_RULES)} (whether "
                                     f"plan() may preempt --requeue jobs), got {value!r}")

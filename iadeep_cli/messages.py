@@ -169,25 +169,44 @@ class PriorityView(Message):
 
 
 @dataclass(frozen=True)
+class RuntimeView(Message):
+    """The run-time estimate placement uses for a job (``scheduler.remaining.RuntimeEstimate``):
+    the median run time in all and its 10%-90% range, in seconds from its start, and what it
+    rests on ("--time", "user+label history", "label history", "default", ...)."""
+
+    seconds: float
+    low_s: float
+    high_s: float
+    source: str
+
+
+@dataclass(frozen=True)
 class JobDetail(Message):
     """``queue show``: the job's fields and its history (JSON: the job's keys plus "events",
-    and for a waiting job "effective_priority" where the reader knows the policy)."""
+    for a waiting job "effective_priority" where the reader knows the policy, and for an
+    unfinished one "runtime_estimate" where it reads the lab's history)."""
 
     job: JobView
     events: tuple[EventView, ...] = ()
     priority: PriorityView | None = None
+    runtime: RuntimeView | None = None   # an unfinished job's run-time estimate (JSON:
+                                         # "runtime_estimate"), where the reader has history
 
     def to_dict(self) -> dict[str, Any]:
         out = {**self.job.to_dict(), "events": encode(self.events)}
         if self.priority is not None:
             out["effective_priority"] = self.priority.to_dict()
+        if self.runtime is not None:
+            out["runtime_estimate"] = self.runtime.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobDetail:
         parts = data.get("effective_priority")
+        runtime = data.get("runtime_estimate")
         return cls(JobView.from_dict(data), decode(tuple[EventView, ...], data["events"]),
-                   None if parts is None else PriorityView.from_dict(parts))
+                   None if parts is None else PriorityView.from_dict(parts),
+                   None if runtime is None else RuntimeView.from_dict(runtime))
 
 
 @dataclass(frozen=True)

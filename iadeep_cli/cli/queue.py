@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -611,6 +612,13 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     job = detail.job
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {job.id} is {job.state}: {reason}")
+    if job.requeueing and job.state == JobState.RUNNING:
+        by = "preempted for" if job.requeueing.startswith("job ") else "requeue asked by"
+        print(f"{by} {job.requeueing}: it checkpoints and goes back to the queue")
+    elif job.preempted and job.state in (JobState.QUEUED, JobState.HELD):
+        print(job.preempted)
+    if detail.runtime is not None:
+        print(f"expected run time {runtime_text(detail.runtime, job)}")
     # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
     # `queue show --json` has the parts either way).
     if detail.priority is not None and detail.priority.fairshare_on:
@@ -618,6 +626,26 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
         print(f"effective priority {first}")
         for line in more:
             print(f"  {line}")
+
+
+def runtime_text(r: m.RuntimeView, job: m.JobView) -> str:
+    """Placement's run-time estimate as a sentence part: ``~3h00m (1h00m-9h00m, from your
+    history of label bert)``: the median, the 10%-90% range, and what it rests on."""
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = ""
+    whose = "your" if job.owner == me else f"{job.owner}'s"
+    label = f"label {job.workload}" if job.workload else "jobs without a label"
+    base, _, rest = r.source.partition(" + ")   # "--time (cap) + label history"
+    sources = {"--time": "its --time", "user+label history": f"{whose} history of {label}",
+               "user history": f"{whose} history", "label history": f"the lab's history of "
+               f"{label}", "lab history": "the lab's history of all jobs",
+               "default": "a default: no history to go by yet"}
+    said = sources.get(rest or base, rest or base)
+    if base == "--time (cap)":
+        said += ", capped by its --time"
+    return f"~{duration(r.seconds)} ({duration(r.low_s)}-{duration(r.high_s)}, from {said})"
 
 
 def priority_lines(p: m.PriorityView, owner: str) -> list[str]:

@@ -15,16 +15,16 @@ from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
 from ...store import jobrows, profiles as profrows
 from ...text import clock
-from .. import reservations  # `iadeep reserve`: what each round plans with
+from .. import reservations, runtimes  # `iadeep reserve`; run-time history
 from ..fairshare import FairShareRound
 from .backoff import Backoff
 from .context import Context, Step
 from .launch import Launches
 
-# placement's run-time history (scheduler/remaining.py): the last 30 days' finished jobs,
-# re-read at most every 10 minutes (one indexed query)
-RUN_TIMES_WINDOW_S = 30 * 86400.0
-RUN_TIMES_REFRESH_S = 600.0
+# placement's run-time history (scheduler/remaining.py, controller/runtimes.py): the last 30
+# days' finished jobs per label and per user, re-read at most every 10 minutes
+RUN_TIMES_WINDOW_S = runtimes.WINDOW_S
+RUN_TIMES_REFRESH_S = runtimes.REFRESH_S
 
 
 class Schedule(Step):
@@ -109,12 +109,11 @@ class Schedule(Step):
                 self.adapt.preempt(job, for_what, now)
 
     def _run_times(self, now: float) -> Durations:
-        """The lab's recent run times per workload label, for placement (re-read every
+        """The lab's recent run times per workload label and per user, for placement (re-read every
         ``RUN_TIMES_REFRESH_S``)."""
         if self._durations is None or now - self._durations[0] >= RUN_TIMES_REFRESH_S:
             with self.store.tx() as conn:
-                runs = jobrows.run_times(conn, now - RUN_TIMES_WINDOW_S)
-            self._durations = (now, Durations(runs))
+                self._durations = (now, runtimes.history(conn, now))
         return self._durations[1]
 
     def _model_speeds(self, models: tuple[str, ...]) -> ModelSpeeds | None:
