@@ -375,6 +375,21 @@ def ended_between(conn: sqlite3.Connection, node: str, after: float, until: floa
     return [r["id"] for r in rows]
 
 
+def attained(conn: sqlite3.Connection, ids: Iterable[int], now: float) -> dict[int, float]:
+    """GPU-seconds each job has held GPUs for over all its attempts up to ``now`` (its
+    ``held_s`` and, while it holds them, the time since ``held_since``, times its GPUs):
+    the attained service the lab's ``preemption: las`` ranks by."""
+    wanted = list(dict.fromkeys(ids))
+    out: dict[int, float] = {}
+    for at in range(0, len(wanted), 500):   # SQLite's bound on parameters
+        part = wanted[at:at + 500]
+        rows = conn.execute(
+            "SELECT id, gpus, held_s + MAX(0, ? - COALESCE(held_since, ?)) AS s FROM jobs "
+            f"WHERE id IN ({', '.join('?' * len(part))})", (now, now, *part))
+        out.update((r["id"], float(r["s"] or 0.0) * r["gpus"]) for r in rows)
+    return out
+
+
 def run_times(conn: sqlite3.Connection, since: float, limit: int = 5000
               ) -> list[tuple[str | None, float, str]]:
     """(workload label, seconds from its start to its end, owner) of the jobs that ran to an

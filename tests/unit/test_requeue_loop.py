@@ -117,3 +117,43 @@ def test_only_the_owner_or_an_admin_may_requeue_and_only_a_running_requeue_job(t
         assert lab.job(requeueable).preempt_for == "lab-admin"
     finally:
         lab.close()
+
+
+def _preempting(lab: Lab, rule: str) -> None:
+    policy = dataclasses.replace(lab.inventory.policy, preemption=rule)
+    lab.inventory = dataclasses.replace(lab.inventory, policy=policy)
+    lab.loop.use(lab.inventory, lab.pool)
+
+
+@pytest.mark.parametrize("rule", ["las", "off"])
+def test_the_labs_preemption_checkpoints_a_long_requeue_job_for_a_new_one(lab, tmp_path, rule):
+    """``preemption: las``: a --requeue job that has had over an hour of GPU time holds the
+    only GPU; a new job arrives. plan() names the long job in ``Plan.preempt``; the round
+    signals it once, it checkpoints and is requeued (no retry spent), and the new job gets the
+    GPU; the preempted job says for whom. ``off``: nobody is preempted, the new job waits."""
+    _preempting(lab, rule)
+    got = tmp_path / "got"
+    long = lab.submit(body=_catcher(got), requeue=True)
+    lab.round()
+    _running(lab, long)
+    lab.wait(2 * 3600)   # two hours of GPU time in this attempt
+    new = lab.submit(body="exec sleep 600")
+    if rule == "off":
+        for _ in range(5):
+            lab.round()
+        assert lab.job(long).state == JobState.RUNNING and lab.job(new).state == JobState.QUEUED
+        assert not got.exists() and lab.job(long).checkpoint_at is None
+        return
+    lab.until(lambda: lab.job(new).state == JobState.RUNNING)
+    job = lab.job(long)
+    assert job.state == JobState.QUEUED and (job.attempts, job.checkpoints) == (1, 1)
+    assert got.read_text() == "usr1\n"
+    assert job.preempted.startswith(f"preempted for job {new} at ") and \
+        job.preempted.endswith("; requeued")
+    reasons = lab.reasons(long)
+    assert sum("SIGUSR1 sent" in r for r in reasons) == 1
+    assert any(r.startswith(f"running: checkpoint: preempted for job {new} at ")
+               for r in reasons), reasons
+    for _ in range(3):   # it waits now (one GPU, taken); it is not preempted again
+        lab.round()
+    assert lab.job(long).checkpoints == 1 and got.read_text() == "usr1\n"
