@@ -131,3 +131,25 @@ def test_a_job_without_requeue_cannot_be_requeued(lab, tmp_path):
     cli(home, "queue", "cancel", str(job), check=True)
     jobs = wait_jobs(home, lambda js: js[job]["state"] == "cancelled")
     assert jobs[job].get("checkpoints") is None and jobs[job]["attempts"] == 1
+
+
+def test_a_requeue_survives_a_controller_kill_and_signals_the_job_once(lab, tmp_path):
+    """SIGKILL the controller right after `queue requeue` answered (the intent is committed;
+    the signal may or may not be out yet): the next controller finishes the requeue, and the
+    job got its signal once, checkpointed once and started twice."""
+    home = lab.home
+    work = _work(tmp_path)
+    job = queue_add(home, _stepper(tmp_path, SAVE_AND_EXIT), "--requeue", "--chdir", str(work))
+    wait_until(lambda: (work / "started").exists(), limit=120)
+    cli(home, "queue", "requeue", str(job), check=True)
+    lab.kill()
+    lab.start()
+    jobs = wait_jobs(home, lambda js: js[job].get("checkpoints") == 1)
+    (work / "go").touch()
+    jobs = wait_jobs(home, lambda js: js[job]["state"] in ("succeeded", "failed"), timeout=180)
+    assert jobs[job]["state"] == "succeeded"
+    assert (jobs[job]["attempts"], jobs[job]["checkpoints"]) == (2, 1)
+    assert (work / "said").read_text().splitlines() == [
+        "start at step 0, restart 0", f"checkpointed at step {HOLD_AT}",
+        f"start at step {HOLD_AT}, restart 1", "done"]
+    assert (work / "steps.log").read_text().split() == [str(i) for i in range(1, STEPS + 1)]

@@ -203,5 +203,5 @@ def test_a_requeue_job_checkpoints_on_usr1_unless_it_names_its_signal():
 
 
 def test_an_interactive_job_cannot_be_requeued():
-    with pytest.raises(InputError, match="an interactive job .* cannot be requeued"):
+    with pytest.raises(InputError, match=r"an interactive job \(run --pty\) cannot be requeued"):
         validate_spec(JobSpec(script="/a", requeue=True, interactive=True))
