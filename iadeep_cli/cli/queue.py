@@ -691,7 +691,7 @@ def cancel(ids: list[str] = IDS) -> None:
 def requeue(ids: list[str] = IDS) -> None:
     """Checkpoint running --requeue jobs and queue them again, without spending a retry (as
     Slurm's `scontrol requeue`): each gets its checkpoint signal, and is stopped if it has not
-    exited within the lab's preempt_grace. Your own jobs; an admin's, anyone's."""
+    exited within the lab's preempt_grace. Your own jobs (an admin: anyone's)."""
     _act(_jobs_request(m.RequeueRequest, ids))
 
 
