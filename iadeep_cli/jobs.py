@@ -203,8 +203,9 @@ class Job:
     # this attempt was asked to checkpoint and be requeued (Attempt.preempt_for/preempt_at)
     preempt_for: str | None = None
     preempt_at: float | None = None
-    # the last time it was preempted or requeued on request, as ``queue why`` says it
-    # ("preempted for job 7 at 14:02; requeued"); kept across attempts
+    # it waits again after a preemption or a requeue on request, as ``queue why`` says it
+    # ("preempted for job 7 at 14:02; requeued"); cleared when it is placed again (the
+    # events keep it)
     preempted: str = ""
     # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
     # is still there, so a restarted controller too keeps it from rejoining a bad pair

@@ -96,7 +96,7 @@ class JobView(Message):
     # asked to checkpoint and be requeued, this attempt: for which job or by whom ("job 7",
     # "alice"); its signal is sent (or about to be)
     requeueing: str | None = optional()
-    preempted: str | None = optional()   # "preempted for job 7 at 14:02; requeued" (the last)
+    preempted: str | None = optional()   # waiting after "preempted for job 7 at 14:02; requeued"
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:

@@ -615,9 +615,8 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     if job.requeueing and job.state == JobState.RUNNING:
         by = "preempted for" if job.requeueing.startswith("job ") else "requeue asked by"
         print(f"{by} {job.requeueing}: it checkpoints and goes back to the queue")
-    elif job.preempted:   # the last time it was preempted or requeued on request
-        print(job.preempted if job.state in (JobState.QUEUED, JobState.HELD)
-              else f"earlier: {job.preempted}")
+    elif job.preempted:   # it waits again after a preemption or a requeue on request
+        print(job.preempted)
     if detail.runtime is not None:
         print(f"expected run time {runtime_text(detail.runtime, job)}")
     # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;

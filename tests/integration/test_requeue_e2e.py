@@ -88,9 +88,7 @@ def test_a_requeued_job_checkpoints_restarts_and_resumes_without_spending_a_retr
     assert sum("SIGUSR1 sent" in r for r in reasons) == 1
     assert any(r.startswith("checkpointed on SIGUSR1 (exit code 0); requeued by ")
                and "no retry spent" in r for r in reasons)
-    assert detail["preempted"].startswith(f"requeued by {jobs[job]['user']} at ")
-    why = cli(home, "queue", "why", str(job), check=True).stdout.splitlines()
-    assert why[1] == f"earlier: {detail['preempted']}" and why[1].endswith("; requeued")
+    assert "preempted" not in detail   # said while it waited; placed again, its events keep it
 
 
 def test_a_job_that_ignores_its_signal_is_stopped_after_the_grace_and_still_requeued(lab,

@@ -15,6 +15,7 @@ import pytest
 from test_loop_unit import Lab, _running
 
 from iadeep_cli import messages as m
+from iadeep_cli.cli.queue import _reason
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.jobs import JobState
 from iadeep_cli.store import jobrows
@@ -51,7 +52,7 @@ def test_a_requeue_asked_twice_signals_the_job_once_and_spends_no_retry(lab, tmp
     job = lab.job(job_id)
     assert (job.attempts, job.checkpoints, job.spec.retries) == (2, 1, 0)
     assert job.preempt_for is None and job.checkpoint_at is None   # the new attempt's: none
-    assert job.preempted.startswith("requeued by alice at ")
+    assert job.preempted == ""   # said while it waited; placed again, its events keep it
     assert got.read_text() == "usr1\n"
     reasons = lab.reasons(job_id)
     assert sum("SIGUSR1 sent" in r for r in reasons) == 1
@@ -89,7 +90,8 @@ def test_a_signal_lost_in_a_crash_is_made_up_for_by_the_grace(lab, tmp_path):
     lab.wait(lab.inventory.policy.preempt_grace_s + 1)
     lab.until(lambda: lab.job(job_id).checkpoints == 1)
     assert not got.exists()   # stopped, never signalled a second time
-    assert lab.job(job_id).preempted.startswith("preempted for job 99 at ")
+    assert any(r.startswith("queued: checkpointed on SIGUSR1 (exit code ")
+               and "; preempted for job 99 at " in r for r in lab.reasons(job_id))
 
 
 def test_only_the_owner_or_an_admin_may_requeue_and_only_a_running_requeue_job(tmp_path):
@@ -157,3 +159,6 @@ def test_the_labs_preemption_checkpoints_a_long_requeue_job_for_a_new_one(lab, t
     for _ in range(3):   # it waits now (one GPU, taken); it is not preempted again
         lab.round()
     assert lab.job(long).checkpoints == 1 and got.read_text() == "usr1\n"
+    # what `queue list` says of it: the preemption, then why it waits now
+    view = m.JobView.from_job(lab.job(long))
+    assert _reason(view).startswith(f"{job.preempted}; ") and view.preempted == job.preempted
