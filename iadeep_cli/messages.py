@@ -92,7 +92,7 @@ class JobView(Message):
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
     opportunistic: bool | None = optional()           # --opportunistic
     idle_after_s: float | None = optional()           # --idle-after
-    requeue: bool | None = optional()                 # --requeue: may be preempted, requeued
+    requeue: bool | None = optional()                 # --requeue
     # asked to checkpoint and be requeued, this attempt: for which job or by whom ("job 7",
     # "alice"); its signal is sent (or about to be)
     requeueing: str | None = optional()

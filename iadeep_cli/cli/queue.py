@@ -173,16 +173,14 @@ def add(
         None, "--idle-after", metavar="DURATION",
         help="Count this job as idle once its GPUs sat idle this long (e.g. 2h; a bare number "
              "is minutes), instead of the lab's idle_after (docs/administration.md)."),
-    requeue: bool = typer.Option(
-        False, "--requeue",
-        help="The job can be requeued: on its checkpoint signal (--checkpoint-signal, default "
-             "USR1) it saves a checkpoint and exits, and it may be preempted (the lab's "
-             "preemption) or requeued (`queue requeue`); it then waits in the queue again, "
-             "spends no retry, and resumes from its checkpoint (docs/submitting.md "
-             "'Requeueable jobs')."),
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
                                        "than serial (docs/scheduling.md 'Adapting at run time')."),
+    # sbatch's own spellings, with sbatch's meaning (docs/submitting.md "Coming from Slurm")
+    requeue: bool | None = typer.Option(None, "--requeue/--no-requeue",
+                                        help="It may be requeued: it checkpoints on its "
+                                             "--checkpoint-signal (USR1 by default) and starts "
+                                             "again (sbatch's --requeue)."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -224,9 +222,9 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    after_fail=_ids(o["after_fail"], "--after-fail"), array=o["array"],
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
                    checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"],
-                   requeue=o["requeue"],
                    idle_after_s=None if o["idle_after"] is None else
-                   parse_idle_after(o["idle_after"]))
+                   parse_idle_after(o["idle_after"]),
+                   requeue=bool(o["requeue"]))
     # --retries and --notify not given: the controller applies the lab's defaults
     submitted = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
     validate_spec(submitted.spec)
