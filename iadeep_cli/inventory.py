@@ -22,6 +22,7 @@ from .paths import inventory_path
 from .settings import (  # the values parse_inventory makes, importable from here too
     EMPTY as EMPTY,
     IDLE_ACTIONS,
+    PREEMPTION_RULES,
     SHARING_RULES,
     AdaptPolicy,
     BackendKind as BackendKind,
@@ -242,6 +243,11 @@ _POLICY_FIELDS = {
     "tune_every": lambda ctx, n, w: _within(_duration, lambda v: v >= 1,
                                             "a duration of at least 1 s")(ctx, n, w),
     "tune_days": _within(_num, lambda v: 0 < v <= 365, "a number of days in (0, 365]"),
+    # YAML 1.1 reads a bare off as false: the same
+    "preemption": lambda ctx, n, w: _preemption(ctx, n, w),
+    # a checkpoint of a large model takes minutes; a day would keep a waiting job waiting
+    "preempt_grace": lambda ctx, n, w: _within(_duration, lambda v: 1 <= v <= 86400,
+                                               "a duration from 1 s to 1 day")(ctx, n, w),
 }
 TUNABLE_KEYS = ("max_jobs_per_gpu", "min_speed", "sharing")   # sim/whatif.py tries these
 
@@ -249,9 +255,20 @@ TUNABLE_KEYS = ("max_jobs_per_gpu", "min_speed", "sharing")   # sim/whatif.py tr
 def _policy(ctx: _Ctx, node: yaml.Node, where: str) -> Policy:
     """``lab.policy``; the tunable keys it gives are pinned (self-tuning leaves them)."""
     given = _mapping(ctx, node, where, _POLICY_FIELDS)
-    renamed = {"tune_every": "tune_every_s"}
+    renamed = {"tune_every": "tune_every_s", "preempt_grace": "preempt_grace_s"}
     fields = {renamed.get(k, k): v for k, v in given.items()}
     return Policy(**fields, pinned=tuple(k for k in TUNABLE_KEYS if k in given))
+
+def _preemption(ctx: _Ctx, node: yaml.Node, where: str) -> str:
+    """``policy.preemption``: one of PREEMPTION_RULES; YAML reads a bare ``off`` as false,
+    which means "off" here too."""
+    value = _scalar(ctx, node, where)
+    if value is False:
+        value = "off"
+    if value not in PREEMPTION_RULES:
+        raise ctx.fail(node, where, f"expected one of {', '.join(PREEMPTION_RULES)} (whether "
+                                    f"plan() may preempt --requeue jobs), got {value!r}")
+    return str(value)
 
 # 0 is allowed: it stops a user from starting jobs without removing their account.
 _LIMIT_FIELDS = {"max_gpus": _count, "max_jobs": _count}

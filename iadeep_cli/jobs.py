@@ -119,6 +119,9 @@ class JobSpec:
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
     # then sends it SIG instead of suspending it, and requeues it (controller/adaptation.py).
     checkpoint_signal: str | None = None
+    # --requeue: it checkpoints on its checkpoint signal (checkpoint_signal, USR1 when none is
+    # given) and may be preempted: plan() may return it in Plan.preempt (Policy.preemption)
+    requeue: bool = False
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
     # job waits for its GPU (AntMan's idea; controller/adaptation.py)
     opportunistic: bool = False
@@ -152,6 +155,10 @@ class Attempt:
     suspended_for: int | None = None
     suspended_s: float = 0.0
     checkpoint_at: float | None = None   # when its --checkpoint-signal was sent
+    # asked to checkpoint and be requeued (``queue requeue``, the lab's preemption): by whom
+    # or for which job ("job 7", "alice"), and when; the loop sends the signal (at most once)
+    preempt_for: str | None = None
+    preempt_at: float | None = None
 
 
 ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(Attempt))
@@ -193,6 +200,13 @@ class Job:
     suspended_s: float = 0.0
     checkpoint_at: float | None = None   # when its --checkpoint-signal was sent (this attempt)
     checkpoints: int = 0              # attempts that ended in a checkpoint (not --retries')
+    # this attempt was asked to checkpoint and be requeued (Attempt.preempt_for/preempt_at)
+    preempt_for: str | None = None
+    preempt_at: float | None = None
+    # it waits again after a preemption or a requeue on request, as ``queue why`` says it
+    # ("preempted for job 7 at 14:02; requeued"); cleared when it is placed again (the
+    # events keep it)
+    preempted: str = ""
     # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
     # is still there, so a restarted controller too keeps it from rejoining a bad pair
     yielded: tuple[str, int] | None = None
@@ -407,6 +421,15 @@ def parse_checkpoint_signal(text: str) -> str:
     return name
 
 
+DEFAULT_CHECKPOINT_SIGNAL = "USR1"   # a --requeue job's, when it names none
+
+
+def checkpoint_signal_of(spec: JobSpec) -> str | None:
+    """The signal a job checkpoints on: its --checkpoint-signal, else USR1 for a --requeue
+    job; None: it does not checkpoint (run-time adaptation suspends it instead)."""
+    return spec.checkpoint_signal or (DEFAULT_CHECKPOINT_SIGNAL if spec.requeue else None)
+
+
 def validate_spec(spec: JobSpec) -> None:
     """Refuse a spec that could never run, with a message naming the field (trust boundary:
     the controller calls this again on everything a client sends). Text must be printable: a
@@ -438,6 +461,9 @@ def validate_spec(spec: JobSpec) -> None:
         parse_signal(spec.signal)
     if spec.checkpoint_signal is not None:
         parse_checkpoint_signal(spec.checkpoint_signal)
+    if spec.requeue and spec.interactive:
+        raise bad("an interactive job (run --pty) cannot be requeued: its terminal would not "
+                  "come back", "drop --requeue, or submit it with `iadeep queue add`")
     if spec.notify not in NOTIFY_WHEN:
         raise bad(f"--notify must be one of {', '.join(NOTIFY_WHEN)}, got {spec.notify[:40]!r}",
                   "e.g. --notify fail (a message if it does not succeed)")

@@ -92,6 +92,11 @@ class JobView(Message):
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
     opportunistic: bool | None = optional()           # --opportunistic
     idle_after_s: float | None = optional()           # --idle-after
+    requeue: bool | None = optional()                 # --requeue
+    # asked to checkpoint and be requeued, this attempt: for which job or by whom ("job 7",
+    # "alice"); its signal is sent (or about to be)
+    requeueing: str | None = optional()
+    preempted: str | None = optional()   # waiting after "preempted for job 7 at 14:02; requeued"
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -115,7 +120,9 @@ class JobView(Message):
             no_adapt=spec.no_adapt or None,
             suspended_s=round(job.suspended_s, 1) or None,
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
-            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s)
+            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
+            requeue=spec.requeue or None, requeueing=job.preempt_for,
+            preempted=job.preempted or None)
 
 
 @dataclass(frozen=True)
@@ -162,25 +169,44 @@ class PriorityView(Message):
 
 
 @dataclass(frozen=True)
+class RuntimeView(Message):
+    """The run-time estimate placement uses for a job (``scheduler.remaining.RuntimeEstimate``):
+    the median run time in all and its 10%-90% range, in seconds from its start, and what it
+    rests on ("--time", "user+label history", "label history", "default", ...)."""
+
+    seconds: float
+    low_s: float
+    high_s: float
+    source: str
+
+
+@dataclass(frozen=True)
 class JobDetail(Message):
     """``queue show``: the job's fields and its history (JSON: the job's keys plus "events",
-    and for a waiting job "effective_priority" where the reader knows the policy)."""
+    for a waiting job "effective_priority" where the reader knows the policy, and for an
+    unfinished one "runtime_estimate" where it reads the lab's history)."""
 
     job: JobView
     events: tuple[EventView, ...] = ()
     priority: PriorityView | None = None
+    runtime: RuntimeView | None = None   # an unfinished job's run-time estimate (JSON:
+                                         # "runtime_estimate"), where the reader has history
 
     def to_dict(self) -> dict[str, Any]:
         out = {**self.job.to_dict(), "events": encode(self.events)}
         if self.priority is not None:
             out["effective_priority"] = self.priority.to_dict()
+        if self.runtime is not None:
+            out["runtime_estimate"] = self.runtime.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobDetail:
         parts = data.get("effective_priority")
+        runtime = data.get("runtime_estimate")
         return cls(JobView.from_dict(data), decode(tuple[EventView, ...], data["events"]),
-                   None if parts is None else PriorityView.from_dict(parts))
+                   None if parts is None else PriorityView.from_dict(parts),
+                   None if runtime is None else RuntimeView.from_dict(runtime))
 
 
 @dataclass(frozen=True)
@@ -552,6 +578,14 @@ class HoldRequest(JobsRequest):
 @dataclass(frozen=True)
 class ReleaseRequest(JobsRequest):
     op: ClassVar[str] = "release"
+
+
+@dataclass(frozen=True)
+class RequeueRequest(JobsRequest):
+    """Checkpoint running --requeue jobs and queue them again (``iadeep queue requeue``,
+    Slurm's ``scontrol requeue``): no retry spent."""
+
+    op: ClassVar[str] = "requeue"
 
 
 @dataclass(frozen=True)

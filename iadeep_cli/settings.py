@@ -127,6 +127,7 @@ class AdaptPolicy:
 
 
 SHARING_RULES = ("jct", "threshold")   # Policy.sharing (scheduler/sharing.py)
+PREEMPTION_RULES = ("off", "las")      # Policy.preemption (scheduler/placement.py)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,10 @@ class Policy:
     memory_margin_gib: float = 2.0   # added to a profile's peak memory (CUDA context, cache)
     aging_per_hour: float = 1.0      # priority points a waiting job gains per hour
     reserve_after_s: float = 3600.0  # a blocked whole-GPU job then reserves GPUs (no starvation)
+    # whether plan() may checkpoint and requeue running jobs that declared --requeue
+    # (PREEMPTION_RULES; docs/scheduling.md "Preemption"): "off" never; "las" lets a job that has
+    # had little GPU time take the GPUs of requeueable jobs that have had much
+    preemption: str = "off"
     fairshare: FairShare | None = None   # None: off, priority is base + aging alone
     adapt: AdaptPolicy = field(default_factory=AdaptPolicy)   # acting on running jobs
     # Self-tuning (controller/tune.py): the controller replays its recent history under other
@@ -154,6 +159,9 @@ class Policy:
     tune_every_s: float = 6 * 3600.0   # at most this often
     tune_days: float = 14.0            # on the jobs submitted in the last this many days
     pinned: tuple[str, ...] = ()       # set by the parser: the tunable keys nodes.yaml gives
+    # how long a --requeue job asked to checkpoint (preempted, `queue requeue`) may take to
+    # save and exit before it is stopped (and requeued all the same)
+    preempt_grace_s: float = 300.0
 
 
 @dataclass(frozen=True)

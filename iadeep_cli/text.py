@@ -93,6 +93,11 @@ def clock(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
+def hhmm(ts: float) -> str:
+    """A moment of today as people say it in a sentence: ``14:02`` (local time)."""
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
 def when(ts: float | None, now: float | None = None) -> str:
     """A moment and how long ago it was: ``2025-06-15 17:20:00 (5m ago)``."""
     if ts is None:

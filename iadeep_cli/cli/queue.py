@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -174,6 +175,11 @@ def add(
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
                                        "than serial (docs/scheduling.md 'Adapting at run time')."),
+    # sbatch's own spellings, with sbatch's meaning (docs/submitting.md "Coming from Slurm")
+    requeue: bool | None = typer.Option(None, "--requeue/--no-requeue",
+                                        help="It may be requeued: it checkpoints on its "
+                                             "--checkpoint-signal (USR1 by default) and starts "
+                                             "again (sbatch's --requeue)."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -216,7 +222,8 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    retry_on_fail=o["retry_on_fail"], no_adapt=o["no_adapt"],
                    checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"],
                    idle_after_s=None if o["idle_after"] is None else
-                   parse_idle_after(o["idle_after"]))
+                   parse_idle_after(o["idle_after"]),
+                   requeue=bool(o["requeue"]))
     # --retries and --notify not given: the controller applies the lab's defaults
     submitted = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
     validate_spec(submitted.spec)
@@ -437,7 +444,7 @@ def list_(
     now = time.time()
     folded = _fold(jobs)
     rows = [[label, j.name, j.owner, j.state.value, str(j.gpus), _where(j),
-             duration(now - j.submitted_at), j.reason] for label, j in folded]
+             duration(now - j.submitted_at), _reason(j)] for label, j in folded]
     jobs = [j for _, j in folded]
     headers = LIST_HEADERS
     if any(j.time_limit_s is not None for j in jobs):   # only where some job has a limit
@@ -446,6 +453,14 @@ def list_(
     if sys.stdout.isatty() and not wide:
         rows = _fit(headers, rows, shutil.get_terminal_size().columns)
     render.table(headers, rows)
+
+
+def _reason(job: m.JobView) -> str:
+    """A job's reason as the list shows it: a waiting job that was preempted (or requeued on
+    request) says so before why it waits now."""
+    if job.preempted and job.state in (JobState.QUEUED, JobState.HELD):
+        return f"{job.preempted}; {job.reason}" if job.reason else job.preempted
+    return job.reason
 
 
 def _fold(jobs: list[m.JobView]) -> list[tuple[str, m.JobView]]:
@@ -545,7 +560,7 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
                "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
-               "checkpoints", "opportunistic")
+               "checkpoints", "opportunistic", "requeue", "requeueing", "preempted")
 
 
 _field = field_text   # the monitor's details pane shows fields the same way
@@ -597,6 +612,13 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
     job = detail.job
     reason = job.reason or "no reason recorded yet (the scheduler has not looked at it)"
     print(f"job {_named(job_id, job)} is {job.state}: {reason}")
+    if job.requeueing and job.state == JobState.RUNNING:
+        by = "preempted for" if job.requeueing.startswith("job ") else "requeue asked by"
+        print(f"{by} {job.requeueing}: it checkpoints and goes back to the queue")
+    elif job.preempted:   # it waits again after a preemption or a requeue on request
+        print(job.preempted)
+    if detail.runtime is not None:
+        print(f"expected run time {runtime_text(detail.runtime, job)}")
     # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
     # `queue show --json` has the parts either way).
     if detail.priority is not None and detail.priority.fairshare_on:
@@ -613,6 +635,26 @@ def _named(typed: str, job: m.JobView) -> str:
         return str(job.id)
     task = f"{job.array_id}_{job.array_index}"
     return f"{task} (id {job.id})" if "_" in typed else f"{job.id} (task {task})"
+
+
+def runtime_text(r: m.RuntimeView, job: m.JobView) -> str:
+    """Placement's run-time estimate as a sentence part: ``~3h00m (1h00m-9h00m, from your
+    history of label bert)``: the median, the 10%-90% range, and what it rests on."""
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = ""
+    whose = "your" if job.owner == me else f"{job.owner}'s"
+    label = f"label {job.workload}" if job.workload else "jobs without a label"
+    base, _, rest = r.source.partition(" + ")   # "--time (cap) + label history"
+    sources = {"--time": "its --time", "user+label history": f"{whose} history of {label}",
+               "user history": f"{whose} history", "label history": f"the lab's history of "
+               f"{label}", "lab history": "the lab's history of all jobs",
+               "default": "a default: no history to go by yet"}
+    said = sources.get(rest or base, rest or base)
+    if base == "--time (cap)":
+        said += ", capped by its --time"
+    return f"~{duration(r.seconds)} ({duration(r.low_s)}-{duration(r.high_s)}, from {said})"
 
 
 def priority_lines(p: m.PriorityView, owner: str) -> list[str]:
@@ -651,6 +693,14 @@ def _act(request: m.JobsRequest) -> None:
 def cancel(ids: list[str] = IDS) -> None:
     """Cancel jobs (queued ones at once; running ones are stopped on their node)."""
     _act(_jobs_request(m.CancelRequest, ids))
+
+
+@app.command("requeue")
+def requeue(ids: list[str] = IDS) -> None:
+    """Checkpoint running --requeue jobs and queue them again, without spending a retry (as
+    Slurm's `scontrol requeue`): each gets its checkpoint signal, and is stopped if it has not
+    exited within the lab's preempt_grace. Your own jobs (an admin: anyone's)."""
+    _act(_jobs_request(m.RequeueRequest, ids))
 
 
 @app.command("hold")

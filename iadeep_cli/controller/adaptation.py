@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from ..errors import IadeepError, InvalidTransition
 from ..inventory import AdaptPolicy, Inventory
-from ..jobs import ACTIVE, PENDING, Job, JobState
+from ..jobs import ACTIVE, PENDING, Job, JobState, checkpoint_signal_of
 from ..profiles import Profile
 from ..scheduler.detectors import (
     MEM,
@@ -58,6 +58,7 @@ from ..scheduler.detectors import (
     solo_util,
 )
 from ..store import Store, jobrows, profiles as profrows
+from ..text import hhmm
 from .observe import job_sm
 
 log = logging.getLogger("iadeep.controller")
@@ -154,7 +155,7 @@ class Adapter:
             job = by_id[victim.job_id] if victim is not None else None
             if job is not None and job.state == JobState.RUNNING:
                 partner = next(s.job_id for s in gpus[gpu] if s.job_id != job.id)
-                if job.spec.checkpoint_signal:
+                if checkpoint_signal_of(job.spec):
                     if job.checkpoint_at is None:
                         self._checkpoint(job, partner, f"{finding.describe(now)}; {why}", now)
                 else:
@@ -287,7 +288,7 @@ class Adapter:
     def _yield(self, job: Job, regular: int, where: str, now: float) -> None:
         why = (f"opportunistic: regular job {regular} waits for {where}; resumed when it "
                "leaves")
-        if job.spec.checkpoint_signal:
+        if checkpoint_signal_of(job.spec):
             self._checkpoint(job, regular, f"opportunistic: regular job {regular} waits for "
                                            f"{where}", now)
             return
@@ -343,22 +344,48 @@ class Adapter:
             return
         self._send(moved, stop=True)
 
-    def _checkpoint(self, job: Job, partner: int, what: str, now: float) -> None:
+    def grace_s(self, job: Job) -> float:
+        """How long a checkpointing job may take to save and exit before it is stopped (and
+        requeued all the same): the lab's ``preempt_grace`` for a --requeue job, else
+        ``kill_grace``."""
+        inv = self.loop.inventory
+        return inv.policy.preempt_grace_s if job.spec.requeue else inv.kill_grace_s
+
+    def preempt(self, job: Job, for_what: str, now: float) -> bool:
+        """Checkpoint and requeue a running --requeue job for ``for_what`` ("job 7": plan()'s
+        preemption; "alice": ``queue requeue``): the intent and the mark committed first, then
+        its checkpoint signal, at most once an attempt (across rounds and controller
+        restarts); ``checkpointed`` requeues it when it exits, or the grace ends. False if it
+        is not (or no longer) a running --requeue job, or already checkpointing."""
+        if not job.spec.requeue or job.state != JobState.RUNNING:
+            return False
+        by = f"preempted for {for_what}" if for_what.startswith("job ") else \
+            f"requeued by {for_what}"
+        return self._checkpoint(job, None, f"{by} at {hhmm(now)}", now, preempt_for=for_what)
+
+    def _checkpoint(self, job: Job, partner: int | None, what: str, now: float,
+                    preempt_for: str | None = None) -> bool:
         """Instead of suspending a ``--checkpoint-signal`` job: mark it (committed first, so
         the signal goes at most once an attempt, as --signal's), then send its signal; it saves
-        and exits, and ``checkpointed`` queues it again.  Past ``lab.kill_grace`` it is
-        stopped as a cancel would (``_recover``)."""
-        name = job.spec.checkpoint_signal or "USR1"
+        and exits, and ``checkpointed`` queues it again.  Past its grace (``grace_s``) it is
+        stopped as a cancel would (``_recover``), and requeued all the same."""
+        name = checkpoint_signal_of(job.spec) or "USR1"
         why = (f"checkpoint: {what}: SIG{name} sent, requeued when it exits (stopped after "
-               f"{self.loop.inventory.kill_grace_s:g} s)")
+               f"{self.grace_s(job):g} s)")
         with self.loop.store.tx() as conn:
-            if jobrows.get(conn, job.id).checkpoint_at is not None:
-                return
-            jobrows.update(conn, job.id, checkpoint_at=now, reason=why, suspended_for=partner)
+            current = jobrows.get(conn, job.id)
+            if current.checkpoint_at is not None or current.state != JobState.RUNNING:
+                return False
+            marks: dict[str, Any] = {"suspended_for": partner}
+            if preempt_for is not None or current.preempt_for is not None:
+                marks.update(preempt_for=preempt_for or current.preempt_for,
+                             preempt_at=current.preempt_at or now)
+            jobrows.update(conn, job.id, checkpoint_at=now, reason=why, **marks)
             jobrows.add_event(conn, job.id, now, job.state, job.state, why, ACTOR)
         if job.node is not None:
             self.loop.actions.submit(job.node, ("checkpoint", job.id),
                                      partial(self._signal, job.node, job.id, name, job.owner))
+        return True
 
     def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
         try:
@@ -386,14 +413,20 @@ class Adapter:
         if job.state != JobState.RUNNING or job.cancel_requested_by:
             return False
         where = job.spec.workdir or job.spec.submit_dir or "its job directory"
+        note: dict[str, Any] = {}
+        if job.preempt_for is not None:   # preempted, or `queue requeue`: what queue why says
+            by = "preempted for" if job.preempt_for.startswith("job ") else "requeued by"
+            note["preempted"] = (f"{by} {job.preempt_for} at "
+                                 f"{hhmm(job.preempt_at or job.checkpoint_at or 0)}; requeued")
         try:
             self.loop.requeue(
-                job, f"checkpointed on SIG{job.spec.checkpoint_signal} (exit "
-                f"code {code}); requeued, to resume in {where} where it fits "
-                f"(attempt {job.attempts + 1}, checkpoint {job.checkpoints + 1})",
+                job, f"checkpointed on SIG{checkpoint_signal_of(job.spec)} (exit "
+                f"code {code}); {note.get('preempted', 'requeued')}, to resume in {where} "
+                f"where it fits (attempt {job.attempts + 1}, checkpoint "
+                f"{job.checkpoints + 1}; no retry spent)",
                 started=True, checkpoints=job.checkpoints + 1,
                 yielded=(_gpu_of(job), job.suspended_for)
-                if _gpu_of(job) and job.suspended_for else None)
+                if _gpu_of(job) and job.suspended_for else None, **note)
         except InvalidTransition:
             return False
         with self._lock:
@@ -455,8 +488,12 @@ class Adapter:
         for job in jobs:
             if self.loop.actions.busy(job.id):
                 continue
+            if (job.state == JobState.RUNNING and job.preempt_at is not None
+                    and job.checkpoint_at is None and job.preempt_for is not None):
+                self.preempt(job, job.preempt_for, now)   # `queue requeue` asked it
+                continue
             if (job.state == JobState.RUNNING and job.checkpoint_at is not None
-                    and now - job.checkpoint_at > self.loop.inventory.kill_grace_s
+                    and now - job.checkpoint_at > self.grace_s(job)
                     and job.node is not None and job.id not in self._ck_stopping):
                 with self._lock:
                     self._ck_stopping.add(job.id)

@@ -36,6 +36,7 @@ from ..jobs import (
     JobSpec,
     JobState,
     check_priority,
+    checkpoint_signal_of,
     dependencies,
     parse_array,
     validate_spec,
@@ -257,6 +258,33 @@ class Service(views.StoreReader):
             return self._move(conn, user, job_id, JobState.STARTING,
                               f"released by {user}; back to Slurm (scontrol release)")
         return self._move(conn, user, job_id, JobState.QUEUED, f"released by {user}")
+
+    def op_requeue(self, user: str, req: m.RequeueRequest) -> list[m.JobActionResult]:
+        out = self._each(req, {JobState.RUNNING},
+                         lambda conn, i: self._requeue_one(conn, user, i))
+        self.wake()
+        return out
+
+    def _requeue_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
+        """A running --requeue job: the intent is committed here (who asked, when); the loop
+        sends its checkpoint signal once (``Adapter.preempt``) and requeues it when it exits
+        or its grace ends, without spending a retry. Asking again changes nothing."""
+        job = self._owned(conn, user, job_id)
+        if job.state != JobState.RUNNING:
+            raise InvalidTransition(f"job {job_id} is {job.state}; only a running job can be "
+                                    "requeued", hint="`iadeep queue show ID` shows its state")
+        if not job.spec.requeue:
+            raise InputError(f"job {job_id} was not submitted with --requeue, so it may not "
+                             "be able to resume from a checkpoint",
+                             hint="cancel it, or submit it again with --requeue")
+        if job.preempt_at is None and job.checkpoint_at is None:
+            now = self.clock()
+            signal = checkpoint_signal_of(job.spec)
+            jobrows.update(conn, job_id, preempt_for=user, preempt_at=now)
+            jobrows.add_event(conn, job_id, now, job.state, job.state,
+                              f"requeue asked by {user}: SIG{signal} next round, requeued "
+                              "when it exits", user)
+        return m.JobActionResult(job_id, "requeueing")
 
     def _each(self, req: m.JobsRequest, applies: Iterable[JobState],
               act: Callable[[Any, int], m.JobActionResult]) -> list[m.JobActionResult]:
@@ -612,6 +640,7 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.HoldRequest, Service.op_hold),
     Operation(m.ReleaseRequest, Service.op_release),
     Operation(m.PriorityRequest, Service.op_priority),
+    Operation(m.RequeueRequest, Service.op_requeue),
     Operation(m.RerunRequest, Service.op_rerun),
     Operation(m.UpdateRequest, update.op_update),   # owner or admin: checked by the handler
     # It decides who the admins are, and which nodes jobs run on.

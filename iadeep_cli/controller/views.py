@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from ..inventory import Inventory
-from ..jobs import ACTIVE, UNFINISHED, JobState
+from ..jobs import ACTIVE, FINISHED, UNFINISHED, JobState
 from ..messages import (
     ControllerView,
     DrainView,
@@ -37,7 +37,7 @@ from ..messages import (
 )
 from ..snapshot import NodeSnapshot
 from ..store import Store, cluster, foreign, impact, jobrows
-from . import fairshare
+from . import fairshare, runtimes
 from .fairshare import priority_view
 
 # A node's data older than this many poll intervals no longer says it is up: the controller
@@ -130,8 +130,13 @@ class StoreReader(Reader):
     def job(self, job_id: int) -> JobDetail:
         with self.store.read() as conn:
             detail = job_detail(conn, job_id)
+            now = self.clock()
+            runtime = None
+            if detail.job.state not in FINISHED:
+                runtime = runtimes.estimate(jobrows.get(conn, job_id),
+                                            runtimes.history(conn, now), now)
             return dataclasses.replace(detail, priority=priority_view(
-                conn, detail.job, self.clock(), self.inventory))
+                conn, detail.job, now, self.inventory), runtime=runtime)
 
     def status(self) -> StatusView:
         from . import reservations  # `iadeep reserve`: the GPUs reservations hold

@@ -49,7 +49,7 @@ from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
 from .priority import effective_priority, order_queue  # noqa: F401  (re-exported)
-from .remaining import Durations
+from .remaining import Durations, RuntimeEstimate, estimate_runtime
 from .sharing import Pressure, best_share, completion_rate
 
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
@@ -59,6 +59,18 @@ UNKNOWN_NEED_FREE = 0.5
 # 25%) are judged as one (they would be decided alike), so a round stays fast
 INDEX_STEP = math.log(1.25)
 NO_HISTORY = Durations()   # no run times given: the prior alone (memoised across rounds)
+# Backfill on held GPUs: a job may take GPUs held for a waiting job only if this quantile of
+# its run time (scheduler/remaining.estimate_runtime: "seconds", the median, or "high_s") ends
+# before the holder is expected to need them, and only if the estimate rests on something
+# (--time or history): a job nobody knows anything about is not expected to end soon.
+BACKFILL_BY = "seconds"
+# Policy.preemption "las": levels of attained service (GPU-seconds over every attempt); a job
+# waits ahead of every job of a higher level, and may have requeueable jobs of a higher level
+# preempted for it (Tiresias's discretised least-attained-service queues, NSDI'19).
+LAS_LEVELS_GPU_S = (3600.0, 36000.0)
+# a job is not preempted again before it has run this long in its current attempt (its
+# checkpoint and restart would cost more than the waiting job gains)
+MIN_ATTEMPT_S = 600.0
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -97,10 +109,14 @@ class Placement:
 
 @dataclass(frozen=True)
 class Plan:
-    """One round's outcome: what starts now, and why every other queued job waits."""
+    """One round's outcome: what starts now, why every other queued job waits, and which
+    running jobs to checkpoint and requeue (``preempt``: only jobs whose ``spec.requeue`` is
+    set, and only when ``Policy.preemption`` is not "off"; their GPUs are not given to anyone
+    in this round: the next round, once they left, places the jobs they made room for)."""
 
     placements: tuple[Placement, ...]
     waits: dict[int, str]
+    preempt: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- snapshot -> slots
@@ -163,7 +179,7 @@ class _Gpu:
     """Mutable working copy of a slot during one round."""
 
     __slots__ = ("node", "index", "free", "total", "residents", "max_jobs", "reserved",
-                 "foreign", "labels", "model")
+                 "foreign", "labels", "model", "need_at")
 
     def __init__(self, slot: GpuSlot):
         self.node = slot.node
@@ -173,6 +189,7 @@ class _Gpu:
         self.max_jobs = max(1, slot.max_jobs)
         self.residents: list[_Res] = []
         self.reserved = False
+        self.need_at = 0.0   # held: when its holder is expected to need it (backfill before)
         self.foreign = slot.foreign_mib
         self.labels = frozenset(slot.labels)
         self.model = slot.gpu_model
@@ -244,6 +261,7 @@ class _Round:
         self.rate = 0.0
         self.wait_s = 0.0
         self.behind = 0
+        self.held: list[_Gpu] = []   # GPUs reserved this round (for backfill)
         for g, slot in zip(self.gpus, slots):
             g.residents = sorted((residents[j] for j in slot.job_ids if j in residents),
                                  key=lambda r: r.key)
@@ -277,8 +295,24 @@ class _Round:
             g.free -= need
         self._index(g)
 
-    def reserve(self, gs: Sequence[_Gpu]) -> None:
+    def reserve(self, gs: Sequence[_Gpu], need_at: float = 0.0) -> None:
+        self.held = [*self.held, *gs]
         for g in gs:
+            self._unindex(g)
+            g.reserved = True
+            g.need_at = need_at
+
+    def open_held(self, until: float) -> list[_Gpu]:
+        """Backfill: offer the held GPUs a job expected to end by ``until`` may use (those
+        needed no sooner); ``close_held`` takes back the ones it did not take."""
+        opened = [g for g in self.held if g.reserved and g.need_at >= until]
+        for g in opened:
+            g.reserved = False
+            self._index(g)
+        return opened
+
+    def close_held(self, opened: Sequence[_Gpu]) -> None:
+        for g in opened:
             self._unindex(g)
             g.reserved = True
 
@@ -297,7 +331,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          closed: Mapping[str, str] | None = None,
          speeds: ModelSpeeds | None = None,
          durations: Durations | None = None,
-         reservations: Sequence[reserve.Reservation] = ()) -> Plan:
+         reservations: Sequence[reserve.Reservation] = (),
+         attained: Mapping[int, float] | None = None) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -313,7 +348,14 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ``durations``: the lab's run times (``scheduler.remaining``) that ``sharing: jct`` judges
     a group by; None: a broad prior alone (how long each job has run still counts).
     ``reservations``: GPUs kept for one user over a window (``scheduler.reservations``).
+    ``durations`` also gives the run-time estimates (``remaining.estimate_runtime``) that
+    backfill on held GPUs and the choice of the node to hold go by (with or without
+    ``sharing: jct``).
+    ``attained``: GPU-seconds each job has had over all its attempts (the caller's record);
+    with ``Policy.preemption`` "las" the queue goes by its level first and ``Plan.preempt``
+    names requeueable jobs to checkpoint for jobs that had less (docs/scheduling.md).
     """
+    history = durations
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
     if policy.sharing != "jct":
@@ -328,6 +370,12 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     waits: dict[int, str] = {}
     holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now, fairshare)
+    las = policy.preemption == "las" and attained is not None
+    if las and attained is not None:
+        got_s = attained
+        ordered.sort(key=lambda j: _level(got_s.get(j.id, 0.0)))   # stable: order kept within
+    ests = _Estimates(history, now, active)
+    starved: list[Job] = []   # jobs that wait for GPUs alone (preemption may make room)
     mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     pressure = Pressure(ordered, tasks_active, usage, user_limits,
@@ -362,16 +410,22 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 waits[job.id] = never
                 continue
             behind = rnd.behind = pressure.behind(i)
+            # backfill: GPUs held for a waiting job are open to this one if it is expected to
+            # end before they are needed
+            opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held else []
             if mixed is not None:
                 got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
             elif whole:
                 got, why = _place_whole(rnd, job, res, need, ok)
             else:
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
+            if opened:   # held again, with the job that backfilled them if it did
+                rnd.close_held(opened)
         if got is None:
+            starved.append(job)
             if whole and total_gpus:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
-                                            - (now - job.submitted_at), holder, ok)
+                                            - (now - job.submitted_at), holder, ok, ests)
                 why += note
             if not whole and rnd.closed:
                 why += _closed_note(rnd, ok)
@@ -386,7 +440,117 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
         charge(usage, job.owner, {(got.node, i) for i in got.gpu_indices})
-    return Plan(tuple(placements), waits)
+    preempt: tuple[int, ...] = ()
+    if las and attained is not None and starved:
+        preempt = _preempt_las(rnd, starved, active, attained, now, waits, holder)
+    return Plan(tuple(placements), waits, preempt)
+
+
+def _level(attained_gpu_s: float) -> int:
+    """The least-attained-service level of a job that has had this much GPU time."""
+    return sum(1 for cut in LAS_LEVELS_GPU_S if attained_gpu_s >= cut)
+
+
+class _Estimates:
+    """Run-time estimates for one round (``remaining.estimate_runtime``), memoised per job:
+    how long a queued job would run, and when a running job is expected to end."""
+
+    def __init__(self, history: Durations | None, now: float, active: Sequence[Job]):
+        self.history = history
+        self.now = now
+        self.active = {j.id: j for j in active}
+        self._left: dict[int, float] = {}
+        self.guessed: set[int] = set()   # jobs whose estimate is the stated default alone
+
+    def estimate(self, job: Job, age_s: float = 0.0) -> RuntimeEstimate:
+        spec = job.spec
+        return estimate_runtime(self.history, user=job.owner, workload=spec.workload,
+                                time_limit_s=spec.time_limit_s, age_s=age_s)
+
+    def backfill_s(self, job: Job) -> float:
+        """How long ``job`` must be expected to run for backfill (inf: nothing known)."""
+        est = self.estimate(job)
+        if est.source == "default":
+            return math.inf
+        return float(getattr(est, BACKFILL_BY))
+
+    def left_s(self, job_id: int) -> float:
+        """A running job's expected run time still to go (its median given its age)."""
+        hit = self._left.get(job_id)
+        if hit is None:
+            job = self.active.get(job_id)
+            if job is None:   # placed this round: as a new job
+                hit = 0.0
+            else:
+                age = self.now - job.started_at if job.started_at is not None else 0.0
+                est = self.estimate(job, age)
+                hit = est.left_s(age)
+                if est.source == "default":
+                    self.guessed.add(job_id)
+            self._left[job_id] = hit
+        return hit
+
+    def free_in(self, g: _Gpu) -> float:
+        """When GPU ``g`` is expected to empty: its last job's expected end, from now."""
+        return max((self.left_s(r.job_id) for r in g.residents), default=0.0)
+
+
+def _preempt_las(rnd: _Round, starved: Sequence[Job], active: Sequence[Job],
+                 attained: Mapping[int, float], now: float, waits: dict[int, str],
+                 holder: int | None) -> tuple[int, ...]:
+    """``Policy.preemption: las``: for each job left waiting for GPUs (in queue order), the
+    requeueable running jobs of a higher attained-service level whose GPUs, with the empty
+    ones, make room for it on one node; the fewest such, most attained first. A job is
+    preempted only after ``MIN_ATTEMPT_S`` in its attempt. Their GPUs wait for the next round
+    (they must checkpoint and leave first); each waiting job's reason says so."""
+    by_id = {j.id: j for j in active}
+    taken: set[int] = set()      # GPUs promised this round (id of the working copy)
+    out: list[int] = []
+    victims: set[int] = set()
+
+    def movable(jid: int, level: int) -> bool:
+        j = by_id.get(jid)
+        return (j is not None and j.spec.requeue and jid not in victims
+                and _level(attained.get(jid, 0.0)) > level
+                and j.started_at is not None and now - j.started_at >= MIN_ATTEMPT_S)
+
+    for job in starved:
+        level = _level(attained.get(job.id, 0.0))
+        k = job.spec.gpus
+        ok = _node_rule(job)
+        best: tuple[tuple, list[_Gpu], set[int]] | None = None
+        by_node: dict[str, list[_Gpu]] = {}
+        for g in rnd.gpus:
+            if id(g) in taken or not ok(g) or (g.reserved and holder != job.id):
+                continue
+            if all(movable(r.job_id, level) for r in g.residents):
+                by_node.setdefault(g.node, []).append(g)
+        for node, gs in by_node.items():
+            if len(gs) < k:
+                continue
+            # cheapest GPUs first: empty ones, then those whose jobs had the most service
+            gs.sort(key=lambda g: (len(g.residents),
+                                   -max((attained.get(r.job_id, 0.0) for r in g.residents),
+                                        default=0.0)))
+            chosen = gs[:k]
+            jobs = {r.job_id for g in chosen for r in g.residents}
+            # a victim on several GPUs frees them all: count the GPUs it spans elsewhere too
+            cost = (sum(by_id[j].spec.gpus for j in jobs), len(jobs), node)
+            if best is None or cost < best[0]:
+                best = (cost, chosen, jobs)
+        if best is None or not best[2]:
+            continue
+        _, chosen, jobs = best
+        spans = {id(g) for g in rnd.gpus for r in g.residents if r.job_id in jobs}
+        taken.update(id(g) for g in chosen)
+        taken.update(spans)
+        victims.update(jobs)
+        out.extend(sorted(jobs))
+        names = ", ".join(str(j) for j in sorted(jobs))
+        waits[job.id] = (f"preempting job{'s' if len(jobs) > 1 else ''} {names} (requeueable, "
+                         f"more GPU time so far: least-attained-service first); starts once "
+                         f"{'they checkpoint' if len(jobs) > 1 else 'it checkpoints'}")
+    return tuple(sorted(set(out)))
 
 
 NodeRule = Callable[["_Gpu"], bool]
@@ -619,7 +783,8 @@ def _largest(gpus: Sequence[_Gpu]) -> float | None:
 
 
 def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
-                 holder: int | None, ok: NodeRule = _anywhere) -> tuple[str, int | None]:
+                 holder: int | None, ok: NodeRule = _anywhere,
+                 ests: _Estimates | None = None) -> tuple[str, int | None]:
     """For a blocked whole-GPU job: what its reason adds about reserving GPUs (so a user knows
     when it stops waiting behind small jobs), and the job holding this round's reservation."""
     if left_s > 0:
@@ -627,11 +792,16 @@ def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
         return f"; will reserve {what} in {_eta(left_s)}", holder
     if holder is not None:
         return f"; job {holder} reserves GPUs first", holder
-    gpus = _reserve(rnd, job, need, ok)
+    gpus = _reserve(rnd, job, need, ok, ests)
     if not gpus:
         return "", None
     where = f"{gpus[0].node}:{','.join(str(g.index) for g in gpus)}"
-    return f"; reserving {where} while {'they drain' if len(gpus) > 1 else 'it drains'}", job.id
+    eta = ""
+    if ests is not None and gpus[0].need_at > ests.now and not any(
+            r.job_id in ests.guessed for g in gpus for r in g.residents):
+        eta = f", expected free in {_eta(gpus[0].need_at - ests.now)}"
+    return (f"; reserving {where} while {'they drain' if len(gpus) > 1 else 'it drains'}"
+            f"{eta} (shorter jobs may use them until then)", job.id)
 
 
 def _eta(seconds: float) -> str:
@@ -640,10 +810,13 @@ def _eta(seconds: float) -> str:
     return f"{m}m" if m < 60 else f"{m // 60}h{m % 60:02d}m"
 
 
-def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
-             ) -> list[_Gpu]:
-    """Hold GPUs for a blocked whole-GPU job so it cannot starve: the node closest to ready
-    among GPUs that could hold it at all (none if no node could)."""
+def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere,
+             ests: _Estimates | None = None) -> list[_Gpu]:
+    """Hold GPUs for a blocked whole-GPU job so it cannot starve: among nodes whose GPUs could
+    hold it at all (none if no node could), the one whose ``k`` first GPUs to empty are
+    expected to empty first, by the expected remaining run time of their jobs (``ests``;
+    without it, by how many jobs they hold). The held GPUs record when they are expected to
+    be needed: until then shorter jobs may use them (backfill, in plan())."""
     k = job.spec.gpus
     by_node: dict[str, list[_Gpu]] = {}
     for g in rnd.gpus:
@@ -652,10 +825,18 @@ def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
     cands = [(n, gs) for n, gs in by_node.items() if len(gs) >= k]
     if not cands:
         return []
-    def readiness(item):  # fewest jobs left on its k emptiest GPUs
-        gs = sorted(item[1], key=lambda g: len(g.residents))[:k]
-        return (sum(len(g.residents) for g in gs), item[0])
+
+    def free_in(g: _Gpu) -> float:
+        return ests.free_in(g) if ests is not None else float(len(g.residents))
+
+    def first_k(gs: list[_Gpu]) -> list[_Gpu]:
+        return sorted(gs, key=lambda g: (free_in(g), len(g.residents), g.index))[:k]
+
+    def readiness(item: tuple[str, list[_Gpu]]) -> tuple:   # when its k GPUs are all free
+        gs = first_k(item[1])
+        return (max(free_in(g) for g in gs), sum(len(g.residents) for g in gs), item[0])
     _, gs = min(cands, key=readiness)
-    held = sorted(sorted(gs, key=lambda g: (len(g.residents), g.index))[:k], key=lambda g: g.index)
-    rnd.reserve(held)
+    held = sorted(first_k(gs), key=lambda g: g.index)
+    need_at = ests.now + max(free_in(g) for g in held) if ests is not None else 0.0
+    rnd.reserve(held, need_at)
     return held

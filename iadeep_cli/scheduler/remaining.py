@@ -19,12 +19,19 @@ law). Placement (``placement.py``) weighs a sharing decision by it: a newcomer s
 its shared speed, against what its partners lose, each weighted by its index. So a job that
 has run for hours (low index: it will likely run hours more) is a good partner for a
 newcomer, and one that probably ends within minutes (high index) is left alone to finish.
+
+``estimate_runtime(...)`` answers the plainer question a reservation and ``queue why`` ask:
+how long will this job run in all, with a low and a high figure (the 10% and 90% quantiles)
+and where that came from: its ``--time`` (a cap: it stops then at the latest), else the lab's
+history of the same user and label, of the user, of the label, of the whole lab, else
+``DEFAULT_RUNTIME_S``.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from statistics import NormalDist
 
 PRIOR_MEDIAN_S = 3600.0     # no history: run times around an hour ...
 PRIOR_SIGMA = 1.5           # ... spread over orders of magnitude (x4.5 per sigma)
@@ -32,6 +39,11 @@ PRIOR_WEIGHT = 5.0          # a label's own runs outweigh the lab-wide fit from 
 MIN_RUN_S = 1.0             # shorter run times (a crash at start) count as this long
 _STEPS = tuple(1.25 ** k for k in range(1, 48))   # horizons: 25% apart, up to ~45,000 x
 _SQRT2 = math.sqrt(2.0)
+# estimate_runtime: the quantiles it reports, and the run time it assumes with no history and
+# no --time (the prior's median: a stated default, not a measurement)
+LOW_Q, HIGH_Q = 0.10, 0.90
+DEFAULT_RUNTIME_S = PRIOR_MEDIAN_S
+MIN_HISTORY = 3   # runs of a user (or user and label) before their own history is used
 
 
 def _phi(z: float) -> float:
@@ -97,25 +109,64 @@ class Durations:
     finish); placement only reads. Indexes are memoised by (label, limit, age bucket of 10%),
     so a round over a thousand jobs computes a few dozen."""
 
-    def __init__(self, samples: Iterable[tuple[str | None, float]] = (),
+    def __init__(self, samples: Iterable[tuple[str | None, float] | tuple[str | None, float,
+                                                                           str | None]] = (),
                  prior: LogNormal = PRIOR):
         self.prior = prior
         self._all = _Sums()
         self._by: dict[str, _Sums] = {}
+        # per user, and per (user, label): estimate_runtime's history (the index keeps to labels)
+        self._user: dict[str, _Sums] = {}
+        self._pair: dict[tuple[str, str], _Sums] = {}
         self._fits: dict[str, LogNormal] = {}
+        self._sources: dict[str, str] = {}
         self._memo: dict[tuple, float] = {}
-        for workload, seconds in samples:
-            self.add(workload, seconds)
+        for sample in samples:
+            self.add(*sample)
 
-    def add(self, workload: str | None, seconds: float) -> None:
+    def add(self, workload: str | None, seconds: float, user: str | None = None) -> None:
+        """One finished run: its label, its run time (start to end), its owner if known."""
         if not (seconds >= 0 and math.isfinite(seconds)):
             return
         self._all.add(seconds)
         if workload:
             self._by.setdefault(workload, _Sums()).add(seconds)
+        if user:
+            self._user.setdefault(user, _Sums()).add(seconds)
+            if workload:
+                self._pair.setdefault((user, workload), _Sums()).add(seconds)
         self._fits.clear()
         if self._memo:
             self._memo = {}
+
+    def runtime_dist(self, user: str | None, workload: str | None) -> tuple[LogNormal, str]:
+        """The run time distribution ``estimate_runtime`` uses, and what it rests on: the user's
+        runs of this label (shrunk toward the label's, else the user's), the label's, the
+        user's, else the prior ("default")."""
+        key = f"\0{user or ''}\0{workload or ''}"
+        hit = self._fits.get(key)
+        if hit is not None:
+            return hit, self._sources[key]
+        label = self._by.get(workload) if workload else None
+        mine = self._user.get(user) if user else None
+        pair = self._pair.get((user, workload)) if user and workload else None
+        lab = self._all.fit(self.prior, 1.0)
+        if pair is not None and pair.n >= MIN_HISTORY:
+            base = self.dist(workload) if label is not None else mine.fit(lab, PRIOR_WEIGHT) \
+                if mine is not None else lab
+            hit, source = pair.fit(base, 1.0), "user+label history"
+        elif mine is not None and mine.n >= MIN_HISTORY:
+            base = self.dist(workload) if label is not None else lab
+            hit, source = mine.fit(base, 1.0), "user history"
+        elif label is not None:
+            hit, source = self.dist(workload), "label history"
+        elif self._all.n:
+            hit, source = lab, "lab history"
+        else:
+            hit, source = self.prior, "default"
+        self._fits[key] = hit
+        self._sources[key] = source
+        return hit, source
 
     @property
     def runs(self) -> int:
@@ -184,6 +235,56 @@ def expected_left(d: LogNormal, limit_s: float | None, age_s: float) -> float:
     else:
         top = math.exp(d.mu + d.sigma ** 2 / 2) - d.served(a)
     return top / alive if alive > 1e-12 else 0.0
+
+
+@dataclass(frozen=True)
+class RuntimeEstimate:
+    """How long a job runs in all (seconds from its start): ``seconds`` the median, ``low_s``
+    and ``high_s`` the 10% and 90% quantiles, given how long it has already run; ``source``:
+    "--time", "user+label history", "user history", "label history", "lab history" (every
+    run, neither the user's nor the label's being known) or "default". With a
+    ``--time`` every figure is capped by it and the source says "--time (cap) + ...".
+    """
+
+    seconds: float
+    low_s: float
+    high_s: float
+    source: str
+
+    def left_s(self, age_s: float) -> float:
+        """Median run time still to go after ``age_s``."""
+        return max(0.0, self.seconds - age_s)
+
+
+def estimate_runtime(durations: Durations | None, *, user: str | None = None,
+                     workload: str | None = None, time_limit_s: float | None = None,
+                     age_s: float = 0.0) -> RuntimeEstimate:
+    """A job's expected run time, pure: from ``durations`` (the lab's finished runs; None: no
+    history), its owner and label, its ``--time`` and how long it has run (``age_s``: the
+    quantiles are those of run times that got that far). No history: ``DEFAULT_RUNTIME_S``
+    as the median within the prior's spread, unless ``--time`` caps it."""
+    age = max(0.0, age_s)
+    if durations is None:
+        d, source = PRIOR, "default"
+    else:
+        d, source = durations.runtime_dist(user, workload)
+    if durations is None or source == "default":
+        d = LogNormal(math.log(DEFAULT_RUNTIME_S), PRIOR.sigma)
+    low, mid, high = (_quantile_after(d, q, age) for q in (LOW_Q, 0.5, HIGH_Q))
+    if time_limit_s is not None and time_limit_s > 0:
+        cap = max(time_limit_s, age)
+        return RuntimeEstimate(min(mid, cap), min(low, cap), min(high, cap),
+                               "--time" if high >= cap else f"--time (cap) + {source}")
+    return RuntimeEstimate(mid, low, high, source)
+
+
+def _quantile_after(d: LogNormal, q: float, age: float) -> float:
+    """The ``q`` quantile of run time D given D > age."""
+    base = d.cdf(age)
+    p = base + q * (1.0 - base)
+    if p >= 1.0 - 1e-12:
+        return max(age, math.exp(d.mu + 7.0 * d.sigma))
+    return max(age, math.exp(d.mu + d.sigma * NormalDist().inv_cdf(p)))
 
 
 def from_runs(runs: Mapping[str, Iterable[float]]) -> Durations:

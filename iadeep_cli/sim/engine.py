@@ -41,6 +41,10 @@ DEFAULT_POLICIES = ("exclusive", "packing", "random", "tiresias", "gandiva", "lu
                     "oracle")
 H200_MIB = 143771.0
 DAY_S = 86400.0
+# What one preemption costs the preempted job, in seconds of its solo work done again (work
+# since its last checkpoint is lost, then saving, restarting and loading take GPU time):
+# docs/simulator.md "Preemption cost" gives the published measurements behind it.
+PREEMPT_COST_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class SimJob:
     # switches; what the scheduler believes does not, unless a policy notices)
     phase_at: float | None = None
     phase_to: str | None = None
+    # it declared --requeue: plan() (Policy.preemption) may checkpoint and requeue it; the
+    # published peers that preempt (Tiresias) assume every job can, whatever this says
+    requeue: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,9 @@ class PolicyResult:
     shared_frac: float     # fraction of jobs that shared a GPU at some point
     impact: float = 1.0    # exclusive-GPU-hours of work per busy GPU-hour (1.00: one job/GPU)
     preemptions: int = 0
+    # GPU-hours the preemptions cost: each one's checkpoint and restart (preempt_cost_s) x
+    # the job's GPUs, work the job did again or spent saving and loading
+    preempt_cost_gpu_h: float = 0.0
     jcts: tuple[float, ...] = field(repr=False, default=())
     user_waits: dict[str, float] = field(default_factory=dict)   # mean queue wait per user
     waits: tuple[float, ...] = field(repr=False, default=())   # each started job's queue wait
@@ -78,6 +88,7 @@ class PolicyResult:
             "makespan_s": self.makespan_s, "gpu_busy": self.gpu_busy,
             "avg_wait_s": self.avg_wait_s, "shared_frac": self.shared_frac,
             "impact": self.impact, "preemptions": self.preemptions,
+            "preempt_cost_gpu_h": self.preempt_cost_gpu_h,
             "jobs": len(self.jcts)}
         if len(self.user_waits) > 1:   # a multi-user trace
             out["avg_wait_s_by_user"] = self.user_waits
@@ -213,16 +224,24 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
              gpus_per_node: int = 8, memory_mib: float = H200_MIB, policy: Policy = Policy(),
              profiles: Mapping[str, Profile], name: str = "",
              progress: Callable[[int, int], None] | None = None,
-             layout: Sequence[tuple[str, int]] = (), mixed: MixedTruth | None = None
-             ) -> PolicyResult:
+             layout: Sequence[tuple[str, int]] = (), mixed: MixedTruth | None = None,
+             preempt_cost_s: float = PREEMPT_COST_S) -> PolicyResult:
     """Run one policy over the trace; returns its metrics. With ``policy.fairshare`` the
     queue is ranked with each user's fair share, from the GPU time the simulation gave them
     (the same ``UsageLedger`` the controller feeds from its database). ``layout`` (with
     ``mixed``, sim/mixed.py): GPU models and counts, each model on its own nodes, each GPU
-    reporting its model to the planner; empty: ``gpus`` H200s, as always."""
+    reporting its model to the planner; empty: ``gpus`` H200s, as always.
+    ``preempt_cost_s``: what each preemption costs the preempted job (added to its remaining
+    solo work); a policy that preempts is re-planned whenever a running job's attained
+    service crosses one of its ``thresholds`` (GPU-seconds), not only at arrivals and ends."""
     view = planner.view if isinstance(planner, SimPlanner) else None
     hooks = getattr(planner, "hooks", None)   # a policy that acts at run time (policies.py)
+    thresholds = tuple(sorted(getattr(getattr(planner, "fn", planner), "thresholds", ())))
+    if view is None:
+        thresholds = ()
     preemptions = 0
+    cost_gpu_s = 0.0
+    ran: dict[int, float] = {}   # seconds each job held GPUs (its wait is the rest of its JCT)
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
     node_model: dict[str, str] = {}
@@ -262,8 +281,11 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
         t_arr = arrivals[nxt].submit_s if nxt < len(arrivals) else math.inf
         ends = {i: t + remaining[i] / speed[i] for i in running if i not in phases.paused}
         t_done = min(ends.values(), default=math.inf)
+        t_cross = _next_crossing(t, running, view.attained, thresholds) \
+            if thresholds and view is not None and queued else math.inf
         t_next = min(t_arr, t_done, phases.next_switch(t, running, remaining, speed),
-                     hooks.next_poll(t) if hooks is not None and running else math.inf)
+                     hooks.next_poll(t) if hooks is not None and running else math.inf,
+                     t_cross)
         if t_next == math.inf:
             stuck = ", ".join(str(i) for i in list(queued)[:5])
             raise InputError(f"jobs {stuck} can never start (too big for any GPU/node)",
@@ -273,6 +295,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             busy_gpu_s += dt * sum(1 for k in gpu_keys if on_gpu[k])
             for i in running:
                 remaining[i] -= speed.get(i, 0.0) * dt
+                ran[i] = ran.get(i, 0.0) + dt
             if view is not None:
                 for i, job in running.items():
                     view.attained[i] = view.attained.get(i, 0.0) + dt * job.spec.gpus
@@ -284,28 +307,34 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 on_gpu[(job.node, idx)].remove(i)
             jct[i] = t - specs[i].submit_s
             done += 1
-            if view is not None:
-                view.durations.add(specs[i].workload, t - started[i])
+            if view is not None:   # its run time, as the controller records it, and its owner
+                view.durations.add(specs[i].workload, ran.get(i, 0.0), specs[i].user)
             if ledger is not None:
                 ledger.stop(i, t)
         switched = phases.switch(running, remaining, t)
         acted = hooks.step(t, running, on_gpu, phases, speed, factor_on) \
             if hooks is not None and running else False
+        crossed = t_next == t_cross
         arrived = nxt < len(arrivals) and arrivals[nxt].submit_s <= t
         while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
             sj = arrivals[nxt]
             queued[sj.id] = Job(sj.id, sj.user,
-                                JobSpec("sim", workload=sj.workload, gpus=sj.gpus),
+                                JobSpec("sim", workload=sj.workload, gpus=sj.gpus,
+                                        requeue=sj.requeue),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
-        if queued and (arrived or finished or acted):   # a switch or a quiet poll: no news
+        rounds = 0
+        # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
+        # that places the jobs it made room for (the controller's next round)
+        while queued and (arrived or finished or acted or crossed) and rounds < 3:
+            rounds += 1
             slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy)
             points = None
             if ledger is not None and fair is not None:
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
                 points = fs.points(fs.shares(ledger.usage(t), users, fair))
             result = planner(list(queued.values()), slots, list(running.values()), t, points)
-            for i in getattr(result, "preempt", ()):
+            for i in result.preempt:
                 job = running.pop(i)
                 if ledger is not None:
                     ledger.stop(i, t)
@@ -313,6 +342,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     on_gpu[(job.node, idx)].remove(i)
                 queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
                 preemptions += 1
+                remaining[i] += preempt_cost_s
+                cost_gpu_s += preempt_cost_s * job.spec.gpus
             for p in result.placements:
                 job = queued.pop(p.job_id)
                 if hooks is not None:
@@ -326,14 +357,30 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 started.setdefault(p.job_id, t)
                 for idx in p.gpu_indices:
                     on_gpu[(p.node, idx)].append(p.job_id)
+            if not result.preempt:
+                break
+            arrived = finished = acted = crossed = True   # at once: the GPUs they left
         if arrived or finished or acted or switched or hooks is None:   # else nothing moved
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
         if progress is not None and finished:
             progress(done, len(jobs))
-    res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
+    res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared, ran)
     work = sum(j.duration_s * j.gpus for j in jobs if j.id in jct)
     return replace(res, impact=work / busy_gpu_s if busy_gpu_s > 0 else 1.0,
-                   preemptions=preemptions)
+                   preemptions=preemptions, preempt_cost_gpu_h=cost_gpu_s / 3600.0)
+
+
+def _next_crossing(t: float, running, attained: Mapping[int, float],
+                   thresholds: Sequence[float]) -> float:
+    """When the next running job's attained service (GPU-seconds) reaches a threshold."""
+    out = math.inf
+    for i, job in running.items():
+        a = attained.get(i, 0.0)
+        for thr in thresholds:
+            if a < thr - 1e-6:
+                out = min(out, t + (thr - a) / max(1, job.spec.gpus))
+                break
+    return out
 
 
 def _mixed_nodes(layout: Sequence[tuple[str, int]], per_node: int
@@ -423,16 +470,24 @@ class _Phases:
         return switched
 
 
-def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:
+def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared,
+             ran: Mapping[int, float] | None = None) -> PolicyResult:
+    """``ran``: the seconds each job held GPUs; a finished job's queue wait is then every
+    period it did not (before its first start and while preempted), else up to its start."""
     values = sorted(jct.values())
     if not values:
         return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
-    waits = [started[j.id] - j.submit_s for j in jobs if j.id in started]
+
+    def wait(j) -> float:
+        if ran is not None and j.id in jct:
+            return max(0.0, jct[j.id] - ran.get(j.id, 0.0))
+        return started[j.id] - j.submit_s
+    waits = [wait(j) for j in jobs if j.id in started]
     by_user: dict[str, list[float]] = {}
     for j in jobs:
         if j.id in started:
-            by_user.setdefault(j.user, []).append(started[j.id] - j.submit_s)
+            by_user.setdefault(j.user, []).append(wait(j))
     return PolicyResult(
         name, sum(values) / len(values), p95, makespan,
         busy_gpu_s / (n_gpus * makespan) if makespan > 0 else 0.0,

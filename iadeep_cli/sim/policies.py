@@ -48,6 +48,7 @@ from ..jobs import Job
 from ..profiles import Profile
 from ..scheduler.gpumodels import ModelSpeeds
 from ..scheduler.placement import (
+    LAS_LEVELS_GPU_S,
     CachedModel,
     CautiousModel,
     GpuSlot,
@@ -70,11 +71,9 @@ LUCID_UTIL_CUTS = (25.0, 75.0)     # % GPU utilisation: tiny below the first, ju
 LUCID_MEM_CUTS = (0.25, 0.50)      # fraction of GPU memory: same roles
 
 
-@dataclass(frozen=True)
-class SimPlan(Plan):
-    """A plan that may also stop running jobs (they go back to the queue, work kept)."""
-
-    preempt: tuple[int, ...] = ()
+# A plan that may also stop running jobs: ``Plan.preempt`` (they go back to the queue, work
+# kept less the preemption cost, sim/engine.py); the old name stays for the peers written here.
+SimPlan = Plan
 
 
 @dataclass
@@ -164,7 +163,9 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
     model, e.g. Slurm's 'exclusive', would be); ``hooks``: the run-time adaptation whose GPUs
     closed to partners each round heeds (``planner.hooks``, which the engine drives)."""
     m = CachedModel(model)
-    pol = replace(ctx.policy, max_jobs_per_gpu=1) if exclusive else ctx.policy
+    # exclusive stands for Slurm's default: no learnt run times, no preemption
+    pol = replace(ctx.policy, max_jobs_per_gpu=1, preemption="off") if exclusive \
+        else ctx.policy
     speeds = ctx.speeds if models and not exclusive else None
 
     def planner(queue, slots, active, now, fairshare=None):
@@ -172,9 +173,12 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
             slots = tuple(replace(s, max_jobs=1) for s in slots)
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
                     closed=hooks.closed if hooks is not None else None, speeds=speeds,
-                    durations=ctx.view.durations)
+                    durations=None if exclusive else ctx.view.durations,
+                    attained=ctx.view.attained)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
+    if pol.preemption != "off":   # re-planned as a job crosses a level (sim/engine.py)
+        planner.thresholds = LAS_LEVELS_GPU_S   # type: ignore[attr-defined]
     return planner
 
 
@@ -469,6 +473,9 @@ def _tiresias(ctx: PolicyContext) -> Planner:
             free[node] = [i for i in free[node] if i not in take]
             out.append(Placement(job.id, node, tuple(take)))
         return SimPlan(tuple(out), waits, preempt)
+    # re-planned when a running job reaches the queue limit (sim/engine.py), as Tiresias's
+    # scheduler demotes a job the moment it crosses it, not at the next arrival
+    planner.thresholds = (TIRESIAS_Q1_GPU_S,)   # type: ignore[attr-defined]
     return planner
 
 

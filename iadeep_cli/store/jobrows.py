@@ -44,7 +44,8 @@ _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_cod
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
              "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
-             "checkpoints", "yielded", "idle_since", "idle_requeued")
+             "checkpoints", "yielded", "idle_since", "idle_requeued", "preempt_for",
+             "preempt_at", "preempted")
 
 
 def job_from_row(row: sqlite3.Row) -> Job:
@@ -140,7 +141,9 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             "yielded": (str(extra["yielded"][0]), int(extra["yielded"][1]))
             if extra.get("yielded") else None,
             "idle_since": extra.get("idle_since"),
-            "idle_requeued": bool(extra.get("idle_requeued", False))}
+            "idle_requeued": bool(extra.get("idle_requeued", False)),
+            "preempt_for": extra.get("preempt_for"), "preempt_at": extra.get("preempt_at"),
+            "preempted": str(extra.get("preempted", ""))}
 
 
 @functools.cache
@@ -386,14 +389,30 @@ def ended_between(conn: sqlite3.Connection, node: str, after: float, until: floa
     return [r["id"] for r in rows]
 
 
+def attained(conn: sqlite3.Connection, ids: Iterable[int], now: float) -> dict[int, float]:
+    """GPU-seconds each job has held GPUs for over all its attempts up to ``now`` (its
+    ``held_s`` and, while it holds them, the time since ``held_since``, times its GPUs):
+    the attained service the lab's ``preemption: las`` ranks by."""
+    wanted = list(dict.fromkeys(ids))
+    out: dict[int, float] = {}
+    for at in range(0, len(wanted), 500):   # SQLite's bound on parameters
+        part = wanted[at:at + 500]
+        rows = conn.execute(
+            "SELECT id, gpus, held_s + MAX(0, ? - COALESCE(held_since, ?)) AS s FROM jobs "
+            f"WHERE id IN ({', '.join('?' * len(part))})", (now, now, *part))
+        out.update((r["id"], float(r["s"] or 0.0) * r["gpus"]) for r in rows)
+    return out
+
+
 def run_times(conn: sqlite3.Connection, since: float, limit: int = 5000
-              ) -> list[tuple[str | None, float]]:
-    """(workload label, seconds from its start to its end) of the jobs that ran to an end
-    (succeeded, failed, stopped at --time) after ``since``, newest first, at most ``limit``:
-    the lab's run times, which placement's ``sharing: jct`` learns job lengths from."""
+              ) -> list[tuple[str | None, float, str]]:
+    """(workload label, seconds from its start to its end, owner) of the jobs that ran to an
+    end (succeeded, failed, stopped at --time) after ``since``, newest first, at most
+    ``limit``: the lab's run times per label and per user, which placement learns job lengths
+    from (``scheduler.remaining.Durations``: ``sharing: jct``, ``estimate_runtime``)."""
     rows = conn.execute(
-        "SELECT workload, ended_at - started_at AS d FROM jobs WHERE ended_at > ? "
+        "SELECT workload, ended_at - started_at AS d, owner FROM jobs WHERE ended_at > ? "
         "AND started_at IS NOT NULL AND ended_at >= started_at "
         "AND state IN ('succeeded', 'failed', 'timeout') ORDER BY ended_at DESC LIMIT ?",
         (since, limit))
-    return [(r["workload"], float(r["d"])) for r in rows]
+    return [(r["workload"], float(r["d"]), r["owner"]) for r in rows]

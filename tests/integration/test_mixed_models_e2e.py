@@ -65,9 +65,10 @@ def test_a_job_goes_to_the_gpu_model_where_it_gains_most(lab, tmp_path):
     assert jobs_by_id(home)[job]["node"] == "node02"
     note = "h200 runs dense at 2.50x its a100 speed (measured on both a100 and h200)"
     wait_until(lambda: jobs_by_id(home)[job]["state"] == "running", 60)
-    why = cli(home, "queue", "why", str(job), check=True).stdout
-    assert why.startswith("job 1 is running: running on node02:0") and why.rstrip().endswith(
+    why = cli(home, "queue", "why", str(job), check=True).stdout.splitlines()
+    assert why[0].startswith("job 1 is running: running on node02:0") and why[0].endswith(
         f"; {note}"), why
+    assert why[1].startswith("expected run time ~"), why   # placement's estimate
     events = json.loads(cli(home, "queue", "show", str(job), "--json", check=True).stdout
                         )["events"]
     assert any(e["reason"] == f"placed on node02:0; {note}" for e in events), events

@@ -91,6 +91,21 @@ def test_other_users_cannot_touch_a_job_but_owner_and_admin_can(lab, op):
     assert done["state"] == ("cancelled" if op == "cancel" else "held")
 
 
+def test_a_member_cannot_requeue_anothers_job_and_its_owner_is_told_why_not_now(lab):
+    sock = lab.home / "controller.sock"
+    result = as_user("iadeep-alice", "add", {"spec": {"script": "/bin/true", "requeue": True},
+                                             "script_b64": "IyEvYmluL3NoCg=="}, sock)
+    job_id = result["ok"]["id"]
+    [refused] = as_user("iadeep-bob", "requeue", {"ids": [job_id]}, sock)["ok"]
+    assert refused["error"]["type"] == "PermissionDenied"
+    assert "belongs to iadeep-alice; iadeep-bob may not change it" in refused["error"]["message"]
+    for user in ("iadeep-alice", "iadeep-admin"):   # may ask; it is not running (no nodes)
+        [answer] = as_user(user, "requeue", {"ids": [job_id]}, sock)["ok"]
+        assert answer["error"]["type"] == "InvalidTransition"
+        assert answer["error"]["message"] == (f"job {job_id} is queued; only a running job "
+                                              "can be requeued")
+
+
 def test_owner_controls_own_job(lab):
     sock = lab.home / "controller.sock"
     job_id = _submit(lab, "iadeep-alice")

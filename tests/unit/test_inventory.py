@@ -152,6 +152,15 @@ def _node(**fields) -> str:
      "3: lab.policy.aging_per_hour: expected a number >= 0, got -0.5"),
     ("lab:\n  policy:\n    reserve_after_s: -1\n",
      "3: lab.policy.reserve_after_s: expected a number >= 0, got -1"),
+    ("lab:\n  policy:\n    preemption: always\n",
+     "3: lab.policy.preemption: expected one of off, las (whether plan() may preempt --requeue "
+     "jobs), got 'always'"),
+    ("lab:\n  policy:\n    preemption: yes\n",
+     "3: lab.policy.preemption: expected one of off, las"),
+    ("lab:\n  policy:\n    preempt_grace: 0\n",
+     "3: lab.policy.preempt_grace: expected a duration from 1 s to 1 day, got 0"),
+    ("lab:\n  policy:\n    preempt_grace: 2d\n",
+     "3: lab.policy.preempt_grace: expected a duration from 1 s to 1 day, got 172800"),
     ("lab:\n  user_limits:\n    'a b': {max_gpus: 1}\n",
      "3: lab.user_limits: expected a non-empty value without spaces"),
     ("lab:\n  user_limits:\n    alice: {max_gpus: -1}\n",
@@ -175,6 +184,17 @@ def test_values_at_the_edges_of_their_ranges_are_accepted():
     assert inv.poll_interval_s == inv.node_grace_s == 0.1
     assert inv.policy.min_speed == 1 and inv.user_limits["guest"].max_gpus == 0
     assert [n.port for n in inv.nodes] == [1, 65535] and inv.nodes[0].gpus == ()
+
+
+def test_preemption_is_off_by_default_and_read_as_written():
+    default = parse_inventory("lab: {}\nnodes: []\n", Path("n.yaml")).policy
+    assert (default.preemption, default.preempt_grace_s) == ("off", 300.0)
+    for text, expected in (("off", ("off", 300.0)), ("las", ("las", 300.0))):
+        policy = parse_inventory(f"lab:\n  policy:\n    preemption: {text}\n"
+                                 "    preempt_grace: 90s\nnodes: []\n", Path("n.yaml")).policy
+        assert (policy.preemption, policy.preempt_grace_s) == (expected[0], 90.0)
+    example = load_inventory(ROOT / "nodes.yaml.example").policy
+    assert (example.preemption, example.preempt_grace_s) == ("off", 300.0)
 
 
 def test_missing_file_says_how_to_fix(tmp_path):

@@ -189,3 +189,19 @@ def test_spec_checks_the_new_fields():
     validate_spec(JobSpec("/s", submit_dir="/h", output="o-%j", error="e-%j",
                           constraint=("a",), nodelist=("n1",), exclude=("n2",),
                           exported=(("PATH", "/bin"),)))
+
+
+def test_a_requeue_job_checkpoints_on_usr1_unless_it_names_its_signal():
+    assert J.checkpoint_signal_of(JobSpec(script="/a")) is None
+    assert J.checkpoint_signal_of(JobSpec(script="/a", requeue=True)) == "USR1"
+    assert J.checkpoint_signal_of(JobSpec(script="/a", requeue=True,
+                                          checkpoint_signal="TERM")) == "TERM"
+    assert J.checkpoint_signal_of(JobSpec(script="/a", checkpoint_signal="USR2")) == "USR2"
+    spec = J.SubmitSpec.of(JobSpec(script="/a", requeue=True))
+    assert spec.to_dict()["requeue"] is True
+    assert J.SubmitSpec.from_dict(spec.to_dict()).spec.requeue is True
+
+
+def test_an_interactive_job_cannot_be_requeued():
+    with pytest.raises(InputError, match=r"an interactive job \(run --pty\) cannot be requeued"):
+        validate_spec(JobSpec(script="/a", requeue=True, interactive=True))

@@ -208,7 +208,8 @@ def test_a_blocked_whole_gpu_job_says_when_it_reserves_gpus_and_which():
     assert early.waits[1].endswith("; will reserve GPUs in 42m")
     assert early.waits[2].endswith("; will reserve GPUs in 43m")   # rounded up: 42m10s
     late = run(q, slots, active=active, now=2 * 3600.0)
-    assert late.waits[1].endswith("; reserving a:0,1 while they drain")
+    assert late.waits[1].endswith("; reserving a:0,1 while they drain "
+                                  "(shorter jobs may use them until then)")
     assert late.waits[2].endswith("; job 1 reserves GPUs first")
     full = [slot("a", 0, jobs=(9,)), slot("a", 1, jobs=(8,))]   # no GPU free at all
     busy = [dataclasses.replace(j, node="a", gpu_indices=(i,)) for i, j in enumerate(active)]

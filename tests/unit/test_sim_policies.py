@@ -141,12 +141,35 @@ def test_tiresias_in_the_engine_resumes_the_preempted_job_with_its_work_left():
     jobs = [SimJob(1, 0.0, "vgg16", 10 * H), SimJob(2, 2 * H, "mlp", 0.5 * H)]
     mem = {j.id: 0.0 for j in jobs}
     r = simulate(jobs, make_planner("tiresias", PROFILES, TRUTH, TRUTH, Policy(), mem, 0),
-                 TRUTH, gpus=1, profiles=PROFILES, name="tiresias")
+                 TRUTH, gpus=1, profiles=PROFILES, name="tiresias", preempt_cost_s=0.0)
     assert r.jcts == pytest.approx((10.5 * H, 0.5 * H))   # job 2 jumps in; job 1 loses nothing
     assert r.preemptions == 1 and r.impact == pytest.approx(1.0)
+    assert r.preempt_cost_gpu_h == 0.0
     e = simulate(jobs, make_planner("exclusive", PROFILES, TRUTH, TRUTH, Policy(), mem, 0),
                  TRUTH, gpus=1, profiles=PROFILES, name="exclusive")
     assert e.jcts == pytest.approx((10 * H, 8.5 * H)) and e.preemptions == 0
+
+
+def test_a_preemption_costs_the_preempted_job_its_checkpoint_and_restart():
+    jobs = [SimJob(1, 0.0, "vgg16", 10 * H), SimJob(2, 2 * H, "mlp", 0.5 * H)]
+    mem = {j.id: 0.0 for j in jobs}
+    r = simulate(jobs, make_planner("tiresias", PROFILES, TRUTH, TRUTH, Policy(), mem, 0),
+                 TRUTH, gpus=1, profiles=PROFILES, name="tiresias", preempt_cost_s=600.0)
+    assert r.jcts == pytest.approx((10.5 * H + 600.0, 0.5 * H))   # its work + 10 min again
+    assert r.preempt_cost_gpu_h == pytest.approx(600.0 / H)
+    # its queue wait counts the half hour it spent preempted, not only the wait to start
+    assert r.avg_wait_s == pytest.approx((0.5 * H + 0.0) / 2)
+
+
+def test_tiresias_replans_when_a_job_crosses_its_queue_limit_not_only_at_events():
+    # job 2 arrives while job 1 is still in queue 1's first hour: FIFO, it waits; once job 1
+    # crosses the limit (at 1 h, no arrival or end then) Tiresias preempts it for job 2
+    jobs = [SimJob(1, 0.0, "vgg16", 10 * H), SimJob(2, 0.5 * H, "mlp", 0.5 * H)]
+    mem = {j.id: 0.0 for j in jobs}
+    r = simulate(jobs, make_planner("tiresias", PROFILES, TRUTH, TRUTH, Policy(), mem, 0),
+                 TRUTH, gpus=1, profiles=PROFILES, name="tiresias", preempt_cost_s=0.0)
+    assert r.preemptions == 1
+    assert r.jcts[1] == pytest.approx(1.0 * H)   # waited from 0.5 h to 1 h, ran 0.5 h
 
 
 # --------------------------------------------------------------------------- impact factor

@@ -31,7 +31,9 @@ class Launches(Step):
                              f"{','.join(map(str, placement.gpu_indices))}{why}",
                              **{**jobrows.no_attempt(), "node": placement.node,   # afresh
                                 "gpu_indices": placement.gpu_indices},
-                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id))
+                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id),
+                             # a preemption's note is for while it waits (its events keep it)
+                             **({"preempted": None} if job.preempted else {}))
         with self.store.tx() as conn:
             for other, speed in speeds.items():
                 if other != job.id:

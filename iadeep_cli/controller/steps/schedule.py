@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,16 +16,18 @@ from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
 from ...store import jobrows, profiles as profrows
 from ...text import clock
-from .. import drain, reservations  # `iadeep nodes drain`, `iadeep reserve`: read each round
+from .. import drain, reservations, runtimes  # `nodes drain`, `reserve`; run times
 from ..fairshare import FairShareRound
 from .backoff import Backoff
 from .context import Context, Step
 from .launch import Launches
 
-# placement's run-time history (scheduler/remaining.py): the last 30 days' finished jobs,
-# re-read at most every 10 minutes (one indexed query)
-RUN_TIMES_WINDOW_S = 30 * 86400.0
-RUN_TIMES_REFRESH_S = 600.0
+# placement's run-time history (scheduler/remaining.py, controller/runtimes.py): the last 30
+# days' finished jobs per label and per user, re-read at most every 10 minutes
+# a waiting job's reason when plan() preempts for it (scheduler/placement._preempt_las)
+PREEMPTING = re.compile(r"preempting jobs? ([0-9]+(?:, [0-9]+)*) ")
+RUN_TIMES_WINDOW_S = runtimes.WINDOW_S
+RUN_TIMES_REFRESH_S = runtimes.REFRESH_S
 
 
 class Schedule(Step):
@@ -70,16 +73,22 @@ class Schedule(Step):
             return plan(jobs, slots, residents, profiles, CautiousModel(self._model()),
                         inventory.policy, self.inventory.user_limits, now,
                         fairshare=fair, closed=closed, speeds=speeds[models],
-                        durations=durations, reservations=reserved)
+                        durations=durations, reservations=reserved, attained=attained)
 
         reserved = reservations.load(self.store, now)   # `iadeep reserve` (read each round)
         durations = self._run_times(now)
+        attained: dict[int, float] | None = None   # preemption: GPU time each job has had
+        if inventory.policy.preemption != "off":
+            with self.store.tx() as conn:
+                attained = jobrows.attained(conn, [j.id for j in (*queue, *active)], now)
 
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self.jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(_with_drained(decided.waits, drained)))
+        if decided.preempt and inventory.policy.preemption != "off":
+            self._preempt(decided, [j for j in queue if j.id in decided.waits], active, now)
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
@@ -93,13 +102,32 @@ class Schedule(Step):
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
 
+    def _preempt(self, decided, waiting: list[Job], active: list[Job], now: float) -> None:
+        """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
+        signal once (the adapter commits the mark first, so never twice, even across a
+        restart) and is requeued when it exits or its grace ends. It is preempted "for" the
+        waiting job whose reason names it ("preempting job 4 ..."), else the first job plan()
+        left waiting (plan() ranks the queue, and its waits keep that order)."""
+        ranked = [i for i in decided.waits if any(j.id == i for j in waiting)]
+        making_room: dict[int, int] = {}   # victim -> the waiting job its GPUs are for
+        for waiter in ranked:
+            found = PREEMPTING.match(decided.waits[waiter])
+            for victim in (found.group(1).split(", ") if found else ()):
+                making_room.setdefault(int(victim), waiter)
+        by_id = {j.id: j for j in active}
+        for job_id in decided.preempt:
+            job = by_id.get(job_id)
+            waiter = making_room.get(job_id, ranked[0] if ranked else None)
+            if job is not None and job.checkpoint_at is None:
+                self.adapt.preempt(job, f"job {waiter}" if waiter is not None
+                                   else "a waiting job", now)
+
     def _run_times(self, now: float) -> Durations:
-        """The lab's recent run times per workload label, for placement (re-read every
+        """The lab's recent run times per workload label and per user, for placement (re-read every
         ``RUN_TIMES_REFRESH_S``)."""
         if self._durations is None or now - self._durations[0] >= RUN_TIMES_REFRESH_S:
             with self.store.tx() as conn:
-                runs = jobrows.run_times(conn, now - RUN_TIMES_WINDOW_S)
-            self._durations = (now, Durations(runs))
+                self._durations = (now, runtimes.history(conn, now))
         return self._durations[1]
 
     def _model_speeds(self, models: tuple[str, ...]) -> ModelSpeeds | None:

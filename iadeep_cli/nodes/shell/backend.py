@@ -193,7 +193,10 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
     """iadeep's own variables, as ``env`` arguments (nothing secret: every member sees them)."""
     ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
             ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
-            ("IADEEP_PROGRESS_FILE", f"{jdir}/progress")]
+            ("IADEEP_PROGRESS_FILE", f"{jdir}/progress"),
+            # how many times it started before this attempt (requeued or retried): as Slurm's
+            # SLURM_RESTART_COUNT, so a --requeue job knows to resume from its checkpoint
+            ("IADEEP_RESTART_COUNT", str(max(0, job.attempts - 1)))]
     if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
         ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
                  ("IADEEP_ARRAY_INDEX", str(job.array_index))]

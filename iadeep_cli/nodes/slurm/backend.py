@@ -199,7 +199,8 @@ def launch(pool: SlurmAccess, node: str, job: Job, gpu_indices: Sequence[int],
     env = {"HOME": user.pw_dir, "USER": user.pw_name, "LOGNAME": user.pw_name,
            "SHELL": user.pw_shell, **dict((*job.spec.exported, *job.spec.env))}
     env.update({"IADEEP_JOB_ID": str(job.id), "IADEEP_JOB_NAME": job.name,
-                "IADEEP_PROGRESS_FILE": progress_path(job)})
+                "IADEEP_PROGRESS_FILE": progress_path(job),
+                "IADEEP_RESTART_COUNT": str(max(0, job.attempts - 1))})   # as the shell's
     if job.array_id is not None:
         env.update({"IADEEP_ARRAY_JOB_ID": str(job.array_id),
                     "IADEEP_ARRAY_INDEX": str(job.array_index)})
