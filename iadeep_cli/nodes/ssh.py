@@ -1,8 +1,10 @@
 """One persistent, host-key-checked SSH connection per node (paramiko, imported lazily).
 
 Why this shape:
-- ``~/.ssh/config`` is honoured (Host aliases, HostName, User, Port, IdentityFile, ProxyJump) so a
-  lab's existing setup just works; the inventory's host/port/user/identity_file override it.
+- ``~/.ssh/config`` is honoured (Host aliases, HostName, User, Port, IdentityFile, ProxyJump,
+  ProxyCommand) so a lab's existing setup just works; the inventory's host/port/user/
+  identity_file override it. ProxyCommand runs as the controller's account, from its own
+  config file (whoever may write that file is the controller already).
 - Host keys are checked against the user's ``~/.ssh/known_hosts`` AND iadeep's own
   (``StateDir.known_hosts``).  An unknown key is refused (a ``RejectPolicy``) with a hint to
   run ``iadeep nodes trust NODE``; a CHANGED key is refused and never replaced automatically.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import getpass
 import hashlib
 import logging
@@ -54,6 +57,9 @@ class SshTarget:
     user: str
     identity_files: tuple[str, ...] = ()
     proxy_jump: str | None = None
+    # ~/.ssh/config's ProxyCommand, its %h %p %r already expanded (paramiko's lookup does);
+    # used when no ProxyJump is given (OpenSSH takes whichever comes first; here ProxyJump)
+    proxy_command: str | None = None
 
     @property
     def known_hosts_name(self) -> str:
@@ -80,13 +86,16 @@ def resolve_target(host: str, *, port: int | None = None, user: str | None = Non
     cfg = _ssh_config(ssh_config_path).lookup(host)
     idents = (identity_file,) if identity_file else tuple(cfg.get("identityfile", ()))
     jump = cfg.get("proxyjump")
-    return SshTarget(
+    target = SshTarget(
         hostname=cfg.get("hostname", host),
         port=port or int(cfg.get("port", 22)),
         user=user or cfg.get("user") or getpass.getuser(),
         identity_files=tuple(os.path.expanduser(i) for i in idents),
         proxy_jump=None if not jump or jump.lower() == "none" else jump,
     )
+    # None for "none"; its %h %p %r as the config gives them (`ssh -G HOST` shows the same)
+    command = cfg.get("proxycommand")
+    return dataclasses.replace(target, proxy_command=command or None)
 
 
 def node_target(node: Node, ssh_config_path: Path | None = None) -> SshTarget:
@@ -308,8 +317,26 @@ class SshConnection:
 
     def _connect(self):
         target = node_target(self.node, self.ssh_config_path)
-        sock = self._sock_via(target.proxy_jump, target) if target.proxy_jump else None
+        if target.proxy_jump:
+            sock = self._sock_via(target.proxy_jump, target)
+        elif target.proxy_command:
+            sock = self._proxy_command(target)
+        else:
+            sock = None
         return self._open_client(target, sock=sock)
+
+    def _proxy_command(self, target: SshTarget):
+        """The connection's stream through ~/.ssh/config's ProxyCommand (a child process whose
+        stdin/stdout carry the SSH session, as OpenSSH runs it)."""
+        import paramiko
+
+        assert target.proxy_command is not None
+        try:
+            return paramiko.ProxyCommand(target.proxy_command)
+        except (OSError, paramiko.ProxyCommandFailure) as exc:
+            raise NodeError(f"node {self.node.name}: its ProxyCommand did not start: {exc}",
+                            hint="check ProxyCommand in ~/.ssh/config (try it with "
+                                 f"`ssh -G {self.node.host}`)") from None
 
     def client(self):
         """The live paramiko client, (re)connecting if needed; honours the backoff."""
@@ -594,6 +621,12 @@ def _connect_error(node: str, target: SshTarget, exc: BaseException) -> NodeErro
     """One line that says what the failure means, with the fix that fits it."""
     where = f"{target.hostname}:{target.port}"
     text = str(exc)
+    if target.proxy_command and not target.proxy_jump:   # the stream was the command's
+        return NodeError(f"node {node}: no SSH session through its ProxyCommand "
+                         f"({target.proxy_command[:120]}) to {where}: "
+                         f"{text or type(exc).__name__}",
+                         hint="run that command by hand, or check ProxyCommand in "
+                              "~/.ssh/config (`ssh -G HOST` shows it)")
     if isinstance(exc, ConnectionRefusedError):
         return NodeError(f"node {node}: connection refused by {where} (the node is down or its "
                          "sshd is not running)",

@@ -184,6 +184,45 @@ def test_ssh_config_alias_and_proxyjump(sshd_cluster):
     assert out.split()[2:4] == [n3.addr, str(n3.port)]
 
 
+def test_ssh_config_proxycommand_through_a_real_hop(sshd_cluster, tmp_path):
+    """ProxyCommand (labs reach nodes behind a gateway this way, e.g. `ssh -W %h:%p gw`):
+    OpenSSH's own client as the hop, through a real sshd node; the command ran (its log), and
+    the session reached the node behind it."""
+    c = sshd_cluster(5)
+    n3 = c.node("node03")
+    cfg = c.home / ".ssh" / "config"
+    original = cfg.read_text()
+    used = tmp_path / "proxy.log"
+    cfg.write_text(original + f"Host behind-gateway\n  HostName {n3.addr}\n  Port {n3.port}\n"
+                              f"  User {c.user}\n  IdentityFile {c.user_key}\n"
+                              f"  ProxyCommand sh -c 'echo %h:%p >> {used}; exec ssh -F {cfg} "
+                              f"-o BatchMode=yes -o UserKnownHostsFile={c.known_hosts} "
+                              "-W %h:%p node01-alias'\n")
+    try:
+        inv = Inventory(nodes=(Node(name="behind", host="behind-gateway"),))
+        with pool_for(inv) as pool:
+            snap = pool.poll_all()
+            _, out, _ = pool.run("behind", "echo $SSH_CONNECTION")
+    finally:
+        cfg.write_text(original)
+    assert snap.node("behind").ok, snap.node("behind").error
+    assert used.read_text().splitlines() == [f"{n3.addr}:{n3.port}"]   # one connection
+    assert out.split()[2:4] == [n3.addr, str(n3.port)]
+
+
+def test_a_proxycommand_that_fails_is_a_node_error_naming_it(sshd_cluster):
+    c = sshd_cluster(1)
+    cfg = c.home / ".ssh" / "config"
+    original = cfg.read_text()
+    cfg.write_text(original + "Host nowhere\n  ProxyCommand sh -c 'exit 3'\n")
+    try:
+        with pool_for(Inventory(nodes=(Node(name="gone", host="nowhere"),))) as pool:
+            error = pool.poll_all().node("gone").error
+    finally:
+        cfg.write_text(original)
+    assert error and "node gone: " in error and "ProxyCommand (sh -c 'exit 3')" in error, error
+
+
 def test_run_quotes_argv(sshd_cluster):
     c = sshd_cluster(5)
     tricky = ["a b", "$(echo no)", "x;y", "q'uote\"", "new\nline", ""]
