@@ -92,6 +92,7 @@ class Controller:
         self.service.log_reader = self._read_log
         self.service.input_writer = self._write_input
         self.service.fencer = loop.fence
+        self.service.presence = loop.ctx.presence
         return loop
 
     def _pool(self, inventory: Inventory) -> Pool:

@@ -64,6 +64,7 @@ class Service(views.StoreReader):
         self.scripts_dir = scripts_dir or StateDir(store.path.parent).scripts
         self.log_reader = log_reader
         self.input_writer: interactive.InputWriter | None = None   # runtime: a --pty's terminal
+        self.presence = interactive.Presence()   # runtime: the loop's (--pty clients heard)
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
         self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
         self.degraded: IadeepError | None = None   # set by the runtime: why new jobs are refused
@@ -476,7 +477,9 @@ class Service(views.StoreReader):
         """Keystrokes for the caller's running `iadeep run --pty` job (controller/interactive)."""
         with self.store.tx() as conn:
             job = jobrows.get(conn, req.id)
-        return interactive.write(self.input_writer, job, user, req)
+        result = interactive.write(self.input_writer, job, user, req)
+        self.presence.heard(job.id, self.clock())
+        return result
 
     def op_logs(self, user: str, req: m.LogsRequest) -> m.LogChunk:
         if req.offset < 0 or req.max_bytes < 0:
@@ -491,6 +494,8 @@ class Service(views.StoreReader):
             raise PermissionDenied(f"job {req.id} belongs to {job.owner}; {user} may not read "
                                    "its log",
                                    hint="a job's log is its owner's and the lab admins' only")
+        if job.spec.interactive and job.owner == user:   # its client is there (interactive)
+            self.presence.heard(job.id, self.clock())
         if req.stream == "error" and job.spec.error is None:
             raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
                              hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
