@@ -112,6 +112,7 @@ class Service(views.StoreReader):
                                     notify=self.inventory.notify.default)
         validate_spec(job_spec)
         admission.check_priority(self.inventory, user, job_spec.priority)
+        admission.check_idle_after(self.inventory, user, job_spec.idle_after_s)
         job_spec = self._with_time_limit(job_spec)
         if (req.spec.gave("notify") and job_spec.notify != "none"
                 and not self.inventory.notify.reaches(user)):
@@ -169,6 +170,7 @@ class Service(views.StoreReader):
             spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
             validate_spec(spec)
             admission.check_priority(self.inventory, user, spec.priority)
+            admission.check_idle_after(self.inventory, user, spec.idle_after_s)
             self._check_runnable(conn, old.owner, spec)
             copy = self.scripts_dir / str(old.array_id or old.id) / Path(spec.script).name
             try:
