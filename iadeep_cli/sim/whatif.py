@@ -3,8 +3,8 @@
 The trace comes from the controller's database (``lab_trace``): every job submitted in the
 window that ran to an end (the newest ``MAX_REPLAY_JOBS`` of them: a simulation's cost grows
 about quadratically with its jobs, 9.6 / 147 / 639 s for 1,000 / 5,000 / 10,000, so a busy
-lab's whole window would never finish), at the time it was submitted, with its workload label, its GPUs, its
-owner and its *solo* run time (the exclusive-GPU work the controller accounted for it,
+lab's whole window would never finish), at the time it was submitted, with its workload label,
+its GPUs, its owner and its *solo* run time (the exclusive-GPU work the controller accounted for it,
 ``work_s``, per GPU; its wall time where nothing was accounted). Jobs whose workload has no
 profile, and jobs not ended yet, are left out and counted.
 
