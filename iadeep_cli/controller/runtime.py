@@ -359,7 +359,8 @@ class Controller:
             return
         self._copies_freed_at = now
         try:
-            free_copies(self.store, self.scripts_dir, self.inventory.job_dir_retention_s, now)
+            free_copies(self.store, self.scripts_dir, self.inventory.job_dir_retention_s, now,
+                        int(self.inventory.script_copies_gib * 2**30))
         except Exception as exc:   # never the controller's end (the heartbeat reports a sick
             log.warning("freeing script copies: %s",   # state directory)
                         getattr(exc, "message", None) or exc)

@@ -131,7 +131,8 @@ class Service(views.StoreReader):
             job_spec = _with_dependencies(conn, job_spec)
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), req.token)
             if created:  # written before COMMIT: an accepted job always has its script
-                scripts.admit(conn, job_id, user, len(content), self.clock())   # per-user quota
+                scripts.admit(conn, job_id, user, len(content), self.clock(),   # the quotas
+                              self._copies_bytes())
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
                 if indices is not None:
                     self._add_tasks(conn, user, job_spec, job_id, indices)
@@ -185,7 +186,8 @@ class Service(views.StoreReader):
                 jobrows.update(conn, job_id, rerun_of=old.id, array_id=old.array_id,
                                array_index=old.array_index)
                 if old.array_id is None:
-                    scripts.admit(conn, job_id, old.owner, len(content), self.clock())
+                    scripts.admit(conn, job_id, old.owner, len(content), self.clock(),
+                                  self._copies_bytes())
                     _write_script(self.scripts_dir / str(job_id), spec.script, content)
         self.wake()
         return m.AddResult(job_id, created)
@@ -474,6 +476,10 @@ class Service(views.StoreReader):
             profrows.set_pinned(conn, label, user if pin else None, self.clock(),
                                 shipped_profiles().get(label))
         return m.PinResult(label, user if pin else None)
+
+    def _copies_bytes(self) -> int:
+        """The lab's bound on every member's script copies together, in bytes."""
+        return int(self.inventory.script_copies_gib * 2**30)
 
     def op_input(self, user: str, req: m.InputRequest) -> m.JobActionResult:
         """Keystrokes for the caller's running `iadeep run --pty` job (controller/interactive)."""
