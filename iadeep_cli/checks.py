@@ -7,6 +7,9 @@ terminals through ``queue list``). ``typed`` checks a value against the annotati
 parameter or field it fills, ``text`` what a string may contain; both raise ``InputError``
 with one line naming the field. What is shown to users goes through ``escaped`` (an old
 database may hold anything): control characters become visible escapes such as ``\\x1b``.
+What a job wrote (its log) goes through ``terminal_safe`` / ``TerminalFilter`` instead, which
+keeps what a training log needs on a terminal (colours, tabs, carriage returns and backspaces
+of progress bars) and escapes the rest, as ``less -R`` does.
 """
 from __future__ import annotations
 
@@ -46,6 +49,53 @@ def text(label: str, value: str, *, max_len: int, multiline: bool = False,
 def escape(value: str) -> str:
     """``value`` with every ``UNSAFE`` character written as its escape (``\\x1b``, ``\\n``)."""
     return UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+
+
+# What a log may keep on a terminal: SGR (colours, bold: ESC [ digits ; : m) and these controls.
+# Every other escape sequence starts with ESC (or a C1 control) and is neutralised by escaping
+# that one character visibly: OSC (title, clipboard OSC 52, hyperlinks), DCS, APC, PM, SOS,
+# cursor moves, screen and line clears and every other CSI then read as plain text.
+LOG_KEEPS = "\t\n\r\b"
+_SGR = r"\x1b\[[0-9;:]{0,64}m"
+_PARTIAL_SGR = re.compile(r"\x1b(?:\[[0-9;:]{0,64})?\Z")
+_LOG_UNSAFE: dict[str, re.Pattern[str]] = {}
+
+
+def _visible(char: str) -> str:
+    return char.encode("unicode_escape").decode("ascii")
+
+
+def terminal_safe(text: str, keep: str = LOG_KEEPS) -> str:
+    """Job-written ``text`` made safe to print on a terminal: SGR colour sequences and the
+    controls in ``keep`` stay; every other control character (ESC outside an SGR, C1, BEL,
+    DEL, the other C0, line separators, bidi overrides) is written as its escape (``\\x1b``),
+    so no OSC, DCS, cursor move or clear can act. Text without controls is returned as is."""
+    pattern = _LOG_UNSAFE.get(keep)
+    if pattern is None:
+        kept = "".join(re.escape(c) for c in keep)
+        unsafe = f"[{_CONTROLS}]" if not kept else f"(?![{kept}])[{_CONTROLS}]"
+        pattern = _LOG_UNSAFE[keep] = re.compile(f"({_SGR})|{unsafe}")
+    return pattern.sub(lambda m: m.group() if m.group(1) else _visible(m.group()), text)
+
+
+class TerminalFilter:
+    """``terminal_safe`` for a log printed a chunk at a time: an SGR sequence cut by a chunk's
+    end is held back until the next chunk completes it (so it is kept, not escaped)."""
+
+    def __init__(self, keep: str = LOG_KEEPS) -> None:
+        self.keep, self._held = keep, ""
+
+    def feed(self, text: str) -> str:
+        text, self._held = self._held + text, ""
+        cut = _PARTIAL_SGR.search(text)
+        if cut:
+            text, self._held = text[:cut.start()], text[cut.start():]
+        return terminal_safe(text, self.keep)
+
+    def end(self) -> str:
+        """What was held back (an unfinished sequence at the log's end), escaped."""
+        held, self._held = self._held, ""
+        return terminal_safe(held, self.keep)
 
 
 def escaped(data: typing.Any) -> typing.Any:

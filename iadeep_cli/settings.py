@@ -297,6 +297,9 @@ class Inventory:
     max_time_limit_s: float | None = None       # the longest --time accepted (and the default
                                                 # when default_time_limit is not set)
     interactive_time_limit_s: float = 8 * 3600.0   # --time of an `iadeep run --pty` job
+    interactive_grace_s: float = 60.0   # a --pty job whose client is gone this long is ended
+    reservation_ahead_s: float = 30 * 86400.0   # the furthest ahead a reservation may start
+    script_copies_gib: float = 1.0   # every member's script copies together (store/scripts.py)
     kill_grace_s: float = 10.0       # a stopped job's TERM -> KILL wait (cancel, time limit)
     max_priority: int = 10           # the highest --priority a member may set (admins: any)
     notify: NotifySettings = field(default_factory=NotifySettings)

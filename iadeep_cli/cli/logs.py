@@ -4,7 +4,10 @@ The end of a log is where the error is, so by default it prints the last 100 lin
 the last 64 KiB) and says on stderr when earlier output was left out; ``--head N`` / ``--tail N``
 choose lines, ``--all`` prints everything, ``--follow`` then keeps printing what the job writes.
 Every request reads at most ``CHUNK`` bytes (the controller's own cap), so a log of any size
-streams in bounded memory.
+streams in bounded memory. What a job wrote is its own text, and admins read others' logs: it is
+printed through ``checks.TerminalFilter`` (colours, tabs, carriage returns and backspaces stay;
+every other escape sequence or control character is shown escaped, ``\\x1b``), on a terminal
+as into a pipe; ``--raw`` prints the bytes as the job wrote them.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import TextIO
 
 import typer
 
+from ..checks import TerminalFilter
 from ..errors import InputError, NodeError
 from . import complete
 from .lazy import client, messages as m
@@ -27,11 +31,20 @@ NODE_PATIENCE_S = 300.0              # --follow waits this long for a node that 
 class _Log:
     """One job's log, read through the controller; remembers its size and whether it ended."""
 
-    def __init__(self, job_id: int, stream: str = "output"):
+    def __init__(self, job_id: int, stream: str = "output", raw: bool = True):
         self.job_id, self.size, self.finished = job_id, 0, False
         self.offset = 0              # where ``drain`` goes on from
         self.stream = stream
         self.state: m.JobState | None = None
+        self.filter = None if raw else TerminalFilter()
+
+    def shown(self, text: str) -> str:
+        """``text`` as printed: as it is (raw), else through the terminal filter."""
+        return text if self.filter is None else self.filter.feed(text)
+
+    def end(self) -> str:
+        """What the filter held back at the end of what was printed (an unfinished SGR)."""
+        return "" if self.filter is None else self.filter.end()
 
     def read(self, offset: int, max_bytes: int) -> m.LogChunk:
         reply = client.ask(m.LogsRequest(self.job_id, offset, max_bytes, self.stream))
@@ -63,7 +76,7 @@ def _copy(log: _Log, start: int, end: int, skip: int = 0, keep: int | None = Non
         if keep is not None:
             pos, left = _cut(text, keep)
             text, keep = (text, left) if left else (text[:pos], 0)
-        sys.stdout.write(text)
+        sys.stdout.write(log.shown(text))
         sys.stdout.flush()
     return offset
 
@@ -124,7 +137,7 @@ def drain(log: _Log, out: TextIO | None = None) -> bool:
             log.offset = reply.offset
             return got
         stream = out or sys.stdout
-        stream.write(reply.data)
+        stream.write(log.shown(reply.data))
         stream.flush()
         log.offset, got = reply.offset, True
 
@@ -168,11 +181,17 @@ def logs(job_id: int = typer.Argument(..., help="Job id.", autocompletion=comple
          all_: bool = typer.Option(False, "--all", help="Print the whole log."),
          stderr: bool = typer.Option(False, "--stderr",
                                      help="Read its --error file instead (a job without "
-                                          "--error has its stderr with its stdout).")) -> None:
+                                          "--error has its stderr with its stdout)."),
+         raw: bool = typer.Option(False, "--raw",
+                                  help="Print the bytes as the job wrote them (by default "
+                                       "escape sequences other than colours, and control "
+                                       "characters other than tab, newline, carriage return "
+                                       "and backspace, are shown escaped, e.g. \\x1b).")
+         ) -> None:
     """Print a job's stdout and stderr (its --output file, if it gave one; --stderr: its
     --error file): by default its end (the CLI never opens SSH itself; the controller does)."""
     _check(head, tail, all_, follow)
-    log = _Log(job_id, "error" if stderr else "output")
+    log = _Log(job_id, "error" if stderr else "output", raw=raw)
     log.read(0, 1)                   # learns the size and the job's state
     _not_started(log, follow)
     end, skip, keep = log.size, 0, head
@@ -188,3 +207,4 @@ def logs(job_id: int = typer.Argument(..., help="Job id.", autocompletion=comple
     offset = _copy(log, start, end, skip, keep)
     if follow:
         _follow(log, offset)
+    sys.stdout.write(log.end())

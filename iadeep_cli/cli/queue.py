@@ -171,7 +171,8 @@ def add(
     idle_after: str | None = typer.Option(
         None, "--idle-after", metavar="DURATION",
         help="Count this job as idle once its GPUs sat idle this long (e.g. 2h; a bare number "
-             "is minutes), instead of the lab's idle_after (docs/administration.md)."),
+             "is minutes), instead of the lab's idle_after (at most that for members; "
+             "docs/administration.md)."),
     no_adapt: bool = typer.Option(False, "--no-adapt",
                                   help="Never suspend this job when its shared GPU runs worse "
                                        "than serial (docs/scheduling.md 'Adapting at run time')."),

@@ -144,8 +144,12 @@ def _position(jobs: list[m.JobView], job: m.JobView) -> tuple[int, int]:
     return (found[0], len(waiting)) if found else (0, 0)
 
 
-def _job(job_id: int) -> tuple[m.JobView, list[m.JobView]]:
-    """The job as the controller has it now, and the unfinished jobs (for its place)."""
+def _job(job_id: int, place: bool = True) -> tuple[m.JobView, list[m.JobView]]:
+    """The job as the controller has it now, and the unfinished jobs (for its place in the
+    queue: only with ``place``, since the whole list costs the controller as much as its
+    queue is long, and a `--pty` client asks ten times a second)."""
+    if not place:
+        return client.ask(m.ShowRequest(job_id)).job, []
     jobs = client.ask(m.ListRequest())
     found = [j for j in jobs if j.id == job_id]
     if found:
@@ -174,6 +178,7 @@ def wait_for(job_id: int, error_stream: bool, detach: bool,
         logs.append((_Log(job_id, "error"), sys.stderr))
     cancelled_on: int | None = None
     attempt = 0                  # the job's attempt whose log is being printed
+    waiting = True               # as last seen: its place in the queue is asked for only then
     while True:
         if interrupts.got and cancelled_on is None:
             sig = interrupts.got[0]
@@ -190,7 +195,8 @@ def wait_for(job_id: int, error_stream: bool, detach: bool,
             _say(f"iadeep run: left job {job_id} while it is cancelled (`iadeep queue show "
                  f"{job_id}`)")
             return 128 + cancelled_on
-        job, jobs = waiter.ask(_job, job_id)
+        job, jobs = waiter.ask(_job, job_id, waiting)
+        waiting = job.state in WAITING
         if job.state in WAITING or job.state == JobState.LOST:
             place, of = _position(jobs, job) if job.state in WAITING else (0, 0)
             where = f"#{place} of {of} waiting: " if place else ""

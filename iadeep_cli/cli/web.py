@@ -28,12 +28,21 @@ def parse_listen(text: str) -> tuple[str, int]:
 @app.command("web")
 def web(listen: str = typer.Option(DEFAULT_LISTEN, "--listen", metavar="HOST:PORT",
                                    help="Address to serve on; the default serves only this "
-                                        "machine (reach it through an SSH tunnel).")) -> None:
+                                        "machine (reach it through an SSH tunnel)."),
+        host_name: list[str] = typer.Option([], "--host-name", metavar="NAME",
+                                            help="Also answer requests addressed to NAME (the "
+                                                 "name in the browser's address bar); IP "
+                                                 "addresses and localhost always are, any "
+                                                 "other name gets 421. Repeatable.")) -> None:
     """Serve the monitor as a read-only web page (nodes, GPUs, queue, impact, users)."""
     from .webserver import serve
 
     host, port = parse_listen(listen)
-    server = serve(host, port)
+    names = list(host_name)
+    if host not in ("127.0.0.1", "localhost", "::1"):   # reached by this machine's name too
+        import socket
+        names += [socket.gethostname(), socket.getfqdn()]
+    server = serve(host, port, tuple(names))
     real_host, real_port = str(server.server_address[0]), int(server.server_address[1])
     shown = f"[{real_host}]" if ":" in real_host else real_host
     print(f"serving http://{shown}:{real_port}/ (read-only; Ctrl-C stops)", flush=True)

@@ -1,4 +1,5 @@
-"""Who may queue a job at all, and how high a member may set a job's priority.
+"""Who may queue a job at all, how high a member may set a job's priority, and how long a
+member's job may sit idle before the lab's ``idle_action`` (``--idle-after``).
 
 Decided at submission, with one line saying why and what to do, never at launch an hour (or
 a 10,000-task array) later: a job is admitted when at least one node it may use could run it
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from ..errors import InputError, PermissionDenied, RunAsRefused
 from ..inventory import Inventory, Node
 from ..nodes import runas
+from ..text import duration
 
 # what the socket names a uid that has no account (``server.user_name``)
 _NO_ACCOUNT = re.compile(r"uid\d+")
@@ -81,3 +83,14 @@ def check_priority(inventory: Inventory, user: str, priority: int) -> None:
                          f"{inventory.max_priority} (lab.max_priority)",
                          hint=f"use --priority {inventory.max_priority} or less, or ask a lab "
                               "admin (lab.admins) to raise it")
+
+
+def check_idle_after(inventory: Inventory, user: str, idle_after_s: float | None) -> None:
+    """A member's ``--idle-after`` may shorten the lab's ``idle_after``, never lengthen it (a
+    year would opt the job out of ``idle_action``); admins may set any."""
+    lab = inventory.idle.after_s
+    if idle_after_s is not None and idle_after_s > lab and not inventory.is_admin(user):
+        raise InputError(f"--idle-after {duration(idle_after_s)}: members may set at most the "
+                         f"lab's idle_after ({duration(lab)})",
+                         hint=f"use --idle-after {duration(lab)} or less, or ask a lab admin "
+                              "(lab.admins)")

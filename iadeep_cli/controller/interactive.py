@@ -13,12 +13,19 @@ Rules: only the job's owner may type into it (not even an admin: keystrokes into
 shell act as them); only while it runs; only on a node whose backend has a terminal to give
 (``Backend.interactive``); the job's --time defaults to ``lab.interactive_time_limit`` (set by
 ``Service``, the one place lab defaults are decided).
+
+A shell nobody can type into any more must not hold a GPU until its time limit: the owner's
+client reads the job's log several times a second while it runs, and every such read (and every
+keystroke) is noted in ``Presence``; a running interactive job not heard from for
+``lab.interactive_grace`` (a client killed with SIGKILL, its machine gone) is stopped like a
+cancelled one (``steps/limits.py``). The count starts afresh when the controller starts.
 """
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import messages as m
 from ..errors import InputError, InvalidTransition, PermissionDenied
@@ -28,6 +35,33 @@ from ..jobs import Job, JobState
 # How the controller reaches a job's terminal: ``runtime`` sets it to the node pool's backend
 # of the job's node (None: a controller without node connections).
 InputWriter = Callable[[Job, bytes], None]
+
+
+class Presence:
+    """When each interactive job's owner was last heard from (a log read or keystrokes), by
+    the controller's clock; shared by the socket's threads and the scheduling loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[int, float] = {}
+
+    def heard(self, job_id: int, now: float) -> None:
+        with self._lock:
+            self._seen[job_id] = max(now, self._seen.get(job_id, now))
+
+    def silent_for(self, job_id: int, now: float) -> float:
+        """Seconds since the owner of ``job_id`` was last heard from; 0 the first time a job
+        is asked about (its grace starts then: after a controller restart, for instance)."""
+        with self._lock:
+            last = self._seen.setdefault(job_id, now)
+        return max(0.0, now - last)
+
+    def keep_only(self, job_ids: Iterable[int]) -> None:
+        """Forget the jobs not in ``job_ids`` (those that ended)."""
+        keep = set(job_ids)
+        with self._lock:
+            for job_id in [j for j in self._seen if j not in keep]:
+                del self._seen[job_id]
 
 
 def check_nodes(candidates: Sequence[Node]) -> None:

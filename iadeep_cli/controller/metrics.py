@@ -13,11 +13,13 @@ Why it is built this way:
   off, on, and on while scraped continuously.
 - **The same numbers as ``iadeep status``.** Nodes, GPUs, jobs on them and the count per state
   come from ``views.status_view``, the function that answers ``status --json``.
-- **Bounded like the socket.** Anyone who can reach the port can connect, so connections are
-  capped per peer address (``METRICS_PER_PEER``) and in total (``METRICS_CONNECTIONS``), one
-  that sends nothing for ``METRICS_IDLE_S`` is closed, and an accept that fails for want of
-  descriptors waits a moment instead of spinning (before, ~1,000 idle connections took the
-  controller to its 1,024 open files and ended it).
+- **Bounded like the socket.** Anyone who can reach the port can connect, so at most
+  ``METRICS_CONNECTIONS`` are open at once: a new one beyond that closes the oldest that has
+  not sent its request yet (else the oldest), so idle connections cannot keep a scrape out (a
+  cap per peer address did not: on loopback any account chooses its source address among
+  127.0.0.0/8); one that sends or reads nothing for ``METRICS_IDLE_S`` is closed, and an accept
+  that fails for want of descriptors waits a moment instead of spinning (before, ~1,000 idle
+  connections took the controller to its 1,024 open files and ended it).
 - **Loaded only when asked for.** This module imports ``prometheus_client``; the runtime imports
   it only when metrics are on, so a controller without them (and every client) never loads it.
 
@@ -28,7 +30,6 @@ is fresh (node state ``up``): a down node's last reading is history, not the pre
 """
 from __future__ import annotations
 
-import collections
 import errno
 import logging
 import socket
@@ -294,13 +295,22 @@ class LabCollector(Collector):
             sum_value=self._wait_sum)
 
 
-METRICS_PER_PEER = 4        # connections one address may hold (a Prometheus server needs one)
-METRICS_CONNECTIONS = 16    # in total; one more is closed at once
+METRICS_CONNECTIONS = 16    # open at once; one more closes the oldest still without a request
 METRICS_IDLE_S = 10.0       # a connection that sends (or reads) nothing this long is closed
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def setup(self) -> None:
+        super().setup()
+        self.answering = False    # True once its request has arrived whole
+        if isinstance(self.server, _CappedServer):
+            self.server.track(self)
+
+    def parse_request(self) -> bool:
+        self.answering = True
+        return super().parse_request()
+
     def log_message(self, format, *args):
         """A scrape is not worth a log line."""
 
@@ -309,12 +319,12 @@ class _CappedServer(ThreadingMixIn, WSGIServer):
     """prometheus_client's threaded WSGI server, with the caps above."""
 
     daemon_threads = True
-    per_peer = METRICS_PER_PEER
     total = METRICS_CONNECTIONS
     idle_s = METRICS_IDLE_S
 
     def server_activate(self) -> None:
-        self._open: collections.Counter[str] = collections.Counter()
+        self._open: dict[socket.socket, float] = {}     # connection -> when accepted
+        self._handlers: dict[socket.socket, _QuietHandler] = {}
         self._count_lock = threading.Lock()
         self._warned_at: dict[str, float] = {}
         super().server_activate()
@@ -335,39 +345,52 @@ class _CappedServer(ThreadingMixIn, WSGIServer):
             raise
 
     def verify_request(self, request, client_address) -> bool:
-        peer = str(client_address[0]) if isinstance(client_address, tuple) else ""
+        """Always admitted: at the cap, the oldest connection without a request yet (else the
+        oldest) is closed for it, whatever address either comes from."""
         with self._count_lock:
-            if self._open[peer] >= self.per_peer or sum(self._open.values()) >= self.total:
-                refused = True
-            else:
-                refused = False
-                self._open[peer] += 1
-        if refused:
-            self._warn(peer, f"refusing connections from {peer or 'a peer'}: at most "
-                       f"{self.per_peer} per address and {self.total} in total")
-            return False
+            evicted = 0
+            while len(self._open) >= self.total:
+                self._evict()
+                evicted += 1
+            self._open[request] = time.monotonic()
+        if evicted:
+            self._warn("cap", f"{self.total} connections open: closing the oldest idle one "
+                       "for each new one")
         request.settimeout(self.idle_s)
         return True
 
-    def _release(self, client_address) -> None:
-        peer = str(client_address[0]) if isinstance(client_address, tuple) else ""
+    def _evict(self) -> None:
+        waiting = [c for c in self._open
+                   if not getattr(self._handlers.get(c), "answering", False)]
+        oldest = min(waiting or self._open, key=self._open.__getitem__)
+        del self._open[oldest]
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)   # its thread's read ends; it closes it
+        except OSError:
+            pass
+
+    def track(self, handler: _QuietHandler) -> None:
         with self._count_lock:
-            self._open[peer] -= 1
-            if self._open[peer] <= 0:
-                del self._open[peer]
+            if handler.request in self._open:
+                self._handlers[handler.request] = handler
+
+    def _release(self, request) -> None:
+        with self._count_lock:
+            self._open.pop(request, None)
+            self._handlers.pop(request, None)
 
     def process_request(self, request, client_address) -> None:
         try:
             super().process_request(request, client_address)
         except RuntimeError:   # no thread to be had
             self.shutdown_request(request)
-            self._release(client_address)
+            self._release(request)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release(client_address)
+            self._release(request)
 
     def handle_error(self, request, client_address) -> None:
         """An idle or vanished client (its timeout, a reset): closed, not a traceback."""

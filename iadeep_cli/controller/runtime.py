@@ -95,6 +95,7 @@ class Controller:
         self.service.log_reader = self._read_log
         self.service.input_writer = self._write_input
         self.service.fencer = loop.fence
+        self.service.presence = loop.ctx.presence
         return loop
 
     def _pool(self, inventory: Inventory) -> Pool:
@@ -362,7 +363,8 @@ class Controller:
             return
         self._copies_freed_at = now
         try:
-            free_copies(self.store, self.scripts_dir, self.inventory.job_dir_retention_s, now)
+            free_copies(self.store, self.scripts_dir, self.inventory.job_dir_retention_s, now,
+                        int(self.inventory.script_copies_gib * 2**30))
         except Exception as exc:   # never the controller's end (the heartbeat reports a sick
             log.warning("freeing script copies: %s",   # state directory)
                         getattr(exc, "message", None) or exc)

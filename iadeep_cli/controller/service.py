@@ -65,6 +65,7 @@ class Service(views.StoreReader):
         self.scripts_dir = scripts_dir or StateDir(store.path.parent).scripts
         self.log_reader = log_reader
         self.input_writer: interactive.InputWriter | None = None   # runtime: a --pty's terminal
+        self.presence = interactive.Presence()   # runtime: the loop's (--pty clients heard)
         self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
         self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
         self.degraded: IadeepError | None = None   # set by the runtime: why new jobs are refused
@@ -112,6 +113,7 @@ class Service(views.StoreReader):
                                     notify=self.inventory.notify.default)
         validate_spec(job_spec)
         admission.check_priority(self.inventory, user, job_spec.priority)
+        admission.check_idle_after(self.inventory, user, job_spec.idle_after_s)
         job_spec = self._with_time_limit(job_spec)
         if (req.spec.gave("notify") and job_spec.notify != "none"
                 and not self.inventory.notify.reaches(user)):
@@ -130,7 +132,8 @@ class Service(views.StoreReader):
             job_spec = _with_dependencies(conn, job_spec)
             job_id, created = jobrows.insert(conn, user, job_spec, self.clock(), req.token)
             if created:  # written before COMMIT: an accepted job always has its script
-                scripts.admit(conn, job_id, user, len(content), self.clock())   # per-user quota
+                scripts.admit(conn, job_id, user, len(content), self.clock(),   # the quotas
+                              self._copies_bytes())
                 _write_script(self.scripts_dir / str(job_id), job_spec.script, content)
                 if indices is not None:
                     self._add_tasks(conn, user, job_spec, job_id, indices)
@@ -169,6 +172,7 @@ class Service(views.StoreReader):
             spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
             validate_spec(spec)
             admission.check_priority(self.inventory, user, spec.priority)
+            admission.check_idle_after(self.inventory, user, spec.idle_after_s)
             self._check_runnable(conn, old.owner, spec)
             copy = self.scripts_dir / str(old.array_id or old.id) / Path(spec.script).name
             try:
@@ -183,7 +187,8 @@ class Service(views.StoreReader):
                 jobrows.update(conn, job_id, rerun_of=old.id, array_id=old.array_id,
                                array_index=old.array_index)
                 if old.array_id is None:
-                    scripts.admit(conn, job_id, old.owner, len(content), self.clock())
+                    scripts.admit(conn, job_id, old.owner, len(content), self.clock(),
+                                  self._copies_bytes())
                     _write_script(self.scripts_dir / str(job_id), spec.script, content)
         self.wake()
         return m.AddResult(job_id, created)
@@ -504,11 +509,17 @@ class Service(views.StoreReader):
                                 shipped_profiles().get(label))
         return m.PinResult(label, user if pin else None)
 
+    def _copies_bytes(self) -> int:
+        """The lab's bound on every member's script copies together, in bytes."""
+        return int(self.inventory.script_copies_gib * 2**30)
+
     def op_input(self, user: str, req: m.InputRequest) -> m.JobActionResult:
         """Keystrokes for the caller's running `iadeep run --pty` job (controller/interactive)."""
         with self.store.tx() as conn:
             job = jobrows.get(conn, req.id)
-        return interactive.write(self.input_writer, job, user, req)
+        result = interactive.write(self.input_writer, job, user, req)
+        self.presence.heard(job.id, self.clock())
+        return result
 
     def op_logs(self, user: str, req: m.LogsRequest) -> m.LogChunk:
         if req.offset < 0 or req.max_bytes < 0:
@@ -523,6 +534,8 @@ class Service(views.StoreReader):
             raise PermissionDenied(f"job {req.id} belongs to {job.owner}; {user} may not read "
                                    "its log",
                                    hint="a job's log is its owner's and the lab admins' only")
+        if job.spec.interactive and job.owner == user:   # its client is there (interactive)
+            self.presence.heard(job.id, self.clock())
         if req.stream == "error" and job.spec.error is None:
             raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
                              hint=f"iadeep logs {job.id} shows both; submit with --error FILE "

@@ -4,7 +4,9 @@ plan() (sim/whatif.py) and adopts a clearly better one.
 Bounded in CPU: the replay runs as ``python -m iadeep_cli.sim.whatif`` in a child process
 at low priority (``nice`` 10, like the model's refit), one at a time, at most every
 ``lab.policy.tune_every`` (6 h by default; the first one that long after the controller
-starts), on the jobs submitted in the last ``tune_days`` (14) days, and only once at least
+starts), on the jobs submitted in the last ``tune_days`` (14) days (the newest
+``whatif.MAX_REPLAY_JOBS`` of them: the replay's cost grows with the square of its jobs), and
+only once at least
 ``MIN_JOBS`` of them ran to an end. The round thread only starts it and, later, reads its
 answer: a round never waits for a replay.
 

@@ -1,8 +1,10 @@
 """What-if: the lab's own recent history replayed in the simulator under candidate settings.
 
 The trace comes from the controller's database (``lab_trace``): every job submitted in the
-window that ran to an end, at the time it was submitted, with its workload label, its GPUs, its
-owner and its *solo* run time (the exclusive-GPU work the controller accounted for it,
+window that ran to an end (the newest ``MAX_REPLAY_JOBS`` of them: a simulation's cost grows
+about quadratically with its jobs, 9.6 / 147 / 639 s for 1,000 / 5,000 / 10,000, so a busy
+lab's whole window would never finish), at the time it was submitted, with its workload label,
+its GPUs, its owner and its *solo* run time (the exclusive-GPU work the controller accounted for it,
 ``work_s``, per GPU; its wall time where nothing was accounted). Jobs whose workload has no
 profile, and jobs not ended yet, are left out and counted.
 
@@ -45,6 +47,7 @@ GRID: dict[str, tuple] = {"max_jobs_per_gpu": (1, 2, 3), "min_speed": (0.3, 0.5)
                           "sharing": ("threshold", "jct")}
 RAN = ("succeeded", "failed", "timeout", "cancelled")   # states a job that ran can end in
 DAY_S = 86400.0
+MAX_REPLAY_JOBS = 2000   # the newest jobs of the window replayed; older ones are left out
 
 
 def settings_of(policy: Policy) -> dict:
@@ -91,9 +94,10 @@ class LabTrace:
 
 
 def lab_trace(conn: sqlite3.Connection, since: float, until: float,
-              known: Mapping[str, Profile]) -> LabTrace:
+              known: Mapping[str, Profile], max_jobs: int | None = None) -> LabTrace:
     """The jobs submitted in ``[since, until]`` that ran to an end, as a simulator trace
-    (submit times from the first one's)."""
+    (submit times from the first one's); only the newest ``max_jobs`` of them if given (the
+    others are counted as left out)."""
     rows = conn.execute(
         "SELECT id, owner, workload, gpus, state, submitted_at, started_at, ended_at, work_s "
         "FROM jobs WHERE submitted_at >= ? AND submitted_at <= ? ORDER BY submitted_at, id",
@@ -116,6 +120,9 @@ def lab_trace(conn: sqlite3.Connection, since: float, until: float,
             left["with no run time"] = left.get("with no run time", 0) + 1
             continue
         kept.append((float(r["submitted_at"]), r["workload"], solo, gpus, r["owner"]))
+    if max_jobs is not None and len(kept) > max_jobs:
+        left[f"older than the newest {max_jobs}"] = len(kept) - max_jobs
+        kept = kept[len(kept) - max_jobs:]
     t0 = kept[0][0] if kept else since
     jobs = tuple(SimJob(i + 1, round(s - t0, 3), w, round(d, 3), g, u)
                  for i, (s, w, d, g, u) in enumerate(kept))
@@ -202,9 +209,11 @@ def layout(conn: sqlite3.Connection) -> tuple[int, int]:
 
 
 def replay(store, policy: Policy, days: float, now: float, model_file: Path | None = None,
-           progress: Callable[[int, int], None] | None = None) -> dict:
-    """The what-if table of the jobs submitted in the last ``days`` as plain data: the trace,
-    each candidate's outcome, the settings in force (``policy``'s) and the best one."""
+           progress: Callable[[int, int], None] | None = None,
+           max_jobs: int = MAX_REPLAY_JOBS) -> dict:
+    """The what-if table of the jobs submitted in the last ``days`` (the newest ``max_jobs``
+    of them) as plain data: the trace, each candidate's outcome, the settings in force
+    (``policy``'s) and the best one."""
     from ..model.data import shipped_pairs, shipped_profiles, shipped_triples
     from ..store import profiles as profrows
 
@@ -212,7 +221,7 @@ def replay(store, policy: Policy, days: float, now: float, model_file: Path | No
         lab_profiles = {p.workload: p for p, _, _ in profrows.load_profiles(conn)}
         lab_pairs = [c for c in profrows.load_colocations(conn) if len(c.jobs) == 2]
         profiles = {**shipped_profiles(), **lab_profiles}
-        trace = lab_trace(conn, now - days * DAY_S, now, profiles)
+        trace = lab_trace(conn, now - days * DAY_S, now, profiles, max_jobs)
         gpus, per_node = layout(conn)
     out: dict[str, Any] = {"at": now, "days": days, "since": trace.since,
                            "jobs": len(trace.jobs), "trace": trace.note(), "gpus": gpus,

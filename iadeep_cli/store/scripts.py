@@ -3,9 +3,12 @@ big it is, and when it was freed. A job has its own copy; an array has one, unde
 first task's), that every task and a task's rerun use.
 
 One member's copies are bounded (``COPIES_PER_USER``, ``BYTES_PER_USER``: a copy counts at
-least one file system block), so that submitting huge scripts or very many cannot fill the
-state directory everyone's jobs depend on. A copy is freed once no job using it is unfinished
-and the last of them ended ``job_dir_retention`` ago (as their directories on the nodes).
+least one file system block), and so are everyone's together (``lab.script_copies_gib``, 1 GiB
+by default: two members at their own limits must not fill the state directory everyone's jobs
+depend on), so that submitting huge scripts or very many cannot fill it. A copy is freed once
+no job using it is unfinished and the last of them ended ``job_dir_retention`` ago (as their
+directories on the nodes), or ``PRESSED_RETENTION_S`` ago once the copies together pass half
+the lab's total (``retention``).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from .jobrows import ARRAY_ID
 COPIES_PER_USER = 5000            # unfreed copies one member may have
 BYTES_PER_USER = 256 * 1024 ** 2  # their size together
 BLOCK = 4096                      # what the smallest copy costs on disk
+PRESSED_RETENTION_S = 86400.0     # a finished job's copy kept this long when space runs short
 
 
 def cost(size: int) -> int:
@@ -29,6 +33,21 @@ def usage(conn: sqlite3.Connection, owner: str) -> tuple[int, int]:
     row = conn.execute("SELECT COUNT(*), COALESCE(SUM(MAX(bytes, ?)), 0) FROM script_copies "
                        "WHERE owner=? AND freed_at IS NULL", (BLOCK, owner)).fetchone()
     return int(row[0]), int(row[1])
+
+
+def total(conn: sqlite3.Connection) -> tuple[int, list[tuple[str, int]]]:
+    """(bytes as counted of every unfreed copy, the three members holding most with theirs)."""
+    rows = conn.execute("SELECT owner, SUM(MAX(bytes, ?)) AS used FROM script_copies "
+                        "WHERE freed_at IS NULL GROUP BY owner ORDER BY used DESC, owner",
+                        (BLOCK,)).fetchall()
+    return sum(int(r[1]) for r in rows), [(str(r[0]), int(r[1])) for r in rows[:3]]
+
+
+def retention(conn: sqlite3.Connection, retention_s: float, lab_bytes: int) -> float:
+    """How long after their jobs ended copies are kept now: ``retention_s``, or at most
+    ``PRESSED_RETENTION_S`` while the copies together hold over half of ``lab_bytes``."""
+    used, _ = total(conn)
+    return min(retention_s, PRESSED_RETENTION_S) if used > lab_bytes // 2 else retention_s
 
 
 def record(conn: sqlite3.Connection, job_id: int, owner: str, size: int, now: float) -> None:
@@ -53,10 +72,11 @@ def freed(conn: sqlite3.Connection, job_ids: list[int], now: float) -> None:
                      [(now, i) for i in job_ids])
 
 
-def admit(conn: sqlite3.Connection, job_id: int, owner: str, size: int, now: float) -> None:
+def admit(conn: sqlite3.Connection, job_id: int, owner: str, size: int, now: float,
+          lab_bytes: int | None = None) -> None:
     """Record job ``job_id``'s new copy of ``size`` bytes, or refuse it (InputError, in the
     submission's transaction: nothing of the job stays) when ``owner``'s copies are at their
-    limit."""
+    limit, or everyone's together at ``lab_bytes`` (``lab.script_copies_gib``)."""
     count, used = usage(conn, owner)
     if count + 1 > COPIES_PER_USER or used + cost(size) > BYTES_PER_USER:
         raise InputError(
@@ -65,4 +85,14 @@ def admit(conn: sqlite3.Connection, job_id: int, owner: str, size: int, now: flo
             f"{BYTES_PER_USER // 2**20} MiB: this script ({size / 2**20:.1f} MiB) is refused",
             hint="a finished job's copy is freed once lab.job_dir_retention has passed; submit "
                  "many runs of one script as an array (--array: one copy for all its tasks)")
+    if lab_bytes is not None:
+        used_all, most = total(conn)
+        if used_all + cost(size) > lab_bytes:
+            holders = ", ".join(f"{who} {b / 2**20:.1f} MiB" for who, b in most)
+            raise InputError(
+                f"the lab's script copies kept by the controller hold {used_all / 2**20:.1f} MiB "
+                f"of at most {lab_bytes / 2**20:.0f} MiB (lab.script_copies_gib; most: "
+                f"{holders}): this script ({size / 2**20:.1f} MiB) is refused",
+                hint="finished jobs' copies are freed a day after they end while space is "
+                     "short; ask a lab admin to raise lab.script_copies_gib if the disk has room")
     record(conn, job_id, owner, size, now)

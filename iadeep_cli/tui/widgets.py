@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Static
 
 from .. import messages as m
+from ..checks import terminal_safe
 from ..errors import IadeepError
 from ..text import clock, duration, field_text, gib, when
 from . import viewmodel as vm
@@ -224,6 +225,17 @@ def job_text(detail: m.JobDetail, now: float) -> Text:
     return out
 
 
+def log_text(log: str, lines: int) -> Text:
+    """The last ``lines`` lines of a job's log as the monitor shows them: its colours kept, a
+    line rewritten with carriage returns (a progress bar) as its last state, and every other
+    escape sequence or control character shown escaped (``checks.terminal_safe``), so nothing
+    a job wrote reaches the terminal as a command (OSC title or clipboard, cursor moves,
+    clears)."""
+    safe = terminal_safe(log.replace("\r\n", "\n"), keep="\t\n\r")
+    tail = "\n".join(safe.split("\n")[-lines - 1:]).strip("\n")
+    return Text.from_ansi(tail) if tail else Text("(empty)")
+
+
 class JobDetailScreen(Screen[None]):
     """Fields, events and the log tail of one job, loaded in a thread (never blocks the UI)."""
 
@@ -260,8 +272,8 @@ class JobDetailScreen(Screen[None]):
         except IadeepError as exc:
             fields = Text(f"cannot show job {self.job_id}: {exc.message}", style="red")
         try:
-            tail = self.load_log(self.job_id).splitlines()[-self.LOG_LINES:]
-            log = Text.assemble(("log (tail)\n", "bold"), "\n".join(tail) or "(empty)")
+            log = Text.assemble(("log (tail)\n", "bold"),
+                                log_text(self.load_log(self.job_id), self.LOG_LINES))
         except IadeepError as exc:
             log = Text.assemble(("log (tail)\n", "bold"), (f"unavailable: {exc.message}",
                                                             "yellow"))

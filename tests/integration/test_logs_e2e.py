@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
+from helpers.controllers import (
+    IADEEP,
+    ControllerProcess,
+    cli,
+    env_for,
+    jobs_by_id,
+    queue_add,
+    wait_until,
+)
 
 pytestmark = pytest.mark.sshd
 
@@ -91,6 +101,63 @@ def test_a_log_of_one_long_line_still_shows_its_end(lab, tmp_path):
     assert cli(lab.home, "logs", str(job), "--all").returncode == 1
     wait_until(lambda: json.loads(cli(lab.home, "status", "--json", check=True).stdout)
                ["nodes"][0]["error"] is None, limit=60)   # (a slow round's error passes)
+
+
+# What a member's job writes to take over the terminal of whoever reads its log (an admin).
+HOSTILE = (b"epoch 1\n\x1b]52;c;cm0gLXJmIH4vKg==\x07\x1b]0;root@head\x07\x1bPq#dcs\x1b\\"
+           b"\x1b[2J\x1b[1;1H\x1b[5Afake: job finished OK\n"
+           b"\x1b[32mgreen loss\x1b[0m\tstep 1/2\rstep 2/2\n\x9b2J\xc2\x9b6n done\n")
+SHOWN = (b"epoch 1\n\\x1b]52;c;cm0gLXJmIH4vKg==\\x07\\x1b]0;root@head\\x07\\x1bPq#dcs"
+         b"\\x1b\\\\x1b[2J\\x1b[1;1H\\x1b[5Afake: job finished OK\n"
+         b"\x1b[32mgreen loss\x1b[0m\tstep 1/2\rstep 2/2\n")
+
+
+def _logs_bytes(home: Path, *args: str, terminal: bool = False) -> bytes:
+    """`iadeep logs ARGS` as a real process; its stdout's bytes, from a pipe or a terminal."""
+    if not terminal:
+        return subprocess.run([*IADEEP, "logs", *args], env=env_for(home), check=True,
+                              capture_output=True, timeout=120).stdout
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*IADEEP, "logs", *args], env=env_for(home), stdout=slave,
+                            stderr=subprocess.DEVNULL)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            got = os.read(master, 65536)
+        except OSError:          # the terminal closed: the command is done
+            break
+        if not got:
+            break
+        out += got
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return out.replace(b"\r\n", b"\n")        # the terminal's own newline translation
+
+
+def test_a_log_with_terminal_escapes_is_printed_inert_and_raw_only_when_asked(lab, tmp_path):
+    """A job writes OSC 52 (clipboard), OSC 0 (title), DCS, a screen clear, cursor moves and
+    C1 controls: `iadeep logs` shows each of them escaped (on a pipe and on a terminal), keeps
+    the colours, tab and carriage return a training log needs, and `--raw` gives the bytes."""
+    (tmp_path / "hostile").write_bytes(HOSTILE)
+    script = tmp_path / "hostile.sh"
+    script.write_text(f"#!/bin/sh\ncat '{tmp_path / 'hostile'}'\n")
+    job = queue_add(lab.home, str(script))
+    wait_until(lambda: jobs_by_id(lab.home)[job]["state"] == "succeeded", limit=120)
+    assert log_file(lab, job).read_bytes() == HOSTILE
+    # a lone byte 0x9b is no UTF-8 (the controller reads it as U+FFFD); U+009B (a C1 CSI) is
+    # escaped
+    c1 = "\ufffd2J\\x9b6n done\n".encode()
+    for terminal in (False, True):
+        for args in ((str(job),), (str(job), "--all"), (str(job), "--tail", "3", "--follow")):
+            out = _logs_bytes(lab.home, *args, terminal=terminal)
+            for attack in (b"\x1b]", b"\x1bP", b"\x1b[2J", b"\x1b[1;1H", b"\x1b[5A", b"\x07",
+                           b"\xc2\x9b"):
+                assert attack not in out, (args, terminal, attack)
+            whole = SHOWN + c1
+            assert out == (whole if "--tail" not in args else whole.split(b"\n", 1)[1]), out
+    raw = _logs_bytes(lab.home, str(job), "--all", "--raw")
+    assert raw == HOSTILE.replace(b"\x9b2J", "\ufffd2J".encode())   # (not UTF-8: replaced)
 
 
 @pytest.mark.parametrize("args, needle", [

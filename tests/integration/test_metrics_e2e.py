@@ -350,8 +350,6 @@ def test_idle_connections_to_the_metrics_port_cannot_take_the_controller_down(tm
     scrape from another address is served."""
     import resource
 
-    from iadeep_cli.controller.metrics import METRICS_PER_PEER
-
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 
@@ -377,8 +375,42 @@ def test_idle_connections_to_the_metrics_port_cannot_take_the_controller_down(tm
         assert ctl.proc.poll() is None and cli(ctl.home, "status").returncode == 0
         log = ctl.log.read_text()
         assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
-        assert f"at most {METRICS_PER_PEER} per address" in log
+        assert "connections open: closing the oldest idle one" in log
     finally:
         for s in flood:
+            s.close()
+        ctl.stop()
+
+
+def test_idle_connections_from_chosen_addresses_cannot_keep_a_scrape_out(tmp_path):
+    """Any local account chooses its source address on loopback: one keeps the metrics port's
+    16 connections full of idle ones from 127.0.0.2-5 (4 each, which a per-address cap let
+    through), topping them up before every scrape. All 30 scrapes from 127.0.0.1 are served
+    (before: 24 of 30 refused)."""
+    from iadeep_cli.controller.metrics import METRICS_CONNECTIONS
+
+    ctl = ControllerProcess(tmp_path / "home", None, "--metrics", "127.0.0.1:0").start()
+    url = _metrics_url(ctl)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    idle: list[socket.socket] = []
+
+    def hold(n: int) -> None:
+        for i in range(n):
+            s = socket.socket()
+            s.bind((f"127.0.0.{2 + i % 4}", 0))
+            s.settimeout(60)
+            s.connect(("127.0.0.1", port))
+            idle.append(s)
+
+    try:
+        served = 0
+        for _ in range(30):
+            hold(METRICS_CONNECTIONS)          # the cap full of idle connections again
+            served += series(scrape(url), "iadeep_controller_degraded") == 0.0
+        assert served == 30
+        log = ctl.log.read_text()
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        for s in idle:
             s.close()
         ctl.stop()

@@ -106,6 +106,30 @@ def test_a_member_cannot_requeue_anothers_job_and_its_owner_is_told_why_not_now(
                                               "can be requeued")
 
 
+def test_a_member_may_not_set_idle_after_beyond_the_labs_but_an_admin_may(lab):
+    """`--idle-after 365d` would opt a member's job out of the lab's idle_action (default
+    30 minutes): refused in one line, through the socket and the CLI; shorter is free, and an
+    admin may set any."""
+    sock = lab.home / "controller.sock"
+
+    def add(user: str, idle_after_s: float) -> dict:
+        return as_user(user, "add", {"spec": {"script": "/bin/true", "idle_after_s": idle_after_s},
+                                     "script_b64": "IyEvYmluL3NoCg=="}, sock)
+
+    year = 365 * 86400.0
+    refused = add("iadeep-alice", year)["error"]
+    assert refused["type"] == "InputError" and refused["message"] == (
+        "--idle-after 365d0h: members may set at most the lab's idle_after (30m)"), refused
+    code, _, err = cli_as("iadeep-alice", lab.home, "queue", "add", "--idle-after", "365d",
+                          "--", "/bin/true")
+    assert code == 1 and err.startswith("Error: --idle-after 365d0h: members may set at most "
+                                        "the lab's idle_after (30m)"), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for user, idle_after_s in (("iadeep-alice", 600.0), ("iadeep-alice", 1800.0),
+                               ("iadeep-admin", year)):
+        assert add(user, idle_after_s)["ok"]["id"] > 0
+
+
 def test_owner_controls_own_job(lab):
     sock = lab.home / "controller.sock"
     job_id = _submit(lab, "iadeep-alice")

@@ -119,3 +119,39 @@ def test_only_the_owner_types_into_a_running_interactive_job(lab, tmp_path, monk
         if term.proc.poll() is None:
             term.proc.kill()
         term.close()
+
+
+@pytest.fixture
+def short_grace_lab(sshd_cluster, tmp_path):
+    with fake_gpu_lab(sshd_cluster, tmp_path, gpus=2,
+                      lab="node_grace: 3\ninteractive_time_limit: 2h\n"
+                          "interactive_grace: 8s") as ctl:
+        yield ctl
+
+
+def test_a_pty_client_killed_with_sigkill_does_not_leave_its_shell_holding_a_gpu(
+        short_grace_lab):
+    """The owner's `iadeep run --pty sh` is killed with SIGKILL (it cannot cancel anything):
+    the shell, which nobody can type into again, is stopped once the client has not been heard
+    from for lab.interactive_grace (8 s here), not at its 2 h time limit; its GPU is free for
+    the next job. A live client past that grace keeps its job."""
+    home = short_grace_lab.home
+    term = Terminal(home, "--pty", "sh")
+    try:
+        wait_jobs(home, lambda js: any(j["state"] == "running" for j in js.values()))
+        job = _job(home)["id"]
+        term.type(b"sleep 12; echo slept-$((5+5))-s\r")   # longer than the grace, client alive
+        wait_until(lambda: "slept-10-s" in term.screen(), limit=120)
+        assert _job(home)["state"] == "running"
+        term.proc.kill()                                   # SIGKILL: no cancel is sent
+        term.proc.wait(timeout=30)
+        ended = wait_jobs(home, lambda js: js[job]["state"] == "cancelled", timeout=120)[job]
+        assert "run --pty` client had gone" in ended["reason"], ended
+        shown = cli(home, "queue", "show", str(job), check=True).stdout
+        assert "cancelled: its `iadeep run --pty` client had gone" in shown   # its event
+        follower = queue_add(home, "--gpus", "2", "--", "/bin/true")   # both GPUs are free
+        wait_jobs(home, lambda js: js[follower]["state"] == "succeeded", timeout=120)
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+        term.close()

@@ -389,6 +389,42 @@ async def test_enter_opens_job_details_with_events_and_log_note(home):
         assert type(app.screen).__name__ != "JobDetailScreen"
 
 
+HOSTILE_LOG = ("epoch 1 loss 0.9\n"
+               "\x1b]52;c;cm0gLXJmIH4vKg==\x07"     # OSC 52: the clipboard (rm -rf ~/*)
+               "\x1b]0;root@head: ~\x07"              # OSC 0: the window title
+               "\x1bPqhostile-dcs\x1b\\"             # DCS
+               "\x1b_hostile-apc\x1b\\"              # APC
+               "\x1b[2J\x1b[7;3H\x1b[3A\x1b[K"       # clear screen, cursor moves, clear line
+               "fake: job finished OK\n"
+               "\x1b[1;31mcolourful-loss\x1b[0m 0.12\n"
+               "step 1/3\rstep 2/3\rstep 3/3\n")
+ATTACKS = ("\x1b]52;", "\x1b]0;", "\x1bP", "\x1b_", "\x1b[2J", "\x1b[7;3H", "\x1b[3A",
+           "\x1b[K", "\x07")
+
+
+@run_async
+async def test_a_log_tail_with_terminal_escapes_reaches_the_screen_inert_with_its_colours(home):
+    """The job detail's log tail holds OSC 52 (clipboard), OSC 0 (title), DCS, APC, a screen
+    clear and cursor moves: none of them is in what Textual writes to the terminal (the whole
+    screen rendered as terminal output), each shown as visible text instead, while the
+    job's colours and its progress bar's last state survive."""
+    _seed("busy")
+    app = _app(initial=source.fetch(), load_log=lambda job_id: HOSTILE_LOG)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _act(pilot, _find("ablation-7"), "enter")
+        assert type(app.screen).__name__ == "JobDetailScreen"
+        terminal = app.screen._compositor.render_full_update().render_segments(app.console)
+        for attack in ATTACKS:
+            assert attack not in terminal, attack
+        assert "\\x1b]52;c;cm0gLXJmIH4vKg==\\x07" in terminal    # shown, inert
+        assert "\\x1b[2J\\x1b[7;3H" in terminal
+        assert "step 3/3" in terminal and "step 2/3" not in terminal
+        log = app.screen.query_one("#log")
+        colours = [seg.style.color for strip in log.render_lines(log.region.reset_offset)
+                   for seg in strip if "colourful-loss" in seg.text and seg.style]
+        assert colours and colours[0] is not None and colours[0].name != "default"
+
+
 @run_async
 async def test_help_screen_opens_and_closes(home):
     _seed("empty")

@@ -63,7 +63,7 @@ def test_keys_refused_by_the_controller_are_said_once_while_the_job_runs(
     keys.thread = SimpleNamespace()                     # started (the terminal stays as is)
     states = iter([JobState.RUNNING] * 3 + [JobState.SUCCEEDED])
 
-    def job(_job_id):
+    def job(_job_id, _place=True):
         view = SimpleNamespace(id=9, state=next(states), attempts=1, exit_code=0, reason=None)
         return view, [view]
 
@@ -75,3 +75,28 @@ def test_keys_refused_by_the_controller_are_said_once_while_the_job_runs(
     said = [x for x in capsys.readouterr().err.splitlines() if "input not sent" in x]
     assert len(said) == 1 and "controller is not running" in said[0], said
     assert keys.take_error() is None
+
+
+def test_a_running_jobs_client_asks_for_the_job_not_the_whole_queue(monkeypatch):
+    """The queue's whole list (10,000 tasks of an array cost the controller a full read each)
+    is asked for only while the job waits, for its place; once it runs, the client (ten asks
+    a second with --pty) asks for its own job only."""
+    from types import SimpleNamespace
+
+    from iadeep_cli.jobs import JobState
+
+    states = iter([JobState.QUEUED] + [JobState.RUNNING] * 3 + [JobState.SUCCEEDED])
+    asked: list[str] = []
+
+    def ask(request):
+        asked.append(type(request).__name__)
+        view = SimpleNamespace(id=9, state=next(states), attempts=1, exit_code=0, reason=None,
+                               priority=0)
+        return [view] if asked[-1] == "ListRequest" else SimpleNamespace(job=view)
+
+    monkeypatch.setattr(run, "client", SimpleNamespace(ask=ask))
+    monkeypatch.setattr(run, "_drain_quietly", lambda log, out: False)
+    monkeypatch.setattr(run, "POLL_S", 0.0)
+    monkeypatch.setattr(run._Interrupts, "install", lambda self: None)
+    assert run.wait_for(9, False, False) == 0
+    assert asked == ["ListRequest", "ListRequest"] + ["ShowRequest"] * 3, asked

@@ -95,3 +95,21 @@ def test_a_copy_is_freed_once_all_its_jobs_ended_the_retention_ago(lab, monkeypa
     _add(service, tmp_path)                                    # room again
     with store.tx() as c:
         assert scripts.usage(c, "alice")[0] == 1
+
+
+def test_while_the_lab_total_runs_short_finished_copies_are_freed_after_a_day(lab):
+    """Past half of lab.script_copies_gib, a finished job's copy is freed a day after it
+    ended instead of after job_dir_retention (7 days); below half, the retention holds."""
+    store, service, tmp_path = lab
+    done = [_add(service, tmp_path, size=2**20) for _ in range(2)]
+    with store.tx() as c:
+        for job_id in done:
+            jobrows.transition(c, job_id, S.CANCELLED, "cancelled", "alice", 2000.0,
+                               ended_at=2000.0)
+    week, day = 7 * 86400.0, scripts.PRESSED_RETENTION_S
+    roomy = 8 * 2**20                                          # 2 MiB held: a quarter
+    assert copies.free(store, tmp_path / "scripts", week, 2000.0 + day, roomy) == []
+    short = 3 * 2**20                                          # 2 MiB held: two thirds
+    assert copies.free(store, tmp_path / "scripts", week, 2000.0 + day - 1, short) == []
+    assert copies.free(store, tmp_path / "scripts", week, 2000.0 + day, short) == done
+    assert _copies(tmp_path) == set()

@@ -77,6 +77,33 @@ def test_lab_trace_takes_solo_time_from_accounted_work_and_counts_what_it_leaves
     assert trace.left_out == {"without a profiled workload": 1, "not ended yet": 1}
 
 
+def _busy_history(conn, n):
+    """``n`` light jobs submitted a minute apart, each run for ten minutes as it came."""
+    rows = [(LIGHT[i % 3], NOW - (n - i) * 60.0) for i in range(n)]
+    for workload, submit in rows:
+        _job(conn, workload, submit, submit, submit + 600.0)
+
+
+def test_the_replay_takes_only_the_newest_jobs_of_a_busy_window(store):
+    """A lab that ran many more jobs in tune_days than the replay can take (its simulation's
+    cost grows about with the square of the jobs: 10,000 jobs took 639 s, 20,000 never ended
+    within the 30-minute cap): the replay is given the newest MAX_REPLAY_JOBS, the rest
+    counted as left out, however long the history."""
+    cap = whatif.MAX_REPLAY_JOBS
+    with store.tx() as conn:
+        _busy_history(conn, cap + 500)
+        trace = whatif.lab_trace(conn, NOW - 14 * 86400, NOW, shipped_profiles(), 100)
+    assert len(trace.jobs) == 100 and trace.left_out == {
+        "older than the newest 100": cap + 400}
+    assert trace.jobs[-1].submit_s == 99 * 60.0          # the newest, a minute apart
+    table = whatif.replay(store, Policy(), 14, NOW)       # (no GPUs yet: no simulation)
+    assert table["jobs"] == cap and f"500 older than the newest {cap}" in table["trace"]
+    with store.tx() as conn:
+        _gpus(conn, 2)
+    small = whatif.replay(store, Policy(), 14, NOW, max_jobs=60)   # simulated: 60 jobs
+    assert small["jobs"] == 60 and len(small["outcomes"]) == len(whatif.candidates(Policy()))
+
+
 def test_candidates_hold_pinned_keys_and_count_exclusive_once():
     free = whatif.candidates(Policy())
     assert len(free) == 9   # 1/GPU once + 2 x 2 floors x 2 rules

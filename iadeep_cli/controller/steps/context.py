@@ -11,11 +11,14 @@ from ...jobs import Job, JobState
 from ...nodes.connection import Pool
 from ...store import Store, jobrows
 from ..actions import NodeActions
+from ..interactive import Presence
 
 ACTOR = "controller"
 # Who asks to stop a job that ran past its --time, written where a user's name goes
 # (``cancel_requested_by``): no account can have this name (":" is not allowed in one).
 TIME_LIMIT = "iadeep:time-limit"
+# ... and an interactive job (`run --pty`) whose client is gone (controller/interactive.py)
+CLIENT_GONE = "iadeep:client-gone"
 
 
 @dataclasses.dataclass
@@ -32,6 +35,8 @@ class Context:
     clock: Callable[[], float]
     # the jobs the round reads, decoded once while their rows stay unchanged (swept each round)
     decoded: jobrows.Decoded = dataclasses.field(default_factory=jobrows.Decoded)
+    # when each `run --pty` job's client was last heard from (the service notes it)
+    presence: Presence = dataclasses.field(default_factory=Presence)
 
     def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
         """The jobs in ``states`` (on ``node``), oldest first, read in a transaction of their

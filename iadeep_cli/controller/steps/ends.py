@@ -12,7 +12,7 @@ from ...jobs import Job, JobState
 from ...text import hms
 from .. import idle, oom
 from .backoff import Backoff
-from .context import TIME_LIMIT, Context, Step
+from .context import CLIENT_GONE, TIME_LIMIT, Context, Step
 
 
 class Ends(Step):
@@ -101,4 +101,7 @@ def stopped(job: Job) -> tuple[JobState, str]:
     """The end of a job that was asked to stop: cancelled by a person, or timed out."""
     if job.cancel_requested_by == TIME_LIMIT:
         return JobState.TIMEOUT, f"time limit {hms(job.spec.time_limit_s)} reached"
+    if job.cancel_requested_by == CLIENT_GONE:
+        return JobState.CANCELLED, ("cancelled: its `iadeep run --pty` client had gone (not heard "
+                                    "from for longer than lab.interactive_grace)")
     return JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"

@@ -1,15 +1,15 @@
 """Step: stop the running jobs past their time limit (``--time``), signalling first
-(``--signal``)."""
+(``--signal``), and the interactive ones whose client has gone (``lab.interactive_grace``)."""
 from __future__ import annotations
 
 import logging
 from functools import partial
 
 from ...errors import IadeepError
-from ...jobs import JobState, parse_signal
+from ...jobs import Job, JobState, parse_signal
 from ...store import jobrows
 from ...text import hms
-from .context import TIME_LIMIT, Step
+from .context import CLIENT_GONE, TIME_LIMIT, Step
 
 log = logging.getLogger("iadeep.controller")
 
@@ -21,7 +21,9 @@ class Limits(Step):
         ``lab.kill_grace``) and recorded as ``timeout``, saying why. A job that asked for a
         ``--signal`` gets it first, its lead time before the limit (at most once an attempt:
         it is marked sent before it is sent)."""
-        for job in self.jobs({JobState.RUNNING}):
+        running = self.jobs({JobState.RUNNING})
+        self._orphans(running, now)
+        for job in running:
             limit, began = job.spec.time_limit_s, job.started_at
             if limit is None or began is None or job.cancel_requested_by or job.node is None:
                 continue
@@ -41,6 +43,27 @@ class Limits(Step):
             with self.store.tx() as conn:
                 jobrows.update(conn, job.id, cancel_requested_by=TIME_LIMIT,
                                reason=f"time limit {hms(limit)} reached; stopping it")
+
+    def _orphans(self, running: list[Job], now: float) -> None:
+        """Ask to stop each interactive job (``run --pty``) whose owner's client has not been
+        heard from (log reads, keystrokes: ``interactive.Presence``) for more than
+        ``lab.interactive_grace``: a client killed with SIGKILL cannot cancel it, and nobody
+        can type into its shell again. Recorded as cancelled, saying why."""
+        presence, grace = self.ctx.presence, self.ctx.inventory.interactive_grace_s
+        presence.keep_only(j.id for j in running if j.spec.interactive)
+        for job in running:
+            if not job.spec.interactive or job.cancel_requested_by:
+                continue
+            silent = presence.silent_for(job.id, now)
+            if silent <= grace:
+                continue
+            log.info("job %d (%s/%s): its `run --pty` client has not been heard from for %s; "
+                     "stopping it", job.id, job.owner, job.name, hms(silent))
+            with self.store.tx() as conn:
+                jobrows.update(conn, job.id, cancel_requested_by=CLIENT_GONE,
+                               reason=f"its `iadeep run --pty` client has not been heard from "
+                                      f"for {hms(silent)} (lab.interactive_grace "
+                                      f"{hms(grace)}); stopping it")
 
     def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:
         try:
