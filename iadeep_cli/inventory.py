@@ -350,10 +350,36 @@ def _webhook(ctx: _Ctx, node: yaml.Node, where: str) -> str:
     return value
 
 
+def _login_file(ctx: _Ctx, node: yaml.Node, where: str) -> str:
+    """The SMTP login's file: it must exist, be readable here, and be closed to everyone but
+    its owner (it holds a password); read again at each send, so it can be rotated in place."""
+    value = os.path.expanduser(_str(ctx, node, where))
+    try:
+        mode = os.stat(value).st_mode
+        readable = os.access(value, os.R_OK)
+    except OSError as exc:
+        raise ctx.fail(node, where, f"cannot read {value}: {exc.strerror}") from None
+    if not readable:
+        raise ctx.fail(node, where, f"{value} is not readable by this account (the "
+                                    "controller's)")
+    if mode & 0o077:
+        raise ctx.fail(node, where, f"{value} is open to other accounts (mode "
+                                    f"{mode & 0o777:o}); it holds a password: chmod 600 it")
+    return value
+
+
+SMTP_TLS = ("none", "starttls", "tls")
+WEBHOOK_FORMATS = ("auto", "slack", "mattermost", "discord", "teams", "ntfy", "json")
 _NOTIFY_FIELDS = {
     "default": _within(_str, lambda v: v in NOTIFY_WHEN, f"one of {', '.join(NOTIFY_WHEN)}"),
     "smtp": _smtp, "from": _address, "address": _address_pattern, "addresses": _addresses,
     "webhook": _webhook,
+    "tls": _within(_str, lambda v: v in SMTP_TLS, f"one of {', '.join(SMTP_TLS)}"),
+    "login_file": _login_file,
+    "ca_file": _within(_str, lambda v: os.path.isfile(os.path.expanduser(v)),
+                       "a file of CA certificates (PEM) that exists"),
+    "webhook_format": _within(_str, lambda v: v in WEBHOOK_FORMATS,
+                              f"one of {', '.join(WEBHOOK_FORMATS)}"),
 }
 
 
@@ -370,12 +396,26 @@ def _notify(ctx: _Ctx, node: yaml.Node, where: str) -> NotifySettings:
     if "smtp" in values and not {"address", "addresses"} & set(values):
         raise ctx.fail(at["smtp"], f"{where}.smtp", "e-mail needs users' addresses: add "
                        "address: '{user}@your.domain' and/or addresses: {user: address}")
+    tls = values.get("tls", "none")
+    for key in ("tls", "login_file", "ca_file"):
+        if key in values and "smtp" not in values:
+            raise ctx.fail(at[key], f"{where}.{key}", "an SMTP setting needs the server: add "
+                           "smtp: host:port")
+    if "login_file" in values and tls == "none":
+        raise ctx.fail(at["login_file"], f"{where}.login_file", "a login needs tls: starttls "
+                       "or tls (a password is never sent in clear)")
+    if "webhook_format" in values and "webhook" not in values:
+        raise ctx.fail(at["webhook_format"], f"{where}.webhook_format", "needs webhook: URL")
     if values.get("default", "none") != "none" and not {"smtp", "webhook"} & set(values):
         raise ctx.fail(at["default"], f"{where}.default", "a default other than none needs a "
                        "channel: add smtp: host:port (with address) or webhook: URL")
+    ca = values.get("ca_file")
     return NotifySettings(default=values.get("default", "none"), smtp=values.get("smtp"),
+                          smtp_tls=tls, smtp_login_file=values.get("login_file"),
+                          smtp_ca_file=None if ca is None else os.path.expanduser(ca),
                           sender=values.get("from"), address=values.get("address"),
-                          addresses=values.get("addresses", {}), webhook=values.get("webhook"))
+                          addresses=values.get("addresses", {}), webhook=values.get("webhook"),
+                          webhook_format=values.get("webhook_format", "auto"))
 
 
 def _listen(ctx: _Ctx, node: yaml.Node, where: str) -> tuple[str, int]:

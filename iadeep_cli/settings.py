@@ -180,10 +180,18 @@ class NotifySettings:
 
     default: str = "none"                 # --notify when a job does not say
     smtp: tuple[str, int] | None = None   # (host, port)
+    # how the relay is reached: "none" (plain, a lab relay), "starttls" (submission, port 587)
+    # or "tls" (implicit TLS, port 465); the server's certificate is always verified
+    smtp_tls: str = "none"
+    smtp_login_file: str | None = None    # "USER\nPASSWORD", readable by the controller alone
+    smtp_ca_file: str | None = None       # CA certificates for the relay; None: the system's
     sender: str | None = None             # From:; None: iadeep@<the controller's host>
     address: str | None = None            # e.g. "{user}@lab.example.org"
     addresses: dict[str, str] = field(default_factory=dict)   # user -> address, first
     webhook: str | None = None            # http(s) URL
+    # the chat service's own message form: slack (also Mattermost's), discord, teams, ntfy,
+    # json (the fields alone), or auto: told by the URL's host (else slack's form)
+    webhook_format: str = "auto"
 
     def email_for(self, user: str) -> str | None:
         """The user's address, or None when e-mail is not set up or does not reach them."""

@@ -1,6 +1,8 @@
 """``iadeep nodes``: check that every node answers, and trust a node's SSH host key."""
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
 
 import typer
@@ -37,6 +39,7 @@ def check(inventory: str | None = INVENTORY,
     from ..inventory import load_inventory  # YAML and the inventory: loaded when used
     from ..nodes.check import check_nodes, check_run_as
 
+    _as_the_controllers_account("iadeep nodes check")
     inv = load_inventory(inventory)
     snap = check_nodes(inv, connect_timeout=timeout)
     run_as = check_run_as(inv, connect_timeout=timeout)
@@ -62,6 +65,33 @@ def check(inventory: str | None = INVENTORY,
                            + (f"ok (sudo -n -u {user} works)" if why is None else f"FAIL  {why}"))
     if not all(n.ok for n in snap.nodes) or any(why for _, why in run_as.values()):
         raise typer.Exit(1)
+
+
+def _as_the_controllers_account(command: str) -> None:
+    """`nodes check` and `nodes trust` use the SSH keys, ~/.ssh/config and known_hosts of the
+    account that runs them: run by an admin whose own account it is not, they test (or
+    record) the wrong ones. Refused with the line to run instead, where the state directory
+    (IADEEP_HOME) belongs to another account."""
+    state = StateDir.default()
+    try:
+        owner = state.root.stat().st_uid
+    except OSError:
+        return   # no state directory yet: nothing to compare with
+    if owner == os.getuid():
+        return
+    try:
+        name = pwd.getpwuid(owner).pw_name
+    except KeyError:
+        name = str(owner)
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = str(os.getuid())
+    raise ConfigError(
+        f"`{command}` uses the SSH keys and known_hosts of the account that runs it, and the "
+        f"controller's state directory {state.root} belongs to {name}, not {me}",
+        hint=f"run it as the controller's account: sudo -u {name} sh -lc "
+             f"{shlex.quote(command)}")
 
 
 def _controllers_state_dir(command: str) -> None:
@@ -103,6 +133,7 @@ def trust(node: str = typer.Argument(..., help="node name from the inventory",
     from ..inventory import load_inventory
     from ..nodes.check import scan_node_key, trust_key
 
+    _as_the_controllers_account(f"iadeep nodes trust {node}")
     _controllers_state_dir(f"iadeep nodes trust {node}")
     scanned = scan_node_key(load_inventory(inventory), node)
     typer.echo(f"{scanned.node} ({scanned.known_hosts_name}): {scanned.key_type} "

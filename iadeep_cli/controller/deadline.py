@@ -141,3 +141,23 @@ class SMTP(smtplib.SMTP):
     def _get_socket(self, host, port, timeout):   # smtplib's hook for its connection
         sock = super()._get_socket(host, port, self.deadline.left())  # type: ignore[misc]
         return self.deadline.watch(sock)
+
+    def starttls(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        """STARTTLS, and the TLS socket it leaves watched by the deadline too (the plain one
+        it wrapped is gone)."""
+        reply = super().starttls(*args, **kwargs)
+        if self.sock is not None:
+            self.deadline.watch(self.sock)
+        return reply
+
+
+class SMTP_SSL(smtplib.SMTP_SSL):
+    """smtplib.SMTP_SSL (implicit TLS, port 465) whose socket ends at ``deadline``."""
+
+    def __init__(self, host: str, port: int, deadline: Deadline, context: ssl.SSLContext):
+        self.deadline = deadline
+        super().__init__(host, port, timeout=deadline.left(), context=context)
+
+    def _get_socket(self, host, port, timeout):   # the TLS socket, watched
+        sock = super()._get_socket(host, port, self.deadline.left())  # type: ignore[misc]
+        return self.deadline.watch(sock)

@@ -29,12 +29,14 @@ import json
 import logging
 import smtplib
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 from ..errors import IadeepError, StoreError
@@ -42,7 +44,13 @@ from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
 from ..store import Store, foreign, jobrows, outbox
 from ..text import clock as when, foreign_idle_line, gib, hms
-from .deadline import SMTP as deadline_smtp, Deadline, DeadlineExceeded, post_json
+from .deadline import (
+    SMTP as deadline_smtp,
+    SMTP_SSL as deadline_smtp_ssl,
+    Deadline,
+    DeadlineExceeded,
+    post_json,
+)
 
 log = logging.getLogger("iadeep.notify")
 CHANNELS = ("email", "webhook")
@@ -248,9 +256,12 @@ def build_array(tasks: list[Job], kind: str, state: str) -> Notice:
 # ---------------------------------------------------------------------------- the channels
 def send_email(settings: NotifySettings, to: str, notice: Notice,
                timeout: float = SEND_TIMEOUT_S) -> None:
-    """Through the lab's SMTP relay: plain SMTP, no login (a lab relay takes mail from its
-    hosts). Raises OSError or smtplib.SMTPException when the server does not take it, and
-    DeadlineExceeded when it has not within ``timeout`` seconds in all (however it answers)."""
+    """Through the lab's SMTP relay: plain (a lab relay that takes mail from its hosts), or
+    over TLS (``starttls`` or implicit ``tls``, the server's certificate verified against the
+    system's CAs or ``smtp_ca_file``) with a login from ``smtp_login_file`` (read at each send,
+    so it can be rotated in place). Raises OSError or smtplib.SMTPException when the server
+    does not take it, and DeadlineExceeded when it has not within ``timeout`` seconds in all
+    (however it answers)."""
     assert settings.smtp is not None   # only queued when e-mail is set up
     msg = EmailMessage()
     msg["Subject"] = notice.subject
@@ -259,25 +270,110 @@ def send_email(settings: NotifySettings, to: str, notice: Notice,
     msg["Auto-Submitted"] = "auto-generated"   # RFC 3834: no vacation replies to this
     msg.set_content(notice.text)
     host, port = settings.smtp
+    login = None if settings.smtp_login_file is None else _login(settings.smtp_login_file)
+    context = None
+    if settings.smtp_tls != "none":
+        context = ssl.create_default_context(cafile=settings.smtp_ca_file)
     with Deadline(timeout) as deadline:
         try:
-            with deadline_smtp(host, port, deadline) as smtp:
+            opened = deadline_smtp_ssl(host, port, deadline, context) \
+                if settings.smtp_tls == "tls" and context is not None else \
+                deadline_smtp(host, port, deadline)
+            with opened as smtp:
+                if settings.smtp_tls == "starttls":
+                    smtp.ehlo()
+                    if not smtp.has_extn("starttls"):   # never fall back to plain text
+                        raise smtplib.SMTPNotSupportedError(
+                            f"{host}:{port} offers no STARTTLS (lab.notify.tls: starttls)")
+                    smtp.starttls(context=context)
+                if login is not None:
+                    _log_in(smtp, *login)
                 smtp.send_message(msg)
         except (OSError, smtplib.SMTPException):
             deadline.check()   # cut off at the deadline: say so
             raise
 
 
-def send_webhook(url: str, notice: Notice, timeout: float = SEND_TIMEOUT_S) -> None:
-    """A JSON POST; any answer but 2xx is a failure (raises OSError), a redirect included
-    (never followed: the webhook's URL is the admin's choice, and whoever answers there must
-    not send the controller's requests anywhere else). The whole send, the answer's last byte
-    included, ends within ``timeout`` seconds (DeadlineExceeded)."""
-    data = json.dumps(webhook_body(notice)).encode()
+def _log_in(smtp: smtplib.SMTP, user: str, password: str) -> None:
+    """AUTH PLAIN where offered (one attempt: smtplib's login() would try every mechanism in
+    turn, and relays count failed attempts towards locking the account), else login()."""
+    smtp.ehlo_or_helo_if_needed()
+    if "plain" in smtp.esmtp_features.get("auth", "").lower().split():
+        smtp.user, smtp.password = user, password
+        smtp.auth("PLAIN", smtp.auth_plain)
+    else:
+        smtp.login(user, password)
+
+
+def _login(path: str) -> tuple[str, str]:
+    """(user, password) from the login file: ``USER`` and ``PASSWORD`` on two lines, or
+    ``USER:PASSWORD`` on one. Raises OSError naming the file when it cannot be used."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise OSError(f"cannot read the SMTP login file {path}: {exc.strerror}") from None
+    if len(lines) >= 2 and lines[0].strip():
+        return lines[0].strip(), lines[1].rstrip("\n")
+    if lines and ":" in lines[0]:
+        user, _, password = lines[0].partition(":")
+        return user.strip(), password
+    raise OSError(f"the SMTP login file {path} holds no USER and PASSWORD (two lines, or "
+                  "USER:PASSWORD)")
+
+
+def webhook_format(settings: NotifySettings) -> str:
+    """The message form the lab's webhook takes: as set, or told by its URL's host."""
+    if settings.webhook_format != "auto" or settings.webhook is None:
+        return settings.webhook_format
+    parts = urllib.parse.urlsplit(settings.webhook)
+    host, path = (parts.hostname or "").lower(), parts.path
+    if host in ("discord.com", "discordapp.com", "ptb.discord.com") and "/webhooks/" in path:
+        return "discord"
+    if host.endswith((".webhook.office.com", ".logic.azure.com", ".powerplatform.com")):
+        return "teams"
+    if host == "ntfy.sh" or host.startswith("ntfy."):
+        return "ntfy"
+    return "slack"   # Slack's {"text": ...}, which Mattermost, Rocket.Chat and most take
+
+
+def webhook_request(notice: Notice, form: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one webhook POST in the service's own form (``form``): the
+    text of ``webhook_body`` (mentions made inert), as each service shows a message."""
+    body = webhook_body(notice)
+    text = body["text"]
+    json_type = {"Content-Type": "application/json"}
+    if form in ("slack", "mattermost"):
+        return json.dumps(body).encode(), json_type
+    if form == "discord":   # content up to 2,000 characters; no mention may ping
+        return json.dumps({"content": text[:2000],
+                           "allowed_mentions": {"parse": []}}).encode(), json_type
+    if form == "teams":     # an Adaptive Card, as Teams' workflow webhooks take it
+        card = {"type": "AdaptiveCard", "version": "1.4",
+                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                "body": [{"type": "TextBlock", "text": line, "wrap": True}
+                         for line in text.split("\n")]}
+        return json.dumps({"type": "message", "attachments": [{
+            "contentType": "application/vnd.microsoft.card.adaptive", "content": card}]}
+        ).encode(), json_type
+    if form == "ntfy":      # plain text, the subject as its title
+        return text.encode(), {"Content-Type": "text/plain; charset=utf-8",
+                               "Title": notice.subject.encode("ascii", "replace").decode(),
+                               "Tags": "iadeep"}
+    return json.dumps({k: v for k, v in body.items() if k != "text"}).encode(), json_type
+
+
+def send_webhook(url: str, notice: Notice, timeout: float = SEND_TIMEOUT_S,
+                 form: str = "slack") -> None:
+    """A POST in the service's form (``webhook_request``); any answer but 2xx is a failure
+    (raises OSError), a redirect included (never followed: the webhook's URL is the admin's
+    choice, and whoever answers there must not send the controller's requests anywhere else).
+    The whole send, the answer's last byte included, ends within ``timeout`` seconds
+    (DeadlineExceeded)."""
+    data, headers = webhook_request(notice, form)
     with Deadline(timeout) as deadline:
         try:
-            status, reason = post_json(url, data, deadline, {
-                "Content-Type": "application/json", "User-Agent": "iadeep-notify"})
+            status, reason = post_json(url, data, deadline,
+                                       {**headers, "User-Agent": "iadeep-notify"})
         except DeadlineExceeded:
             raise
         except OSError as exc:
@@ -458,7 +554,8 @@ class Notifier:
         else:
             if self.settings.webhook is None:
                 raise _Unsendable("no webhook is set up any more")
-            send_webhook(self.settings.webhook, notice, self.timeout_s)
+            send_webhook(self.settings.webhook, notice, self.timeout_s,
+                         webhook_format(self.settings))
         log.info("notified %s of %s %d %s (%s)", job.owner,
                  "array" if note.kind.startswith("array_") else "job", job.id,
                  "start" if note.kind.endswith("start") else note.state, note.channel)
@@ -523,7 +620,8 @@ class Notifier:
                 else:
                     if self.settings.webhook is None:
                         raise _Unsendable("no webhook is set up any more")
-                    send_webhook(self.settings.webhook, notice, self.timeout_s)
+                    send_webhook(self.settings.webhook, notice, self.timeout_s,
+                         webhook_format(self.settings))
             except Exception as exc:   # every way a channel can fail: retried, then given up
                 tries = note.attempts + 1
                 give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)

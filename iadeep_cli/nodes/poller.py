@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import IadeepError
+from ..errors import HostKeyError, IadeepError
 from ..inventory import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
 from . import runas
@@ -117,6 +117,9 @@ class NodePool:
             else:
                 script = poll_script(node.workdir, expect, self.gpu_timeout, progress)
             _, out, err = self.run(node_name, ["sh", "-c", script])
+        except HostKeyError as exc:   # what to do about it is part of the news
+            return NodeSnapshot(node.name, start, error=f"{exc.message} ({exc.hint})"
+                                if exc.hint else exc.message)
         except IadeepError as exc:
             return NodeSnapshot(node.name, start, error=exc.message)
         except Exception as exc:  # a bug or a library surprise: this node's error, not a crash

@@ -17,17 +17,87 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class MailSink:
-    """An SMTP server taking every message; ``messages`` holds them as parsed e-mails."""
+def tls_files(folder) -> tuple[str, str, str]:
+    """A certificate authority and a server certificate for 127.0.0.1 it signed, written to
+    ``folder`` as PEM: (ca.pem, server.pem, server.key). What a university relay has, made
+    here (the client verifies the server against ca.pem, as it would against the system's)."""
+    import datetime
+    import ipaddress
+    from pathlib import Path
 
-    def __init__(self):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    folder = Path(folder)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, key, issuer, issuer_key, ca: bool):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), True))
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                 x509.DNSName("localhost")]), False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "iadeep test CA")])
+    ca = cert(ca_name, ca_key, ca_name, ca_key, True)
+    server = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), key,
+                  ca_name, ca_key, False)
+    paths = (folder / "ca.pem", folder / "server.pem", folder / "server.key")
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return tuple(str(p) for p in paths)   # type: ignore[return-value]
+
+
+class MailSink:
+    """An SMTP server taking every message; ``messages`` holds them as parsed e-mails.
+    ``tls``: "starttls" (offered and required before anything is taken) or "tls" (implicit,
+    as on port 465), with ``cert`` (server.pem, server.key); ``login``: the (user, password)
+    it requires, over TLS only (``logins`` records every attempt's user and its outcome)."""
+
+    def __init__(self, tls: str | None = None, cert: tuple[str, str] | None = None,
+                 login: tuple[str, str] | None = None):
+        import ssl
+
         from aiosmtpd.controller import Controller
+        from aiosmtpd.smtp import AuthResult
 
         self.messages: list[email.message.EmailMessage] = []
         self.envelopes: list[tuple[str, list[str]]] = []
+        self.logins: list[tuple[str, bool]] = []
         self.lock = threading.Lock()
         self.port = free_port()
-        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        kwargs: dict = {}
+        if tls is not None:
+            assert cert is not None
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*cert)
+            if tls == "starttls":
+                kwargs.update(tls_context=context, require_starttls=True)
+            else:
+                kwargs.update(ssl_context=context)
+        if login is not None:
+            def authenticate(server, session, envelope, mechanism, auth_data):
+                user = auth_data.login.decode()
+                ok = (user, auth_data.password.decode()) == login
+                with self.lock:
+                    self.logins.append((user, ok))
+                return AuthResult(success=ok, handled=False)   # handled: it replies 535
+            # over implicit TLS aiosmtpd does not know its session is encrypted (it sets that
+            # on STARTTLS): there every connection is, so it may offer AUTH at once
+            kwargs.update(auth_required=True, authenticator=authenticate,
+                          auth_require_tls=tls != "tls")
+        self.controller = Controller(self, hostname="127.0.0.1", port=self.port, **kwargs)
 
     async def handle_DATA(self, server, session, envelope):   # aiosmtpd's handler hook
         parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
@@ -78,7 +148,11 @@ class HookSink:
                 self.wfile.write(b"ok")
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    body = json.loads(raw)
+                else:   # a plain-text service's (ntfy): the text and its headers
+                    body = {"raw": raw.decode(), "headers": dict(self.headers.items())}
                 with sink.lock:
                     sink.visits.append(("POST", self.path))
                     sink.requests.append(body)

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 
 import pytest
 from test_ssh_hostkeys import iadeep
 
+from helpers.accounts import BOB, cli_as, needs_root, shared_dir
 from iadeep_cli.paths import StateDir
 
 pytestmark = pytest.mark.sshd
@@ -61,3 +63,36 @@ def test_trust_answered_no_records_nothing_and_says_so(sshd_cluster):
     yes = trust("y\n")
     assert yes.returncode == 0 and "recorded in" in yes.stdout
     assert StateDir.default().known_hosts.exists()
+
+
+def test_check_says_how_to_trust_an_unknown_host_key(sshd_cluster):
+    c = sshd_cluster(1, key="check-untrusted")
+    c.write_known_hosts(trusted=False)
+    StateDir.default().known_hosts.unlink(missing_ok=True)
+    res = iadeep("nodes", "check", "--inventory", str(c.inventory_path), "--timeout", "5")
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("node01"))
+    assert res.returncode == 1 and "unknown host key" in line, res.stdout
+    assert "run `iadeep nodes trust node01`" in line, line
+
+
+@pytest.mark.os_global
+@needs_root
+def test_an_admin_running_check_or_trust_as_themselves_is_told_to_use_the_controllers_account(
+        sshd_cluster):
+    """The admin's own ~/.ssh keys and known_hosts are not the controller's: instead of their
+    errors (`identity_file ~pi/... does not exist`, `cannot read known_hosts`), one line that
+    says which account to run it as, and how."""
+    c = sshd_cluster(1, key="check-as-admin")
+    with shared_dir("iadeep-nodes-admin-") as top:
+        home = top / "state"
+        home.mkdir()
+        (home / "nodes.yaml").write_text(c.inventory_yaml())
+        me = pwd.getpwuid(os.getuid()).pw_name
+        for argv, command in ((["nodes", "check"], "iadeep nodes check"),
+                              (["nodes", "trust", "node01", "--yes"],
+                               "iadeep nodes trust node01")):
+            done = cli_as(BOB, home, *argv)
+            assert done["rc"] == 1 and done["err"].count("\n") == 1, done
+            assert f"state directory {home} belongs to {me}, not {BOB}" in done["err"], done
+            assert f"run it as the controller's account: sudo -u {me} sh -lc '{command}'" in \
+                done["err"], done

@@ -58,6 +58,9 @@ def test_example_inventory_shows_every_field():
     # the keys self-tuning may change are shown commented out (written, they are pinned)
     shown["lab.policy"] |= set(re.findall(r"^    # (\w+): ", text, re.M)) & set(
         inventory.TUNABLE_KEYS)
+    # files only the lab's machine has are shown commented out too (written, they must exist)
+    shown["lab.notify"] |= set(re.findall(r"^    # (\w+): ", text, re.M)) & {"login_file",
+                                                                            "ca_file"}
     assert shown == {"lab": set(inventory._LAB_FIELDS), "lab.policy": set(inventory._POLICY_FIELDS),
                      "lab.notify": set(inventory._NOTIFY_FIELDS),
                      "lab.policy.fairshare": set(inventory._FAIRSHARE_FIELDS),
@@ -289,7 +292,10 @@ MAIL = {"smtp": "mail:25", "address": "'{user}@lab.example.org'"}
     (_notify(webhook="'http://x:99999/'"), "3: lab.notify.webhook: expected an http"),
     (_notify(default="end"), "3: lab.notify.default: a default other than none needs a channel"),
     (_notify(sms="yes"), "3: lab.notify.sms: unknown key 'sms' (allowed: address, addresses, "
-                         "default, from, smtp, webhook)"),
+                         "ca_file, default, from, login_file, smtp, tls, webhook, "
+                         "webhook_format)"),
+    (_notify(**MAIL, tls="ssl"), "5: lab.notify.tls: "),
+    (_notify(webhook_format="teams"), "3: lab.notify.webhook_format: needs webhook: URL"),
 ])
 def test_bad_notify_settings_name_file_line_and_field(text, expected):
     assert _error(text).startswith(f"lab/nodes.yaml:{expected}")
