@@ -129,6 +129,13 @@ class JobSpec:
     # sent by its owner through the controller (controller/interactive.py); --time defaults to
     # the lab's interactive_time_limit
     interactive: bool = False
+    # Declared able to be requeued (`queue add --requeue`, `#SBATCH --requeue`): it checkpoints
+    # on its checkpoint signal (``checkpoint_signal``, USR1 when none is given) and may be
+    # preempted (docs/scheduling.md).
+    requeue: bool = False
+    hold: bool = False                # --hold (sbatch -H): queued held, until released
+    begin_at: float | None = None     # --begin: not started before this time (epoch seconds)
+    cpus_per_task: int | None = None  # --cpus-per-task: SLURM_CPUS_PER_TASK in the job
 
 
 @dataclass(frozen=True)
@@ -387,14 +394,17 @@ DEFAULT_SIGNAL_LEAD_S = 60            # as Slurm's --signal without @
 
 
 def parse_signal(text: str) -> tuple[str, int]:
-    """``--signal`` as sbatch takes it, ``SIG[@SECONDS]``: (the signal's name, how many seconds
-    before the time limit to send it)."""
+    """``--signal`` as sbatch takes it, ``[B:]SIG[@SECONDS]``: (the signal's name, how many
+    seconds before the time limit to send it). ``B:`` (sbatch's: the batch shell alone, not
+    the programs it started) stays on the name, ``B:USR1``: ``Backend.signal`` takes it so."""
     name, at, lead = text.strip().partition("@")
+    batch = name[:2].upper() == "B:"
+    name = name[2:] if batch else name
     name = name.upper().removeprefix("SIG")
     if name not in SIGNALS or (at and not lead.isdigit()) or len(lead) > 7:
-        raise InputError(f"--signal {text[:40]!r} is not SIGNAL[@SECONDS]",
+        raise InputError(f"--signal {text[:40]!r} is not [B:]SIGNAL[@SECONDS]",
                          hint=f"e.g. --signal USR1@120; signals: {', '.join(SIGNALS)}")
-    return name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
+    return ("B:" if batch else "") + name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
 
 
 def parse_checkpoint_signal(text: str) -> str:

@@ -165,7 +165,8 @@ class Service(views.StoreReader):
             if old.spec.interactive:   # nobody would type into it
                 raise InputError(f"job {old.id} was interactive (`iadeep run --pty`)",
                                  hint="start it again with `iadeep run --pty ...`")
-            spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
+            spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=(),
+                                       hold=False, begin_at=None)
             validate_spec(spec)
             admission.check_priority(self.inventory, user, spec.priority)
             self._check_runnable(conn, old.owner, spec)

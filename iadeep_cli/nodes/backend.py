@@ -153,7 +153,8 @@ class Backend(Protocol):
 
     def signal(self, job_id: int, name: str, owner: str | None = None) -> bool:
         """Send signal ``name`` (one of ``jobs.SIGNALS``, else InputError) once to each process
-        of the job; the job is not otherwise touched. True if anything of it was there."""
+        of the job; ``B:NAME`` (sbatch's --signal=B:) to its batch script alone. The job is
+        not otherwise touched. True if anything of it was there."""
         ...
 
     def suspend(self, job_id: int, owner: str | None = None) -> bool:

@@ -45,7 +45,9 @@ class Schedule(Step):
         placement; record why each other queued job waits."""
         from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
 
-        queue, waits = self._dependencies_met(self.jobs({JobState.QUEUED}))
+        queue, later = self._begun(self.jobs({JobState.QUEUED}))
+        queue, waits = self._dependencies_met(queue)
+        waits.update(later)
         if not queue:
             with self.store.tx() as conn:
                 jobrows.set_reasons(conn, list(waits.items()))
@@ -111,6 +113,14 @@ class Schedule(Step):
         with self.store.tx() as conn:
             lab = [p for p, _source, _at in profrows.load_profiles(conn)]
         return model_speeds([*shipped_profiles().values(), *lab], models)
+
+    def _begun(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
+        """The queued jobs whose --begin time has come (sbatch's --begin), and why each other
+        one waits (until when): those are not even considered for a GPU."""
+        now = self.clock()
+        later = {j.id: f"waiting until {clock(j.spec.begin_at)} (--begin)" for j in queue
+                 if j.spec.begin_at is not None and j.spec.begin_at > now}
+        return ([j for j in queue if j.id not in later] if later else queue), later
 
     def _dependencies_met(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
         """The queued jobs whose dependencies are met (only these go to ``plan()``), and why

@@ -269,7 +269,8 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     # As the wrapper opens them, after its cd: relative names stay relative (stream_path
     # makes the same paths absolute to read them).
     out_file, err_file = ("''" if p is None else remote_path(
-        jobopts.expand_pattern(p, job.id, job.owner, job.name)) for p in (spec.output, spec.error))
+        jobopts.expand_pattern(p, job.id, job.owner, job.name, job.array_id, job.array_index,
+                               node)) for p in (spec.output, spec.error))
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
@@ -375,9 +376,26 @@ def signal(pool: NodeAccess, node: str, job_id: int, name: str,
     """Send signal ``name`` (one of ``jobs.SIGNALS``) once to each of the job's processes: its
     process group, and every process tagged with it outside that group (see ``cancel``); the
     wrapper survives it (its trap). True if anything of the job was there to get it."""
-    if name not in SIGNALS:
+    if name.removeprefix("B:") not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
+    if name.startswith("B:"):   # sbatch's --signal=B:SIG: the batch script alone
+        return _send_batch(pool, node, job_id, name[2:], owner)
     return _send(pool, node, job_id, name, owner)
+
+
+def _send_batch(pool: NodeAccess, node: str, job_id: int, name: str, owner: str | None
+                ) -> bool:
+    """Send ``name`` to the job's batch script alone (sbatch's ``--signal=B:SIG``): the
+    wrapper's (the recorded session leader's) own children, not what the script started."""
+    script = (
+        _find_job(pool, node, job_id) +
+        'sent=0; [ -n "$g" ] || { echo 0; exit 0; }\n'
+        'for s in /proc/[0-9]*/stat; do l=$(cat "$s" 2>/dev/null) || continue\n'
+        '  set -- ${l##*) }; [ "$2" = "$g" ] || continue\n'
+        f'  x=${{s#/proc/}}; kill -{name} "${{x%/stat}}" 2>/dev/null && sent=1; done\n'
+        'echo $sent\n'
+    )
+    return _sh(pool, node, script, owner=owner).strip() == "1"
 
 
 def _send(pool: NodeAccess, node: str, job_id: int, name: str, owner: str | None) -> bool:

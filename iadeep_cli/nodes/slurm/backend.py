@@ -268,11 +268,13 @@ def cancel(pool: SlurmAccess, job_id: int) -> str:
 
 
 def signal(pool: SlurmAccess, job_id: int, name: str) -> bool:
-    if name not in SIGNALS:
+    if name.removeprefix("B:") not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
     ids = [slurm_id for slurm_id, _, _ in _attempts(pool, job_id)]
+    whom = ["--batch"] if name.startswith("B:") else ["--full"]   # sbatch's --signal=B:
     if ids:
-        pool.slurm.run(["scancel", "--full", f"--signal={name}", *map(str, ids)])
+        pool.slurm.run(["scancel", *whom, f"--signal={name.removeprefix('B:')}",
+                        *map(str, ids)])
     return bool(ids)
 
 
