@@ -92,6 +92,9 @@ class JobView(Message):
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
     opportunistic: bool | None = optional()           # --opportunistic
     idle_after_s: float | None = optional()           # --idle-after
+    requeue: bool | None = optional()                 # --requeue
+    begin_at: float | None = optional()               # --begin
+    cpus_per_task: int | None = optional()            # --cpus-per-task
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -115,7 +118,9 @@ class JobView(Message):
             no_adapt=spec.no_adapt or None,
             suspended_s=round(job.suspended_s, 1) or None,
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
-            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s)
+            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
+            requeue=spec.requeue or None, begin_at=spec.begin_at,
+            cpus_per_task=spec.cpus_per_task)
 
 
 @dataclass(frozen=True)

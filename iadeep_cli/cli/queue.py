@@ -237,7 +237,19 @@ def add(
     if o["wrap"] is None:
         o = _with_directives(ctx, o, path, content, given)
     request = submission(o, content, path, "wrap" if o["wrap"] is not None else "")
-    print(client.submit(request, content).id)
+    try:
+        print(client.submit(request, content).id)
+    except InputError as exc:
+        # #SBATCH --mail-type where the lab has no channel to this user: a note, not a refusal
+        # of a script that runs the same without its messages
+        if not (exc.message.startswith("--notify") and o["notify"] is not None
+                and ctx.get_parameter_source("notify") != ParameterSource.COMMANDLINE
+                and "notify" not in given):
+            raise
+        _note(f"{path}: --mail-type left out: {exc.message}")
+        request = submission({**o, "notify": None}, content, path,
+                             "wrap" if o["wrap"] is not None else "")
+        print(client.submit(request, content).id)
 
 
 # `queue add`'s options that are not the script: `iadeep run` takes them too (cli/run.py).
@@ -462,10 +474,13 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes,
     adds to them. Every problem of the script is reported at once, each with its file:line."""
     text = content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace")
     problems: list[str] = []
+    hint = ("fix each line named; docs/submitting.md 'Coming from Slurm' says what iadeep "
+            "takes from #SBATCH")
     try:
         lines = directives(text)
     except InputError as exc:   # names the line: add the file
         problems.append(f"{path}: {exc.message}")
+        hint = exc.hint or hint
         lines = []
     from_iadeep = _iadeep_lines(ctx, path, lines, problems)
     from_sbatch: dict = {}
@@ -483,11 +498,11 @@ def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes,
         if reading.notes and not problems:
             _note(f"{path}: #SBATCH options that do nothing on one node: " + "; ".join(
                 f"{k} ({v})" if v else k for k, v in reading.notes.items()))
+    if len(problems) == 1:
+        raise InputError(problems[0], hint=hint)
     if problems:
-        raise InputError(f"{len(problems)} problem{'s' if len(problems) > 1 else ''} in "
-                         f"{path}'s directives: " + "; ".join(problems),
-                         hint="fix each line named; docs/submitting.md 'Coming from Slurm' "
-                              "says what iadeep takes from #SBATCH")
+        raise InputError(f"{len(problems)} problems in {path}'s directives: "
+                         + "; ".join(problems), hint=hint)
     out = dict(given)
     cli_env = list(given.get("env") or ())
 
@@ -753,7 +768,7 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
                "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
-               "checkpoints", "opportunistic")
+               "checkpoints", "opportunistic", "requeue", "begin_at", "cpus_per_task")
 
 
 _field = field_text   # the monitor's details pane shows fields the same way

@@ -147,6 +147,7 @@ class Reading:
     gpu_asks: dict[str, tuple[int, str]] = field(default_factory=dict)
     tasks: tuple[int, str] | None = None
     gpus_per_task: tuple[int, str] | None = None
+    tasks_per_gpu: str | None = None   # where --ntasks-per-gpu 1 was given
 
 
 class SbatchProblems(InputError):
@@ -366,6 +367,8 @@ def _one(what: str, hint: str) -> Handler:
                                      else "one task: the script runs once")
             if what == "tasks":
                 reading.tasks = (1, where)
+            if what == "tasks-per-gpu":
+                reading.tasks_per_gpu = f"{where} ({option})"
             return
         raise InputError(f"{option} {value[:20]} asks for {what} iadeep cannot give: a job "
                          f"runs once, on one node", hint=hint)
@@ -497,8 +500,8 @@ HANDLERS: dict[str, Handler] = {
     "ntasks": _one("tasks", "iadeep runs the script once; for CPU cores use --cpus-per-task"),
     "ntasks-per-node": _one("tasks", "iadeep runs the script once; for CPU cores use "
                                      "--cpus-per-task"),
-    "ntasks-per-gpu": _one("tasks", "iadeep runs the script once (torchrun can start one "
-                                    "process per GPU)"),
+    "ntasks-per-gpu": _one("tasks-per-gpu", "iadeep runs the script once (torchrun can "
+                                            "start one process per GPU)"),
     "dependency": _dependency, "signal": _signal, "mail-type": _mail_type,
     "mail-user": _mail_user, "requeue": _set("requeue", True),
     "no-requeue": _set("requeue", False), "hold": _set("hold", True), "begin": _begin,
@@ -520,6 +523,11 @@ def finish(reading: Reading) -> None:
         reading.problems.append(f"the GPU counts disagree: {said} (one node: give one count)")
     elif counts:
         reading.values["gpus"] = counts.pop()
+    gpus = reading.values.get("gpus", 1)
+    if reading.tasks_per_gpu is not None and gpus != 1:
+        reading.problems.append(f"{reading.tasks_per_gpu}: one task per GPU with {gpus} GPUs "
+                                f"is {gpus} tasks; iadeep runs the script once (start one "
+                                "process per GPU from it, e.g. torchrun --nproc-per-node)")
     if reading.values.pop("hold", False):
         reading.hold = True
 

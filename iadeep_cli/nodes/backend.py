@@ -39,9 +39,13 @@ from ..errors import NotFoundError
 from ..inventory import BackendKind
 from ..jobs import MAX_INPUT, TTY_INPUT, Job
 from ..snapshot import RemoteJob, RemoteState
-from .gpu import Expect  # (job id, recorded pid or backend job id, recorded start time)
 
-__all__ = ["MAX_INPUT", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "TTY_INPUT",
+# Expect: (job id, recorded pid or backend job id, recorded start time); REQUEUE_ASKED: an
+# exited job's reason when it asked to be requeued
+from .gpu import REQUEUE_ASKED, Expect
+
+__all__ = ["MAX_INPUT", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "REQUEUE_ASKED",
+           "TTY_INPUT",
            "Backend", "BackendKind", "Expect", "LaunchResult", "LogBytes", "RemoteJob",
            "RemoteState", "Stopped", "log_bytes"]
 

@@ -48,6 +48,7 @@ from ..backend import (
 )
 from ..connection import NodeAccess
 from ..gpu import Expect, parse_states, remote_path, split_sections
+from . import slurm_in_job
 from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, state_script
 
 # Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
@@ -72,6 +73,7 @@ done; }
 # the shell's message in ``log`` on a line of its own after OPEN_FAILED_LINE (the controller
 # reads it into the failure reason; both are the backends' contract, in ``nodes.backend``).
 _WRAPPER = r"""d=$1; w=$2; o=$3; e=$4; shift 4
+[ -d "$d/slurm" ] && PATH="$d/slurm:$PATH" && export PATH
 trap : TERM HUP INT QUIT USR1 USR2 ALRM
 run() { if [ -n "$o" ] && [ -n "$e" ]; then "$@" >"$o" 2>"$e"
   elif [ -n "$o" ]; then "$@" >"$o" 2>&1; elif [ -n "$e" ]; then "$@" 2>"$e"; else "$@"; fi; }
@@ -189,14 +191,17 @@ def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
     return out
 
 
-def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
-    """iadeep's own variables, as ``env`` arguments (nothing secret: every member sees them)."""
+def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str, node: str = "",
+              where: str = "") -> list[str]:
+    """iadeep's own variables and Slurm's (``slurm_in_job``), as ``env`` arguments (nothing
+    secret: every member sees them)."""
     ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
             ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
             ("IADEEP_PROGRESS_FILE", f"{jdir}/progress")]
     if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
         ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
                  ("IADEEP_ARRAY_INDEX", str(job.array_index))]
+    ours += slurm_in_job.variables(job, gpu_indices, node, where or jdir)
     return [shlex.quote(f"{k}={v}") for k, v in ours]
 
 
@@ -279,11 +284,13 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         # the job's variables: from stdin into a file only its account reads, gone from the
         # directory before the job starts; exported by the subshell that becomes the job
         'cat > env && exec 3< env && rm -f env || exit 3\n'
+        + slurm_in_job.install(shlex.quote(jdir)) +
         # A job started in the background (&) by a shell would ignore SIGINT and SIGQUIT for
         # good: it gets them back where env can (coreutils 8.31+), so --signal INT, and Ctrl-C
         # in `iadeep run --pty`, reach it.
         'e=env; env --default-signal=INT true 2>/dev/null && e="env --default-signal=INT,QUIT"\n'
-        f"(. /dev/fd/3; exec 3<&- setsid $e {' '.join(_env_args(job, gpu_indices, jdir))} "
+        f"(. /dev/fd/3; exec 3<&- setsid $e "
+        f"{' '.join(_env_args(job, gpu_indices, jdir, node, where or jdir))} "
         f"sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {out_file} {err_file} {argv}"
         ") </dev/null >log 2>&1 &\n"
