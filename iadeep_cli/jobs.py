@@ -136,6 +136,9 @@ class JobSpec:
     hold: bool = False                # --hold (sbatch -H): queued held, until released
     begin_at: float | None = None     # --begin: not started before this time (epoch seconds)
     cpus_per_task: int | None = None  # --cpus-per-task: SLURM_CPUS_PER_TASK in the job
+    # --mem (Slurm's: host RAM, MiB): a limit on the job's memory where its node can enforce it
+    # (a memory cgroup; docs/submitting.md "Coming from Slurm")
+    host_mem_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,7 @@ NOTIFY_WHEN = ("end", "fail", "all", "none")
 MAX_GPUS_PER_JOB = 64
 MAX_TIME_LIMIT_S = 365 * 86400
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+MAX_HOST_MEM_MIB = 64 * 1024**2   # --mem as host RAM: 64 TiB
 MAX_MEM_GIB = 4096.0          # GiB per GPU; no GPU comes close (and --mem in MiB is caught)
 PRIORITY_LIMIT = 1_000_000
 MAX_RETRIES = 100
@@ -446,6 +450,12 @@ def validate_spec(spec: JobSpec) -> None:
                   f"days, got {spec.idle_after_s:g} s", "e.g. --idle-after 2h")
     if spec.signal is not None:
         parse_signal(spec.signal)
+    if spec.host_mem_mib is not None and not 1 <= spec.host_mem_mib <= MAX_HOST_MEM_MIB:
+        raise bad(f"--mem (host RAM) must be from 1M to {MAX_HOST_MEM_MIB // 1024**2}T, got "
+                  f"{spec.host_mem_mib}M", "e.g. --mem 16G (host RAM, as in Slurm)")
+    if spec.cpus_per_task is not None and not 1 <= spec.cpus_per_task <= 4096:
+        raise bad(f"--cpus-per-task must be from 1 to 4096, got {spec.cpus_per_task}",
+                  "e.g. --cpus-per-task 8")
     if spec.checkpoint_signal is not None:
         parse_checkpoint_signal(spec.checkpoint_signal)
     if spec.notify not in NOTIFY_WHEN:

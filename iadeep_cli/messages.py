@@ -95,6 +95,7 @@ class JobView(Message):
     requeue: bool | None = optional()                 # --requeue
     begin_at: float | None = optional()               # --begin
     cpus_per_task: int | None = optional()            # --cpus-per-task
+    host_mem_mib: int | None = optional()             # --mem: host RAM (MiB)
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -120,7 +121,7 @@ class JobView(Message):
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
             opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
             requeue=spec.requeue or None, begin_at=spec.begin_at,
-            cpus_per_task=spec.cpus_per_task)
+            cpus_per_task=spec.cpus_per_task, host_mem_mib=spec.host_mem_mib)
 
 
 @dataclass(frozen=True)

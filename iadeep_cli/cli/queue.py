@@ -283,7 +283,8 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    parse_idle_after(o["idle_after"]),
                    requeue=bool(o["requeue"]), hold=bool(o["hold"]),
                    begin_at=None if o.get("begin") is None else float(o["begin"]),
-                   cpus_per_task=o.get("cpus_per_task"))
+                   cpus_per_task=o.get("cpus_per_task"),
+                   host_mem_mib=o.get("host_mem_mib"))
     if o.get("singleton"):
         spec = _singleton(spec)
     # --retries and --notify not given: the controller applies the lab's defaults
@@ -438,8 +439,12 @@ def slurm_options(o: dict, where: str) -> tuple[dict, set[str]]:
             _deprecated("--mem", "--gpu-mem", str(mem))
             if out.get("gpu_mem") is None:
                 out["gpu_mem"], set_keys = float(m[1]), set_keys | {"gpu_mem"}
-        else:
-            reading.notes.setdefault("--mem", sbatch.NOTED["mem"] or "")
+        else:   # with a unit, or more MiB than any GPU has GiB: host RAM, as Slurm's
+            try:
+                out["host_mem_mib"] = sbatch.mem_mib(str(mem), "--mem")
+                set_keys |= {"host_mem_mib"}
+            except InputError as exc:
+                reading.problems.append(f"{where}: {exc.message}")
     env = list(out.get("env") or [])
     sbatch_env = reading.values.pop("env", None)
     if isinstance(sbatch_env, list):
@@ -768,7 +773,8 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
                "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
-               "checkpoints", "opportunistic", "requeue", "begin_at", "cpus_per_task")
+               "checkpoints", "opportunistic", "requeue", "begin_at", "cpus_per_task",
+               "host_mem_mib")
 
 
 _field = field_text   # the monitor's details pane shows fields the same way

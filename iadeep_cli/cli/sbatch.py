@@ -67,6 +67,8 @@ LONG: dict[str, tuple[str, str]] = {
 }
 SHORT = {letter: name for name, (_, letter) in LONG.items() if letter}
 
+_MEM_NOTE = ("host RAM: a limit where the node can enforce it (a memory cgroup), not yet "
+             "counted in placement")
 # Accepted and named once in a note: what they do on a cluster, nothing on one node of a lab.
 NOTED = {
     "account": "accounts: iadeep's fair share is per user",
@@ -77,9 +79,7 @@ NOTED = {
     "licenses": "licenses: iadeep does not count them",
     "open-mode": "open mode: output files are written afresh on each start",
     "comment": "comments: not kept", "tmp": "local disk (--tmp): not counted",
-    "mem": "host RAM (--mem): not counted or enforced by iadeep yet",
-    "mem-per-cpu": "host RAM (--mem-per-cpu): not counted or enforced by iadeep yet",
-    "mem-per-gpu": "host RAM (--mem-per-gpu): not counted or enforced by iadeep yet",
+    "mem": _MEM_NOTE, "mem-per-cpu": _MEM_NOTE, "mem-per-gpu": _MEM_NOTE,
     "cpus-per-task": "CPUs (--cpus-per-task): given to the job as SLURM_CPUS_PER_TASK, not "
                      "counted or pinned by iadeep yet",
     "mincpus": "CPUs (--mincpus): not counted",
@@ -148,6 +148,7 @@ class Reading:
     tasks: tuple[int, str] | None = None
     gpus_per_task: tuple[int, str] | None = None
     tasks_per_gpu: str | None = None   # where --ntasks-per-gpu 1 was given
+    mem_per: tuple[str, int] | None = None   # ("cpu" or "gpu", MiB): --mem-per-cpu/-gpu
 
 
 class SbatchProblems(InputError):
@@ -487,6 +488,37 @@ def _cpus(text: str, option: str, where: str, reading: Reading) -> None:
         reading.notes.setdefault("--cpus-per-task", NOTED["cpus-per-task"] or "")
 
 
+_UNITS_MIB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}
+
+
+def mem_mib(text: str, option: str) -> int:
+    """A size as sbatch's --mem takes it (``8000`` MB, ``8000M``, ``16G``, ``16GB``, ``1T``,
+    ``512K``; Slurm's MB are MiB) in MiB, at least 1."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])?B?", text.strip(), re.IGNORECASE)
+    if m is None:
+        raise InputError(f"{option} {text[:40]!r} is not a size",
+                         hint="e.g. 16G or 8000M (host RAM, as in Slurm)")
+    return max(1, round(float(m[1]) * _UNITS_MIB[(m[2] or "M").upper()]))
+
+
+def _mem(text: str, option: str, where: str, reading: Reading) -> None:
+    if text.strip() == "0":   # Slurm's: all of the node's memory
+        reading.values.pop("host_mem_mib", None)
+        reading.notes.setdefault("--mem=0", "no limit on host RAM")
+        return
+    reading.values["host_mem_mib"] = mem_mib(text, option)
+    reading.mem_per = None
+    reading.notes.setdefault("--mem", _MEM_NOTE)
+
+
+def _mem_per(kind: str) -> Handler:
+    def handler(text: str, option: str, where: str, reading: Reading) -> None:
+        reading.mem_per = (kind, mem_mib(text, option))
+        reading.values.pop("host_mem_mib", None)
+        reading.notes.setdefault(f"--mem-per-{kind}", _MEM_NOTE)
+    return handler
+
+
 def _chdir(text: str, option: str, where: str, reading: Reading) -> None:
     reading.values["workdir"] = text
 
@@ -507,7 +539,8 @@ HANDLERS: dict[str, Handler] = {
     "no-requeue": _set("requeue", False), "hold": _set("hold", True), "begin": _begin,
     "nodelist": _nodes_words("nodelist"), "exclude": _nodes_words("exclude"),
     "constraint": _set("constraint", None), "exclusive": _exclusive, "chdir": _chdir,
-    "export": _export, "cpus-per-task": _cpus,
+    "export": _export, "cpus-per-task": _cpus, "mem": _mem, "mem-per-cpu": _mem_per("cpu"),
+    "mem-per-gpu": _mem_per("gpu"),
 }
 
 
@@ -528,6 +561,10 @@ def finish(reading: Reading) -> None:
         reading.problems.append(f"{reading.tasks_per_gpu}: one task per GPU with {gpus} GPUs "
                                 f"is {gpus} tasks; iadeep runs the script once (start one "
                                 "process per GPU from it, e.g. torchrun --nproc-per-node)")
+    if reading.mem_per is not None:   # per CPU or GPU, times how many: the job's limit
+        kind, each = reading.mem_per
+        count = reading.values.get("cpus_per_task" if kind == "cpu" else "gpus", 1)
+        reading.values["host_mem_mib"] = each * int(count)  # type: ignore[call-overload]
     if reading.values.pop("hold", False):
         reading.hold = True
 

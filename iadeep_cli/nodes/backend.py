@@ -40,12 +40,12 @@ from ..inventory import BackendKind
 from ..jobs import MAX_INPUT, TTY_INPUT, Job
 from ..snapshot import RemoteJob, RemoteState
 
-# Expect: (job id, recorded pid or backend job id, recorded start time); REQUEUE_ASKED: an
-# exited job's reason when it asked to be requeued
-from .gpu import REQUEUE_ASKED, Expect
+# Expect: (job id, recorded pid or backend job id, recorded start time); REQUEUE_ASKED and
+# MEM_LIMIT: an exited job's reason when it asked to be requeued, or went over its --mem
+from .gpu import MEM_LIMIT, REQUEUE_ASKED, Expect
 
-__all__ = ["MAX_INPUT", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "REQUEUE_ASKED",
-           "TTY_INPUT",
+__all__ = ["MAX_INPUT", "MAX_LOG_READ", "MEM_LIMIT", "OPEN_FAILED", "OPEN_FAILED_LINE",
+           "REQUEUE_ASKED", "TTY_INPUT",
            "Backend", "BackendKind", "Expect", "LaunchResult", "LogBytes", "RemoteJob",
            "RemoteState", "Stopped", "log_bytes"]
 

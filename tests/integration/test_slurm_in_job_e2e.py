@@ -148,3 +148,34 @@ def test_signal_b_reaches_the_batch_script_and_not_the_programs_it_started(lab):
     jobs = wait_done(lab, [job])
     assert jobs[job]["state"] == "succeeded", jobs[job]
     assert out.read_text().splitlines() == ["batch-got-usr1"]
+
+
+CGROUP = Path("/sys/fs/cgroup/memory")
+needs_memory_cgroup = pytest.mark.skipif(
+    not (CGROUP.is_dir() and __import__("os").access(CGROUP, __import__("os").W_OK)),
+    reason="this machine's account cannot make cgroup v1 memory cgroups")
+
+
+@pytest.mark.os_global
+@needs_memory_cgroup
+def test_a_job_over_its_mem_limit_is_stopped_and_the_reason_says_so(lab):
+    job = add(lab, "hog.sh", "#!/bin/sh\n#SBATCH --mem=64M\n"
+                             "python3 -c \"x = b'1' * (400 << 20); print(len(x))\"\n")
+    jobs = wait_done(lab, [job])
+    assert jobs[job]["state"] == "failed", jobs[job]
+    assert jobs[job]["reason"].startswith("went over its host memory limit (--mem 64M): the "
+                                          "node's memory cgroup stopped it"), jobs[job]
+
+
+@pytest.mark.os_global
+@needs_memory_cgroup
+def test_a_job_within_its_mem_limit_runs_and_its_cgroup_is_removed_after(lab):
+    out = lab.submit / "cg.txt"
+    job = add(lab, "fits.sh", "#!/bin/sh\n#SBATCH --mem=256M\n"
+                              f"grep memory /proc/self/cgroup > {out}\n"
+                              "python3 -c \"x = b'1' * (20 << 20); print(len(x))\"\n")
+    jobs = wait_done(lab, [job])
+    assert jobs[job]["state"] == "succeeded", jobs[job]
+    group = out.read_text().strip().split(":", 2)[2]
+    assert group.startswith(f"/iadeep/job-{job}-")
+    assert not (CGROUP / group.lstrip("/")).exists()

@@ -41,7 +41,7 @@ class Ends(Step):
     def finish(self, job: Job, code: int | None, said: str | None = None) -> None:
         """The attempt ended with exit ``code``; ``said``: the backend's word on it (the
         RemoteJob's reason: ``REQUEUE_ASKED`` when the job asked to be requeued)."""
-        from ...nodes.backend import REQUEUE_ASKED
+        from ...nodes.backend import MEM_LIMIT, REQUEUE_ASKED
 
         now = self.clock()
         if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
@@ -66,6 +66,10 @@ class Ends(Step):
                                  "(killed, or the node rebooted)"):
                 return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
+        elif said == MEM_LIMIT:
+            new, why = JobState.FAILED, (
+                f"went over its host memory limit (--mem {job.spec.host_mem_mib}M): the "
+                f"node's memory cgroup stopped it (exit code {code})")
         else:
             why = self._open_failure(job, code) or f"exited with code {code}"
             # out of GPU memory beside another job: named, learnt, and retried alone (oom.py)

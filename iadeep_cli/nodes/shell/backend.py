@@ -74,6 +74,9 @@ done; }
 # reads it into the failure reason; both are the backends' contract, in ``nodes.backend``).
 _WRAPPER = r"""d=$1; w=$2; o=$3; e=$4; shift 4
 [ -d "$d/slurm" ] && PATH="$d/slurm:$PATH" && export PATH
+mc=; [ -s "$d/cgroup" ] && read -r mc < "$d/cgroup" && { echo $$ > "$mc/cgroup.procs"; } \
+  2>/dev/null || mc=
+[ -s "$d/memnote" ] && cat "$d/memnote" >&2
 trap : TERM HUP INT QUIT USR1 USR2 ALRM
 run() { if [ -n "$o" ] && [ -n "$e" ]; then "$@" >"$o" 2>"$e"
   elif [ -n "$o" ]; then "$@" >"$o" 2>&1; elif [ -n "$e" ]; then "$@" 2>"$e"; else "$@"; fi; }
@@ -84,6 +87,11 @@ else printf '%s\n' "iadeep: cannot open the job's output: ${m#*: [0-9]*: }" >&2;
 i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
 """ + _TAGGED + r"""t=$(tagged)
 if [ -n "$t" ]; then kill -TERM $t 2>/dev/null; sleep 1; t=$(tagged); kill -KILL $t 2>/dev/null; fi
+if [ -n "$mc" ]; then k=$(sed -n 's/^oom_kill //p' "$mc/memory.oom_control" 2>/dev/null)
+  f=$(cat "$mc/memory.failcnt" 2>/dev/null)
+  if [ -n "$k" ]; then [ "$k" -gt 0 ]; else [ "$rc" = 137 ] && [ "${f:-0}" -gt 0 ]; fi &&
+    : > "$d/memlimit"
+  echo $$ > "${mc%/iadeep/*}/cgroup.procs" 2>/dev/null; rmdir "$mc" 2>/dev/null; fi
 echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
 assert OPEN_FAILED_LINE in _WRAPPER and f"rc={OPEN_FAILED};" in _WRAPPER   # the contract's
@@ -284,7 +292,8 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         # the job's variables: from stdin into a file only its account reads, gone from the
         # directory before the job starts; exported by the subshell that becomes the job
         'cat > env && exec 3< env && rm -f env || exit 3\n'
-        + slurm_in_job.install(shlex.quote(jdir)) +
+        + slurm_in_job.install(shlex.quote(jdir))
+        + slurm_in_job.memory_cgroup(job.id, spec.host_mem_mib) +
         # A job started in the background (&) by a shell would ignore SIGINT and SIGQUIT for
         # good: it gets them back where env can (coreutils 8.31+), so --signal INT, and Ctrl-C
         # in `iadeep run --pty`, reach it.

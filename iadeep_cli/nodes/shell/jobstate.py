@@ -154,7 +154,7 @@ def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | Non
         '      case "${1:-}" in Z*|X*|"") continue;; esac; [ "${4:-}" = "$p" ] && k=1 && break\n'
         '    done; set -f; [ $k = 1 ] && { echo "$j running $p $st"; continue; };; esac; fi\n'
         # the job asked to be requeued (its `scontrol requeue`: nodes/shell/slurm_in_job.py)
-        '  q=; [ -f "$d/requeue" ] && q=" requeue"\n'
+        '  q=; [ -f "$d/memlimit" ] && q=" mem-limit"; [ -f "$d/requeue" ] && q=" requeue"\n'
         '  echo "$j exited $p $c$q"\n'
         "done\n"
         # every claimed job directory: their processes are iadeep's (see job_map)

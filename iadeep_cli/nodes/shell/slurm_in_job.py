@@ -85,6 +85,31 @@ def install(jdir_q: str) -> str:
     return out
 
 
+CGROUP_V1 = "/sys/fs/cgroup/memory"
+
+
+def memory_cgroup(job_id: int, mib: int | None) -> str:
+    """Shell, run in the job directory before the start, that makes the job's memory cgroup
+    (cgroup v1) with its --mem limit (no swap beyond it where the kernel counts swap) and
+    names it in ``cgroup`` for the wrapper to join; where the job's account cannot, it leaves
+    the note that the limit is not enforced in ``memnote`` (the wrapper writes it to the job's
+    log). Nothing without --mem."""
+    if mib is None:
+        return "rm -f cgroup memnote\n"
+    limit = int(mib) * 1024 * 1024
+    return (
+        "rm -f cgroup memnote\n"
+        f"c={CGROUP_V1}/iadeep/job-{int(job_id)}-$(pwd | cksum | cut -d' ' -f1)\n"
+        f'if mkdir -p "$c" 2>/dev/null && echo {limit} > "$c/memory.limit_in_bytes"; then\n'
+        f'  [ -f "$c/memory.memsw.limit_in_bytes" ] && echo {limit} > '
+        '"$c/memory.memsw.limit_in_bytes"\n'
+        '  echo "$c" > cgroup\n'
+        f"else rmdir \"$c\" 2>/dev/null; echo \"iadeep: --mem {int(mib)}M is not enforced on "
+        "this node: this account cannot make a memory cgroup (cgroup v1, "
+        f"{CGROUP_V1})\" > memnote; fi 2>/dev/null\n"
+    )
+
+
 def variables(job: Job, gpu_indices: Sequence[int], node: str, run_dir: str
               ) -> list[tuple[str, str]]:
     """The ``SLURM_*`` variables of ``job`` on ``node`` with ``gpu_indices``, running in

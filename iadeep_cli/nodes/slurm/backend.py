@@ -220,6 +220,10 @@ def launch(pool: SlurmAccess, node: str, job: Job, gpu_indices: Sequence[int],
             f"--chdir={run_dir(job)}", f"--output={stream_path(job, 'output')}"]
     if job.spec.error:
         argv.append(f"--error={stream_path(job, 'error')}")
+    if job.spec.host_mem_mib:   # host RAM and CPUs as the job asked (Slurm enforces them)
+        argv.append(f"--mem={job.spec.host_mem_mib}M")
+    if job.spec.cpus_per_task:
+        argv.append(f"--cpus-per-task={job.spec.cpus_per_task}")
     if pool.settings.account:
         argv.append(f"--account={pool.settings.account}")
     if job.spec.time_limit_s:   # iadeep stops it first (and says timeout); Slurm's is the backstop
