@@ -271,8 +271,9 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    constraint=() if o["constraint"] is None else
                    parse_names("--constraint", o["constraint"], "&"),
                    nodelist=() if o["nodelist"] is None else
-                   parse_names("--nodelist", o["nodelist"]),
-                   exclude=() if o["exclude"] is None else parse_names("--exclude", o["exclude"]),
+                   parse_names("--nodelist", _hosts(o["nodelist"], "--nodelist")),
+                   exclude=() if o["exclude"] is None else
+                   parse_names("--exclude", _hosts(o["exclude"], "--exclude")),
                    exported=_exported(o["export"]),
                    after=_ids(o["after"], "--after"),
                    after_any=_ids(o["after_any"], "--after-any"),
@@ -293,6 +294,11 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
     return submitted
+
+
+def _hosts(text: str, option: str) -> str:
+    """Slurm's host list (``gpu[1-3],cpu1``) as names, on the command line as in #SBATCH."""
+    return ",".join(sbatch.expand_hostlist(text, option)) if "[" in text else text
 
 
 def _singleton(spec: JobSpec) -> JobSpec:
