@@ -434,8 +434,9 @@ def validate_spec(spec: JobSpec) -> None:
         raise bad(f"--gpus must be between 1 and {MAX_GPUS_PER_JOB}, got {spec.gpus}",
                   "ask for the number of GPUs the job uses, e.g. --gpus 1")
     if spec.mem_gib is not None and not 0 < spec.mem_gib <= MAX_MEM_GIB:
-        raise bad(f"--mem must be a positive number of GiB up to {MAX_MEM_GIB:g}, got "
-                  f"{spec.mem_gib}", "give the GPU memory one GPU of the job needs, e.g. --mem 12")
+        raise bad(f"--gpu-mem must be a positive number of GiB up to {MAX_MEM_GIB:g}, got "
+                  f"{spec.mem_gib}", "give the GPU memory one GPU of the job needs, e.g. "
+                  "--gpu-mem 12")
     if not 0 <= spec.retries <= MAX_RETRIES:
         raise bad(f"--retries must be between 0 and {MAX_RETRIES}, got {spec.retries}",
                   "e.g. --retries 2")

@@ -347,7 +347,7 @@ class Service(views.StoreReader):
         each = "" if spec.gpus == 1 else f" on each of {spec.gpus} GPUs of one node"
         raise InputError(
             f"the job needs {spec.mem_gib:g} GiB of GPU memory{each}; the largest GPU{among} has "
-            f"{largest:.1f} GiB", hint="--mem is the memory one GPU of the job needs, in GiB")
+            f"{largest:.1f} GiB", hint="--gpu-mem is the memory one GPU of the job needs, in GiB")
 
     def _allowed_nodes(self, spec: JobSpec) -> list:
         """The inventory's nodes the job's --constraint/--nodelist/--exclude allow; refuses

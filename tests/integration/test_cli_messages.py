@@ -110,7 +110,7 @@ def test_long_reasons_are_shortened_with_dots_only_on_a_terminal(unreachable, sc
 
 def test_show_prints_values_as_people_read_them(controller, script):
     home = controller.home
-    job = cli(home, "queue", "add", str(script), "a b", "--mem", "7.123456789", "--exclusive",
+    job = cli(home, "queue", "add", str(script), "a b", "--gpu-mem", "7.123456789", "--exclusive",
               "--env", "X=1 2", "--", "--lr", "3", check=True).stdout.strip()
     fields = dict(line.split(": ", 1) for line in
                   cli(home, "queue", "show", job, check=True).stdout.split("events:")[0]
