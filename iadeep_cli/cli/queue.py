@@ -99,10 +99,10 @@ def add(
                                          help="GPU memory per GPU, GiB (default: from the "
                                               "workload's profile)."),
     mem: str | None = typer.Option(None, "--mem", metavar="SIZE",
-                                   help="Deprecated for GPU memory (use --gpu-mem): a bare "
-                                        "number up to 4096 is still read as GPU GiB, with a "
-                                        "warning; with a unit (16G, 8000M) it is host RAM as "
-                                        "in Slurm (noted, not counted yet)."),
+                                   help="Host RAM as in Slurm (16G, 8000M): a limit where the "
+                                        "node enforces it, counted where the inventory gives "
+                                        "host_mem. A bare number up to 4096 is still read as "
+                                        "GPU GiB (--gpu-mem), with a warning, this release."),
     name: str = typer.Option("", "--name", "--job-name", "-J",
                              help="A name to recognise it by."),
     workload: str | None = typer.Option(None, "--workload",
@@ -216,10 +216,10 @@ def add(
     account: str | None = typer.Option(None, "--account", "-A", help="Accepted and noted."),
     qos: str | None = typer.Option(None, "--qos", "-q", help="Accepted and noted."),
     cpus_per_task: str | None = typer.Option(None, "--cpus-per-task", "-c", metavar="N",
-                                             help="CPUs: the job's SLURM_CPUS_PER_TASK "
-                                                  "(noted: not counted yet)."),
+                                             help="CPUs: the job's SLURM_CPUS_PER_TASK, "
+                                                  "counted where the inventory gives cpus."),
     mem_per_cpu: str | None = typer.Option(None, "--mem-per-cpu", metavar="SIZE",
-                                           help="Host RAM per CPU: noted, not counted yet."),
+                                           help="Host RAM per CPU (times --cpus-per-task)."),
     mail_type: str | None = typer.Option(None, "--mail-type", metavar="TYPE[,TYPE]",
                                          help="sbatch's BEGIN/END/FAIL/ALL/NONE, as --notify."),
     mail_user: str | None = typer.Option(None, "--mail-user", metavar="ADDRESS",

@@ -67,8 +67,8 @@ LONG: dict[str, tuple[str, str]] = {
 }
 SHORT = {letter: name for name, (_, letter) in LONG.items() if letter}
 
-_MEM_NOTE = ("host RAM: a limit where the node can enforce it (a memory cgroup), not yet "
-             "counted in placement")
+_MEM_NOTE = ("host RAM: a limit where the node can enforce it (a memory cgroup), counted "
+             "where the inventory gives the node's host_mem")
 # Accepted and named once in a note: what they do on a cluster, nothing on one node of a lab.
 NOTED = {
     "account": "accounts: iadeep's fair share is per user",
@@ -80,8 +80,8 @@ NOTED = {
     "open-mode": "open mode: output files are written afresh on each start",
     "comment": "comments: not kept", "tmp": "local disk (--tmp): not counted",
     "mem": _MEM_NOTE, "mem-per-cpu": _MEM_NOTE, "mem-per-gpu": _MEM_NOTE,
-    "cpus-per-task": "CPUs (--cpus-per-task): given to the job as SLURM_CPUS_PER_TASK, not "
-                     "counted or pinned by iadeep yet",
+    "cpus-per-task": "CPUs: SLURM_CPUS_PER_TASK in the job, counted where the inventory "
+                     "gives the node's cpus, not pinned",
     "mincpus": "CPUs (--mincpus): not counted",
     "cpus-per-gpu": "CPUs (--cpus-per-gpu): not counted",
     "time-min": "--time-min: the job keeps its --time",

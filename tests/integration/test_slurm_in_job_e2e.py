@@ -179,3 +179,39 @@ def test_a_job_within_its_mem_limit_runs_and_its_cgroup_is_removed_after(lab):
     group = out.read_text().strip().split(":", 2)[2]
     assert group.startswith(f"/iadeep/job-{job}-")
     assert not (CGROUP / group.lstrip("/")).exists()
+
+
+@pytest.fixture
+def small_node(sshd_cluster, tmp_path):
+    """One node with 2 GPUs whose inventory gives it 100M of host RAM and 4 CPUs."""
+    submit = tmp_path / "project"
+    submit.mkdir()
+    with fake_gpu_lab(sshd_cluster, tmp_path, nodes=1, gpus=2, lab="node_grace: 5",
+                      edit_nodes=lambda text: text.replace(
+                          "    workdir:", "    host_mem: 100M\n    cpus: 4\n    workdir:")) as ctl:
+        ctl.submit = submit
+        yield ctl
+
+
+def test_host_ram_is_counted_a_job_waits_for_it_and_starts_once_it_is_free(small_node):
+    lab = small_node
+    gate = lab.submit / "gate"
+    first = add(lab, "first.sh", f"#!/bin/sh\n#SBATCH --mem=60M\nwhile [ ! -e {gate} ]; do "
+                                 "sleep 0.2; done\n")
+    deadline = time.monotonic() + 60
+    while jobs_by_id(lab.home)[first]["state"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    second = add(lab, "second.sh", "#!/bin/sh\n#SBATCH --mem=60M -c 2\necho ran\n")
+    while time.monotonic() < deadline:
+        reason = jobs_by_id(lab.home)[second]["reason"]
+        if reason.startswith("waiting for host RAM"):
+            break
+        time.sleep(0.3)
+    jobs = jobs_by_id(lab.home)
+    assert jobs[second]["state"] == "queued", jobs[second]
+    assert jobs[second]["reason"].startswith("waiting for host RAM or CPUs (--mem 60M "
+                                             "--cpus-per-task 2): node"), jobs[second]
+    assert "has 40M RAM and 3 CPUs left" in jobs[second]["reason"]
+    gate.touch()
+    jobs = wait_done(lab, [first, second])
+    assert jobs[second]["state"] == "succeeded", jobs[second]

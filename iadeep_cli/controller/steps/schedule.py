@@ -10,6 +10,7 @@ from ...inventory import Inventory
 from ...jobs import ACTIVE, Job, JobState, dependencies
 from ...model.data import shipped_profiles
 from ...profiles import Profile
+from ...scheduler import hostres
 from ...scheduler.gpumodels import ModelSpeeds, model_speeds
 from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
@@ -79,14 +80,26 @@ class Schedule(Step):
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self.jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
-        decided = decide(queue, slots, self.adapt.residents(active))
+        # host RAM and CPUs (--mem, --cpus-per-task) on the nodes that count them
+        room = hostres.rooms(self.inventory.nodes, active)
+        planned, host_waits = hostres.restrict(queue, room)
+        decided = decide(planned, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(decided.waits))
+        waits.update({i: why for i, why in host_waits.items() if i in waits})
         by_id = {j.id: j for j in queue}
         for placement in decided.placements:
             job = by_id[placement.job_id]
             if placement.node in job.orphans:
                 waits[job.id] = f"waits for node {placement.node} to stop its lost attempt"
                 continue
+            node_room = room.get(placement.node)
+            if node_room is not None:
+                if hostres.asks(job.spec) and not node_room.fits(job.spec):
+                    # an earlier start this round took the room it needs there
+                    waits[job.id] = hostres.waiting_reason(job.spec,
+                                                           {placement.node: node_room})
+                    continue
+                node_room.take(job.spec)
             try:
                 self.launches.start(job, placement)
             except InvalidTransition:   # held or cancelled since the plan was made
