@@ -408,11 +408,13 @@ def slurm_options(o: dict, where: str) -> tuple[dict, set[str]]:
     out = dict(o)
     out["_slurm_read"] = True
     words: list[str] = []
+    old: set[str] = set()   # set by a deprecated short option's old meaning
     short_p, short_n = out.pop("short_p", None), out.pop("short_n", None)
     if short_p is not None:
         if re.fullmatch(r"[-+]?\d+", short_p.strip()):
             _deprecated("-p", "--priority", short_p)
             out["priority"] = int(short_p)
+            old.add("priority")
         else:
             words += ["--partition", short_p]
     if short_n is not None:
@@ -421,6 +423,7 @@ def slurm_options(o: dict, where: str) -> tuple[dict, set[str]]:
         else:
             _deprecated("-n", "--name", short_n)
             out["name"] = out.get("name") or short_n
+            old.add("name")
     for key, long in SLURM_PARAMS.items():
         if out.get(key) is not None:
             words += [f"--{long}", str(out.pop(key))]
@@ -429,7 +432,7 @@ def slurm_options(o: dict, where: str) -> tuple[dict, set[str]]:
     reading = sbatch.Reading()
     sbatch.read_words(words, where, reading)
     sbatch.finish(reading)
-    set_keys = set(reading.values)
+    set_keys = set(reading.values) | old
     if reading.hold:
         out["hold"], set_keys = True, set_keys | {"hold"}
     if reading.singleton:
