@@ -332,3 +332,18 @@ def test_begin_on_the_command_line_keeps_a_job_waiting_saying_until_when(queued,
             break
         time.sleep(0.5)
     assert "waiting until" in why and "(--begin)" in why, why
+
+
+def test_queue_show_says_when_a_job_begins_and_its_host_memory(queued, tmp_path):
+    path = _script(tmp_path, "#!/bin/sh\n#SBATCH --begin=2031-01-02T03:04:05 --mem=8G\n")
+    shown_text = cli(queued.home, "queue", "show", submit(queued, path).stdout.strip(),
+                     check=True).stdout
+    assert "begin_at: 2031-01-02 03:04:05" in shown_text
+    assert "host_mem_mib: 8192M" in shown_text
+
+
+def test_a_deprecated_short_option_on_the_command_line_wins_over_the_scripts_line(queued,
+                                                                                   tmp_path):
+    path = _script(tmp_path, "#!/bin/sh\n#SBATCH -J from-script\n")
+    job = shown(queued, submit(queued, path, "-n", "from-cli").stdout.strip())
+    assert job["name"] == "from-cli"
