@@ -145,7 +145,6 @@ class Reading:
     singleton: bool = False
     # GPU counts as given, by option (one node: all must agree)
     gpu_asks: dict[str, tuple[int, str]] = field(default_factory=dict)
-    tasks: tuple[int, str] | None = None
     gpus_per_task: tuple[int, str] | None = None
     tasks_per_gpu: str | None = None   # where --ntasks-per-gpu 1 was given
     mem_per: tuple[str, int] | None = None   # ("cpu" or "gpu", MiB): --mem-per-cpu/-gpu
@@ -366,8 +365,6 @@ def _one(what: str, hint: str) -> Handler:
             reading.notes.setdefault(option if option.startswith("--") else f"{option} 1",
                                      "one node: every iadeep job runs on one" if what == "nodes"
                                      else "one task: the script runs once")
-            if what == "tasks":
-                reading.tasks = (1, where)
             if what == "tasks-per-gpu":
                 reading.tasks_per_gpu = f"{where} ({option})"
             return
