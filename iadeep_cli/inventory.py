@@ -135,6 +135,16 @@ RUN_AS_FIELDS = {"run_as": _run_as, "allowed_users": _account_list, "allowed_gro
 _shared_paths = _list_of(
     _within(_str, lambda v: v.startswith("/") and "\0" not in v and "\n" not in v,
             "an absolute directory path, e.g. /home"), "absolute paths, e.g. [/home, /data]")
+def _host_mem(ctx: _Ctx, node: yaml.Node, where: str) -> int:
+    """``host_mem: 512G`` (K, M, G, T; a bare number: MiB, as Slurm's RealMemory) in MiB."""
+    text = str(_scalar(ctx, node, where)).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])?i?B?", text, re.IGNORECASE)
+    if m is None or float(m[1]) <= 0:
+        raise ctx.fail(node, where, "expected a size, e.g. 512G or 64000M")
+    return max(1, round(float(m[1]) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}[
+        (m[2] or "M").upper()]))
+
+
 _gpu_list = _list_of(_within(_int, lambda v: v >= 0, "a GPU index >= 0"),
                      "GPU indices, e.g. [0, 1]")
 
@@ -211,6 +221,8 @@ _NODE_FIELDS = {
     "workdir": _within(_str, lambda v: v != "" and (v[0] != "~" or v == "~" or v[:2] == "~/"),
                        "a directory path (absolute, ~/..., or relative to the node's home)"),
     **RUN_AS_FIELDS, "shared_paths": _shared_paths,
+    # host resources counted against jobs' --mem and --cpus-per-task (scheduler/hostres.py)
+    "host_mem": _host_mem, "cpus": _per_gpu,
 }
 _ADAPT_FIELDS = {
     "enabled": _bool, "stop_partners": _bool, "suspend": _bool, "phase": _bool,
@@ -505,6 +517,8 @@ def _nodes(ctx: _Ctx, node: yaml.Node, where: str, lab: dict[str, Any]) -> tuple
         if "shared_paths" not in values and "shared_paths" in lab:
             values["shared_paths"] = lab["shared_paths"]
         _run_as_defaults(ctx, item, sub, values, lab)
+        if "host_mem" in values:
+            values["host_mem_mib"] = values.pop("host_mem")
         result.append(Node(**values))
     return tuple(result)
 

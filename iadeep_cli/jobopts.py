@@ -70,14 +70,37 @@ def run_dir_note(spec: JobSpec, node: str, shared_paths: tuple[str, ...]) -> str
     return "in its job directory"
 
 
-_PATTERN = re.compile(r"%(.)")
+_PATTERN = re.compile(r"%(\d*)(.)")
+NO_ARRAY = 4294967294   # what Slurm puts for %a in a job that is not an array's task
 
 
-def expand_pattern(pattern: str, job_id: int, user: str, name: str) -> str:
-    """An --output/--error file name with sbatch's ``%j`` (job id), ``%u`` (user), ``%x``
-    (job name) and ``%%`` filled in; other ``%`` letters stay as written."""
-    values = {"j": str(job_id), "u": user, "x": name, "%": "%"}
-    return _PATTERN.sub(lambda m: values.get(m.group(1), m.group(0)), pattern)
+def expand_pattern(pattern: str, job_id: int, user: str, name: str,
+                   array_id: int | None = None, array_index: int | None = None,
+                   node: str | None = None) -> str:
+    """An --output/--error file name with sbatch's patterns filled in: ``%j`` and ``%J`` (the
+    job id: the batch step's has no step number), ``%A`` (the array's id; the job's own
+    outside an array), ``%a`` (the task's index; 4294967294 outside an array, as Slurm),
+    ``%b`` (the index modulo 10), ``%x`` (name), ``%u`` (user), ``%N`` (the node, once known),
+    ``%n``/``%t`` (node and task number: 0), ``%s`` (the step: ``batch``), ``%%``; a number
+    after ``%`` zero-pads a number (``%4a``: 0007). A name holding ``\\`` is taken as
+    written, without the backslashes (sbatch's rule); other ``%`` letters stay as written."""
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+    index = NO_ARRAY if array_index is None else array_index
+    numbers: dict[str, int] = {"j": job_id, "J": job_id, "A": array_id or job_id, "a": index,
+                               "b": index % 10, "n": 0, "t": 0}
+    words = {"x": name, "u": user, "s": "batch", "%": "%"}
+    if node is not None:
+        words["N"] = node.split(".")[0]
+
+    def fill(m: re.Match[str]) -> str:
+        pad, letter = m.group(1), m.group(2)
+        if letter in numbers:
+            return str(numbers[letter]).zfill(min(int(pad or 0), 10))
+        if letter in words and not pad:
+            return words[letter]
+        return m.group(0)
+    return _PATTERN.sub(fill, pattern)
 
 
 def stream_path(job: Job, stream: str, default_output: str, base: str,
@@ -95,7 +118,8 @@ def stream_path(job: Job, stream: str, default_output: str, base: str,
         raise InputError(f"job {job.id} has no separate stderr: it goes with its stdout",
                          hint=f"iadeep logs {job.id} shows both; submit with --error FILE "
                               "to keep them apart")
-    name = expand_pattern(pattern, job.id, job.owner, job.name)
+    name = expand_pattern(pattern, job.id, job.owner, job.name, job.array_id, job.array_index,
+                          job.node)
     if home is not None and (name == "~" or name.startswith("~/")):
         name = home.rstrip("/") + name[1:]
     if name.startswith("/") or name == "~" or name.startswith("~/"):

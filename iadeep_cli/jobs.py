@@ -119,8 +119,9 @@ class JobSpec:
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
     # then sends it SIG instead of suspending it, and requeues it (controller/adaptation.py).
     checkpoint_signal: str | None = None
-    # --requeue: it checkpoints on its checkpoint signal (checkpoint_signal, USR1 when none is
-    # given) and may be preempted: plan() may return it in Plan.preempt (Policy.preemption)
+    # --requeue (`#SBATCH --requeue`): it checkpoints on its checkpoint signal (checkpoint_signal,
+    # USR1 when none is given) and may be preempted: plan() may return it in Plan.preempt
+    # (Policy.preemption; docs/scheduling.md)
     requeue: bool = False
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
     # job waits for its GPU (AntMan's idea; controller/adaptation.py)
@@ -132,6 +133,12 @@ class JobSpec:
     # sent by its owner through the controller (controller/interactive.py); --time defaults to
     # the lab's interactive_time_limit
     interactive: bool = False
+    hold: bool = False                # --hold (sbatch -H): queued held, until released
+    begin_at: float | None = None     # --begin: not started before this time (epoch seconds)
+    cpus_per_task: int | None = None  # --cpus-per-task: SLURM_CPUS_PER_TASK in the job
+    # --mem (Slurm's: host RAM, MiB): a limit on the job's memory where its node can enforce it
+    # (a memory cgroup; docs/submitting.md "Coming from Slurm")
+    host_mem_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +247,7 @@ NOTIFY_WHEN = ("end", "fail", "all", "none")
 MAX_GPUS_PER_JOB = 64
 MAX_TIME_LIMIT_S = 365 * 86400
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+MAX_HOST_MEM_MIB = 64 * 1024**2   # --mem as host RAM: 64 TiB
 MAX_MEM_GIB = 4096.0          # GiB per GPU; no GPU comes close (and --mem in MiB is caught)
 PRIORITY_LIMIT = 1_000_000
 MAX_RETRIES = 100
@@ -401,14 +409,17 @@ DEFAULT_SIGNAL_LEAD_S = 60            # as Slurm's --signal without @
 
 
 def parse_signal(text: str) -> tuple[str, int]:
-    """``--signal`` as sbatch takes it, ``SIG[@SECONDS]``: (the signal's name, how many seconds
-    before the time limit to send it)."""
+    """``--signal`` as sbatch takes it, ``[B:]SIG[@SECONDS]``: (the signal's name, how many
+    seconds before the time limit to send it). ``B:`` (sbatch's: the batch shell alone, not
+    the programs it started) stays on the name, ``B:USR1``: ``Backend.signal`` takes it so."""
     name, at, lead = text.strip().partition("@")
+    batch = name[:2].upper() == "B:"
+    name = name[2:] if batch else name
     name = name.upper().removeprefix("SIG")
     if name not in SIGNALS or (at and not lead.isdigit()) or len(lead) > 7:
-        raise InputError(f"--signal {text[:40]!r} is not SIGNAL[@SECONDS]",
+        raise InputError(f"--signal {text[:40]!r} is not [B:]SIGNAL[@SECONDS]",
                          hint=f"e.g. --signal USR1@120; signals: {', '.join(SIGNALS)}")
-    return name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
+    return ("B:" if batch else "") + name, int(lead) if lead else DEFAULT_SIGNAL_LEAD_S
 
 
 def parse_checkpoint_signal(text: str) -> str:
@@ -443,8 +454,9 @@ def validate_spec(spec: JobSpec) -> None:
         raise bad(f"--gpus must be between 1 and {MAX_GPUS_PER_JOB}, got {spec.gpus}",
                   "ask for the number of GPUs the job uses, e.g. --gpus 1")
     if spec.mem_gib is not None and not 0 < spec.mem_gib <= MAX_MEM_GIB:
-        raise bad(f"--mem must be a positive number of GiB up to {MAX_MEM_GIB:g}, got "
-                  f"{spec.mem_gib}", "give the GPU memory one GPU of the job needs, e.g. --mem 12")
+        raise bad(f"--gpu-mem must be a positive number of GiB up to {MAX_MEM_GIB:g}, got "
+                  f"{spec.mem_gib}", "give the GPU memory one GPU of the job needs, e.g. "
+                  "--gpu-mem 12")
     if not 0 <= spec.retries <= MAX_RETRIES:
         raise bad(f"--retries must be between 0 and {MAX_RETRIES}, got {spec.retries}",
                   "e.g. --retries 2")
@@ -459,6 +471,12 @@ def validate_spec(spec: JobSpec) -> None:
                   f"days, got {spec.idle_after_s:g} s", "e.g. --idle-after 2h")
     if spec.signal is not None:
         parse_signal(spec.signal)
+    if spec.host_mem_mib is not None and not 1 <= spec.host_mem_mib <= MAX_HOST_MEM_MIB:
+        raise bad(f"--mem (host RAM) must be from 1M to {MAX_HOST_MEM_MIB // 1024**2}T, got "
+                  f"{spec.host_mem_mib}M", "e.g. --mem 16G (host RAM, as in Slurm)")
+    if spec.cpus_per_task is not None and not 1 <= spec.cpus_per_task <= 4096:
+        raise bad(f"--cpus-per-task must be from 1 to 4096, got {spec.cpus_per_task}",
+                  "e.g. --cpus-per-task 8")
     if spec.checkpoint_signal is not None:
         parse_checkpoint_signal(spec.checkpoint_signal)
     if spec.requeue and spec.interactive:

@@ -97,6 +97,9 @@ class JobView(Message):
     # "alice"); its signal is sent (or about to be)
     requeueing: str | None = optional()
     preempted: str | None = optional()   # waiting after "preempted for job 7 at 14:02; requeued"
+    begin_at: float | None = optional()               # --begin
+    cpus_per_task: int | None = optional()            # --cpus-per-task
+    host_mem_mib: int | None = optional()             # --mem: host RAM (MiB)
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -122,7 +125,8 @@ class JobView(Message):
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
             opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
             requeue=spec.requeue or None, requeueing=job.preempt_for,
-            preempted=job.preempted or None)
+            preempted=job.preempted or None, begin_at=spec.begin_at,
+            cpus_per_task=spec.cpus_per_task, host_mem_mib=spec.host_mem_mib)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,10 @@ class Node:
     # memory, processes) is read with nvidia-smi over SSH, as for an SSH node; its jobs still
     # go through Slurm. False: Slurm's GRES and the profiles alone.
     ssh_telemetry: bool = False
+    # Its host RAM (MiB) and CPUs, where the lab counts jobs' --mem and --cpus-per-task on it
+    # (scheduler/hostres.py); None: not counted
+    host_mem_mib: int | None = None
+    cpus: int | None = None
 
     @property
     def submitter(self) -> bool:

@@ -239,6 +239,10 @@ def field_text(name: str, value) -> str:
         return "yes" if value else "no"
     if name == "time_limit_s":
         return hms(value)
+    if name == "begin_at":   # --begin: a moment
+        return clock(value)
+    if name == "host_mem_mib":
+        return f"{value}M"
     if isinstance(value, float):
         return f"{value:.2f}"
     if name == "args":

@@ -1,6 +1,7 @@
 """`iadeep queue ...`: submit, list, inspect and control jobs (through the controller)."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import pwd
@@ -28,6 +29,7 @@ from ..jobopts import (
     parse_names,
 )
 from ..jobs import (
+    MAX_MEM_GIB,
     JobSpec,
     JobState,
     SubmitSpec,
@@ -49,7 +51,7 @@ from ..text import (
     shorten,
     when,
 )
-from . import complete, render
+from . import complete, render, sbatch
 from .errors import report
 from .lazy import client, messages as m
 
@@ -92,23 +94,30 @@ def add(
                                         "its #IADEEP lines are options). Or --wrap."),
     args: list[str] | None = typer.Argument(None, help="Arguments for the script; put "
                                             "options meant for the script after `--`."),
-    gpus: int = typer.Option(1, "--gpus", "-g", help="GPUs the job needs (on one node)."),
-    mem: float | None = typer.Option(None, "--mem", help="GPU memory per GPU, GiB."),
-    name: str = typer.Option("", "--name", "-n", "--job-name", "-J",
+    gpus: int = typer.Option(1, "--gpus", "-g", "-G", help="GPUs the job needs (on one node)."),
+    gpu_mem: float | None = typer.Option(None, "--gpu-mem", metavar="GIB",
+                                         help="GPU memory per GPU, GiB (default: from the "
+                                              "workload's profile)."),
+    mem: str | None = typer.Option(None, "--mem", metavar="SIZE",
+                                   help="Host RAM as in Slurm (16G, 8000M): a limit where the "
+                                        "node enforces it, counted where the inventory gives "
+                                        "host_mem. A bare number up to 4096 is still read as "
+                                        "GPU GiB (--gpu-mem), with a warning, this release."),
+    name: str = typer.Option("", "--name", "--job-name", "-J",
                              help="A name to recognise it by."),
-    workload: str | None = typer.Option(None, "--workload", "-w",
+    workload: str | None = typer.Option(None, "--workload",
                                         help="Profile label (see `iadeep profile list`).",
                                         autocompletion=complete.workloads),
     new_workload: bool = typer.Option(False, "--new-workload",
                                       help="--workload is a new label, though close to a "
                                            "known one (it is profiled on its first run)."),
-    priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first."),
+    priority: int = typer.Option(0, "--priority", help="Higher runs first."),
     exclusive: bool = typer.Option(False, "--exclusive", help="Never share its GPUs."),
     workdir: str | None = typer.Option(None, "--chdir", "-D", "--workdir", metavar="DIR",
                                        help="Working directory on the node (relative: to "
                                             "here). Default: this directory where the node "
                                             "shares it (shared_paths), else the job's own."),
-    env: list[str] | None = typer.Option(None, "--env", "-e", help="NAME=VALUE, repeatable."),
+    env: list[str] | None = typer.Option(None, "--env", help="NAME=VALUE, repeatable."),
     retries: int | None = typer.Option(None, "--retries",
                                        help="Requeue this often if its node is lost "
                                             "(default: the lab's default_retries)."),
@@ -135,13 +144,13 @@ def add(
                                       help="Its stdout (and stderr without --error) into FILE "
                                            "on the node, relative to its working directory; "
                                            "%j: job id, %u: user, %x: name."),
-    error: str | None = typer.Option(None, "--error", metavar="FILE",
+    error: str | None = typer.Option(None, "--error", "-e", metavar="FILE",
                                      help="Its stderr into FILE (as --output); "
                                           "`iadeep logs ID --stderr` reads it."),
     constraint: str | None = typer.Option(None, "--constraint", "-C", metavar="LABEL[&LABEL]",
                                           help="Only on nodes with all these labels (labels: "
                                                "in nodes.yaml)."),
-    nodelist: str | None = typer.Option(None, "--nodelist", metavar="NODE[,NODE]",
+    nodelist: str | None = typer.Option(None, "--nodelist", "-w", metavar="NODE[,NODE]",
                                         help="Only on one of these nodes."),
     exclude: str | None = typer.Option(None, "--exclude", "-x", metavar="NODE[,NODE]",
                                        help="Never on these nodes."),
@@ -153,7 +162,7 @@ def add(
     after_fail: str | None = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
                                           help="Start only once these jobs ended other than "
                                                "succeeded (cancelled if one succeeds)."),
-    array: str | None = typer.Option(None, "--array", metavar="INDICES[%N]",
+    array: str | None = typer.Option(None, "--array", "-a", metavar="INDICES[%N]",
                                      help="One task per index: 0-99, 1,3,5, 0-99:2; %8 runs "
                                           "at most 8 at once. Each gets IADEEP_ARRAY_INDEX."),
     retry_on_fail: bool = typer.Option(False, "--retry-on-fail",
@@ -181,6 +190,41 @@ def add(
                                         help="It may be requeued: it checkpoints on its "
                                              "--checkpoint-signal (USR1 by default) and starts "
                                              "again (sbatch's --requeue)."),
+    hold: bool = typer.Option(False, "--hold", "-H", help="Queue it held, until `iadeep queue "
+                              "release ID`."),
+    begin: str | None = typer.Option(None, "--begin", "-b", metavar="TIME",
+                                     help="Not before TIME, as sbatch writes it: now+1hour, "
+                                          "16:00, 2026-12-24T09:00, tomorrow."),
+    dependency: str | None = typer.Option(None, "--dependency", "-d", metavar="TYPE:ID[,...]",
+                                          help="sbatch's afterok/afterany/afternotok:ID[:ID] "
+                                               "(--after, --after-any, --after-fail) and "
+                                               "singleton."),
+    gres: str | None = typer.Option(None, "--gres", metavar="gpu[:TYPE]:N",
+                                    help="GPUs as sbatch asks for them (= --gpus N)."),
+    gpus_per_node: str | None = typer.Option(None, "--gpus-per-node", metavar="[TYPE:]N",
+                                             help="= --gpus N (one node)."),
+    gpus_per_task: str | None = typer.Option(None, "--gpus-per-task", metavar="[TYPE:]N",
+                                             help="= --gpus N (one task)."),
+    nodes: str | None = typer.Option(None, "--nodes", "-N", metavar="1",
+                                     help="1: every job runs on one node; more is refused."),
+    ntasks: str | None = typer.Option(None, "--ntasks", metavar="1",
+                                      help="1: the script runs once; more is refused."),
+    short_n: str | None = typer.Option(None, "-n", hidden=True),
+    short_p: str | None = typer.Option(None, "-p", hidden=True),
+    partition: str | None = typer.Option(None, "--partition", metavar="NAME",
+                                         help="Accepted and noted (-p too): iadeep places on "
+                                              "any node that fits."),
+    account: str | None = typer.Option(None, "--account", "-A", help="Accepted and noted."),
+    qos: str | None = typer.Option(None, "--qos", "-q", help="Accepted and noted."),
+    cpus_per_task: str | None = typer.Option(None, "--cpus-per-task", "-c", metavar="N",
+                                             help="CPUs: the job's SLURM_CPUS_PER_TASK, "
+                                                  "counted where the inventory gives cpus."),
+    mem_per_cpu: str | None = typer.Option(None, "--mem-per-cpu", metavar="SIZE",
+                                           help="Host RAM per CPU (times --cpus-per-task)."),
+    mail_type: str | None = typer.Option(None, "--mail-type", metavar="TYPE[,TYPE]",
+                                         help="sbatch's BEGIN/END/FAIL/ALL/NONE, as --notify."),
+    mail_user: str | None = typer.Option(None, "--mail-user", metavar="ADDRESS",
+                                         help="Noted: messages go where the lab sends yours."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -190,10 +234,23 @@ def add(
         param = next(p for p in ctx.command.params if p.name == "script")
         raise MissingParameter(ctx=ctx, param=param)
     content, path = _job_script(o["script"], o["wrap"], o["args"])
+    o, given = slurm_options(o, "the command line")
     if o["wrap"] is None:
-        o = _with_directives(ctx, o, path, content)
+        o = _with_directives(ctx, o, path, content, given)
     request = submission(o, content, path, "wrap" if o["wrap"] is not None else "")
-    print(client.submit(request, content).id)
+    try:
+        print(client.submit(request, content).id)
+    except InputError as exc:
+        # #SBATCH --mail-type where the lab has no channel to this user: a note, not a refusal
+        # of a script that runs the same without its messages
+        if not (exc.message.startswith("--notify") and o["notify"] is not None
+                and ctx.get_parameter_source("notify") != ParameterSource.COMMANDLINE
+                and "notify" not in given):
+            raise
+        _note(f"{path}: --mail-type left out: {exc.message}")
+        request = submission({**o, "notify": None}, content, path,
+                             "wrap" if o["wrap"] is not None else "")
+        print(client.submit(request, content).id)
 
 
 # `queue add`'s options that are not the script: `iadeep run` takes them too (cli/run.py).
@@ -203,9 +260,10 @@ SCRIPT_PARAMS = ("ctx", "script", "args", "wrap")
 def submission(o: dict, content: bytes, path: str, default_name: str = "") -> SubmitSpec:
     """The AddRequest spec of `queue add`'s options ``o`` (by parameter name) for the job
     script ``content`` at ``path``; checks it and the workload label first (InputError)."""
+    o, _ = slurm_options(o, "the command line")
     spec = JobSpec(script=path, args=tuple(o.get("args") or ()),
                    name=o["name"] or default_name, gpus=o["gpus"],
-                   mem_gib=o["mem"], workload=o["workload"], priority=o["priority"],
+                   mem_gib=o["gpu_mem"], workload=o["workload"], priority=o["priority"],
                    exclusive=o["exclusive"], workdir=_chdir(o["workdir"]),
                    env=parse_env(o["env"] or ()), min_speed=o["min_speed"],
                    time_limit_s=None if o["time"] is None else parse_time_limit(o["time"]),
@@ -214,8 +272,9 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    constraint=() if o["constraint"] is None else
                    parse_names("--constraint", o["constraint"], "&"),
                    nodelist=() if o["nodelist"] is None else
-                   parse_names("--nodelist", o["nodelist"]),
-                   exclude=() if o["exclude"] is None else parse_names("--exclude", o["exclude"]),
+                   parse_names("--nodelist", _hosts(o["nodelist"], "--nodelist")),
+                   exclude=() if o["exclude"] is None else
+                   parse_names("--exclude", _hosts(o["exclude"], "--exclude")),
                    exported=_exported(o["export"]),
                    after=_ids(o["after"], "--after"),
                    after_any=_ids(o["after_any"], "--after-any"),
@@ -224,13 +283,34 @@ def submission(o: dict, content: bytes, path: str, default_name: str = "") -> Su
                    checkpoint_signal=o["checkpoint_signal"], opportunistic=o["opportunistic"],
                    idle_after_s=None if o["idle_after"] is None else
                    parse_idle_after(o["idle_after"]),
-                   requeue=bool(o["requeue"]))
+                   requeue=bool(o["requeue"]), hold=bool(o["hold"]),
+                   begin_at=None if o.get("begin") is None else float(o["begin"]),
+                   cpus_per_task=o.get("cpus_per_task"),
+                   host_mem_mib=o.get("host_mem_mib"))
+    if o.get("singleton"):
+        spec = _singleton(spec)
     # --retries and --notify not given: the controller applies the lab's defaults
     submitted = SubmitSpec.of(spec, retries=o["retries"], notify=o["notify"])
     validate_spec(submitted.spec)
     if o["workload"] and not o["new_workload"]:
         _check_workload(o["workload"])
     return submitted
+
+
+def _hosts(text: str, option: str) -> str:
+    """Slurm's host list (``gpu[1-3],cpu1``) as names, on the command line as in #SBATCH."""
+    return ",".join(sbatch.expand_hostlist(text, option)) if "[" in text else text
+
+
+def _singleton(spec: JobSpec) -> JobSpec:
+    """sbatch's --dependency=singleton: after every unfinished job of this user with the same
+    name (as --after-any; none: it may start at once)."""
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    jobs, _ = client.read(m.ListRequest(owner=me))
+    same = tuple(j.id for j in jobs if j.name == spec.name and j.owner == me)
+    return dataclasses.replace(spec, after_any=tuple(dict.fromkeys((*spec.after_any, *same))))
 
 
 WRAP_PATH = "wrap.sh"
@@ -297,49 +377,202 @@ def _exported(mode: str | None) -> tuple[tuple[str, str], ...]:
     return pairs
 
 
-def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes) -> dict:
-    """``given`` (this command's options) with the script's #IADEEP lines filled in where the
-    command line does not set an option, as sbatch does with #SBATCH (--env adds to them).
-    Each line is parsed as this command's options; one it does not take is an error naming
-    the script's line."""
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+def _deprecated(old: str, new: str, value: str) -> None:
+    print(f"warning: {old} {value} is read as {new} {value} in this release only; {old} "
+          f"takes sbatch's meaning next (write {new} {value})", file=sys.stderr)
+
+
+# `queue add`'s parameters in sbatch's spelling only: turned into sbatch's words and read as
+# #SBATCH lines are (``slurm_options``); parameter -> sbatch's long option.
+SLURM_PARAMS = {"partition": "partition", "nodes": "nodes", "ntasks": "ntasks",
+                "gres": "gres", "gpus_per_node": "gpus-per-node",
+                "gpus_per_task": "gpus-per-task", "dependency": "dependency",
+                "begin": "begin", "mail_type": "mail-type", "mail_user": "mail-user",
+                "account": "account", "qos": "qos", "cpus_per_task": "cpus-per-task",
+                "mem_per_cpu": "mem-per-cpu"}
+_MEM = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]b?)?", re.IGNORECASE)
+_ENV_ITEM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+
+
+def slurm_options(o: dict, where: str) -> tuple[dict, set[str]]:
+    """``o`` (`queue add`'s options by parameter) with its sbatch spellings read with sbatch's
+    meaning (``sbatch.read_words``), the short options whose old meaning is deprecated
+    (``-p N``, ``-n NAME``, ``-e NAME=VALUE``, ``--mem GIB``) read the old way with a
+    warning, and the notes printed once. Returns it and the parameters those set (they count
+    as given on the command line). All of the problems in one InputError naming ``where``."""
+    if o.get("_slurm_read"):
+        return o, set()
+    out = dict(o)
+    out["_slurm_read"] = True
+    words: list[str] = []
+    old: set[str] = set()   # set by a deprecated short option's old meaning
+    short_p, short_n = out.pop("short_p", None), out.pop("short_n", None)
+    if short_p is not None:
+        if re.fullmatch(r"[-+]?\d+", short_p.strip()):
+            _deprecated("-p", "--priority", short_p)
+            out["priority"] = int(short_p)
+            old.add("priority")
+        else:
+            words += ["--partition", short_p]
+    if short_n is not None:
+        if short_n.strip().isdigit():
+            words += ["--ntasks", short_n]
+        else:
+            _deprecated("-n", "--name", short_n)
+            out["name"] = out.get("name") or short_n
+            old.add("name")
+    for key, long in SLURM_PARAMS.items():
+        if out.get(key) is not None:
+            words += [f"--{long}", str(out.pop(key))]
+        else:
+            out.pop(key, None)
+    reading = sbatch.Reading()
+    sbatch.read_words(words, where, reading)
+    sbatch.finish(reading)
+    set_keys = set(reading.values) | old
+    if reading.hold:
+        out["hold"], set_keys = True, set_keys | {"hold"}
+    if reading.singleton:
+        out["singleton"], set_keys = True, set_keys | {"singleton"}
+    mem = out.get("mem")
+    if mem is not None:
+        out["mem"] = None
+        m = _MEM.fullmatch(str(mem).strip())
+        if m is None:
+            reading.problems.append(f"{where}: --mem {str(mem)[:40]!r} is not a size "
+                                    "(e.g. 16G host RAM; GPU memory: --gpu-mem 12)")
+        elif m[2] is None and float(m[1]) <= MAX_MEM_GIB:
+            _deprecated("--mem", "--gpu-mem", str(mem))
+            if out.get("gpu_mem") is None:
+                out["gpu_mem"], set_keys = float(m[1]), set_keys | {"gpu_mem"}
+        else:   # with a unit, or more MiB than any GPU has GiB: host RAM, as Slurm's
+            try:
+                out["host_mem_mib"] = sbatch.mem_mib(str(mem), "--mem")
+                set_keys |= {"host_mem_mib"}
+            except InputError as exc:
+                reading.problems.append(f"{where}: {exc.message}")
+    env = list(out.get("env") or [])
+    sbatch_env = reading.values.pop("env", None)
+    if isinstance(sbatch_env, list):
+        env = [*sbatch_env, *env]
+    if env:
+        out["env"] = env
+    for key in ("after", "after_any", "after_fail"):
+        if key in reading.values:
+            out[key] = ",".join(str(x) for x in (out.get(key), reading.values.pop(key)) if x)
+    error = out.get("error")
+    if isinstance(error, str) and _ENV_ITEM.fullmatch(error) and "/" not in error \
+            and "%" not in error:   # the old -e NAME=VALUE
+        _deprecated("-e", "--env", error)
+        out["error"], env = None, [*env, error]
+        out["env"] = env
+    out.update(reading.values)
+    if reading.problems:
+        raise InputError("; ".join(reading.problems),
+                         hint="docs/submitting.md 'Coming from Slurm' says what iadeep takes")
+    if reading.notes:
+        _note(f"on one node, from {where}: " + "; ".join(
+            f"{k} ({v})" if v else k for k, v in reading.notes.items()))
+    return out, set_keys
+
+
+def _with_directives(ctx: typer.Context, given: dict, path: str, content: bytes,
+                     from_command_line: set[str] = frozenset()) -> dict:  # type: ignore[assignment]
+    """``given`` (this command's options) with the script's directives filled in where the
+    command line does not set an option, as sbatch does: ``#SBATCH`` lines with sbatch's
+    meaning (``cli/sbatch.py``; a lab setting IADEEP_SBATCH=warn leaves them unread, with a
+    warning), then ``#IADEEP`` lines (`queue add`'s own options, winning over #SBATCH); --env
+    adds to them. Every problem of the script is reported at once, each with its file:line."""
     text = content[:MAX_DIRECTIVE_SCAN].decode("utf-8", "replace")
+    problems: list[str] = []
+    hint = ("fix each line named; docs/submitting.md 'Coming from Slurm' says what iadeep "
+            "takes from #SBATCH")
     try:
         lines = directives(text)
     except InputError as exc:   # names the line: add the file
-        raise InputError(f"{path}: {exc.message}", hint=exc.hint) from None
-    if not lines:
-        _sbatch_note(path, text)
-        return given
+        problems.append(f"{path}: {exc.message}")
+        hint = exc.hint or hint
+        lines = []
+    from_iadeep = _iadeep_lines(ctx, path, lines, problems)
+    from_sbatch: dict = {}
+    if os.environ.get(sbatch.SETTING, "honour").strip().lower() == "warn":
+        if not lines:
+            _sbatch_note(path, text)
+    else:
+        reading = sbatch.read_script(path, text)
+        problems += reading.problems
+        from_sbatch = dict(reading.values)
+        if reading.hold:
+            from_sbatch["hold"] = True
+        if reading.singleton:
+            from_sbatch["singleton"] = True
+        if reading.notes and not problems:
+            _note(f"{path}: #SBATCH options that do nothing on one node: " + "; ".join(
+                f"{k} ({v})" if v else k for k, v in reading.notes.items()))
+    if len(problems) == 1:
+        raise InputError(problems[0], hint=hint)
+    if problems:
+        raise InputError(f"{len(problems)} problems in {path}'s directives: "
+                         + "; ".join(problems), hint=hint)
+    out = dict(given)
+    cli_env = list(given.get("env") or ())
+
+    def on_command_line(key: str) -> bool:
+        return key in from_command_line or (
+            key in ctx.params and ctx.get_parameter_source(key) == ParameterSource.COMMANDLINE)
+    env: list[str] = []
+    for values in (from_sbatch, from_iadeep):
+        for key, value in values.items():
+            if key == "env":
+                env += list(value)
+            elif not on_command_line(key):
+                out[key] = value
+    if env:
+        out["env"] = [*env, *cli_env]   # the command line's come last, and win on the node
+    return out
+
+
+def _iadeep_lines(ctx: typer.Context, path: str, lines: list[tuple[int, list[str]]],
+                  problems: list[str]) -> dict:
+    """The #IADEEP lines' options (by parameter), each line parsed as this command's options
+    and its sbatch spellings read as sbatch's (``slurm_options``); a line it does not take is
+    a problem naming the script's line."""
     command = ctx.command
     from_lines: dict = {}
     for number, words in lines:
-        where = f"{path}:{number}: #IADEEP {shlex.join(words)}"
+        where = f"{path}:{number}"
         try:
             with command.make_context(ctx.info_name, ["-", *words],
                                       parent=ctx.parent) as sub:
                 pass
         except UsageError as exc:
-            raise InputError(f"{where}: {exc.format_message()}",
-                             hint="#IADEEP lines take `iadeep queue add` options, e.g. "
-                                  "#IADEEP --gpus 2 --time 2:00:00") from None
+            problems.append(f"{where}: #IADEEP {shlex.join(words)}: {exc.format_message()}")
+            continue
         if sub.params.get("script") != "-" or sub.params.get("args"):
-            raise InputError(f"{where}: only options go on #IADEEP lines",
-                             hint="arguments for the script go on the command line")
-        for key, value in sub.params.items():
-            if key in ("script", "args", "wrap") or \
-                    sub.get_parameter_source(key) != ParameterSource.COMMANDLINE:
+            problems.append(f"{where}: only options go on #IADEEP lines (arguments for the "
+                            "script go on the command line)")
+            continue
+        line = {key: value for key, value in sub.params.items()
+                if key not in ("script", "args", "wrap")
+                and sub.get_parameter_source(key) == ParameterSource.COMMANDLINE}
+        try:
+            line, set_keys = slurm_options(line, where)
+        except InputError as exc:
+            problems.append(exc.message)
+            continue
+        line.pop("_slurm_read", None)
+        for key, value in line.items():
+            if value is None and key not in set_keys:
                 continue
             if key == "env":
                 from_lines[key] = [*from_lines.get(key, []), *value]
             else:
                 from_lines[key] = value
-    out = dict(given)
-    for key, value in from_lines.items():
-        if ctx.get_parameter_source(key) != ParameterSource.COMMANDLINE:
-            out[key] = value
-        elif key == "env":   # both: the command line's come last, and win on the node
-            out[key] = [*value, *(given[key] or ())]
-    return out
+    return from_lines
 
 
 # sbatch options with an `iadeep queue add` equivalent of the same meaning (sbatch's -e, -w,
@@ -561,7 +794,8 @@ SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "work
 # Shown only on the jobs that have them (dependencies, arrays, reruns).
 SHOW_IF_SET = ("after", "after_any", "after_fail", "array", "array_id", "array_index",
                "retry_on_fail", "rerun_of", "no_adapt", "suspended_s", "checkpoint_signal",
-               "checkpoints", "opportunistic", "requeue", "requeueing", "preempted")
+               "checkpoints", "opportunistic", "requeue", "requeueing", "preempted",
+               "begin_at", "cpus_per_task", "host_mem_mib")
 
 
 _field = field_text   # the monitor's details pane shows fields the same way

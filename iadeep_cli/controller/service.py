@@ -169,7 +169,8 @@ class Service(views.StoreReader):
             if old.spec.interactive:   # nobody would type into it
                 raise InputError(f"job {old.id} was interactive (`iadeep run --pty`)",
                                  hint="start it again with `iadeep run --pty ...`")
-            spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=())
+            spec = dataclasses.replace(old.spec, after=(), after_any=(), after_fail=(),
+                                       hold=False, begin_at=None)
             validate_spec(spec)
             admission.check_priority(self.inventory, user, spec.priority)
             admission.check_idle_after(self.inventory, user, spec.idle_after_s)
@@ -379,7 +380,7 @@ class Service(views.StoreReader):
         each = "" if spec.gpus == 1 else f" on each of {spec.gpus} GPUs of one node"
         raise InputError(
             f"the job needs {spec.mem_gib:g} GiB of GPU memory{each}; the largest GPU{among} has "
-            f"{largest:.1f} GiB", hint="--mem is the memory one GPU of the job needs, in GiB")
+            f"{largest:.1f} GiB", hint="--gpu-mem is the memory one GPU of the job needs, in GiB")
 
     def _allowed_nodes(self, spec: JobSpec) -> list:
         """The inventory's nodes the job's --constraint/--nodelist/--exclude allow; refuses

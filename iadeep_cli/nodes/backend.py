@@ -39,9 +39,13 @@ from ..errors import NotFoundError
 from ..inventory import BackendKind
 from ..jobs import MAX_INPUT, TTY_INPUT, Job
 from ..snapshot import RemoteJob, RemoteState
-from .gpu import Expect  # (job id, recorded pid or backend job id, recorded start time)
 
-__all__ = ["MAX_INPUT", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "TTY_INPUT",
+# Expect: (job id, recorded pid or backend job id, recorded start time); REQUEUE_ASKED and
+# MEM_LIMIT: an exited job's reason when it asked to be requeued, or went over its --mem
+from .gpu import MEM_LIMIT, REQUEUE_ASKED, Expect
+
+__all__ = ["MAX_INPUT", "MAX_LOG_READ", "MEM_LIMIT", "OPEN_FAILED", "OPEN_FAILED_LINE",
+           "REQUEUE_ASKED", "TTY_INPUT",
            "Backend", "BackendKind", "Expect", "LaunchResult", "LogBytes", "RemoteJob",
            "RemoteState", "Stopped", "log_bytes"]
 
@@ -154,7 +158,8 @@ class Backend(Protocol):
 
     def signal(self, job_id: int, name: str, owner: str | None = None) -> bool:
         """Send signal ``name`` (one of ``jobs.SIGNALS``, else InputError) once to each process
-        of the job; the job is not otherwise touched. True if anything of it was there."""
+        of the job; ``B:NAME`` (sbatch's --signal=B:) to its batch script alone. The job is
+        not otherwise touched. True if anything of it was there."""
         ...
 
     def suspend(self, job_id: int, owner: str | None = None) -> bool:

@@ -272,6 +272,13 @@ def _int(text: str) -> int | None:
     return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else None
 
 
+# An exited job's RemoteJob.reason when it asked to be requeued (a shell node's `scontrol
+# requeue`, nodes/shell/slurm_in_job.py): the controller queues it again instead of ending it.
+REQUEUE_ASKED = "requeue"
+# ... when its memory cgroup killed something of it: it went over its --mem (host RAM) limit
+MEM_LIMIT = "mem-limit"
+
+
 def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
     """The state section (see ``state_script``) -> ((job id, RemoteJob), ...)."""
     out = []
@@ -285,7 +292,9 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
             job = RemoteJob(RemoteState.RUNNING, None, pid,
                             _int(parts[3]) if len(parts) > 3 else None)
         elif parts[1] == "exited":
-            job = RemoteJob(RemoteState.EXITED, _int(parts[3]) if len(parts) > 3 else None, pid)
+            job = RemoteJob(RemoteState.EXITED, _int(parts[3]) if len(parts) > 3 else None, pid,
+                            reason=parts[4] if parts[4:5] in ([REQUEUE_ASKED], [MEM_LIMIT])
+                            else None)
         else:
             job = RemoteJob(RemoteState(parts[1]))
         out.append((int(parts[0]), job))

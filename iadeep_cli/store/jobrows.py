@@ -177,25 +177,27 @@ def _spec_values(spec: JobSpec) -> list[Any]:
 def insert(conn: sqlite3.Connection, owner: str, spec: JobSpec, now: float,
            token: str | None = None, reason: str = "submitted", actor: str | None = None
            ) -> tuple[int, bool]:
-    """Insert a queued job; returns (id, created). A repeated ``token`` returns the first id,
-    so a client that retries after a lost reply never creates a duplicate. ``reason`` and
-    ``actor`` (default: the owner) are its first event's."""
+    """Insert a queued job (held with --hold); returns (id, created). A repeated ``token``
+    returns the first id, so a client that retries after a lost reply never creates a
+    duplicate. ``reason`` and ``actor`` (default: the owner) are its first event's."""
     if token is not None:
         row = conn.execute("SELECT id FROM jobs WHERE client_token=?", (token,)).fetchone()
         if row:
             return row["id"], False
+    state = JobState.HELD if spec.hold else JobState.QUEUED   # --hold: queued held
     cols = ", ".join(_SPEC_COLUMNS)
     marks = ", ".join("?" * len(_SPEC_COLUMNS))
     later = _spec_extra(spec)
     cur = conn.execute(
         f"INSERT INTO jobs (client_token, owner, state, submitted_at, extra, {cols}) "
         f"VALUES (?, ?, ?, ?, ?, {marks})",
-        [token, owner, JobState.QUEUED.value, now, json.dumps({"spec": later} if later else {}),
+        [token, owner, state.value, now, json.dumps({"spec": later} if later else {}),
          *_spec_values(spec)],
     )
     job_id = cur.lastrowid
     assert job_id is not None   # set by every INSERT
-    add_event(conn, job_id, now, None, JobState.QUEUED, reason, actor or owner)
+    add_event(conn, job_id, now, None, state,
+              reason + (" held (--hold)" if spec.hold else ""), actor or owner)
     return job_id, True
 
 

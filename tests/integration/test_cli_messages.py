@@ -206,7 +206,7 @@ def test_queue_why_names_an_arrays_task_as_the_user_did(unreachable, script):
 
 def test_show_prints_values_as_people_read_them(controller, script):
     home = controller.home
-    job = cli(home, "queue", "add", str(script), "a b", "--mem", "7.123456789", "--exclusive",
+    job = cli(home, "queue", "add", str(script), "a b", "--gpu-mem", "7.123456789", "--exclusive",
               "--env", "X=1 2", "--", "--lr", "3", check=True).stdout.strip()
     fields = dict(line.split(": ", 1) for line in
                   cli(home, "queue", "show", job, check=True).stdout.split("events:")[0]

@@ -85,11 +85,11 @@ def test_an_unknown_option_says_script_options_go_after_double_dash(tmp_path):
               "options meant for the script go after `--`: iadeep queue add SCRIPT -- --lr")
 
 
-def test_sbatch_lines_without_iadeep_lines_get_a_warning_naming_the_equivalent(queued,
-                                                                                  tmp_path):
+def test_where_the_lab_chose_warn_sbatch_lines_get_a_warning_naming_the_equivalent(
+        queued, tmp_path):
     script = _script(tmp_path, b"#!/bin/sh\n#SBATCH --gres=gpu:2\n#SBATCH -t 1:00:00\n"
                                b"#SBATCH -e err.txt\n#SBATCH --mem=32G\necho hi\n")
-    out = cli(queued.home, "queue", "add", script, check=True)
+    out = cli(queued.home, "queue", "add", script, check=True, IADEEP_SBATCH="warn")
     assert out.stdout.strip().isdigit()
     warning = out.stderr.strip()
     assert warning.startswith(f"warning: {script} has #SBATCH lines, which iadeep does not read")
@@ -97,7 +97,8 @@ def test_sbatch_lines_without_iadeep_lines_get_a_warning_naming_the_equivalent(q
                  "line 4: #IADEEP --error err.txt", "line 5: no equivalent for --mem=32G"):
         assert said in warning, warning
     mixed = _script(tmp_path, b"#!/bin/sh\n#IADEEP --gpus 1\n#SBATCH -t 5\n", "mixed.sh")
-    assert "#SBATCH" not in cli(queued.home, "queue", "add", mixed, check=True).stderr
+    assert "#SBATCH" not in cli(queued.home, "queue", "add", mixed, check=True,
+                                IADEEP_SBATCH="warn").stderr
 
 
 def test_crlf_in_the_hashbang_line_is_refused_with_the_fix(tmp_path):

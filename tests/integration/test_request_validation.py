@@ -115,7 +115,7 @@ POISON = [
     ({"workload": "\u202eevil"}, "--workload contains the control character '\\u202e'"),
     ({"script": "/tmp/x\x1b.sh"}, "the script's path contains the control character"),
     ({"gpus": 65}, "--gpus must be between 1 and 64"),
-    ({"mem_gib": 1e6}, "--mem must be a positive number of GiB up to 4096"),
+    ({"mem_gib": 1e6}, "--gpu-mem must be a positive number of GiB up to 4096"),
     ({"min_speed": 0}, "--min-speed must be in (0, 1]"),
     ({"retries": 10**6}, "--retries must be between 0 and 100"),
     ({"priority": 2**40}, "--priority must be between"),

@@ -107,10 +107,10 @@ def test_directives_wrap_chdir_and_working_directory_defaults(lab):
 
 def test_a_directive_it_does_not_know_is_refused_naming_the_line(lab):
     script = lab.submit / "bad.sh"
-    script.write_text("#!/bin/sh\n#IADEEP --gpus 1\n#IADEEP --partition gpu\necho no\n")
+    script.write_text("#!/bin/sh\n#IADEEP --gpus 1\n#IADEEP --frobnicate gpu\necho no\n")
     proc = submit(lab, "bad.sh", check=False)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
-    assert f"{script}:3: #IADEEP --partition gpu: No such option: --partition" in proc.stderr
+    assert f"{script}:3: #IADEEP --frobnicate gpu: No such option: --frobnicate" in proc.stderr
     assert jobs_by_id(lab.home) == {}
 
 

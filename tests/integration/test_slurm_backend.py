@@ -298,3 +298,15 @@ def test_root_and_a_uid_without_an_account_are_refused_at_submission(lab):
         ghost["err"].splitlines()[0], ghost
     assert json.loads(cli(ctl.home, "queue", "list", "--all", "--json", check=True).stdout) == []
     assert cluster.run("squeue", "-h") == ""
+
+
+def test_host_memory_reaches_slurm_which_enforces_it(lab):
+    """On a Slurm node --mem (host RAM, as Slurm's) goes to sbatch: Slurm's own limit, read back
+    from Slurm."""
+    ctl, work, cluster = lab
+    job_id = _add(ctl, work, "--mem", "64M", "--cpus-per-task", "1", "--wrap", "sleep 60")
+    job = wait_until(lambda: (j := _show(ctl, job_id))["remote_pid"] and j, limit=120)
+    record = _slurm_jobs(cluster)[job["remote_pid"]]
+    memory = record["memory_per_node"]
+    assert (memory["number"] if isinstance(memory, dict) else memory) == 64, record
+    cli(ctl.home, "queue", "cancel", str(job_id))

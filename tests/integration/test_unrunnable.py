@@ -42,13 +42,13 @@ def test_a_job_larger_than_every_node_is_refused_with_the_reason(sshd_cluster, s
         _refused(cli(ctl.home, "queue", "add", script, "--gpus", "3"),
                  "the job needs 3 GPUs on one node; the largest node here has 2",
                  "ask for at most 2 with --gpus")
-        _refused(cli(ctl.home, "queue", "add", script, "--mem", "200"),
+        _refused(cli(ctl.home, "queue", "add", script, "--gpu-mem", "200"),
                  "the job needs 200 GiB of GPU memory; the largest GPU here has 140.4 GiB",
-                 "--mem is the memory one GPU of the job needs, in GiB")
-        _refused(cli(ctl.home, "queue", "add", script, "--mem", "141", "--gpus", "2"),
+                 "--gpu-mem is the memory one GPU of the job needs, in GiB")
+        _refused(cli(ctl.home, "queue", "add", script, "--gpu-mem", "141", "--gpus", "2"),
                  "the job needs 141 GiB of GPU memory on each of 2 GPUs of one node; the "
-                 "largest GPU here has 140.4 GiB", "--mem is the memory")
-        fits = cli(ctl.home, "queue", "add", script, "--mem", "100", "--gpus", "2", check=True)
+                 "largest GPU here has 140.4 GiB", "--gpu-mem is the memory")
+        fits = cli(ctl.home, "queue", "add", script, "--gpu-mem", "100", "--gpus", "2", check=True)
         # A user limit below what the job asks for can never be met either.
         alice = cli_as(ALICE, ctl.home, "queue", "add", script, "--gpus", "2")
         assert alice["rc"] == 1 and alice["err"].startswith(
@@ -77,7 +77,7 @@ def test_nodes_never_seen_refuse_only_what_the_inventory_says(shared):
         inventory.write_text(f"lab:\n  poll_interval: 0.3\nnodes:\n{node}{gpus}")
         ctl = ControllerProcess(shared / f"state{len(gpus)}", inventory).start()
         try:
-            assert cli(ctl.home, "queue", "add", script, "--mem", "500").returncode == 0
+            assert cli(ctl.home, "queue", "add", script, "--gpu-mem", "500").returncode == 0
             three = cli(ctl.home, "queue", "add", script, "--gpus", "3")
             if refused:
                 _refused(three, "the job needs 3 GPUs on one node; the largest node here has 2",

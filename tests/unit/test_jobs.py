@@ -59,7 +59,7 @@ def test_time_limits_print_as_slurm_prints_them():
 
 @pytest.mark.parametrize("text, parsed", [
     ("USR1", ("USR1", 60)), ("usr2@120", ("USR2", 120)), ("SIGTERM@0", ("TERM", 0)),
-    ("HUP@5", ("HUP", 5)),
+    ("HUP@5", ("HUP", 5)), ("B:USR1@60", ("B:USR1", 60)), ("b:SIGINT", ("B:INT", 60)),
 ])
 def test_signals_as_sbatch_takes_them(text, parsed):
     assert parse_signal(text) == parsed
@@ -67,7 +67,7 @@ def test_signals_as_sbatch_takes_them(text, parsed):
 
 @pytest.mark.parametrize("text", ["KILL@60", "STOP", "USR1@", "USR1@-5", "USR1@1.5", "9", ""])
 def test_a_signal_a_job_cannot_catch_or_a_bad_one_is_refused(text):
-    with pytest.raises(InputError, match="is not SIGNAL"):
+    with pytest.raises(InputError, match=r"is not \[B:\]SIGNAL"):
         validate_spec(JobSpec(script="/x.sh", time_limit_s=60, signal=text))
 def test_notify_takes_only_its_four_words():
     for when in ("end", "fail", "all", "none"):
@@ -133,7 +133,22 @@ def test_run_dir_chdir_then_shared_submission_dir_then_job_dir():
 
 
 def test_output_patterns_fill_job_id_user_and_name():
-    assert O.expand_pattern("out-%j-%u-%x.%%j.%A", 7, "alice", "lr3") == "out-7-alice-lr3.%j.%A"
+    assert O.expand_pattern("out-%j-%u-%x.%%j.%q", 7, "alice", "lr3") == "out-7-alice-lr3.%j.%q"
+
+
+# sbatch(1) "filename pattern": %A %a %J %j %N %n %s %t %u %x %b %%, %<digits> zero-pads, and a
+# name holding a backslash is taken as written without it.
+@pytest.mark.parametrize("pattern, expected", [
+    ("slurm-%A_%a.out", "slurm-12_3.out"), ("%x.%J.out", "lr3.15.out"),
+    ("task-%4a-%5j.log", "task-0003-00015.log"), ("%N-%n-%t-%s-%u.txt", "gpu1-0-0-batch-alice.txt"),
+    ("%b/%%a", "3/%a"), ("lit\\%j", "lit%j"),
+])
+def test_every_sbatch_filename_pattern_in_an_array_task(pattern, expected):
+    assert O.expand_pattern(pattern, 15, "alice", "lr3", 12, 3, "gpu1.lab") == expected
+
+
+def test_outside_an_array_a_is_slurms_no_value_and_A_the_job_id():
+    assert O.expand_pattern("%A_%a", 9, "u", "n") == "9_4294967294"
 
 
 def test_export_default_names_all_and_none():

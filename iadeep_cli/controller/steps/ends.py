@@ -38,10 +38,23 @@ class Ends(Step):
                    f"{job.node} is skipped for {health.until - self.clock():.0f} s")
         self.ctx.requeue(job, why, started=False)
 
-    def finish(self, job: Job, code: int | None) -> None:
+    def finish(self, job: Job, code: int | None, said: str | None = None) -> None:
+        """The attempt ended with exit ``code``; ``said``: the backend's word on it (the
+        RemoteJob's reason: ``REQUEUE_ASKED`` when the job asked to be requeued)."""
+        from ...nodes.backend import MEM_LIMIT, REQUEUE_ASKED
+
         now = self.clock()
         if job.checkpoint_at is not None and self.adapt.checkpointed(job, code):
             return   # it checkpointed on its --checkpoint-signal: queued again
+        if said == REQUEUE_ASKED and not job.cancel_requested_by and job.state in (
+                JobState.RUNNING, JobState.SUSPENDED, JobState.STARTING):
+            # its own `scontrol requeue` (a shell node's, nodes/shell/slurm_in_job.py): queued
+            # again without spending a retry, as a checkpoint, in the same working directory
+            self.ctx.requeue(job, f"it asked to be requeued (scontrol requeue; exit code "
+                             f"{code}); back in the queue (attempt {job.attempts + 1} next)",
+                             started=True, checkpoints=job.checkpoints + 1)
+            self._forget(job.id)
+            return
         if idle.requeued(self.ctx, job):   # stopped for idleness with idle_action: requeue
             return
         if job.cancel_requested_by:
@@ -53,6 +66,10 @@ class Ends(Step):
                                  "(killed, or the node rebooted)"):
                 return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
+        elif said == MEM_LIMIT:
+            new, why = JobState.FAILED, (
+                f"went over its host memory limit (--mem {job.spec.host_mem_mib}M): the "
+                f"node's memory cgroup stopped it (exit code {code})")
         else:
             why = self._open_failure(job, code) or f"exited with code {code}"
             # out of GPU memory beside another job: named, learnt, and retried alone (oom.py)

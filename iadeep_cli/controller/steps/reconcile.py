@@ -51,7 +51,7 @@ class Reconcile(Step):
                              "the hold reached it")
             self._apply_remote(job, remote)
         elif job.cancel_requested_by and remote.state == "exited":
-            self.ends.finish(job, remote.exit_code)
+            self.ends.finish(job, remote.exit_code, remote.reason)
         else:   # no Slurm job (any more): an ordinary held job
             with self.store.tx() as conn:
                 jobrows.update(conn, job.id, **jobrows.no_attempt())
@@ -101,4 +101,4 @@ class Reconcile(Step):
                 self.move(job, JobState.RUNNING, why, remote_pid=remote.pid,
                            remote_start=remote.start, started_at=job.started_at or now)
         else:  # exited
-            self.ends.finish(job, remote.exit_code)
+            self.ends.finish(job, remote.exit_code, remote.reason)

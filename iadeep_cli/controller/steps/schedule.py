@@ -11,6 +11,7 @@ from ...inventory import Inventory
 from ...jobs import ACTIVE, Job, JobState, dependencies
 from ...model.data import shipped_profiles
 from ...profiles import Profile
+from ...scheduler import hostres
 from ...scheduler.gpumodels import ModelSpeeds, model_speeds
 from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
@@ -48,7 +49,9 @@ class Schedule(Step):
         placement; record why each other queued job waits."""
         from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
 
-        queue, waits = self._dependencies_met(self.jobs({JobState.QUEUED}))
+        queue, later = self._begun(self.jobs({JobState.QUEUED}))
+        queue, waits = self._dependencies_met(queue)
+        waits.update(later)
         if not queue:
             with self.store.tx() as conn:
                 jobrows.set_reasons(conn, list(waits.items()))
@@ -85,8 +88,12 @@ class Schedule(Step):
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self.jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
-        decided = decide(queue, slots, self.adapt.residents(active))
+        # host RAM and CPUs (--mem, --cpus-per-task) on the nodes that count them
+        room = hostres.rooms(self.inventory.nodes, active)
+        planned, host_waits = hostres.restrict(queue, room)
+        decided = decide(planned, slots, self.adapt.residents(active))
         waits.update(self._with_skipped_nodes(_with_drained(decided.waits, drained)))
+        waits.update({i: why for i, why in host_waits.items() if i in waits})
         if decided.preempt and inventory.policy.preemption != "off":
             self._preempt(decided, [j for j in queue if j.id in decided.waits], active, now)
         by_id = {j.id: j for j in queue}
@@ -95,6 +102,14 @@ class Schedule(Step):
             if placement.node in job.orphans:
                 waits[job.id] = f"waits for node {placement.node} to stop its lost attempt"
                 continue
+            node_room = room.get(placement.node)
+            if node_room is not None:
+                if hostres.asks(job.spec) and not node_room.fits(job.spec):
+                    # an earlier start this round took the room it needs there
+                    waits[job.id] = hostres.waiting_reason(job.spec,
+                                                           {placement.node: node_room})
+                    continue
+                node_room.take(job.spec)
             try:
                 self.launches.start(job, placement)
             except InvalidTransition:   # held or cancelled since the plan was made
@@ -140,6 +155,14 @@ class Schedule(Step):
         with self.store.tx() as conn:
             lab = [p for p, _source, _at in profrows.load_profiles(conn)]
         return model_speeds([*shipped_profiles().values(), *lab], models)
+
+    def _begun(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
+        """The queued jobs whose --begin time has come (sbatch's --begin), and why each other
+        one waits (until when): those are not even considered for a GPU."""
+        now = self.clock()
+        later = {j.id: f"waiting until {clock(j.spec.begin_at)} (--begin)" for j in queue
+                 if j.spec.begin_at is not None and j.spec.begin_at > now}
+        return ([j for j in queue if j.id not in later] if later else queue), later
 
     def _dependencies_met(self, queue: list[Job]) -> tuple[list[Job], dict[int, str]]:
         """The queued jobs whose dependencies are met (only these go to ``plan()``), and why

@@ -48,6 +48,7 @@ from ..backend import (
 )
 from ..connection import NodeAccess
 from ..gpu import Expect, parse_states, remote_path, split_sections
+from . import slurm_in_job
 from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, state_script
 
 # Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
@@ -72,6 +73,10 @@ done; }
 # the shell's message in ``log`` on a line of its own after OPEN_FAILED_LINE (the controller
 # reads it into the failure reason; both are the backends' contract, in ``nodes.backend``).
 _WRAPPER = r"""d=$1; w=$2; o=$3; e=$4; shift 4
+[ -d "$d/slurm" ] && PATH="$d/slurm:$PATH" && export PATH
+mc=; [ -s "$d/cgroup" ] && read -r mc < "$d/cgroup" && { echo $$ > "$mc/cgroup.procs"; } \
+  2>/dev/null || mc=
+[ -s "$d/memnote" ] && cat "$d/memnote" >&2
 trap : TERM HUP INT QUIT USR1 USR2 ALRM
 run() { if [ -n "$o" ] && [ -n "$e" ]; then "$@" >"$o" 2>"$e"
   elif [ -n "$o" ]; then "$@" >"$o" 2>&1; elif [ -n "$e" ]; then "$@" 2>"$e"; else "$@"; fi; }
@@ -82,6 +87,11 @@ else printf '%s\n' "iadeep: cannot open the job's output: ${m#*: [0-9]*: }" >&2;
 i=$IADEEP_JOB_ID; a=$d; unset IADEEP_JOB_ID
 """ + _TAGGED + r"""t=$(tagged)
 if [ -n "$t" ]; then kill -TERM $t 2>/dev/null; sleep 1; t=$(tagged); kill -KILL $t 2>/dev/null; fi
+if [ -n "$mc" ]; then k=$(sed -n 's/^oom_kill //p' "$mc/memory.oom_control" 2>/dev/null)
+  f=$(cat "$mc/memory.failcnt" 2>/dev/null)
+  if [ -n "$k" ]; then [ "$k" -gt 0 ]; else [ "$rc" = 137 ] && [ "${f:-0}" -gt 0 ]; fi &&
+    : > "$d/memlimit"
+  echo $$ > "${mc%/iadeep/*}/cgroup.procs" 2>/dev/null; rmdir "$mc" 2>/dev/null; fi
 echo "$rc" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 """
 assert OPEN_FAILED_LINE in _WRAPPER and f"rc={OPEN_FAILED};" in _WRAPPER   # the contract's
@@ -189,8 +199,10 @@ def _sh(pool: NodeAccess, node: str, script: str, timeout: float | None = None,
     return out
 
 
-def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
-    """iadeep's own variables, as ``env`` arguments (nothing secret: every member sees them)."""
+def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str, node: str = "",
+              where: str = "") -> list[str]:
+    """iadeep's own variables and Slurm's (``slurm_in_job``), as ``env`` arguments (nothing
+    secret: every member sees them)."""
     ours = [("CUDA_VISIBLE_DEVICES", ",".join(str(int(i)) for i in gpu_indices)),
             ("IADEEP_JOB_ID", str(job.id)), ("IADEEP_JOB_NAME", job.name),
             ("IADEEP_PROGRESS_FILE", f"{jdir}/progress"),
@@ -200,6 +212,7 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
     if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
         ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
                  ("IADEEP_ARRAY_INDEX", str(job.array_index))]
+    ours += slurm_in_job.variables(job, gpu_indices, node, where or jdir)
     return [shlex.quote(f"{k}={v}") for k, v in ours]
 
 
@@ -272,7 +285,8 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
     # As the wrapper opens them, after its cd: relative names stay relative (stream_path
     # makes the same paths absolute to read them).
     out_file, err_file = ("''" if p is None else remote_path(
-        jobopts.expand_pattern(p, job.id, job.owner, job.name)) for p in (spec.output, spec.error))
+        jobopts.expand_pattern(p, job.id, job.owner, job.name, job.array_id, job.array_index,
+                               node)) for p in (spec.output, spec.error))
     argv = " ".join(shlex.quote(a) for a in (remote_script, *job.spec.args))
     start = (
         f"umask 077; cd {shlex.quote(jdir)} || exit 3\n"
@@ -281,11 +295,14 @@ def launch(pool: NodeAccess, node: str, job: Job, gpu_indices: Sequence[int],
         # the job's variables: from stdin into a file only its account reads, gone from the
         # directory before the job starts; exported by the subshell that becomes the job
         'cat > env && exec 3< env && rm -f env || exit 3\n'
+        + slurm_in_job.install(shlex.quote(jdir))
+        + slurm_in_job.memory_cgroup(job.id, spec.host_mem_mib) +
         # A job started in the background (&) by a shell would ignore SIGINT and SIGQUIT for
         # good: it gets them back where env can (coreutils 8.31+), so --signal INT, and Ctrl-C
         # in `iadeep run --pty`, reach it.
         'e=env; env --default-signal=INT true 2>/dev/null && e="env --default-signal=INT,QUIT"\n'
-        f"(. /dev/fd/3; exec 3<&- setsid $e {' '.join(_env_args(job, gpu_indices, jdir))} "
+        f"(. /dev/fd/3; exec 3<&- setsid $e "
+        f"{' '.join(_env_args(job, gpu_indices, jdir, node, where or jdir))} "
         f"sh -c {shlex.quote(_WRAPPER)}"
         f" iadeep-job {shlex.quote(jdir)} {cwd} {out_file} {err_file} {argv}"
         ") </dev/null >log 2>&1 &\n"
@@ -378,9 +395,26 @@ def signal(pool: NodeAccess, node: str, job_id: int, name: str,
     """Send signal ``name`` (one of ``jobs.SIGNALS``) once to each of the job's processes: its
     process group, and every process tagged with it outside that group (see ``cancel``); the
     wrapper survives it (its trap). True if anything of the job was there to get it."""
-    if name not in SIGNALS:
+    if name.removeprefix("B:") not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
+    if name.startswith("B:"):   # sbatch's --signal=B:SIG: the batch script alone
+        return _send_batch(pool, node, job_id, name[2:], owner)
     return _send(pool, node, job_id, name, owner)
+
+
+def _send_batch(pool: NodeAccess, node: str, job_id: int, name: str, owner: str | None
+                ) -> bool:
+    """Send ``name`` to the job's batch script alone (sbatch's ``--signal=B:SIG``): the
+    wrapper's (the recorded session leader's) own children, not what the script started."""
+    script = (
+        _find_job(pool, node, job_id) +
+        'sent=0; [ -n "$g" ] || { echo 0; exit 0; }\n'
+        'for s in /proc/[0-9]*/stat; do l=$(cat "$s" 2>/dev/null) || continue\n'
+        '  set -- ${l##*) }; [ "$2" = "$g" ] || continue\n'
+        f'  x=${{s#/proc/}}; kill -{name} "${{x%/stat}}" 2>/dev/null && sent=1; done\n'
+        'echo $sent\n'
+    )
+    return _sh(pool, node, script, owner=owner).strip() == "1"
 
 
 def _send(pool: NodeAccess, node: str, job_id: int, name: str, owner: str | None) -> bool:

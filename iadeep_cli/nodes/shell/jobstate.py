@@ -153,7 +153,9 @@ def state_script(workdir: str, expect: Expect, progress: Mapping[int, int] | Non
         '      { read -r s < "$f"; } 2>/dev/null || continue; s=${s##*) }; set -- $s\n'
         '      case "${1:-}" in Z*|X*|"") continue;; esac; [ "${4:-}" = "$p" ] && k=1 && break\n'
         '    done; set -f; [ $k = 1 ] && { echo "$j running $p $st"; continue; };; esac; fi\n'
-        '  echo "$j exited $p $c"\n'
+        # the job asked to be requeued (its `scontrol requeue`: nodes/shell/slurm_in_job.py)
+        '  q=; [ -f "$d/memlimit" ] && q=" mem-limit"; [ -f "$d/requeue" ] && q=" requeue"\n'
+        '  echo "$j exited $p $c$q"\n'
         "done\n"
         # every claimed job directory: their processes are iadeep's (see job_map)
         f'echo "{MARK} dirs"\n'

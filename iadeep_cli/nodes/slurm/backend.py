@@ -221,6 +221,10 @@ def launch(pool: SlurmAccess, node: str, job: Job, gpu_indices: Sequence[int],
             f"--chdir={run_dir(job)}", f"--output={stream_path(job, 'output')}"]
     if job.spec.error:
         argv.append(f"--error={stream_path(job, 'error')}")
+    if job.spec.host_mem_mib:   # host RAM and CPUs as the job asked (Slurm enforces them)
+        argv.append(f"--mem={job.spec.host_mem_mib}M")
+    if job.spec.cpus_per_task:
+        argv.append(f"--cpus-per-task={job.spec.cpus_per_task}")
     if pool.settings.account:
         argv.append(f"--account={pool.settings.account}")
     if job.spec.time_limit_s:   # iadeep stops it first (and says timeout); Slurm's is the backstop
@@ -269,11 +273,13 @@ def cancel(pool: SlurmAccess, job_id: int) -> str:
 
 
 def signal(pool: SlurmAccess, job_id: int, name: str) -> bool:
-    if name not in SIGNALS:
+    if name.removeprefix("B:") not in SIGNALS:
         raise InputError(f"cannot send signal {name[:20]!r}", hint=f"one of {', '.join(SIGNALS)}")
     ids = [slurm_id for slurm_id, _, _ in _attempts(pool, job_id)]
+    whom = ["--batch"] if name.startswith("B:") else ["--full"]   # sbatch's --signal=B:
     if ids:
-        pool.slurm.run(["scancel", "--full", f"--signal={name}", *map(str, ids)])
+        pool.slurm.run(["scancel", *whom, f"--signal={name.removeprefix('B:')}",
+                        *map(str, ids)])
     return bool(ids)
 
 
