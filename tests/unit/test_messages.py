@@ -30,7 +30,7 @@ STATUS_KEYS = ["now", "nodes", "queue", "controller", "stale_after_s",
 IMPACT_KEYS = ["since", "until", "busy_gpu_hours", "work_gpu_hours", "saved_gpu_hours",
                "impact_factor", "measured_share", "energy_kwh"]
 NODE_KEYS = ["name", "taken_at", "gpus", "error", "driver_version", "rtt_s", "jobs", "age_s",
-             "down_since", "state"]
+             "down_since", "state", "drain"]   # `nodes drain`'s, at the end
 GPU_JOB_KEYS = ["id", "name", "user", "state", "predicted_speed", "observed_speed"]
 CONTROLLER_KEYS = ["pid", "started_at", "heartbeat_at", "poll_interval_s", "aging_per_hour",
                    "nodes", "degraded"]

@@ -151,14 +151,15 @@ def test_a_degraded_controller_says_so(tmp_path):
         store.close()
 
 
-def test_idle_gpu_hours_per_user_come_from_the_recorded_totals(lab):
+def test_idle_gpu_seconds_per_user_come_from_the_recorded_totals(lab):
     from iadeep_cli.controller import idle
     from iadeep_cli.store import cluster
 
     store, collector = lab
-    assert not [k for k in samples(collector) if k[0] == "iadeep_idle_gpu_hours"]
+    assert not [k for k in samples(collector) if k[0].startswith("iadeep_idle_gpu_")]
     with store.tx() as conn:
         cluster.set_meta(conn, idle.IDLE_GPU_SECONDS, {"alice": 5400.0, "bob": 36.0})
     out = samples(collector)
-    assert get(out, "iadeep_idle_gpu_hours", user="alice") == 1.5
-    assert get(out, "iadeep_idle_gpu_hours", user="bob") == 0.01
+    assert get(out, "iadeep_idle_gpu_seconds", user="alice") == 5400.0
+    assert get(out, "iadeep_idle_gpu_seconds", user="bob") == 36.0
+    assert get(out, "iadeep_idle_gpu_hours", user="alice") is None   # lab.metrics.legacy_hours
