@@ -65,7 +65,7 @@ class Refits:
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        from iadeep_cli.controller import refit
+        from iadeep_cli.controller.round import refit
 
         while not self.stop.is_set():
             # each refit a full one (the selection too): the worst case, not the incremental

@@ -56,7 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
     args = ap.parse_args()
-    from iadeep_cli.controller.tune import policy_to_json
+    from iadeep_cli.controller.round.steps.tune import policy_to_json
     from iadeep_cli.sim import whatif
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -46,7 +46,7 @@ def tune(
 ) -> None:
     """Replay the lab's recent jobs under candidate placement settings; show the one in force
     and the one self-tuning would pick."""
-    from ..controller import tune as selftune
+    from ..controller.round.steps import tune as selftune
     from ..inventory import Policy, load_inventory
     from ..sim import whatif
     from ..store import cluster

@@ -27,15 +27,15 @@ from ..inventory import Inventory, load_inventory
 from ..nodes.connection import Pool
 from ..paths import StateDir
 from ..store import cluster, is_damage, statedir
-from . import offline
 from .copies import FREE_EVERY_S, free as free_copies
 from .notify import Notifier
 from .renames import carry, dir_names, renamed
+from .requests import offline
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
-    from .metrics import MetricsServer
-from .server import ControllerSocket
-from .service import Service
+    from .requests.metrics import MetricsServer
+from .requests.server import ControllerSocket
+from .requests.service import Service
 
 log = logging.getLogger("iadeep.controller")
 DAMAGE_CHECK_POLLS = 10   # a quick_check of the database on disk every this many polls
@@ -85,7 +85,7 @@ class Controller:
 
     def _make_loop(self, inventory: Inventory):
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
-        from .loop import SchedulingLoop
+        from .round.loop import SchedulingLoop
 
         loop = SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
                               self.clock)
@@ -300,7 +300,7 @@ class Controller:
         stops the start with its one-line error, before anything runs."""
         if self._metrics_at is None:
             return
-        from .metrics import serve
+        from .requests.metrics import serve
 
         try:
             self.metrics = serve(self._metrics_at, self.store.path, lambda: self.inventory,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..controller.views import STALE_POLLS
+from ..controller.requests.views import STALE_POLLS
 from ..inventory import Policy
 from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView

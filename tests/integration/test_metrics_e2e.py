@@ -314,7 +314,7 @@ def test_idle_connections_to_the_metrics_port_cannot_take_the_controller_down(tm
     scrape from another address is served."""
     import resource
 
-    from iadeep_cli.controller.metrics import METRICS_PER_PEER
+    from iadeep_cli.controller.requests.metrics import METRICS_PER_PEER
 
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))

@@ -19,8 +19,8 @@ from helpers.floods import (
     reply_of as _reply_of,
     stall_uploads,
 )
-from iadeep_cli.controller import server
-from iadeep_cli.controller.server import (
+from iadeep_cli.controller.requests import server
+from iadeep_cli.controller.requests.server import (
     MAX_PER_USER,
     REQUEST_TIMEOUT_S,
     connection_cap,

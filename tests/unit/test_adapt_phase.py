@@ -298,7 +298,7 @@ def test_a_sharing_estimate_against_the_labs_rate_is_not_a_start_for_values_alon
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from iadeep_cli.controller.adaptation import Adapter
+    from iadeep_cli.controller.round.steps.adaptation import Adapter
     from iadeep_cli.inventory import Inventory, Policy
     from iadeep_cli.jobs import JobSpec, JobState
     from iadeep_cli.profiles import Profile

@@ -14,7 +14,7 @@ import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.controller.fairshare import FairShareRound, priority_view
-from iadeep_cli.controller.views import StoreReader
+from iadeep_cli.controller.requests.views import StoreReader
 from iadeep_cli.errors import ConfigError, InputError
 from iadeep_cli.inventory import FairShare, Inventory, Policy, parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from iadeep_cli.controller.foreign import ForeignWatch
+from iadeep_cli.controller.round.steps.foreign import ForeignWatch
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, foreign

@@ -8,7 +8,7 @@ import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.cli.runpty import pty_script
-from iadeep_cli.controller import interactive
+from iadeep_cli.controller.requests import interactive
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.inventory import BackendKind, Node
 from iadeep_cli.jobs import MAX_INPUT, Job, JobSpec, JobState

@@ -20,8 +20,8 @@ import pytest
 from helpers.jobprocs import kill_recorded_jobs
 from helpers.replay_pool import ReplayPool
 from iadeep_cli import messages as m
-from iadeep_cli.controller.loop import SchedulingLoop
-from iadeep_cli.controller.service import Service
+from iadeep_cli.controller.requests.service import Service
+from iadeep_cli.controller.round.loop import SchedulingLoop
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import ACTIVE, Attempt, Job, JobSpec, JobState, SubmitSpec

@@ -11,8 +11,8 @@ import pytest
 
 from helpers import seed
 from iadeep_cli import messages as m
-from iadeep_cli.controller import offline, views
-from iadeep_cli.controller.service import OPERATIONS, Service
+from iadeep_cli.controller.requests import offline, views
+from iadeep_cli.controller.requests.service import OPERATIONS, Service
 from iadeep_cli.errors import ControllerUnavailable, InputError, NotFoundError, PermissionDenied
 from iadeep_cli.inventory import Inventory, Node, NotifySettings
 from iadeep_cli.jobs import FINISHED, JobSpec, JobState, SubmitSpec

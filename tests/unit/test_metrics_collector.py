@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from iadeep_cli.controller.metrics import WAIT_BUCKETS, LabCollector
+from iadeep_cli.controller.requests.metrics import WAIT_BUCKETS, LabCollector
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import JobSpec, JobState as S
 from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
@@ -152,7 +152,7 @@ def test_a_degraded_controller_says_so(tmp_path):
 
 
 def test_idle_gpu_hours_per_user_come_from_the_recorded_totals(lab):
-    from iadeep_cli.controller import idle
+    from iadeep_cli.controller.round.steps import idle
     from iadeep_cli.store import cluster
 
     store, collector = lab

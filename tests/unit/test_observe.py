@@ -15,7 +15,7 @@ import pytest
 from iadeep_cli import messages as m
 from iadeep_cli.controller import client
 from iadeep_cli.controller.catalog import lab_measurements
-from iadeep_cli.controller.observe import SpeedObserver
+from iadeep_cli.controller.round.observer import SpeedObserver
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes.gpu import parse_progress, split_sections

@@ -3,7 +3,7 @@ and the order the placer considers it are the same figure (``scheduler.priority`
 from __future__ import annotations
 
 from iadeep_cli.controller.fairshare import FairShareRound
-from iadeep_cli.controller.views import StoreReader
+from iadeep_cli.controller.requests.views import StoreReader
 from iadeep_cli.inventory import FairShare, Inventory, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.scheduler import priority

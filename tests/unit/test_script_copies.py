@@ -10,7 +10,7 @@ import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.controller import copies
-from iadeep_cli.controller.service import Service
+from iadeep_cli.controller.requests.service import Service
 from iadeep_cli.errors import InputError
 from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import JobState, SubmitSpec

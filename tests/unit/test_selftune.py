@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from iadeep_cli.controller import tune
+from iadeep_cli.controller.round.steps import tune
 from iadeep_cli.errors import ConfigError
 from iadeep_cli.inventory import Policy, parse_inventory
 from iadeep_cli.jobs import JobSpec

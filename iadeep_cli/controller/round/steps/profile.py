@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ...errors import IadeepError
-from ...jobs import Job, JobState
-from ...model.data import shipped_profiles
-from ...profiles import Profile
-from ...snapshot import ClusterSnapshot, GpuSample
-from ...store import jobrows, profiles as profrows
-from .context import Context, Step
+from ....errors import IadeepError
+from ....jobs import Job, JobState
+from ....model.data import shipped_profiles
+from ....profiles import Profile
+from ....snapshot import ClusterSnapshot, GpuSample
+from ....store import jobrows, profiles as profrows
+from ..context import Context, Step
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
@@ -61,7 +61,7 @@ class Profiler(Step):
 
     def _record_profile(self, job: Job, samples: list[tuple[GpuSample, float | None]]
                         ) -> Profile | None:
-        from ...model.online import profile_from_samples
+        from ....model.online import profile_from_samples
 
         label = job.spec.workload or Path(job.spec.script).stem
         peak_gib = max((mem or 0.0) for _, mem in samples) / 1024.0

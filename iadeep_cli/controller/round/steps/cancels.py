@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from ...errors import IadeepError
-from ...jobs import ACTIVE, JobState
-from ...snapshot import ClusterSnapshot
-from .context import Step
+from ....errors import IadeepError
+from ....jobs import ACTIVE, JobState
+from ....snapshot import ClusterSnapshot
+from ..context import Step
 
 log = logging.getLogger("iadeep.controller")
 

@@ -2,7 +2,7 @@
 
 A fit is seconds of numpy and scipy on the head node's CPU; in the controller's own interpreter
 it would hold the interpreter lock against the scheduling rounds. The controller starts
-``python -m iadeep_cli.controller.refit --db DB --out FILE`` instead: the child lowers its
+``python -m iadeep_cli.controller.round.refit --db DB --out FILE`` instead: the child lowers its
 priority (``nice`` 10), reads the lab's profiles and pairs from the database read-only, fits on
 them and the shipped data, and writes the model's plain numbers to FILE (atomically). The
 previous FILE's selected setting is reused while the data grew by at most 10 % since it was
@@ -18,13 +18,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..paths import replace_file
+from ...paths import replace_file
 
 NICE = 10
 
 
 def command(db: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "iadeep_cli.controller.refit", "--db", str(db), "--out",
+    return [sys.executable, "-m", "iadeep_cli.controller.round.refit", "--db", str(db), "--out",
             str(out)]
 
 
@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(NICE)
     except OSError:
         pass
-    from ..model.data import shipped_pairs, shipped_profiles
-    from ..model.fit import fit_parameters
-    from ..store import Store
-    from .catalog import lab_measurements
+    from ...model.data import shipped_pairs, shipped_profiles
+    from ...model.fit import fit_parameters
+    from ...store import Store
+    from ..catalog import lab_measurements
 
     lab_profiles: dict = {}
     lab_pairs: list = []

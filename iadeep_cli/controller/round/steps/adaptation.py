@@ -40,11 +40,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
-from ..errors import IadeepError, InvalidTransition
-from ..inventory import AdaptPolicy, Inventory
-from ..jobs import ACTIVE, PENDING, Job, JobState
-from ..profiles import Profile
-from ..scheduler.detectors import (
+from ....errors import IadeepError, InvalidTransition
+from ....inventory import AdaptPolicy, Inventory
+from ....jobs import ACTIVE, PENDING, Job, JobState
+from ....profiles import Profile
+from ....scheduler.detectors import (
     MEM,
     RATE,
     UTIL,
@@ -57,8 +57,8 @@ from ..scheduler.detectors import (
     closed_gpus,
     solo_util,
 )
-from ..store import Store, jobrows, profiles as profrows
-from .observe import job_sm
+from ....store import Store, jobrows, profiles as profrows
+from ..observer import job_sm
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -257,7 +257,7 @@ class Adapter:
         ``decide(queue, slots, active)``: plan() as the round asks it (the loop's, with its
         fair-share points and closed GPUs), so the trial ranks the waiting jobs as the round
         will. True if a job was told to yield (the active jobs changed)."""
-        from ..scheduler.placement import slots_from_snapshot
+        from ....scheduler.placement import slots_from_snapshot
 
         policy = self.policy
         if not (policy.enabled and policy.yield_opportunistic):

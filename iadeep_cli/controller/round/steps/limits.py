@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from ...errors import IadeepError
-from ...jobs import JobState, parse_signal
-from ...store import jobrows
-from ...text import hms
-from .context import TIME_LIMIT, Step
+from ....errors import IadeepError
+from ....jobs import JobState, parse_signal
+from ....store import jobrows
+from ....text import hms
+from ..context import TIME_LIMIT, Step
 
 log = logging.getLogger("iadeep.controller")
 

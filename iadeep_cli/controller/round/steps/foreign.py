@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..snapshot import ClusterSnapshot, GpuProcess
-from ..store import foreign as rows
-from ..text import foreign_idle_line as line
+from ....snapshot import ClusterSnapshot, GpuProcess
+from ....store import foreign as rows
+from ....text import foreign_idle_line as line
 
 if TYPE_CHECKING:
-    from .steps.context import Context  # the controller's shared parts
+    from ..context import Context  # the controller's shared parts
 
 log = logging.getLogger("iadeep.controller")
 Key = tuple[str, int, int]      # (node, GPU index, pid)

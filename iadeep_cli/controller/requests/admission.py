@@ -14,9 +14,9 @@ import pwd
 import re
 from collections.abc import Iterable
 
-from ..errors import InputError, PermissionDenied, RunAsRefused
-from ..inventory import Inventory, Node
-from ..nodes import runas
+from ...errors import InputError, PermissionDenied, RunAsRefused
+from ...inventory import Inventory, Node
+from ...nodes import runas
 
 # what the socket names a uid that has no account (``server.user_name``)
 _NO_ACCOUNT = re.compile(r"uid\d+")

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import checks, messages as m
-from ..errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
-from ..inventory import Inventory
-from ..jobopts import node_allowed, node_rules
-from ..jobs import (
+from ... import checks, messages as m
+from ...errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
+from ...inventory import Inventory
+from ...jobopts import node_allowed, node_rules
+from ...jobs import (
     ACTIVE,
     FINISHED,
     UNFINISHED,
@@ -40,12 +40,13 @@ from ..jobs import (
     parse_array,
     validate_spec,
 )
-from ..model.data import shipped_profiles
-from ..paths import StateDir, replace_file
-from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
-from ..text import MIB_PER_GIB, duration, hms
-from . import admission, interactive, reservations, views
+from ...model.data import shipped_profiles
+from ...paths import StateDir, replace_file
+from ...snapshot import NodeSnapshot
+from ...store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
+from ...text import MIB_PER_GIB, duration, hms
+from .. import reservations
+from . import admission, interactive, views
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 # (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
@@ -427,7 +428,7 @@ class Service(views.StoreReader):
     def op_report(self, user: str, req: m.ReportRequest) -> dict:
         """`iadeep report` for those who may not read the database: admins (and root) see the
         whole lab's accounting, every other member their own jobs' only."""
-        from ..store import report as accounting
+        from ...store import report as accounting
 
         if not self.inventory.is_admin(user):
             if req.owner not in (None, user):

@@ -12,13 +12,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..errors import IadeepError
-from ..jobs import Job
-from ..nodes.connection import Pool
-from ..profiles import CoLocation, measurable
-from ..progress import parse_progress, rate
-from ..scheduler.detectors import SPEED_CAP
-from ..snapshot import ClusterSnapshot
+from ...errors import IadeepError
+from ...jobs import Job
+from ...nodes.connection import Pool
+from ...profiles import CoLocation, measurable
+from ...progress import parse_progress, rate
+from ...scheduler.detectors import SPEED_CAP
+from ...snapshot import ClusterSnapshot
 
 log = logging.getLogger("iadeep.controller")
 WINDOW_S = 60.0          # rate over the last minute of progress lines

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import logging
 
-from ...jobs import ACTIVE, JobState
-from ...snapshot import ClusterSnapshot
-from ...store import cluster
-from .context import Context, Step
+from ....jobs import ACTIVE, JobState
+from ....snapshot import ClusterSnapshot
+from ....store import cluster
+from ..context import Context, Step
 
 log = logging.getLogger("iadeep.controller")
 

@@ -14,9 +14,9 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from ..inventory import Inventory
-from ..jobs import ACTIVE, UNFINISHED, JobState
-from ..messages import (
+from ...inventory import Inventory
+from ...jobs import ACTIVE, UNFINISHED, JobState
+from ...messages import (
     ControllerView,
     EventView,
     ForeignIdleView,
@@ -34,10 +34,10 @@ from ..messages import (
     StatusRequest,
     StatusView,
 )
-from ..snapshot import NodeSnapshot
-from ..store import Store, cluster, foreign, impact, jobrows
-from . import fairshare
-from .fairshare import priority_view
+from ...snapshot import NodeSnapshot
+from ...store import Store, cluster, foreign, impact, jobrows
+from .. import fairshare
+from ..fairshare import priority_view
 
 # A node's data older than this many poll intervals no longer says it is up: the controller
 # stopped, or stopped polling it (see stale_after_s).
@@ -133,7 +133,7 @@ class StoreReader(Reader):
                 conn, detail.job, self.clock(), self.inventory))
 
     def status(self) -> StatusView:
-        from . import reservations  # `iadeep reserve`: the GPUs reservations hold
+        from .. import reservations  # `iadeep reserve`: the GPUs reservations hold
         with self.store.read() as conn:
             view = status_view(conn, self.clock(), self.inventory)
             return dataclasses.replace(view, reservations=reservations.status(conn, self.clock()))
@@ -157,7 +157,7 @@ def job_detail(conn: sqlite3.Connection, job_id: int) -> JobDetail:
 
 def profile_list(conn: sqlite3.Connection | None = None) -> list[ProfileView]:
     """Every known profile (``conn`` None: the shipped ones alone)."""
-    from .catalog import profile_views
+    from ..catalog import profile_views
 
     return [ProfileView.from_dict(p) for p in profile_views(conn)]
 

@@ -5,20 +5,20 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import InvalidTransition
-from ...inventory import Inventory
-from ...jobs import ACTIVE, Job, JobState, dependencies
-from ...model.data import shipped_profiles
-from ...profiles import Profile
-from ...scheduler.gpumodels import ModelSpeeds, model_speeds
-from ...scheduler.remaining import Durations
-from ...snapshot import ClusterSnapshot
-from ...store import jobrows, profiles as profrows
-from ...text import clock
-from .. import reservations  # `iadeep reserve`: what each round plans with
-from ..fairshare import FairShareRound
+from ....errors import InvalidTransition
+from ....inventory import Inventory
+from ....jobs import ACTIVE, Job, JobState, dependencies
+from ....model.data import shipped_profiles
+from ....profiles import Profile
+from ....scheduler.gpumodels import ModelSpeeds, model_speeds
+from ....scheduler.remaining import Durations
+from ....snapshot import ClusterSnapshot
+from ....store import jobrows, profiles as profrows
+from ....text import clock
+from ... import reservations  # `iadeep reserve`: what each round plans with
+from ...fairshare import FairShareRound
+from ..context import Context, Step
 from .backoff import Backoff
-from .context import Context, Step
 from .launch import Launches
 
 # placement's run-time history (scheduler/remaining.py): the last 30 days' finished jobs,
@@ -43,7 +43,7 @@ class Schedule(Step):
     def run(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
         """Place the queued jobs whose dependencies are met (``plan()``), and start each
         placement; record why each other queued job waits."""
-        from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
+        from ....scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
 
         queue, waits = self._dependencies_met(self.jobs({JobState.QUEUED}))
         if not queue:
@@ -117,7 +117,7 @@ class Schedule(Step):
         each other one waits. A job whose dependencies can never be met is cancelled, saying
         which one (``scheduler.depends``). Queued jobs come oldest first and a job can only
         depend on older ones, so a chain whose head failed is cancelled in one round."""
-        from ...scheduler import depends
+        from ....scheduler import depends
 
         needed = {dep for job in queue for _, dep in dependencies(job.spec)}
         if not needed:

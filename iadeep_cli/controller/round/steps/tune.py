@@ -28,11 +28,11 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..inventory import TUNABLE_KEYS, Inventory, Policy
-from ..text import settings_label as label
+from ....inventory import TUNABLE_KEYS, Inventory, Policy
+from ....text import settings_label as label
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ....store import Store
 
 log = logging.getLogger("iadeep.controller")
 MARGIN = 0.03       # a candidate must beat the settings in force by this (average JCT) ...
@@ -94,7 +94,7 @@ class SelfTuning:
     starts a replay when one is due."""
 
     def __init__(self, store: Store, started: float):
-        from ..store import cluster
+        from ....store import cluster
 
         self.store = store
         with store.read() as conn:
@@ -156,7 +156,7 @@ class SelfTuning:
 
     def _decide(self, table: dict, inventory: Inventory) -> None:
         """Adopt with hysteresis; record the table and the decision."""
-        from ..store import cluster
+        from ....store import cluster
 
         rec = dict(self.record)
         choice, why = verdict(table)
@@ -182,7 +182,7 @@ class SelfTuning:
     def _remember(self, base: Policy) -> None:
         """The nodes.yaml policy beside the record, for `iadeep tune` (which cannot know which
         inventory file this controller reads)."""
-        from ..store import cluster
+        from ....store import cluster
 
         data = policy_to_json(base)
         if self.record.get("base") == data:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from ...errors import IadeepError
-from ...jobs import ACTIVE, Job, JobState
-from ...store import jobrows
-from .context import Context, Step
+from ....errors import IadeepError
+from ....jobs import ACTIVE, Job, JobState
+from ....store import jobrows
+from ..context import Context, Step
 from .ends import Ends
 
 log = logging.getLogger("iadeep.controller")

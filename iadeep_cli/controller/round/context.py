@@ -10,7 +10,7 @@ from ...jobopts import run_dir_note
 from ...jobs import Job, JobState
 from ...nodes.connection import Pool
 from ...store import Store, jobrows
-from ..actions import NodeActions
+from .actions import NodeActions
 
 ACTOR = "controller"
 # Who asks to stop a job that ran past its --time, written where a user's name goes

@@ -21,13 +21,13 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import IadeepError
-from ..jobs import ACTIVE, Job, JobState
-from ..profiles import CoLocation
-from ..store import cluster, jobrows, profiles as profrows
+from ....errors import IadeepError
+from ....jobs import ACTIVE, Job, JobState
+from ....profiles import CoLocation
+from ....store import cluster, jobrows, profiles as profrows
 
 if TYPE_CHECKING:
-    from .steps.context import Context  # the controller's shared parts
+    from ..context import Context  # the controller's shared parts
 
 log = logging.getLogger("iadeep.controller")
 TAIL_BYTES = 8192     # the end of the log that is searched (a Python traceback ends there)

@@ -20,10 +20,10 @@ import base64
 import binascii
 from collections.abc import Callable, Sequence
 
-from .. import messages as m
-from ..errors import InputError, InvalidTransition, PermissionDenied
-from ..inventory import BackendKind, Node
-from ..jobs import Job, JobState
+from ... import messages as m
+from ...errors import InputError, InvalidTransition, PermissionDenied
+from ...inventory import BackendKind, Node
+from ...jobs import Job, JobState
 
 # How the controller reaches a job's terminal: ``runtime`` sets it to the node pool's backend
 # of the job's node (None: a controller without node connections).

@@ -17,10 +17,10 @@ import os
 import time
 from typing import Any, TypeVar
 
-from .. import messages as m
-from ..errors import ControllerUnavailable, NotFoundError, StoreError
-from ..jobs import FINISHED
-from ..paths import StateDir, replace_file
+from ... import messages as m
+from ...errors import ControllerUnavailable, NotFoundError, StoreError
+from ...jobs import FINISHED
+from ...paths import StateDir, replace_file
 from . import views
 
 PUBLIC_FINISHED = 200
@@ -33,7 +33,7 @@ def _nobody(owner: str) -> bool:
 
 def public_views(conn, now: float) -> dict:
     """The snapshot's content, from the controller's connection."""
-    from ..store import jobrows
+    from ...store import jobrows
 
     finished = jobrows.select(conn, states=FINISHED, last=PUBLIC_FINISHED)
     return {"written_at": now, "status": m.encode(views.status_view(conn, now)),
@@ -79,7 +79,7 @@ def read(request: m.Request[R], down: ControllerUnavailable) -> tuple[R, float]:
 
 
 def _from_database(handler, request: m.Request[R]) -> tuple[R, float]:
-    from ..store import Store, cluster
+    from ...store import Store, cluster
 
     store = Store(readonly=True)
     try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ...jobs import JobState
-from ...profiles import Profile
-from ...snapshot import ClusterSnapshot
-from ...store import impact, jobrows, profiles as profrows
-from .context import Context, Step
+from ....jobs import JobState
+from ....profiles import Profile
+from ....snapshot import ClusterSnapshot
+from ....store import impact, jobrows, profiles as profrows
+from ..context import Context, Step
 
 log = logging.getLogger("iadeep.controller")
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed

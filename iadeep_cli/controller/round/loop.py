@@ -47,17 +47,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..inventory import Inventory
-from ..jobs import Job
-from ..nodes.connection import Pool
-from ..store import Store
-from . import foreign, idle
+from ...inventory import Inventory
+from ...jobs import Job
+from ...nodes.connection import Pool
+from ...store import Store
+from ..fairshare import FairShareRound
 from .actions import NodeActions
-from .fairshare import FairShareRound
+from .context import Context, OnContext
+from .steps import foreign, idle
 from .steps.backoff import Backoff
 from .steps.cancels import Cancels
 from .steps.clean import Clean
-from .steps.context import Context, OnContext
 from .steps.ends import Ends
 from .steps.launch import Launches
 from .steps.limits import Limits
@@ -67,7 +67,7 @@ from .steps.poll import Poll
 from .steps.profile import Profiler
 from .steps.reconcile import Reconcile
 from .steps.schedule import Schedule
-from .tune import SelfTuning
+from .steps.tune import SelfTuning
 
 __all__ = ["NodeActions", "SchedulingLoop"]
 log = logging.getLogger("iadeep.controller")
@@ -85,9 +85,9 @@ class SchedulingLoop(OnContext):
 
     def __init__(self, store: Store, inventory: Inventory, pool: Pool, scripts_dir: Path,
                  clock: Callable[[], float] = time.time, fit_in_background: bool = True):
-        from ..model.predictor import analytic_model
-        from .adaptation import Adapter
-        from .observe import SpeedObserver
+        from ...model.predictor import analytic_model
+        from .observer import SpeedObserver
+        from .steps.adaptation import Adapter
 
         self.ctx = ctx = Context(store, inventory, pool, NodeActions(), clock)
         self.scripts_dir = scripts_dir
@@ -189,7 +189,7 @@ class SchedulingLoop(OnContext):
         threading.Thread(target=self._fit_in_child, name="iadeep-fit", daemon=True).start()
 
     def _fit_in_child(self) -> None:
-        from ..model.predictor import InterferenceModel
+        from ...model.predictor import InterferenceModel
         from . import refit
 
         out = self.store.path.with_name("interference-model.json")
@@ -213,9 +213,9 @@ class SchedulingLoop(OnContext):
                 self._fit_again = False
 
     def _fit(self) -> None:
-        from ..model.data import shipped_pairs, shipped_profiles
-        from ..model.predictor import fit_model
-        from .catalog import lab_measurements
+        from ...model.data import shipped_pairs, shipped_profiles
+        from ...model.predictor import fit_model
+        from ..catalog import lab_measurements
 
         try:
             lab_profiles, lab_pairs = lab_measurements(self.store)

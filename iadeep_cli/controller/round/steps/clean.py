@@ -4,10 +4,10 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from ...errors import IadeepError
-from ...snapshot import ClusterSnapshot
-from ...store import cluster, jobrows
-from .context import ACTOR, Step
+from ....errors import IadeepError
+from ....snapshot import ClusterSnapshot
+from ....store import cluster, jobrows
+from ..context import ACTOR, Step
 
 log = logging.getLogger("iadeep.controller")
 CLEAN_EVERY_S = 600.0   # old job directories are looked for on each node at most this often

@@ -45,10 +45,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import ControllerBusy, ControllerUnavailable, IadeepError, InputError
-from ..paths import StateDir
-from ..store import is_damage
-from . import protocol
+from ...errors import ControllerBusy, ControllerUnavailable, IadeepError, InputError
+from ...paths import StateDir
+from ...store import is_damage
+from .. import protocol
 from .service import Service
 
 log = logging.getLogger("iadeep.controller")

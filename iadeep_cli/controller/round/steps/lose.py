@@ -8,9 +8,9 @@ does not answer at all for ``node_grace`` loses its jobs, and lost jobs wait for
 """
 from __future__ import annotations
 
-from ...jobs import ACTIVE, Job, JobState
-from ...store import cluster
-from .context import Context, Step
+from ....jobs import ACTIVE, Job, JobState
+from ....store import cluster
+from ..context import Context, Step
 from .ends import Ends, stopped
 
 

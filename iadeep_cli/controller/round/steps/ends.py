@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...errors import IadeepError
-from ...jobs import Job, JobState
-from ...text import hms
-from .. import idle, oom
+from ....errors import IadeepError
+from ....jobs import Job, JobState
+from ....text import hms
+from ..context import TIME_LIMIT, Context, Step
+from . import idle, oom
 from .backoff import Backoff
-from .context import TIME_LIMIT, Context, Step
 
 
 class Ends(Step):
@@ -66,7 +66,7 @@ class Ends(Step):
     def _open_failure(self, job: Job, code: int) -> str | None:
         """Why a job whose --output/--error could not be opened failed: the shell's message,
         which the wrapper wrote to the job directory's log (read only for its exit code)."""
-        from ...nodes.backend import OPEN_FAILED, OPEN_FAILED_LINE
+        from ....nodes.backend import OPEN_FAILED, OPEN_FAILED_LINE
 
         if code != OPEN_FAILED or job.node is None or not (job.spec.output
                                                                      or job.spec.error):

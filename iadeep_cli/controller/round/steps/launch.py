@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ...errors import IadeepError, InvalidTransition, NodeError, OwnerFilesError, RunAsRefused
-from ...jobs import Job, JobState
-from ...store import jobrows
+from ....errors import IadeepError, InvalidTransition, NodeError, OwnerFilesError, RunAsRefused
+from ....jobs import Job, JobState
+from ....store import jobrows
+from ..context import ACTOR, Context, Step
 from .backoff import Backoff, LaunchHealth
-from .context import ACTOR, Context, Step
 from .ends import Ends
 
 log = logging.getLogger("iadeep.controller")

@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..jobs import Job, JobState
-from ..snapshot import ClusterSnapshot
-from ..store import cluster, jobrows
-from ..text import duration
+from ....jobs import Job, JobState
+from ....snapshot import ClusterSnapshot
+from ....store import cluster, jobrows
+from ....text import duration
 
 if TYPE_CHECKING:
-    from .steps.context import Context  # the controller's shared parts
+    from ..context import Context  # the controller's shared parts
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"

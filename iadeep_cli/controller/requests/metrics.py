@@ -44,11 +44,12 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ..errors import ConfigError
-from ..inventory import Inventory
-from ..messages import NodeState, StatusView
-from ..store import Store, cluster
-from . import idle, views
+from ...errors import ConfigError
+from ...inventory import Inventory
+from ...messages import NodeState, StatusView
+from ...store import Store, cluster
+from ..round.steps import idle
+from . import views
 
 log = logging.getLogger("iadeep.controller")
 MIB = 1024 * 1024
