@@ -54,6 +54,11 @@ def forget_nodes(conn: sqlite3.Connection, keep: set[str]) -> None:
             conn.execute("DELETE FROM node_snapshots WHERE node=?", (name,))
 
 
+# the meta key of each user's idle GPU-seconds, summed over every idle spell (the round's idle
+# step adds to it, the metrics endpoint reads it)
+IDLE_GPU_SECONDS = "idle_gpu_seconds"
+
+
 def set_meta(conn: sqlite3.Connection, key: str, value) -> None:
     conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
                  "SET value=excluded.value", (key, json.dumps(value)))

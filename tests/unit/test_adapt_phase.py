@@ -320,7 +320,7 @@ def test_a_sharing_estimate_against_the_labs_rate_is_not_a_start_for_values_alon
     host = SimpleNamespace(store=store, observer=observer, refit=lambda: None, running=jobs,
                            inventory=Inventory(nodes=(), policy=Policy(adapt=FAST)))
     host.jobs = lambda states, node=None: [j for j in host.running if j.state in states]
-    adapter = Adapter(host)
+    adapter = Adapter(host, observer, host.refit)
     profiles = {"w": lab_profile}
 
     def poll(t: float, processes, util: float) -> list:

@@ -152,13 +152,12 @@ def test_a_degraded_controller_says_so(tmp_path):
 
 
 def test_idle_gpu_hours_per_user_come_from_the_recorded_totals(lab):
-    from iadeep_cli.controller.round.steps import idle
     from iadeep_cli.store import cluster
 
     store, collector = lab
     assert not [k for k in samples(collector) if k[0] == "iadeep_idle_gpu_hours"]
     with store.tx() as conn:
-        cluster.set_meta(conn, idle.IDLE_GPU_SECONDS, {"alice": 5400.0, "bob": 36.0})
+        cluster.set_meta(conn, cluster.IDLE_GPU_SECONDS, {"alice": 5400.0, "bob": 36.0})
     out = samples(collector)
     assert get(out, "iadeep_idle_gpu_hours", user="alice") == 1.5
     assert get(out, "iadeep_idle_gpu_hours", user="bob") == 0.01

@@ -48,7 +48,6 @@ from ...errors import ConfigError
 from ...inventory import Inventory
 from ...messages import NodeState, StatusView
 from ...store import Store, cluster
-from ..round.steps import idle
 from . import views
 
 log = logging.getLogger("iadeep.controller")
@@ -101,7 +100,7 @@ class LabCollector(Collector):
             try:
                 now = self._clock()
                 view = views.status_view(conn, now, self._inventory())
-                idle_s = cluster.get_meta(conn, idle.IDLE_GPU_SECONDS, {})   # controller/idle.py
+                idle_s = cluster.get_meta(conn, cluster.IDLE_GPU_SECONDS, {})   # steps/idle.py
                 for _id, wait_s in self._new_waits(conn):
                     self._observe_wait(max(0.0, wait_s))
             finally:

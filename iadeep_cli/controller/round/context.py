@@ -1,14 +1,17 @@
-"""What every step of the round works with (``Context``), and the base of a step (``Step``)."""
+"""What every step of the round works with (``Context``), what one round has found so far
+(``Round``), and the base of a step (``Step``): every step is ``run(round)``."""
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from ...inventory import Inventory
 from ...jobopts import run_dir_note
 from ...jobs import Job, JobState
 from ...nodes.connection import Pool
+from ...profiles import Profile
+from ...snapshot import ClusterSnapshot
 from ...store import Store, jobrows
 from .actions import NodeActions
 
@@ -67,6 +70,28 @@ class Context:
             return ""   # submitted through the API without either: as always
         node = self.inventory.node(job.node or "")
         return " " + run_dir_note(job.spec, job.node or "", node.shared_paths if node else ())
+
+
+@dataclasses.dataclass
+class Round:
+    """One round as its steps find it, handed to each in turn (``RoundStep.run``): when it
+    began and with which lab, then what the poll saw (``snapshot``), the profiles in effect
+    (``profiles``, and the lab's own: ``lab``) and the running jobs' observed speeds
+    (``speeds``), each filled in by the step that finds it."""
+
+    now: float
+    inventory: Inventory
+    snapshot: ClusterSnapshot = dataclasses.field(default_factory=lambda: ClusterSnapshot(0.0))
+    profiles: dict[str, Profile] = dataclasses.field(default_factory=dict)
+    lab: dict[str, Profile] = dataclasses.field(default_factory=dict)
+    speeds: dict[int, float] = dataclasses.field(default_factory=dict)
+
+
+class RoundStep(Protocol):
+    """A step of the round: what the loop calls, in its order, once a round."""
+
+    def run(self, r: Round) -> None:
+        """Do this step's part of round ``r`` (and fill in what it finds there)."""
 
 
 class OnContext:

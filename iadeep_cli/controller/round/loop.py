@@ -5,18 +5,20 @@
     (clean)    steps/clean.py      ...and that node's abandoned attempts stopped, set aside
     lose       steps/lose.py       jobs of nodes silent past their grace: lost (and fencing)
     limits     steps/limits.py     jobs past their --time asked to stop (--signal first)
-    idle       idle.py             running jobs whose GPUs sit idle: marked, owner told, acted on
+    idle       steps/idle.py       running jobs whose GPUs sit idle: marked, owner told, acted on
+    foreign    steps/foreign.py    foreign processes holding a GPU idle: recorded, admins told
     cancels    steps/cancels.py    stops sent for the jobs whose cancel was asked for
     profile    steps/profile.py    new workloads sampled alone on their GPU, then profiled
     observe    steps/observe.py    running jobs' speeds and co-location pairs recorded (refit)
-    adapt      adaptation.py       a shared GPU gone wrong: closed, a job suspended; phases
-    tune       tune.py             self-tuning: a what-if replay due (a child), or its answer
+    adapt      steps/adaptation.py a shared GPU gone wrong: closed, a job suspended; phases
+    tune       steps/tune.py       self-tuning: a what-if replay due (a child), or its answer
     schedule   steps/schedule.py   the queue placed (the pure ``plan()``), placements launched
     clean      steps/clean.py      finished jobs' old directories removed on their nodes
 
-Each step is a small class over the controller's shared parts (``steps/context.Context``: the
-store, the inventory and its node pool, the per-node workers, the clock), given what else it
-needs when the loop builds it; the ends of an attempt (``steps/ends.py``) and a launch
+Each step is a small class over the controller's shared parts (``context.Context``: the store,
+the inventory and its node pool, the per-node workers, the clock), given what else it needs
+when the loop builds it, and run as ``run(round)`` (``context.Round``: what the round found so
+far, each step adding what it finds); the ends of an attempt (``steps/ends.py``) and a launch
 (``steps/launch.py``) are shared by the steps that need them.
 
 Why this order: the truth on the nodes (reconcile) is established before anything is decided,
@@ -26,7 +28,7 @@ controller dies in between, the next round's reconcile finds either the job's pi
 start: running) or nothing (it did not: queued again). A job is therefore never started twice.
 
 Nodes never wait for each other. Every poll reads a node's GPUs *and* the state of its jobs in
-one round trip; the round waits for the nodes only briefly (``round_wait_s``) and a slow node's
+one round trip; the round waits for the nodes only briefly (``Poll.wait_s``) and a slow node's
 answer is used when it comes. What the loop does on a node (launch, cancel, stop an abandoned
 attempt) runs on that node's own worker thread (``actions.NodeActions``), so a hung node holds
 up only its own work. A job with an action in flight is left alone by reconcile until it is
@@ -45,15 +47,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ...inventory import Inventory
 from ...jobs import Job
 from ...nodes.connection import Pool
+from ...scheduler.prediction import Predictor
 from ...store import Store
 from ..fairshare import FairShareRound
 from .actions import NodeActions
-from .context import Context, OnContext
+from .context import Context, OnContext, Round, RoundStep
 from .steps import foreign, idle
 from .steps.backoff import Backoff
 from .steps.cancels import Cancels
@@ -77,11 +79,10 @@ REFIT_TIMEOUT_S = 1800.0    # a refit child still running after this is killed (
 class SchedulingLoop(OnContext):
     """The controller's scheduling round (``tick``), the steps it runs and the model they share.
 
-    Public to the rest of the controller (runtime, the adapter, the service): ``tick``,
-    ``close``, ``use``, ``fence``, ``launch_health``, ``script_copy``, ``refit`` and the
-    shared parts (``store``, ``inventory``, ``pool``, ``actions``, ``clock``, ``model``,
-    ``observer``), with ``jobs``, ``move`` and ``requeue`` for the adapter
-    (``controller/adaptation.Host``)."""
+    Public to the rest of the controller (runtime, the service's port): ``tick``, ``close``,
+    ``use``, ``fence``, ``launch_health``, ``script_copy``, ``refit`` and the shared parts
+    (``store``, ``inventory``, ``pool``, ``actions``, ``clock``, ``model``, ``observer``).
+    Every step is ``run(round)`` over the round's context (``context.Round``, ``Context``)."""
 
     def __init__(self, store: Store, inventory: Inventory, pool: Pool, scripts_dir: Path,
                  clock: Callable[[], float] = time.time, fit_in_background: bool = True):
@@ -91,54 +92,45 @@ class SchedulingLoop(OnContext):
 
         self.ctx = ctx = Context(store, inventory, pool, NodeActions(), clock)
         self.scripts_dir = scripts_dir
-        self.model = analytic_model()   # conservative until the fitted model is ready
+        self.model: Predictor = analytic_model()   # conservative until the fitted one is ready
         self.observer = SpeedObserver(pool)
         self._fit_in_background = fit_in_background
         self._fit_lock = threading.Lock()
         self._fit_running = self._fit_again = False
         launch_health: Backoff = {}   # nodes whose launches fail, skipped a while
         self.fairshare = FairShareRound()   # lab.policy.fairshare: usage -> priority points
-        self.adapt = Adapter(self)   # run-time adaptation (controller/adaptation.py)
-        # the round's steps, in the order tick() runs them (see the module docstring)
+        # the round's steps, built before whoever uses them (no step reaches for a later one)
         self.poll = Poll(ctx, self.observer)
+        self.clean = Clean(ctx)
         self.profiler = Profiler(ctx, self.observer)
-        self.ends = Ends(ctx, self.adapt, launch_health, self.profiler.forget,
-                         lambda pairs: self.speeds.learnt(pairs))
-        self.reconcile = Reconcile(ctx, self.ends)
+        self.speeds = Observe(ctx, self.observer, self.refit)
+        self.adapt = Adapter(ctx, self.observer, self.refit)   # run-time adaptation
+        self.ends = Ends(ctx, self.adapt, launch_health, self.profiler.forget, self.speeds.learnt)
+        self.reconcile = Reconcile(ctx, self.ends, self.clean)
         self.lose = Lose(ctx, self.ends)
         self.limits = Limits(ctx)
-        self.idle = idle.IdleWatch()   # running jobs whose GPUs sit idle (controller/idle.py)
-        self.foreign = foreign.ForeignWatch()   # foreign processes holding a GPU idle (foreign.py)
+        self.idle = idle.IdleWatch(ctx)   # running jobs whose GPUs sit idle (steps/idle.py)
+        self.foreign = foreign.ForeignWatch(ctx)   # foreign processes holding a GPU idle
         self.cancels = Cancels(ctx)
-        self.speeds = Observe(ctx, self.observer, self.refit)
         self.launches = Launches(ctx, self.ends, launch_health, scripts_dir)
-        self.tuning = SelfTuning(store, clock())   # self-tuned plan() settings (tune.py)
+        self.tuning = SelfTuning(store, clock())   # self-tuned plan() settings (steps/tune.py)
         self.schedule = Schedule(ctx, self.adapt, self.launches, launch_health, self.fairshare,
-                                 lambda: self.model, self.tuning.applied)
-        self.clean = Clean(ctx)
+                                 self.current_model, self.tuning.applied)
+        # ... and the order tick() runs them in (see the module docstring)
+        self.steps: tuple[tuple[str, RoundStep], ...] = (
+            ("poll", self.poll), ("reconcile", self.reconcile), ("lose", self.lose),
+            ("limits", self.limits), ("idle", self.idle), ("foreign", self.foreign),
+            ("cancels", self.cancels), ("profile", self.profiler), ("observe", self.speeds),
+            ("adapt", self.adapt), ("tune", self.tuning), ("schedule", self.schedule),
+            ("clean", self.clean))
         self.refit()
 
     # ------------------------------------------------------------------ the round
     def tick(self) -> None:
-        now = self.clock()
+        r = Round(now=self.clock(), inventory=self.inventory)
         self.ctx.decoded.sweep()   # keep only what last round read: its jobs and questions
-        snapshot = self.poll.run(self.round_wait_s)
-        for node in snapshot.nodes:
-            if node.reached:
-                self.reconcile.run(node)
-                self.clean.orphans(node.name)
-        self.lose.run(now)
-        self.limits.run(now)
-        self.idle.step(self.ctx, snapshot, now)   # idle GPU holders: mark, notify, act (idle.py)
-        self.foreign.step(self.ctx, snapshot, now)   # foreign idle GPU holders (foreign.py)
-        self.cancels.run(snapshot)
-        profiles, lab = self.profiler.run(snapshot)
-        speeds = self.speeds.run(snapshot, now, profiles, lab)
-        self.adapt.step(now, speeds, snapshot)
-        self.adapt.phase_step(now, snapshot, profiles, lab)   # phase changes refresh profiles
-        self.tuning.step(now, self.inventory)   # self-tuning: a replay due, or its answer
-        self.schedule.run(snapshot, profiles)
-        self.clean.old_dirs(snapshot, now)
+        for _name, step in self.steps:
+            step.run(r)
 
     def close(self) -> None:
         self.actions.close()
@@ -162,16 +154,10 @@ class SchedulingLoop(OnContext):
 
     # ------------------------------------------------------------------ shared parts
     # store, inventory, pool, actions, clock, jobs() and move(): OnContext's, over self.ctx
-    def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
-        """``job`` back to the queue, its attempt dropped (``store.jobrows.requeue``)."""
-        return self.ctx.requeue(job, reason, started=started, **fields)
-
     # ------------------------------------------------------------------ model
-    @property
-    def round_wait_s(self) -> float:
-        """How long a round waits for slow nodes: never longer than one poll interval, so one
-        sick node cannot make every other node's data old."""
-        return min(max(1.0, self.inventory.poll_interval_s), 10.0)
+    def current_model(self) -> Predictor:
+        """The interference model in use (the fitted one once a refit has finished)."""
+        return self.model
 
     def refit(self) -> None:
         """Refit the model (after new measurements: the observe step, and a phase change in

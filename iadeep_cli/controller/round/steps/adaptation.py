@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from ....errors import IadeepError, InvalidTransition
-from ....inventory import AdaptPolicy, Inventory
+from ....inventory import AdaptPolicy
 from ....jobs import ACTIVE, PENDING, Job, JobState
 from ....profiles import Profile
 from ....scheduler.detectors import (
@@ -57,54 +57,24 @@ from ....scheduler.detectors import (
     closed_gpus,
     solo_util,
 )
-from ....store import Store, jobrows, profiles as profrows
-from ..observer import job_sm
+from ....store import jobrows, profiles as profrows
+from ..context import Context, Round
+from ..observer import SpeedObserver, job_sm
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
 
 
-class Host(Protocol):
-    """What the adapter needs of the scheduling loop (``controller/loop.SchedulingLoop``; a
-    protocol so this module need not import the loop, which imports it): its public parts."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def inventory(self) -> Inventory: ...
-
-    @property
-    def pool(self) -> Any: ...
-
-    @property
-    def actions(self) -> Any: ...
-
-    @property
-    def clock(self) -> Callable[[], float]: ...
-
-    model: Any
-    observer: Any
-
-    def jobs(self, states: Iterable[JobState], node: str | None = None) -> list[Job]:
-        """The jobs in ``states`` (on ``node``), oldest first."""
-
-    def refit(self) -> None:
-        """Refit the interference model (in the background) with the lab's measurements."""
-
-    def move(self, job: Job, new: JobState, reason: str, **fields: Any) -> Job:
-        """``job`` to ``new`` as the controller, now (checked against the state machine)."""
-
-    def requeue(self, job: Job, reason: str, *, started: bool, **fields: Any) -> Job:
-        """``job`` back to the queue, its attempt dropped (``store.jobrows.requeue``)."""
-
-
 class Adapter:
-    """Owned by the loop; ``step`` once a round after the speeds are observed, ``closed`` for
-    ``plan()``."""
+    """Owned by the loop; ``run`` once a round after the speeds are observed (``step``, then
+    ``phase_step``), ``closed`` for ``plan()``. Over the round's context (``loop``: the store,
+    the lab, the pool, the node workers, the clock, job reads and moves), the observer's rates
+    and the model's refit."""
 
-    def __init__(self, loop: Host):
+    def __init__(self, loop: Context, observer: SpeedObserver, refit: Callable[[], None]):
         self.loop = loop
+        self.observer = observer
+        self._refit = refit
         self.detector = Detector()
         self.phases = PhaseDetector()
         self.findings: dict[str, Finding] = {}
@@ -121,6 +91,10 @@ class Adapter:
         return self.loop.inventory.policy.adapt
 
     # ------------------------------------------------------------------ the round
+    def run(self, r: Round) -> None:
+        self.step(r.now, r.speeds, r.snapshot)
+        self.phase_step(r.now, r.snapshot, r.profiles, r.lab)   # phase changes refresh profiles
+
     def step(self, now: float, speeds: dict[int, float], snapshot: Any = None) -> None:
         """Detect on this round's ``speeds`` (job id -> observed speed) and act; ``snapshot``:
         this round's poll (each GPU's own utilisation corroborates a suspension)."""
@@ -176,8 +150,8 @@ class Adapter:
         for job in jobs:
             if (gpu := _gpu_of(job)) is not None:
                 per_gpu.setdefault(gpu, []).append(job)
-        rates = self.loop.observer.alone_rates
-        speeds = self.loop.observer.progress_speeds
+        rates = self.observer.alone_rates
+        speeds = self.observer.progress_speeds
         solos: list[Solo] = []
         samples: dict[int, Any] = {}
         watched = [(job, len(group) > 1) for group in per_gpu.values() for job in group
@@ -203,7 +177,7 @@ class Adapter:
                 samples[job.id] = (job, gpu, prof, learnt)
                 # its speed against the lab's solo rate of the workload, not its own (never
                 # measured alone): a start of its own (``Solo.provisional``)
-                own = self.loop.observer.solo_rate(job.id) is not None
+                own = self.observer.solo_rate(job.id) is not None
                 solos.append(Solo(job.id, job.spec.workload, util=util,
                                   profile_util=prof.gpu_util, adapt=not job.spec.no_adapt,
                                   sharing=True, provisional=not own))
@@ -221,7 +195,7 @@ class Adapter:
             job, gpu, prof, learnt = samples[change.job_id]
             self._refresh(change, job, gpu, prof, learnt, now)
         if changes:
-            self.loop.refit()
+            self._refit()
         return changes
 
     def _refresh(self, change: PhaseChange, job: Job, gpu: Any, prof: Profile,

@@ -8,13 +8,16 @@ from functools import partial
 from ....errors import IadeepError
 from ....jobs import ACTIVE, JobState
 from ....snapshot import ClusterSnapshot
-from ..context import Step
+from ..context import Round, Step
 
 log = logging.getLogger("iadeep.controller")
 
 
 class Cancels(Step):
-    def run(self, snapshot: ClusterSnapshot) -> None:
+    def run(self, r: Round) -> None:
+        self.send(r.snapshot)
+
+    def send(self, snapshot: ClusterSnapshot) -> None:
         """Stop cancelled jobs on their node's worker; the poll then sees them exit (a held job
         with a node is one Slurm keeps pending and held: its Slurm job is cancelled too).
 

@@ -7,7 +7,7 @@ from functools import partial
 from ....errors import IadeepError
 from ....snapshot import ClusterSnapshot
 from ....store import cluster, jobrows
-from ..context import ACTOR, Step
+from ..context import ACTOR, Round, Step
 
 log = logging.getLogger("iadeep.controller")
 CLEAN_EVERY_S = 600.0   # old job directories are looked for on each node at most this often
@@ -15,7 +15,10 @@ CLEAN_EVERY_S = 600.0   # old job directories are looked for on each node at mos
 
 class Clean(Step):
     """``orphans(node)`` for each node that answered (right after its reconcile), ``old_dirs``
-    once a round, at its end; the work itself runs on each node's worker."""
+    once a round, at its end (``run``); the work itself runs on each node's worker."""
+
+    def run(self, r: Round) -> None:
+        self.old_dirs(r.snapshot, r.now)
 
     def orphans(self, node: str) -> None:
         """Stop abandoned attempts on a node that answers again (a requeued or cancelled job's

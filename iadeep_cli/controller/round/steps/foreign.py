@@ -17,14 +17,11 @@ restart goes on (not reported again) while the process still holds the GPU idle.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ....snapshot import ClusterSnapshot, GpuProcess
 from ....store import foreign as rows
 from ....text import foreign_idle_line as line
-
-if TYPE_CHECKING:
-    from ..context import Context  # the controller's shared parts
+from ..context import Context, Round
 
 log = logging.getLogger("iadeep.controller")
 Key = tuple[str, int, int]      # (node, GPU index, pid)
@@ -33,10 +30,14 @@ Key = tuple[str, int, int]      # (node, GPU index, pid)
 class ForeignWatch:
     """Foreign processes' idle spells: (node, GPU, pid) -> since when; those recorded -> row."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
         self.since: dict[Key, float] = {}
         self.marked: dict[Key, int] = {}
         self.loaded = False
+
+    def run(self, r: Round) -> None:
+        self.step(self.ctx, r.snapshot, r.now)
 
     def step(self, loop: Context, snapshot: ClusterSnapshot, now: float) -> list[int]:
         """Look at every foreign GPU process once; the ids of the spells recorded this round."""

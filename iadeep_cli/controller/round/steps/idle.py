@@ -19,15 +19,12 @@ idle sooner than it is).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ....jobs import Job, JobState
 from ....snapshot import ClusterSnapshot
 from ....store import cluster, jobrows
 from ....text import duration
-
-if TYPE_CHECKING:
-    from ..context import Context  # the controller's shared parts
+from ..context import Context, Round
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
@@ -35,16 +32,18 @@ PREFIX = "idle:"
 # who asks to stop an idle job, written where a user's name goes (no account has a ":")
 CANCEL = "iadeep:idle"
 REQUEUE = "iadeep:idle-requeue"
-# the meta key of each user's idle GPU-seconds, summed over every idle spell (metrics.py)
-IDLE_GPU_SECONDS = "idle_gpu_seconds"
 
 
 class IdleWatch:
     """The running jobs' idle spells: (job id, attempt) -> when its GPUs went idle."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
         self.since: dict[tuple[int, int], float] = {}
         self.seen: dict[tuple[int, int], float] = {}   # the spell's last poll, for GPU-hours
+
+    def run(self, r: Round) -> None:
+        self.step(self.ctx, r.snapshot, r.now)
 
     def step(self, loop: Context, snapshot: ClusterSnapshot, now: float) -> list[int]:
         """Look at every running job once; the ids of those that became idle this round."""
@@ -81,10 +80,10 @@ class IdleWatch:
             became.append(job.id)
         if wasted:
             with loop.store.tx() as conn:
-                total = cluster.get_meta(conn, IDLE_GPU_SECONDS, {})
+                total = cluster.get_meta(conn, cluster.IDLE_GPU_SECONDS, {})
                 for user, seconds in wasted.items():
                     total[user] = total.get(user, 0.0) + seconds
-                cluster.set_meta(conn, IDLE_GPU_SECONDS, total)
+                cluster.set_meta(conn, cluster.IDLE_GPU_SECONDS, total)
         return became
 
     @staticmethod

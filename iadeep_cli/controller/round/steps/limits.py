@@ -9,13 +9,16 @@ from ....errors import IadeepError
 from ....jobs import JobState, parse_signal
 from ....store import jobrows
 from ....text import hms
-from ..context import TIME_LIMIT, Step
+from ..context import TIME_LIMIT, Round, Step
 
 log = logging.getLogger("iadeep.controller")
 
 
 class Limits(Step):
-    def run(self, now: float) -> None:
+    def run(self, r: Round) -> None:
+        self.ask(r.now)
+
+    def ask(self, now: float) -> None:
         """Ask to stop each running job that has run past its time limit (``--time``, counted
         from this attempt's start). It is then stopped like a cancelled job (TERM, KILL after
         ``lab.kill_grace``) and recorded as ``timeout``, saying why. A job that asked for a

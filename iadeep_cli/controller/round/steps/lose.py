@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ....jobs import ACTIVE, Job, JobState
 from ....store import cluster
-from ..context import Context, Step
+from ..context import Context, Round, Step
 from .ends import Ends, stopped
 
 
@@ -19,7 +19,10 @@ class Lose(Step):
         super().__init__(ctx)
         self.ends = ends
 
-    def run(self, now: float) -> None:
+    def run(self, r: Round) -> None:
+        self.lose(r.now)
+
+    def lose(self, now: float) -> None:
         """Jobs on nodes silent past the grace period, or no longer in the inventory, are lost.
         They are not requeued here: their attempt may still run (see the module docstring)."""
         with self.store.tx() as conn:

@@ -9,14 +9,15 @@ from ....jobs import JobState
 from ....profiles import Profile
 from ....snapshot import ClusterSnapshot
 from ....store import impact, jobrows, profiles as profrows
-from ..context import Context, Step
+from ..context import Context, Round, Step
+from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs were observed
 
 
 class Observe(Step):
-    def __init__(self, ctx: Context, observer, refit: Callable[[], None]):
+    def __init__(self, ctx: Context, observer: SpeedObserver, refit: Callable[[], None]):
         super().__init__(ctx)
         self.observer = observer   # controller/observe.SpeedObserver
         self._refit = refit        # SchedulingLoop.refit
@@ -28,8 +29,11 @@ class Observe(Step):
         another, ``controller/oom.py``): they count towards the next refit like observed ones."""
         self._new_pairs += pairs
 
-    def run(self, snapshot: ClusterSnapshot, now: float, profiles: dict[str, Profile],
-            lab: dict[str, Profile]) -> dict[int, float]:
+    def run(self, r: Round) -> None:
+        r.speeds = self.observe(r.snapshot, r.now, r.profiles, r.lab)
+
+    def observe(self, snapshot: ClusterSnapshot, now: float, profiles: dict[str, Profile],
+                lab: dict[str, Profile]) -> dict[int, float]:
         """Each running job's observed speed this round (job id -> speed), recorded."""
         # Solo rates only of workloads this lab profiled itself (the shipped ones are other
         # programs with other batch sizes).

@@ -6,7 +6,8 @@ import logging
 from ....jobs import ACTIVE, JobState
 from ....snapshot import ClusterSnapshot
 from ....store import cluster
-from ..context import Context, Step
+from ..context import Context, Round, Step
+from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 
@@ -16,12 +17,21 @@ class Poll(Step):
     the round waits for the nodes only ``wait_s``; a slow node's answer is used when it comes),
     saved for the monitor; a node going silent or coming back is logged once."""
 
-    def __init__(self, ctx: Context, observer):
+    def __init__(self, ctx: Context, observer: SpeedObserver):
         super().__init__(ctx)
         self.observer = observer   # controller/observe.SpeedObserver: progress offsets
         self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
 
-    def run(self, wait_s: float) -> ClusterSnapshot:
+    def run(self, r: Round) -> None:
+        r.snapshot = self.read(self.wait_s)
+
+    @property
+    def wait_s(self) -> float:
+        """How long a round waits for slow nodes: never longer than one poll interval, so one
+        sick node cannot make every other node's data old."""
+        return min(max(1.0, self.inventory.poll_interval_s), 10.0)
+
+    def read(self, wait_s: float) -> ClusterSnapshot:
         expected, owners = self._expected()
         # the running jobs' new progress comes with their node's poll (one command a node; at
         # most observe.PROGRESS_READS_PER_NODE files a node a round, in turns)

@@ -11,19 +11,24 @@ from ....model.data import shipped_profiles
 from ....profiles import Profile
 from ....snapshot import ClusterSnapshot, GpuSample
 from ....store import jobrows, profiles as profrows
-from ..context import Context, Step
+from ..context import Context, Round, Step
+from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
 
 
 class Profiler(Step):
-    def __init__(self, ctx: Context, observer):
+    def __init__(self, ctx: Context, observer: SpeedObserver):
         super().__init__(ctx)
         self.observer = observer   # controller/observe.SpeedObserver: a job's solo rate
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
 
-    def run(self, snapshot: ClusterSnapshot) -> tuple[dict[str, Profile], dict[str, Profile]]:
+    def run(self, r: Round) -> None:
+        r.profiles, r.lab = self.profiles(r.snapshot)
+
+    def profiles(self, snapshot: ClusterSnapshot
+                 ) -> tuple[dict[str, Profile], dict[str, Profile]]:
         """The profiles in effect this round (shipped, overridden by the lab's of the same
         name), and the lab's own, the ones recorded this round included."""
         shipped, lab = shipped_profiles(), self.lab_profiles()

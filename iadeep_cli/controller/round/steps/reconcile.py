@@ -10,19 +10,30 @@ import logging
 
 from ....errors import IadeepError
 from ....jobs import ACTIVE, Job, JobState
+from ....snapshot import NodeSnapshot
 from ....store import jobrows
-from ..context import Context, Step
+from ..context import Context, Round, Step
+from .clean import Clean
 from .ends import Ends
 
 log = logging.getLogger("iadeep.controller")
 
 
 class Reconcile(Step):
-    def __init__(self, ctx: Context, ends: Ends):
+    def __init__(self, ctx: Context, ends: Ends, clean: Clean):
         super().__init__(ctx)
         self.ends = ends
+        self.clean = clean   # each answering node's abandoned attempts (steps/clean.py)
 
-    def run(self, node) -> None:
+    def run(self, r: Round) -> None:
+        """Each node that answered: its jobs in line with its poll, then its abandoned attempts
+        stopped and set aside."""
+        for node in r.snapshot.nodes:
+            if node.reached:
+                self.node(node)
+                self.clean.orphans(node.name)
+
+    def node(self, node: NodeSnapshot) -> None:
         """Bring every job we think is on ``node`` in line with what its poll says.
 
         A job with an action in flight, or whose action ended after this poll began, is left

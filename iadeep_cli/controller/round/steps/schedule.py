@@ -17,7 +17,7 @@ from ....store import jobrows, profiles as profrows
 from ....text import clock
 from ... import reservations  # `iadeep reserve`: what each round plans with
 from ...fairshare import FairShareRound
-from ..context import Context, Step
+from ..context import Context, Round, Step
 from .backoff import Backoff
 from .launch import Launches
 
@@ -40,7 +40,10 @@ class Schedule(Step):
         self._tuned = tuned   # the lab with its self-tuned plan() settings (controller/tune.py)
         self._durations: tuple[float, Durations] | None = None   # (read at, run times)
 
-    def run(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
+    def run(self, r: Round) -> None:
+        self.place(r.snapshot, r.profiles)
+
+    def place(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
         """Place the queued jobs whose dependencies are met (``plan()``), and start each
         placement; record why each other queued job waits."""
         from ....scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot

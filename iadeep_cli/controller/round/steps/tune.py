@@ -33,6 +33,7 @@ from ....text import settings_label as label
 
 if TYPE_CHECKING:
     from ....store import Store
+    from ..context import Round
 
 log = logging.getLogger("iadeep.controller")
 MARGIN = 0.03       # a candidate must beat the settings in force by this (average JCT) ...
@@ -114,6 +115,9 @@ class SelfTuning:
             self._remember(base)
         tuned = self._cache[1]
         return inventory if tuned is base else dataclasses.replace(inventory, policy=tuned)
+
+    def run(self, r: Round) -> None:
+        self.step(r.now, r.inventory)   # a replay due, or its answer
 
     def step(self, now: float, inventory: Inventory) -> None:
         answer, self._answer = self._answer, None
