@@ -33,7 +33,10 @@ from .renames import carry, dir_names, renamed
 from .requests import offline
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
+    from ..jobs import Job
     from .requests.metrics import MetricsServer
+    from .round.loop import SchedulingLoop
+from .requests.port import NodeWork
 from .requests.server import ControllerSocket
 from .requests.service import Service
 
@@ -68,9 +71,10 @@ class Controller:
         self._copies_freed_at = float("-inf")
         self.scripts_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.scripts_dir, 0o700)
-        self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
-        self.service.wake = self._wake.set
-        self.service.reload = self.reload
+        self._degraded: IadeepError | None = None   # why new jobs are refused now (_degrade)
+        # the service's port to this controller: wake, reload, degraded, nodes (requests/port.py)
+        self.service = Service(self.store, inventory, clock, port=self,
+                               scripts_dir=self.scripts_dir)
         self.socket = ControllerSocket(self.service, self.state)
         self.loop = self._make_loop(inventory) if inventory.nodes else None
         # Its own threads: a slow mail server or webhook never delays a round.
@@ -83,16 +87,24 @@ class Controller:
         self._beat_failed = ""
         self._damage_checked = float("-inf")
 
-    def _make_loop(self, inventory: Inventory):
+    def _make_loop(self, inventory: Inventory) -> SchedulingLoop:
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
         from .round.loop import SchedulingLoop
 
-        loop = SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
+        return SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
                               self.clock)
-        self.service.log_reader = self._read_log
-        self.service.input_writer = self._write_input
-        self.service.fencer = loop.fence
-        return loop
+
+    # ------------------------------------------------------------------ the service's port
+    def wake(self) -> None:
+        """Start the next round now (``requests/port.ControllerPort``)."""
+        self._wake.set()
+
+    def degraded(self) -> IadeepError | None:
+        return self._degraded
+
+    def nodes(self) -> NodeWork | None:
+        """The round's nodes for the service (logs, keystrokes, fencing); None without a loop."""
+        return _LoopNodes(self.loop) if self.loop is not None else None
 
     def _pool(self, inventory: Inventory) -> Pool:
         from ..nodes.poller import NodePool
@@ -124,24 +136,12 @@ class Controller:
         with self.store.tx() as conn:
             return {j.id: j.attempts for j in (jobrows.get(conn, i) for i in ids)}
 
-    def _read_log(self, job, offset: int, max_bytes: int, stream: str = "output"
-                  ) -> tuple[str, int, int | None]:
-        assert self.loop is not None   # this reader is set only with a loop
-        pool = self.loop.pool   # the current one: a reload may have replaced it
-        return pool.backend(job.node).read_log(job.id, offset, max_bytes, owner=job.owner,
-                                               job=job, stream=stream).text()
-
-    def _write_input(self, job, data: bytes) -> None:
-        """A --pty job's keystrokes, through its node's backend (controller/interactive.py)."""
-        assert self.loop is not None
-        self.loop.pool.backend(job.node).write_input(job, data)
-
     def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         """The notifier's way to a job's log: through the node pool of the moment."""
         if self.loop is None:
             raise NodeError("this controller has no node connections",
                             hint="the job's log stays on its node")
-        return self._read_log(job, offset, max_bytes)
+        return _LoopNodes(self.loop).read_log(job, offset, max_bytes, "output")
 
     # ------------------------------------------------------------------ reload
     def reload(self) -> m.ReloadResult:
@@ -208,7 +208,8 @@ class Controller:
             old_pool.close()
         elif new.nodes:
             self.loop = self._make_loop(new)
-        self.inventory = self.service.inventory = new
+        self.inventory = new
+        self.service.use(new)
         self.notifier.use(new.notify)
         if new.metrics != old.metrics:
             log.warning("lab.metrics changed in %s: it applies at the controller's next start",
@@ -277,13 +278,13 @@ class Controller:
     def _degrade(self, problem: IadeepError | None, lost: IadeepError | None) -> None:
         """Refuse new jobs while ``problem`` lasts, logged when it starts and ends. A lost
         database is also copied out, from the connection that still reads it."""
-        before = self.service.degraded
+        before = self._degraded
         if (problem and problem.message) != (before and before.message):
             if problem is None:
                 log.warning("state directory healthy again; accepting new jobs")
             else:
                 log.error("%s (hint: %s)", problem.message, problem.hint)
-        self.service.degraded = problem
+        self._degraded = problem
         if lost is not None and not self._rescued:
             try:
                 target = self.store.rescue()
@@ -304,7 +305,7 @@ class Controller:
 
         try:
             self.metrics = serve(self._metrics_at, self.store.path, lambda: self.inventory,
-                                 lambda: self.service.degraded is not None, self.started_at,
+                                 lambda: self._degraded is not None, self.started_at,
                                  self.clock)
         except BaseException:
             self.socket.close()
@@ -404,6 +405,26 @@ class Controller:
             self._stopped_by = signal.Signals(signum).name
         self._stop.set()
         self._wake.set()
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoopNodes:
+    """The round's nodes as the service reaches them (``requests/port.NodeWork``): each job's
+    node's backend from the loop's pool of the moment (a reload may have replaced it)."""
+
+    loop: SchedulingLoop
+
+    def read_log(self, job: Job, offset: int, max_bytes: int, stream: str
+                 ) -> tuple[str, int, int | None]:
+        return self.loop.pool.backend(job.node or "").read_log(
+            job.id, offset, max_bytes, owner=job.owner, job=job, stream=stream).text()
+
+    def write_input(self, job: Job, data: bytes) -> None:
+        """A --pty job's keystrokes, through its node's backend (requests/interactive.py)."""
+        self.loop.pool.backend(job.node or "").write_input(job, data)
+
+    def fence(self, node: str, by: str) -> list[int]:
+        return self.loop.fence(node, by)
 
 
 def _with_slurm(inventory: Inventory) -> Inventory:

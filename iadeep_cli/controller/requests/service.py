@@ -47,27 +47,40 @@ from ...store import Store, cluster, is_damage, jobrows, profiles as profrows, s
 from ...text import MIB_PER_GIB, duration, hms
 from .. import reservations
 from . import admission, interactive, views
+from .port import STANDALONE, ControllerPort
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-# (job, offset, max_bytes, stream) -> (the log's text from offset, the next offset, its size if
-# known); stream: "output" (--output, or the job's log) or "error" (--error)
-LogReader = Callable[[Job, int, int, str], tuple[str, int, int | None]]
 STREAMS = ("output", "error")
 
 
 class Service(views.StoreReader):
-    reload: Callable[[], m.ReloadResult]   # re-read the inventory: runtime.Controller.reload
+    """The controller's answers to requests, built whole: the store, the lab, the clock, and
+    the port to the controller around it (``port.ControllerPort``: wake the round, reload, the
+    round's nodes for logs, keystrokes and fencing, and whether new jobs are refused now)."""
 
     def __init__(self, store: Store, inventory: Inventory, clock: Callable[[], float] = time.time,
-                 log_reader: LogReader | None = None, scripts_dir: Path | None = None):
+                 port: ControllerPort = STANDALONE, scripts_dir: Path | None = None):
         super().__init__(store, clock, inventory)
         self.inventory: Inventory = inventory   # always one here (a StoreReader's may be None)
         self.scripts_dir = scripts_dir or StateDir(store.path.parent).scripts
-        self.log_reader = log_reader
-        self.input_writer: interactive.InputWriter | None = None   # runtime: a --pty's terminal
-        self.wake: Callable[[], None] = lambda: None   # the loop sets this to react at once
-        self.fencer: Callable[[str, str], list[int]] | None = None   # the loop's fence()
-        self.degraded: IadeepError | None = None   # set by the runtime: why new jobs are refused
+        self.port = port
+
+    def use(self, inventory: Inventory) -> None:
+        """A reloaded inventory, from the next request on (``runtime.Controller.reload``)."""
+        self.inventory = inventory
+
+    def wake(self) -> None:
+        """Start the next round now: a write changed what it would decide."""
+        self.port.wake()
+
+    def reload(self) -> m.ReloadResult:
+        """Re-read the inventory file (``runtime.Controller.reload``)."""
+        return self.port.reload()
+
+    @property
+    def degraded(self) -> IadeepError | None:
+        """Why new jobs are refused now (the runtime's health check); None: they are not."""
+        return self.port.degraded()
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
@@ -393,12 +406,13 @@ class Service(views.StoreReader):
             known = ", ".join(n.name for n in self.inventory.nodes) or "none"
             raise InputError(f"no node named {req.node!r} in the controller's inventory",
                              hint=f"known nodes: {known}")
-        if self.fencer is None:
+        nodes = self.port.nodes()
+        if nodes is None:
             raise InputError("this controller schedules no nodes",
                              hint="start it with an inventory that lists nodes")
         if not req.force:
             self._refuse_fencing_a_live_node(req.node)
-        jobs = self.fencer(req.node, user)
+        jobs = nodes.fence(req.node, user)
         self.wake()
         return m.FenceResult(req.node, tuple(jobs))
 
@@ -477,7 +491,9 @@ class Service(views.StoreReader):
         """Keystrokes for the caller's running `iadeep run --pty` job (controller/interactive)."""
         with self.store.tx() as conn:
             job = jobrows.get(conn, req.id)
-        return interactive.write(self.input_writer, job, user, req)
+        nodes = self.port.nodes()
+        return interactive.write(nodes.write_input if nodes is not None else None, job, user,
+                                 req)
 
     def op_logs(self, user: str, req: m.LogsRequest) -> m.LogChunk:
         if req.offset < 0 or req.max_bytes < 0:
@@ -499,12 +515,13 @@ class Service(views.StoreReader):
         if job.node is None:
             return m.LogChunk(data="", offset=0, finished=job.state in FINISHED,
                               state=job.state)
-        if self.log_reader is None:
+        nodes = self.port.nodes()
+        if nodes is None:
             raise InputError("this controller has no node connections to read logs from",
                              hint="start it with an inventory: "
                                   "iadeep controller run --inventory FILE")
         try:
-            data, offset, size = self.log_reader(job, req.offset, req.max_bytes, req.stream)
+            data, offset, size = nodes.read_log(job, req.offset, req.max_bytes, req.stream)
         except NotFoundError:
             if (job.spec.output if req.stream == "output" else job.spec.error) is None:
                 raise
@@ -512,7 +529,7 @@ class Service(views.StoreReader):
             # in its job directory's log): that log, rather than nothing
             own = dataclasses.replace(job, spec=dataclasses.replace(job.spec, output=None,
                                                                     error=None))
-            data, offset, size = self.log_reader(own, req.offset, req.max_bytes, "output")
+            data, offset, size = nodes.read_log(own, req.offset, req.max_bytes, "output")
         return m.LogChunk(data=data, offset=offset, size=size,
                           finished=job.state in FINISHED, state=job.state)
 
