@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .. import messages as m
 from ..errors import ConfigError, IadeepError, NodeError, StoreError
 from ..inventory import Inventory, load_inventory
+from ..nodes.backend import features
 from ..nodes.connection import Pool
 from ..paths import StateDir
 from ..store import cluster, is_damage, statedir
@@ -52,7 +53,7 @@ class Controller:
     def __init__(self, inventory: Inventory, state_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, new_database: bool = False,
                  metrics: tuple[str, int] | None = None):
-        inventory = _with_slurm(inventory)
+        inventory = _with_backend_nodes(inventory)
         self.inventory = inventory
         self._metrics_at = metrics   # (host, port) to serve Prometheus metrics on; None: off
         self.metrics: MetricsServer | None = None
@@ -117,21 +118,21 @@ class Controller:
         # nvidia-smi gives up well inside it, so that its node, which still answers, is never
         # taken for a silent one.
         grace = inventory.node_grace_s
-        # With a slurm: section Slurm's nodes answer through it, the rest over SSH: the SSH
-        # nodes, and the Slurm nodes read over SSH for their GPUs' telemetry.
-        ssh = inventory if inventory.slurm is None else dataclasses.replace(
-            inventory, nodes=tuple(n for n in inventory.nodes
-                                   if n.backend != "slurm" or n.ssh_telemetry))
+        # A backend whose pool polls its nodes itself (``Features.polls_itself``) answers for
+        # them; the rest go over SSH: the SSH nodes, and such nodes read over SSH for their
+        # GPUs' telemetry.
+        polled = tuple(n for n in inventory.nodes
+                       if not features(n.backend).polls_itself or n.ssh_telemetry)
+        ssh = inventory if len(polled) == len(inventory.nodes) else dataclasses.replace(
+            inventory, nodes=polled)
         pool = NodePool(_scoped_workdirs(ssh, self.install_id, dir_names(self.store)),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
-        if inventory.slurm is None:
-            return pool
         from ..nodes.pools import with_backends
         return with_backends(inventory, pool, self.install_id, self._attempts)
 
     def _attempts(self, ids) -> dict[int, int]:
-        """Each job's current attempt: how the Slurm backend names its Slurm job."""
+        """Each job's current attempt: how a batch system's backend names its job there."""
         from ..store import jobrows
         with self.store.tx() as conn:
             return {j.id: j.attempts for j in (jobrows.get(conn, i) for i in ids)}
@@ -198,7 +199,7 @@ class Controller:
         """Swap in a validated inventory: lab settings, policy, admins and limits at once, and a
         new node pool (connections to removed nodes close with the old one). Running jobs keep
         running; those on a node no longer listed are the loop's to handle (lost)."""
-        new = _with_slurm(new)
+        new = _with_backend_nodes(new)
         old = self.inventory
         renames = renamed(old, new)   # a renamed node's jobs follow it (controller/renames.py)
         carry(self.store, renames, self.clock)
@@ -427,16 +428,9 @@ class _LoopNodes:
         return self.loop.fence(node, by)
 
 
-def _with_slurm(inventory: Inventory) -> Inventory:
-    """The inventory with its ``slurm:`` partition's nodes (``nodes.slurm``), as Slurm has
-    them at start and at each reload."""
-    if inventory.slurm is None:
-        return inventory
-    if os.geteuid() != 0:
-        raise ConfigError(f"{inventory.path}: slurm: the Slurm backend submits each job as its "
-                          "owner (sbatch --uid), which only root may do",
-                          hint="run the controller as root on a Slurm submit host, or remove "
-                               "the slurm: section")
+def _with_backend_nodes(inventory: Inventory) -> Inventory:
+    """The inventory with the nodes its batch systems list (``nodes.pools``), as they have them
+    at start and at each reload."""
     from ..nodes.pools import with_backend_nodes
     return with_backend_nodes(inventory)
 

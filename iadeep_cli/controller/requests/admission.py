@@ -3,7 +3,8 @@
 Decided at submission, with one line saying why and what to do, never at launch an hour (or
 a 10,000-task array) later: a job is admitted when at least one node it may use could run it
 as its owner, by the same rules the launch applies (``nodes.runas.check_user`` and the node's
-own check for a ``run_as: submitter`` node, ``sbatch --uid`` for a Slurm node). A node whose
+own check for a ``run_as: submitter`` node, the backend's own for one whose backend runs every
+job as its owner: ``Features.runs_as_owner``). A node whose
 jobs run as its SSH account runs anyone's. What cannot be known here (a group defined only on
 the nodes) is not refused here; the launch still checks it.
 """
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from ...errors import InputError, PermissionDenied, RunAsRefused
 from ...inventory import Inventory, Node
 from ...nodes import runas
+from ...nodes.backend import features
 
 # what the socket names a uid that has no account (``server.user_name``)
 _NO_ACCOUNT = re.compile(r"uid\d+")
@@ -31,11 +33,13 @@ def _account(user: str) -> pwd.struct_passwd | None:
 
 def _why_not(node: Node, user: str) -> str | None:
     """Why ``user``'s job can never run on ``node``; None if it may."""
-    if node.backend == "slurm":
+    kind = features(node.backend)
+    if kind.runs_as_owner:
         entry = _account(user)
         if entry is None:
-            return f"Slurm node {node.name} runs jobs as their owners; {user} has no account here"
-        return f"iadeep never runs a job as root (Slurm node {node.name})" \
+            return (f"{kind.label} node {node.name} runs jobs as their owners; {user} has no "
+                    "account here")
+        return f"iadeep never runs a job as root ({kind.label} node {node.name})" \
             if entry.pw_uid == 0 else None
     if not node.submitter:
         return None   # jobs run as the node's SSH account, whoever submitted them

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 
 from ... import messages as m
 from ...errors import InputError, InvalidTransition, PermissionDenied
-from ...inventory import BackendKind, Node
+from ...inventory import Node
 from ...jobs import Job, JobState
+from ...nodes.backend import features
 
 # How the controller reaches a job's terminal: ``runtime`` sets it to the node pool's backend
 # of the job's node (None: a controller without node connections).
@@ -31,15 +32,19 @@ InputWriter = Callable[[Job, bytes], None]
 
 
 def check_nodes(candidates: Sequence[Node]) -> None:
-    """Refuse an interactive job that could be placed on a node without terminals (Slurm)."""
-    slurm = [n.name for n in candidates if n.backend == BackendKind.SLURM]
-    if not slurm:
+    """Refuse an interactive job that could be placed on a node whose backend has no terminals
+    (``Features.interactive``: false for a batch system's nodes)."""
+    without = [n for n in candidates if not features(n.backend).interactive]
+    if not without:
         return
-    others = [n.name for n in candidates if n.backend != BackendKind.SLURM]
+    kind = features(without[0].backend)
+    others = [n.name for n in candidates if features(n.backend).interactive]
     raise InputError(f"`iadeep run --pty` needs a node iadeep reaches over SSH; this job could "
-                     f"be placed on Slurm node(s) {', '.join(slurm[:5])}",
+                     f"be placed on {kind.label} node(s) "
+                     f"{', '.join(n.name for n in without[:5])}",
                      hint=f"add --nodelist {','.join(others[:5])}" if others else
-                     "on a Slurm lab use `srun --pty` for an interactive shell")
+                     f"on a {kind.label} lab use `{kind.terminal_instead}` for an interactive "
+                     "shell")
 
 
 def time_limit(lab_limit: float, most: float | None) -> float:

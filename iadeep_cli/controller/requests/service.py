@@ -41,6 +41,7 @@ from ...jobs import (
     validate_spec,
 )
 from ...model.data import shipped_profiles
+from ...nodes.backend import features
 from ...paths import StateDir, replace_file
 from ...snapshot import NodeSnapshot
 from ...store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
@@ -207,7 +208,7 @@ class Service(views.StoreReader):
     def _cancel_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
         job = self._owned(conn, user, job_id)
         if job.state in ACTIVE or (job.state == JobState.HELD and job.node is not None):
-            # (a held job with a node: Slurm has it pending and held, see op_hold)
+            # (a held job with a node: its backend has it pending and held, see op_hold)
             # The loop stops the process group on its node, then records 'cancelled'.
             jobrows.update(conn, job_id, cancel_requested_by=user)
             self.wake()
@@ -245,17 +246,18 @@ class Service(views.StoreReader):
         return out
 
     def _hold_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
-        """A queued job is held here; a `starting` one only on a Slurm node, where Slurm may
-        keep it pending: it is committed `held` first, then the loop holds it in Slurm
-        (``scontrol hold``), or finds Slurm had started it (docs/slurm.md)."""
+        """A queued job is held here; a `starting` one only on a node whose backend may keep
+        it pending (``Features.keeps_jobs_pending``): it is committed `held` first, then the
+        loop holds it there (``Backend.hold``), or finds it had started (docs/slurm.md)."""
         job = self._owned(conn, user, job_id)
         if job.state == JobState.STARTING:
             node = self.inventory.node(job.node or "")
-            if node is None or node.backend != "slurm":
+            kind = features(node.backend) if node is not None else None
+            if kind is None or not kind.keeps_jobs_pending:
                 raise InvalidTransition(f"job {job_id} is starting; it cannot become held",
                                         hint="see `iadeep queue show ID` for its current state")
             return self._move(conn, user, job_id, JobState.HELD,
-                              f"held by {user} (in Slurm too: scontrol hold)")
+                              f"held by {user} (in {kind.label} too: {kind.hold_command})")
         return self._move(conn, user, job_id, JobState.HELD, f"held by {user}")
 
     def op_release(self, user: str, req: m.ReleaseRequest) -> list[m.JobActionResult]:
@@ -264,12 +266,15 @@ class Service(views.StoreReader):
         return out
 
     def _release_one(self, conn, user: str, job_id: int) -> m.JobActionResult:
-        """Back to the queue; a job Slurm holds goes back to Slurm where it was placed
-        (`starting`; the loop's ``scontrol release``)."""
+        """Back to the queue; a job its backend's queue holds goes back there, where it was
+        placed (`starting`; the loop's ``Backend.release``)."""
         job = self._owned(conn, user, job_id)
         if job.state == JobState.HELD and job.node is not None:
+            node = self.inventory.node(job.node)
+            where = (f"{features(node.backend).label} ({features(node.backend).release_command})"
+                     if node is not None else "its backend's queue")
             return self._move(conn, user, job_id, JobState.STARTING,
-                              f"released by {user}; back to Slurm (scontrol release)")
+                              f"released by {user}; back to {where}")
         return self._move(conn, user, job_id, JobState.QUEUED, f"released by {user}")
 
     def _each(self, req: m.JobsRequest, applies: Iterable[JobState],

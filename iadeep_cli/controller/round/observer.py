@@ -159,7 +159,7 @@ class SpeedObserver:
     def _read(self, job: Job, track: _Track, read: dict[tuple[str, int], tuple[int, int, str]]
               ) -> bool:
         """Feed ``track`` what this round read of the job's progress file (``read``: (node,
-        job id) -> ``NodeSnapshot.progress``'s entry; a Slurm job's file is on the
+        job id) -> ``NodeSnapshot.progress``'s entry; a batch system's job's file is on the
         controller's own (shared) filesystem and read here, without blocking, in its turn).
         True if it gave new lines."""
         assert job.node is not None

@@ -19,7 +19,7 @@ class Cancels(Step):
 
     def send(self, snapshot: ClusterSnapshot) -> None:
         """Stop cancelled jobs on their node's worker; the poll then sees them exit (a held job
-        with a node is one Slurm keeps pending and held: its Slurm job is cancelled too).
+        with a node is one its backend's queue keeps pending and held: cancelled there too).
 
         A stop is sent again only once a poll that began after the last one ended has been
         reconciled and still shows the job: sending it every round would, when a stop takes

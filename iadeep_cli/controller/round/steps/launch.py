@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ....errors import IadeepError, InvalidTransition, NodeError, OwnerFilesError, RunAsRefused
 from ....jobs import Job, JobState
+from ....nodes.backend import features
 from ....store import jobrows
 from ..context import ACTOR, Context, Step
 from .backoff import Backoff, LaunchHealth
@@ -63,12 +64,13 @@ class Launches(Step):
         if node in self._launch_health:
             log.info("node %s launches jobs again", node)
             self._launch_health.pop(node, None)
-        if result.waiting:   # Slurm: the poll says when it runs (see _apply_remote)
+        if result.waiting:   # its backend's queue: the poll says when it runs (_apply_remote)
+            label = features(self.pool.backend(node).kind).label
             with self.store.tx() as conn:
                 held = jobrows.get(conn, started.id).state == JobState.HELD   # meanwhile
                 jobrows.update(conn, started.id, remote_pid=result.pid, **({} if held else {
-                    "reason": f"submitted to Slurm as job {result.pid}; waiting for Slurm to "
-                              "start it"}))
+                    "reason": f"submitted to {label} as job {result.pid}; waiting for {label} "
+                              "to start it"}))
             return
         try:
             model = f"; {placement.note}" if placement.note else ""   # why this GPU model

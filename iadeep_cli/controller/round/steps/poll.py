@@ -50,7 +50,7 @@ class Poll(Step):
         their owners (a ``run_as: submitter`` node reads each job as its owner)."""
         out: dict[str, list[tuple[int, int | None, int | None]]] = {}
         owners: dict[int, str] = {}
-        # a held job with a node is one Slurm keeps pending, held there too (see _apply_held)
+        # a held job with a node is one its backend keeps pending, held there too (_apply_held)
         for job in self.jobs(ACTIVE | {JobState.LOST, JobState.HELD}):
             if job.node is not None:
                 out.setdefault(job.node, []).append((job.id, job.remote_pid, job.remote_start))

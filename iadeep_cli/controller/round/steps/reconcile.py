@@ -10,7 +10,8 @@ import logging
 
 from ....errors import IadeepError
 from ....jobs import ACTIVE, Job, JobState
-from ....snapshot import NodeSnapshot
+from ....nodes.backend import features
+from ....snapshot import NodeSnapshot, RemoteJob, RemoteState
 from ....store import jobrows
 from ..context import Context, Round, Step
 from .clean import Clean
@@ -46,63 +47,70 @@ class Reconcile(Step):
                 continue
             self._apply_remote(job, node.job(job.id))
 
-    def _apply_held(self, job: Job, remote) -> None:
-        """A held job that Slurm has (it was `starting`, pending there, when it was held):
-        iadeep's `held` is what must be, so Slurm is made to hold it (``scontrol hold``, again
-        each round until the poll says so: idempotent, and a crash in between is repaired).
-        Slurm started it before the hold reached it: it runs, and says so. Its Slurm job gone
-        (cancelled there, or never submitted): it stays held, placed anew once released."""
-        if remote is None or remote.state == "unknown":
-            return   # Slurm did not answer: nothing is known
-        if remote.state == "pending":
+    def _label(self, job: Job) -> str:
+        """How messages name the backend of the job's node ("Slurm")."""
+        return features(self.pool.backend(job.node or "").kind).label
+
+    def _apply_held(self, job: Job, remote: RemoteJob | None) -> None:
+        """A held job that its backend's queue has (it was `starting`, pending there, when it
+        was held; ``Backend.keeps_jobs_pending``): iadeep's `held` is what must be, so the
+        queue is made to hold it (``Backend.hold``, again each round until the poll says so:
+        idempotent, and a crash in between is repaired). Started there before the hold reached
+        it: it runs, and says so. Gone from that queue (cancelled there, or never submitted):
+        it stays held, placed anew once released."""
+        if remote is None or remote.state == RemoteState.UNKNOWN:
+            return   # the backend's queue did not answer: nothing is known
+        if remote.state == RemoteState.PENDING:
             if not self.pool.backend(job.node or "").is_held(remote):
-                self._slurm_hold(job, True)
-        elif remote.state == "running":   # back to starting, then running as any start
-            job = self.move(job, JobState.STARTING, "not held: Slurm had started it before "
-                             "the hold reached it")
+                self._hold(job, True)
+        elif remote.state == RemoteState.RUNNING:   # back to starting, then running as any start
+            job = self.move(job, JobState.STARTING, f"not held: {self._label(job)} had started "
+                             "it before the hold reached it")
             self._apply_remote(job, remote)
-        elif job.cancel_requested_by and remote.state == "exited":
+        elif job.cancel_requested_by and remote.state == RemoteState.EXITED:
             self.ends.finish(job, remote.exit_code)
-        else:   # no Slurm job (any more): an ordinary held job
+        else:   # not in the backend's queue (any more): an ordinary held job
             with self.store.tx() as conn:
                 jobrows.update(conn, job.id, **jobrows.no_attempt())
 
-    def _slurm_hold(self, job: Job, held: bool) -> None:
-        """``scontrol hold``/``release`` of the job's pending Slurm job, on its node's worker."""
+    def _hold(self, job: Job, held: bool) -> None:
+        """``Backend.hold``/``release`` of the job pending in its backend's queue, on its node's
+        worker."""
         def act() -> None:
             try:
                 backend = self.pool.backend(job.node or "")
                 (backend.hold if held else backend.release)(job.id, owner=job.owner)
             except IadeepError as exc:
-                log.warning("%s job %s in Slurm failed: %s", "holding" if held else "releasing",
-                            job.id, exc.message)
+                log.warning("%s job %s in %s failed: %s", "holding" if held else "releasing",
+                            job.id, features(backend.kind).label, exc.message)
         self.actions.submit(job.node or "", ("hold" if held else "release", job.id), act)
 
-    def _apply_remote(self, job: Job, remote) -> None:
+    def _apply_remote(self, job: Job, remote: RemoteJob | None) -> None:
         now = self.clock()
-        if remote is not None and remote.state == "unknown":
+        if remote is not None and remote.state == RemoteState.UNKNOWN:
             return   # nobody could look (its owner's sudo failed): nothing is known, or changed
-        if remote is None or remote.state == "missing":
+        if remote is None or remote.state == RemoteState.MISSING:
             if job.state == JobState.STARTING or (job.state == JobState.LOST
                                                   and job.remote_pid is None):
                 self.ends.not_started(job)   # the launch never happened
-        elif remote.state == "claimed":
+        elif remote.state == RemoteState.CLAIMED:
             if job.state != JobState.LOST:
                 self.move(job, JobState.LOST, f"its launch on {job.node} was interrupted; "
                            "whether it started is unknown (check the node, then cancel it)")
-        elif remote.state == "pending":
-            # Slurm has it but has not started it: still `starting` (it holds its place on the
-            # GPU iadeep chose), with Slurm's reason for `queue show/why`; running only once
-            # squeue says RUNNING
+        elif remote.state == RemoteState.PENDING:
+            # its backend's queue has it but has not started it: still `starting` (it holds its
+            # place on the GPU iadeep chose), with the queue's reason for `queue show/why`;
+            # running only once the poll says it runs
             if job.state == JobState.STARTING and self.pool.backend(job.node or "").is_held(remote):
-                self._slurm_hold(job, False)   # iadeep says it should start (released)
+                self._hold(job, False)   # iadeep says it should start (released)
             if job.state == JobState.STARTING:
-                why = f"submitted to Slurm as job {remote.pid}; waiting for Slurm " \
+                label = self._label(job)
+                why = f"submitted to {label} as job {remote.pid}; waiting for {label} " \
                       f"({remote.reason or 'pending'})"
                 if job.reason != why or job.remote_pid != remote.pid:
                     with self.store.tx() as conn:
                         jobrows.update(conn, job.id, reason=why, remote_pid=remote.pid)
-        elif remote.state == "running":
+        elif remote.state == RemoteState.RUNNING:
             if job.state == JobState.SUSPENDED:
                 return   # stopped on purpose; controller/adaptation.py resumes it
             if job.state != JobState.RUNNING or job.remote_pid is None:
