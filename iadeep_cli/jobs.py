@@ -42,6 +42,31 @@ class JobState(str, enum.Enum):
         return self.value
 
 
+class StopReason(str, enum.Enum):
+    """Why a job on a node is being stopped (``Job.stop_reason``, a column of its own), and the
+    state that leads it to once its attempt has ended (``to_state``), as dstack's
+    ``JobTerminationReason``. Who asked is ``Job.cancel_requested_by``, a person, and only for
+    ``CANCELLED``: the controller's own reasons are these values, never a user name."""
+
+    CANCELLED = "cancelled"        # its owner or an admin: `queue cancel`
+    TIME_LIMIT = "time-limit"      # it ran past its --time (controller/round/steps/limits.py)
+    IDLE = "idle"                  # its GPUs sat idle, lab.idle_action: cancel (steps/idle.py)
+    IDLE_REQUEUE = "idle-requeue"  # ... idle_action: requeue: queued again (once) when it ends
+
+    def __str__(self) -> str:
+        return self.value
+
+    def to_state(self) -> JobState:
+        """The state a stopped job ends in (one stopped to be queued again ends so only if it
+        cannot be: its node was lost meanwhile, or it never started)."""
+        return JobState.TIMEOUT if self is StopReason.TIME_LIMIT else JobState.CANCELLED
+
+    @property
+    def requeues(self) -> bool:
+        """Whether the job goes back to the queue once its attempt has ended."""
+        return self is StopReason.IDLE_REQUEUE
+
+
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.HELD, S.STARTING, S.CANCELLED}),
@@ -178,7 +203,8 @@ class Job:
     reason: str = ""                  # last transition's or wait's reason, for `queue why`
     observed_speed: float | None = None
     predicted_speed: float | None = None
-    cancel_requested_by: str | None = None   # who asked to stop it while it was on a node
+    cancel_requested_by: str | None = None   # who asked to cancel it while it was on a node
+    stop_reason: StopReason | None = None    # why it is being stopped (a column of its own)
     signalled: bool = False           # this attempt got its --signal before the time limit
     orphans: tuple[str, ...] = ()   # nodes where an abandoned attempt of it may still run
     array_id: int | None = None       # the array it is a task of (its first task's id)
@@ -200,6 +226,7 @@ class Job:
     # idle, its owner told), and whether idleness already requeued it (that happens once)
     idle_since: float | None = None
     idle_requeued: bool = False
+    idle_marked: bool = False   # it is marked idle now (its GPUs have not been busy since)
 
     @property
     def name(self) -> str:

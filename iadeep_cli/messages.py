@@ -92,6 +92,7 @@ class JobView(Message):
     checkpoints: int | None = optional()              # attempts ended by a checkpoint
     opportunistic: bool | None = optional()           # --opportunistic
     idle_after_s: float | None = optional()           # --idle-after
+    idle: bool | None = optional()                    # marked idle now (its GPUs sat idle)
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -115,7 +116,8 @@ class JobView(Message):
             no_adapt=spec.no_adapt or None,
             suspended_s=round(job.suspended_s, 1) or None,
             checkpoint_signal=spec.checkpoint_signal, checkpoints=job.checkpoints or None,
-            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s)
+            opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
+            idle=job.idle_marked or None)
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,8 @@ def kind_of(event: outbox.Event) -> str | None:
         return "end"
     if event.old_state == JobState.STARTING.value and event.new_state == JobState.RUNNING.value:
         return "start"
-    if event.old_state == event.new_state == JobState.RUNNING.value and \
-            event.reason.startswith("idle:"):
-        return "idle"     # controller/idle.py: its GPUs sat idle
+    if event.kind == jobrows.IDLE:
+        return "idle"     # controller/round/steps/idle.py: its GPUs sat idle
     return None
 
 

@@ -24,6 +24,7 @@ class Event:
     old_state: str | None
     new_state: str
     reason: str = ""
+    kind: str | None = None   # what the event was beyond its states ('idle': jobrows.IDLE)
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,10 @@ class Pending:
 def events_after(conn: sqlite3.Connection, limit: int = 1000) -> list[Event]:
     """Up to ``limit`` events past the cursor, oldest first."""
     after = int(get_meta(conn, CURSOR, 0))
-    rows = conn.execute("SELECT id, job_id, old_state, new_state, reason FROM events "
+    rows = conn.execute("SELECT id, job_id, old_state, new_state, reason, kind FROM events "
                         "WHERE id > ? ORDER BY id LIMIT ?", (after, limit)).fetchall()
-    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"], r["reason"] or "")
-            for r in rows]
+    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"], r["reason"] or "",
+                  r["kind"]) for r in rows]
 
 
 def advance(conn: sqlite3.Connection, event_id: int) -> None:

@@ -249,7 +249,7 @@ def _row(job: JobView, position: str, now: float, newest: dict[tuple[int, int], 
     if job.state in ON_GPUS:
         since = job.started_at or job.submitted_at
         detail = f"on {_where(job)}" if job.node else job.reason
-        if job.node and job.reason.startswith("idle:"):   # controller/idle.py's mark
+        if job.node and job.idle:   # marked idle (controller/round/steps/idle.py)
             detail += f" - {job.reason}"
     else:
         since = job.submitted_at

@@ -35,6 +35,7 @@ from ...jobs import (
     Job,
     JobSpec,
     JobState,
+    StopReason,
     check_priority,
     dependencies,
     parse_array,
@@ -210,7 +211,8 @@ class Service(views.StoreReader):
         if job.state in ACTIVE or (job.state == JobState.HELD and job.node is not None):
             # (a held job with a node: its backend has it pending and held, see op_hold)
             # The loop stops the process group on its node, then records 'cancelled'.
-            jobrows.update(conn, job_id, cancel_requested_by=user)
+            jobrows.update(conn, job_id, cancel_requested_by=user,
+                           stop_reason=StopReason.CANCELLED)
             self.wake()
             return m.JobActionResult(job_id, "cancelling")
         # A lost job may still run on its silent node: the loop stops it when it answers.

@@ -193,7 +193,7 @@ def status_view(conn: sqlite3.Connection, now: float,
         for index in job.gpu_indices:
             on_gpu.setdefault((job.node, index), []).append(GpuJob(
                 job.id, job.name, job.owner, job.state, job.predicted_speed, job.observed_speed,
-                job.idle_since if job.reason.startswith("idle:") else None))   # still idle
+                job.idle_since if job.idle_marked else None))   # still idle
     controller = ControllerView.from_dict(cluster.get_meta(conn, "controller", {}))
     stale_s = stale_after_s(inventory, controller)
     nodes = []

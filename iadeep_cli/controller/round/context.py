@@ -16,9 +16,6 @@ from ...store import Store, jobrows
 from .actions import NodeActions
 
 ACTOR = "controller"
-# Who asks to stop a job that ran past its --time, written where a user's name goes
-# (``cancel_requested_by``): no account can have this name (":" is not allowed in one).
-TIME_LIMIT = "iadeep:time-limit"
 
 
 @dataclasses.dataclass

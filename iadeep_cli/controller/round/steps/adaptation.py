@@ -357,7 +357,7 @@ class Adapter:
         retry spent; the attempt's directory is set aside like a requeued one's, so the
         checkpoint must be in its working directory: --chdir, or a shared submission
         directory). False if it cannot move (it was not running): the loop ends it as usual."""
-        if job.state != JobState.RUNNING or job.cancel_requested_by:
+        if job.state != JobState.RUNNING or job.stop_reason:
             return False
         where = job.spec.workdir or job.spec.submit_dir or "its job directory"
         try:

@@ -28,7 +28,7 @@ class Cancels(Step):
         never see the job exit."""
         polled = {node.name: node.taken_at for node in snapshot.nodes if node.reached}
         for job in self.jobs(ACTIVE | {JobState.HELD}):
-            if not job.cancel_requested_by or job.node is None:
+            if not job.stop_reason or job.node is None:
                 continue
             if self.actions.acted_at(job.id) >= polled.get(job.node, float("inf")):
                 continue   # its last action is newer than this poll: the next poll tells

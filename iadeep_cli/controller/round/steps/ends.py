@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ....errors import IadeepError
-from ....jobs import Job, JobState
+from ....jobs import Job, JobState, StopReason
 from ....text import hms
-from ..context import TIME_LIMIT, Context, Step
+from ..context import Context, Step
 from . import idle, oom
 from .backoff import Backoff
 
@@ -27,9 +27,9 @@ class Ends(Step):
     def not_started(self, job: Job) -> None:
         """A launch that provably never started: cancelled if that was asked, else queued
         again without spending one of its retries."""
-        if job.cancel_requested_by:
-            self.move(job, JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
-                       " before it started", ended_at=self.clock())
+        if job.stop_reason is not None:
+            self.move(job, JobState.CANCELLED, f"{stopped(job)[1]} before it started",
+                       ended_at=self.clock())
             return
         why = "launch did not happen; back in the queue"
         health = self._launch_health.get(job.node or "")
@@ -44,7 +44,7 @@ class Ends(Step):
             return   # it checkpointed on its --checkpoint-signal: queued again
         if idle.requeued(self.ctx, job):   # stopped for idleness with idle_action: requeue
             return
-        if job.cancel_requested_by:
+        if job.stop_reason is not None:
             new, why = stopped(job)
         elif code == 0:
             new, why = JobState.SUCCEEDED, "exited with code 0"
@@ -96,7 +96,13 @@ class Ends(Step):
 
 
 def stopped(job: Job) -> tuple[JobState, str]:
-    """The end of a job that was asked to stop: cancelled by a person, or timed out."""
-    if job.cancel_requested_by == TIME_LIMIT:
-        return JobState.TIMEOUT, f"time limit {hms(job.spec.time_limit_s)} reached"
-    return JobState.CANCELLED, f"cancelled by {job.cancel_requested_by}"
+    """The end of a job that was asked to stop (``Job.stop_reason``): the state it leads to,
+    and why: cancelled by a person, timed out, or cancelled for idleness."""
+    reason = job.stop_reason or StopReason.CANCELLED
+    if reason is StopReason.TIME_LIMIT:
+        why = f"time limit {hms(job.spec.time_limit_s)} reached"
+    elif reason is StopReason.CANCELLED:
+        why = f"cancelled by {job.cancel_requested_by}"
+    else:   # idle, lab.idle_action cancel (or requeue, where it could not be queued again)
+        why = "cancelled for idleness (lab.idle_action)"
+    return reason.to_state(), why

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 
-from ....jobs import Job, JobState
+from ....jobs import Job, JobState, StopReason
+from ....settings import IdleSettings
 from ....snapshot import ClusterSnapshot
 from ....store import cluster, jobrows
 from ....text import duration
@@ -28,10 +29,7 @@ from ..context import Context, Round
 
 log = logging.getLogger("iadeep.controller")
 ACTOR = "controller"
-PREFIX = "idle:"
-# who asks to stop an idle job, written where a user's name goes (no account has a ":")
-CANCEL = "iadeep:idle"
-REQUEUE = "iadeep:idle-requeue"
+PREFIX = "idle:"   # how an idle job's mark reads (`queue list`); never read back
 
 
 class IdleWatch:
@@ -56,7 +54,7 @@ class IdleWatch:
         became = []
         wasted: dict[str, float] = {}     # user -> idle GPU-seconds this round
         for job in running:
-            if job.node not in answered or not job.gpu_indices or job.cancel_requested_by:
+            if job.node not in answered or not job.gpu_indices or job.stop_reason:
                 continue
             gpus = [snapshot.gpu(job.node, i) for i in job.gpu_indices]
             utils = [g.utilization_gpu if g is not None else None for g in gpus]
@@ -64,9 +62,10 @@ class IdleWatch:
             if any(u is None or u > settings.util for u in utils):
                 self.since.pop(key, None)
                 self.seen.pop(key, None)
-                if job.idle_since is not None and job.reason.startswith(PREFIX):
+                if job.idle_marked:
                     with loop.store.tx() as conn:   # busy again: the mark goes, the event stays
-                        jobrows.update(conn, job.id, reason="busy again after being idle")
+                        jobrows.update(conn, job.id, reason="busy again after being idle",
+                                       idle_marked=False)
                 continue
             since = self.since.setdefault(key, now)
             if key in self.seen:      # idle at this poll and the last: the time between counts
@@ -87,31 +86,38 @@ class IdleWatch:
         return became
 
     @staticmethod
-    def _mark(loop: Context, job: Job, since: float, now: float, settings) -> None:
-        where = ",".join(f"{job.node}:{i}" for i in job.gpu_indices)
-        reason = (f"{PREFIX} GPU{'s' if len(job.gpu_indices) > 1 else ''} {where} at "
-                  f"or below {settings.util:g}% for {duration(now - since)}")
+    def _mark(loop: Context, job: Job, since: float, now: float, settings: IdleSettings) -> None:
+        reason = mark(job, settings.util, now - since)
         action = settings.action
         if action == "requeue" and job.idle_requeued:
             action = "notify"                       # requeued once already: only told
-        stop = {"cancel": CANCEL, "requeue": REQUEUE}.get(action)
+        stop = {"cancel": StopReason.IDLE, "requeue": StopReason.IDLE_REQUEUE}.get(action)
         said = reason + {"notify": "", "cancel": "; cancelling it",
                          "requeue": "; requeueing it (once)"}[action]
         with loop.store.tx() as conn:
-            jobrows.update(conn, job.id, idle_since=since, reason=said,
-                           **({"cancel_requested_by": stop} if stop else {}))
-            jobrows.add_event(conn, job.id, now, JobState.RUNNING, JobState.RUNNING, said, ACTOR)
+            jobrows.update(conn, job.id, idle_since=since, idle_marked=True, reason=said,
+                           **({"stop_reason": stop} if stop else {}))
+            jobrows.add_event(conn, job.id, now, JobState.RUNNING, JobState.RUNNING, said, ACTOR,
+                              kind=jobrows.IDLE)
         log.warning("job %d (%s/%s) %s", job.id, job.owner, job.name, said)
+
+
+def mark(job: Job, util: float, idle_s: float) -> str:
+    """An idle job's mark, as `queue list` and its owner's notice show it."""
+    where = ",".join(f"{job.node}:{i}" for i in job.gpu_indices)
+    return (f"{PREFIX} GPU{'s' if len(job.gpu_indices) > 1 else ''} {where} at or below "
+            f"{util:g}% for {duration(idle_s)}")
 
 
 def requeued(loop: Context, job: Job) -> bool:
     """For ``steps/ends.py`` when a job's attempt ends: queue a job stopped for idleness again
     (once); False for any other job. Its attempt has ended on its node, so a new one may
     start (``store.jobrows.requeue``: the attempt dropped whole, its node remembered)."""
-    if job.cancel_requested_by != REQUEUE:
+    if job.stop_reason is None or not job.stop_reason.requeues:
         return False
-    why = f"{job.reason.split(';')[0]}; requeued once"   # the idle mark, before the move
+    idle_s = loop.clock() - (job.idle_since if job.idle_since is not None else loop.clock())
+    why = f"{mark(job, loop.inventory.idle.util, idle_s)}; requeued once"
     job = loop.move(job, JobState.LOST, "stopped for idleness")
     loop.requeue(job, why, started=True,
-                 cancel_requested_by=None, idle_since=None, idle_requeued=True)
+                 stop_reason=None, idle_since=None, idle_marked=False, idle_requeued=True)
     return True

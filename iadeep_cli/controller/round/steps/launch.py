@@ -105,7 +105,7 @@ class Launches(Step):
         (which stays in use for everyone else): the job is held with the reason, for its
         owner to see in `queue why` and release once the home is fixed."""
         log.warning("job %s of %s held: %s", started.id, started.owner, exc.message)
-        if started.cancel_requested_by:
+        if started.stop_reason:
             self.ends.not_started(started)
             return
         now = self.clock()

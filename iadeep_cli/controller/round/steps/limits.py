@@ -6,10 +6,10 @@ import logging
 from functools import partial
 
 from ....errors import IadeepError
-from ....jobs import JobState, parse_signal
+from ....jobs import JobState, StopReason, parse_signal
 from ....store import jobrows
 from ....text import hms
-from ..context import TIME_LIMIT, Round, Step
+from ..context import Round, Step
 
 log = logging.getLogger("iadeep.controller")
 
@@ -26,7 +26,7 @@ class Limits(Step):
         it is marked sent before it is sent)."""
         for job in self.jobs({JobState.RUNNING}):
             limit, began = job.spec.time_limit_s, job.started_at
-            if limit is None or began is None or job.cancel_requested_by or job.node is None:
+            if limit is None or began is None or job.stop_reason or job.node is None:
                 continue
             began += job.suspended_s   # time suspended (controller/adaptation.py) is not counted
             if job.spec.signal and not job.signalled:
@@ -42,7 +42,7 @@ class Limits(Step):
             log.info("job %d (%s/%s) reached its time limit %s; stopping it", job.id, job.owner,
                      job.name, hms(limit))
             with self.store.tx() as conn:
-                jobrows.update(conn, job.id, cancel_requested_by=TIME_LIMIT,
+                jobrows.update(conn, job.id, stop_reason=StopReason.TIME_LIMIT,
                                reason=f"time limit {hms(limit)} reached; stopping it")
 
     def _signal(self, node: str, job_id: int, name: str, owner: str) -> None:

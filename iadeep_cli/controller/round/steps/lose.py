@@ -40,7 +40,7 @@ class Lose(Step):
 
     def _lose(self, job: Job, why: str) -> None:
         lost = self.move(job, JobState.LOST, why)
-        if lost.cancel_requested_by:
+        if lost.stop_reason:
             new, why = stopped(lost)
             self.move(lost, new, f"{why}, while its node was lost",
                        ended_at=self.clock(), orphans=lost.orphans_with(lost.node))

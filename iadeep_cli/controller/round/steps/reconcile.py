@@ -67,7 +67,7 @@ class Reconcile(Step):
             job = self.move(job, JobState.STARTING, f"not held: {self._label(job)} had started "
                              "it before the hold reached it")
             self._apply_remote(job, remote)
-        elif job.cancel_requested_by and remote.state == RemoteState.EXITED:
+        elif job.stop_reason and remote.state == RemoteState.EXITED:
             self.ends.finish(job, remote.exit_code)
         else:   # not in the backend's queue (any more): an ordinary held job
             with self.store.tx() as conn:
