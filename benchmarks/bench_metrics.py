@@ -176,7 +176,7 @@ def large_lab(where: Path, repeats: int = 7) -> None:
     from helpers import seed
     from iadeep_cli.controller.requests import views
     from iadeep_cli.controller.requests.metrics import LabCollector
-    from iadeep_cli.inventory import Inventory, Node
+    from iadeep_cli.settings import Inventory, Node
     from iadeep_cli.store import Store
 
     where.mkdir()

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import JobSpec
 from iadeep_cli.model.data import shipped_profiles
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.engine import generate_jobs
 from iadeep_cli.snapshot import GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, cluster, jobrows

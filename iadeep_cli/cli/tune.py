@@ -47,7 +47,8 @@ def tune(
     """Replay the lab's recent jobs under candidate placement settings; show the one in force
     and the one self-tuning would pick."""
     from ..controller.round.steps import tune as selftune
-    from ..inventory import Policy, load_inventory
+    from ..inventory import load_inventory
+    from ..settings import Policy
     from ..sim import whatif
     from ..store import cluster
     from ..text import settings_label

@@ -38,8 +38,8 @@ from email.message import EmailMessage
 from typing import Any
 
 from ..errors import IadeepError, StoreError
-from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
+from ..settings import NotifySettings
 from ..store import Store, foreign, jobrows, outbox
 from ..text import clock as when, foreign_idle_line, gib, hms
 from .deadline import SMTP as deadline_smtp, Deadline, DeadlineExceeded, post_json

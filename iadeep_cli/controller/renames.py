@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..inventory import Inventory, Node
 from ..jobs import ACTIVE, JobState
 from ..nodes.backend import features
+from ..settings import Inventory, Node
 from ..store import Store, jobrows
 from ..store.cluster import get_meta, set_meta
 

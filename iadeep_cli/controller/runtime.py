@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 
 from .. import messages as m
 from ..errors import ConfigError, IadeepError, NodeError, StoreError
-from ..inventory import Inventory, load_inventory
+from ..inventory import load_inventory
 from ..nodes.backend import features
 from ..nodes.connection import Pool
 from ..paths import StateDir
+from ..settings import Inventory
 from ..store import cluster, is_damage, statedir
 from .copies import FREE_EVERY_S, free as free_copies
 from .notify import Notifier

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import NotFoundError
-from ..inventory import BackendKind
 from ..jobs import MAX_INPUT, TTY_INPUT, Job
+from ..settings import BackendKind
 from ..snapshot import RemoteJob, RemoteState
 from .gpu import Expect  # (job id, recorded pid or backend job id, recorded start time)
 

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from ..inventory import Node
+from ..settings import Node
 from ..snapshot import ClusterSnapshot
 from .backend import Backend
 from .gpu import Expect

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import IadeepError
-from ..inventory import Inventory, Node
+from ..settings import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
 from . import runas
 from .backend import Backend

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import ConfigError
-from ..inventory import Inventory
+from ..settings import Inventory
 from .connection import Pool
 
 

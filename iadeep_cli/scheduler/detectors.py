@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from ..inventory import AdaptPolicy
+from ..settings import AdaptPolicy
 
 UNDERPERFORMS = "underperforms"
 WORSE_THAN_SERIAL = "worse than serial"

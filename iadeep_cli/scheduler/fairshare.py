@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..inventory import FairShare
+from ..settings import FairShare
 
 LN2 = math.log(2.0)
 HELD = frozenset({"starting", "running"})   # the states in which a job holds its GPUs

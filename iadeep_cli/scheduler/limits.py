@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..inventory import UserLimit
 from ..jobs import Job, parse_array
+from ..settings import UserLimit
 
 # Per owner: the GPUs their jobs hold (each once: (node, index), or a stand-in while a job's
 # GPUs are not known yet) and how many jobs they run.

@@ -38,17 +38,17 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..inventory import Inventory, Policy, UserLimit
 from ..jobopts import node_allowed, node_rules
 from ..jobs import Job, JobSpec
 from ..profiles import Profile, gpu_model_key
+from ..settings import Inventory, Policy, UserLimit
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib
 from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
-from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
-from .priority import effective_priority, order_queue  # noqa: F401  (re-exported)
+from .prediction import CachedModel, Predictor
+from .priority import order_queue
 from .remaining import Durations
 from .sharing import Pressure, best_share, completion_rate
 

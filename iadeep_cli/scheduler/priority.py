@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..inventory import Policy
 from ..jobs import Job
+from ..settings import Policy
 
 
 def recorded_aging(value: float | None) -> float:

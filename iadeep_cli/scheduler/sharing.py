@@ -26,8 +26,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from ..inventory import Policy, UserLimit
 from ..jobs import Job, parse_array
+from ..settings import Policy, UserLimit
 from ..text import gib
 from .limits import Usage
 

@@ -37,7 +37,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..inventory import AdaptPolicy
 from ..jobs import Job
 from ..profiles import Profile
 from ..scheduler.detectors import (
@@ -51,6 +50,7 @@ from ..scheduler.detectors import (
     last_joined,
     solo_util,
 )
+from ..settings import AdaptPolicy
 
 POLL_S = 60.0      # virtual seconds between polls (a lab's poll_interval is seconds; the
 #                    defaults' observe_s 300 s and phase_persist_s 600 s make it immaterial)

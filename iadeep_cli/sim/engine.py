@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError, NotFoundError
-from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
 from ..profiles import Profile
 from ..scheduler import fairshare as fs
 from ..scheduler.fairshare import UsageLedger
 from ..scheduler.placement import GpuSlot, spec_memory_mib
+from ..settings import Policy
 from .mixed import MEMORY_MIB, MixedTruth
 from .policies import Planner, SimPlanner, make_planner, policy_names
 from .truth import TruthModel

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..controller.requests.views import STALE_POLLS
-from ..inventory import Policy
 from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
 from ..scheduler import priority
+from ..settings import Policy
 from ..text import clock, column_widths, duration, job_label, newest_runs
 from .source import MonitorData
 

@@ -282,8 +282,8 @@ def test_a_scrape_never_waits_for_the_writer_and_sees_only_committed_state(tmp_p
     loop holds the store (its lock, an open write transaction), and shows what was committed
     before that transaction, never half of it."""
     from iadeep_cli.controller.runtime import Controller
-    from iadeep_cli.inventory import Inventory
     from iadeep_cli.jobs import JobSpec
+    from iadeep_cli.settings import Inventory
     from iadeep_cli.store import jobrows
 
     ctl = Controller(Inventory(nodes=()), tmp_path / "state", metrics=("127.0.0.1", 0))

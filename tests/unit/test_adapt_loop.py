@@ -24,8 +24,8 @@ from helpers.adapt_lab import EMU, EMULATOR
 from helpers.jobprocs import kill_recorded_jobs
 from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.round.loop import SchedulingLoop
-from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.settings import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.snapshot import GpuProcess
 from iadeep_cli.store import Store, jobrows, profiles as profrows
 

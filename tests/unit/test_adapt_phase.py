@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import ConfigError, NotFoundError
-from iadeep_cli.inventory import AdaptPolicy, parse_inventory
+from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.scheduler.detectors import (
     MEM,
     RATE,
@@ -19,6 +19,7 @@ from iadeep_cli.scheduler.detectors import (
     phase_shift,
     solo_util,
 )
+from iadeep_cli.settings import AdaptPolicy
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,9 +300,9 @@ def test_a_sharing_estimate_against_the_labs_rate_is_not_a_start_for_values_alon
     from types import SimpleNamespace
 
     from iadeep_cli.controller.round.steps.adaptation import Adapter
-    from iadeep_cli.inventory import Inventory, Policy
     from iadeep_cli.jobs import JobSpec, JobState
     from iadeep_cli.profiles import Profile
+    from iadeep_cli.settings import Inventory, Policy
     from iadeep_cli.snapshot import GpuProcess, GpuSample
     from iadeep_cli.store import Store, jobrows
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from iadeep_cli.inventory import BackendKind
 from iadeep_cli.nodes.backend import FEATURES, features
 from iadeep_cli.nodes.shell.backend import ShellBackend
 from iadeep_cli.nodes.slurm.backend import SlurmBackend
+from iadeep_cli.settings import BackendKind
 
 FLAGS = ("keeps_jobs_pending", "progress_in_poll", "job_dirs", "interactive")
 CONTROLLER = Path(__file__).resolve().parents[2] / "iadeep_cli" / "controller"

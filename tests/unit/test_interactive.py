@@ -10,8 +10,8 @@ from iadeep_cli import messages as m
 from iadeep_cli.cli.runpty import pty_script
 from iadeep_cli.controller.requests import interactive
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
-from iadeep_cli.inventory import BackendKind, Node
 from iadeep_cli.jobs import MAX_INPUT, Job, JobSpec, JobState
+from iadeep_cli.settings import BackendKind, Node
 
 
 def _job(state=JobState.RUNNING, interactive_=True, owner="alice") -> Job:

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import NodeError
-from iadeep_cli.inventory import Node
 from iadeep_cli.nodes.gpu import (
     PROGRESS_MAX,
     parse_poll,
@@ -25,6 +24,7 @@ from iadeep_cli.nodes.gpu import (
 )
 from iadeep_cli.nodes.local import LocalConnection, run_bounded
 from iadeep_cli.nodes.shell.jobstate import state_script
+from iadeep_cli.settings import Node
 
 
 @pytest.fixture

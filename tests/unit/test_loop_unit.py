@@ -23,8 +23,8 @@ from iadeep_cli import messages as m
 from iadeep_cli.controller.requests.service import Service
 from iadeep_cli.controller.round.loop import SchedulingLoop
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import ACTIVE, Attempt, Job, JobSpec, JobState, StopReason, SubmitSpec
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.store import Store, jobrows
 
 GRACE_S = 60.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from iadeep_cli.controller.requests.metrics import WAIT_BUCKETS, LabCollector
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import JobSpec, JobState as S
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, cluster, jobrows
 

@@ -7,9 +7,9 @@ import json
 from helpers.controllers import wait_until
 from helpers.replay_pool import ReplayPool
 from iadeep_cli.controller.round.loop import SchedulingLoop
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.profiles import CoLocation
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.store import Store, profiles as profrows
 
 

@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterable
 
 from ...errors import InputError, PermissionDenied, RunAsRefused
-from ...inventory import Inventory, Node
 from ...nodes import runas
 from ...nodes.backend import features
+from ...settings import Inventory, Node
 
 # what the socket names a uid that has no account (``server.user_name``)
 _NO_ACCOUNT = re.compile(r"uid\d+")

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 
 from ... import messages as m
 from ...errors import InputError, InvalidTransition, PermissionDenied
-from ...inventory import Node
 from ...jobs import Job, JobState
 from ...nodes.backend import features
+from ...settings import Node
 
 # How the controller reaches a job's terminal: ``runtime`` sets it to the node pool's backend
 # of the job's node (None: a controller without node connections).

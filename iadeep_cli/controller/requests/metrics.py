@@ -45,8 +45,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ...errors import ConfigError
-from ...inventory import Inventory
 from ...messages import NodeState, StatusView
+from ...settings import Inventory
 from ...store import Store, cluster
 from . import views
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from ... import checks, messages as m
 from ...errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
-from ...inventory import Inventory
 from ...jobopts import node_allowed, node_rules
 from ...jobs import (
     ACTIVE,
@@ -44,6 +43,7 @@ from ...jobs import (
 from ...model.data import shipped_profiles
 from ...nodes.backend import features
 from ...paths import StateDir, replace_file
+from ...settings import Inventory
 from ...snapshot import NodeSnapshot
 from ...store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
 from ...text import MIB_PER_GIB, duration, hms

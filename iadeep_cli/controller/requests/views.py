@@ -14,7 +14,6 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from ...inventory import Inventory
 from ...jobs import ACTIVE, UNFINISHED, JobState
 from ...messages import (
     ControllerView,
@@ -34,6 +33,7 @@ from ...messages import (
     StatusRequest,
     StatusView,
 )
+from ...settings import Inventory
 from ...snapshot import NodeSnapshot
 from ...store import Store, cluster, foreign, impact, jobrows
 from .. import fairshare

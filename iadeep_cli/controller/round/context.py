@@ -6,11 +6,11 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ...inventory import Inventory
 from ...jobopts import run_dir_note
 from ...jobs import Job, JobState
 from ...nodes.connection import Pool
 from ...profiles import Profile
+from ...settings import Inventory
 from ...snapshot import ClusterSnapshot
 from ...store import Store, jobrows
 from .actions import NodeActions

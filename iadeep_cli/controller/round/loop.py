@@ -48,10 +48,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...inventory import Inventory
 from ...jobs import Job
 from ...nodes.connection import Pool
 from ...scheduler.prediction import Predictor
+from ...settings import Inventory
 from ...store import Store
 from ..fairshare import FairShareRound
 from .actions import NodeActions

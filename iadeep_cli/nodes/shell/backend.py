@@ -32,8 +32,8 @@ from pathlib import Path
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
-from ...inventory import BackendKind
 from ...jobs import SIGNALS, Job
+from ...settings import BackendKind
 from ...snapshot import RemoteJob
 from .. import runas
 from ..backend import (

@@ -14,8 +14,8 @@ from typing import Protocol
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError
-from ...inventory import BackendKind, Inventory, Node, SlurmSettings
 from ...jobs import SIGNALS, Job
+from ...settings import BackendKind, Inventory, Node, SlurmSettings
 from ...snapshot import NodeSnapshot, RemoteJob
 from ..backend import MAX_LOG_READ, LaunchResult, LogBytes, log_bytes
 from ..gpu import Expect

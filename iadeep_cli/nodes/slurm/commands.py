@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import NodeError
-from ...inventory import SlurmSettings
+from ...settings import SlurmSettings
 
 log = logging.getLogger("iadeep.slurm")
 # squeue's states of a job that is over; every other state holds (or will hold) its GPU.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from ...errors import NodeError
-from ...inventory import BackendKind, Inventory, Node, SlurmSettings
+from ...settings import BackendKind, Inventory, Node, SlurmSettings
 from ...snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot, RemoteJob, RemoteState
 from ..backend import Backend
 from ..connection import NodeConnection

@@ -41,7 +41,6 @@ from functools import partial
 from typing import Any
 
 from ....errors import IadeepError, InvalidTransition
-from ....inventory import AdaptPolicy
 from ....jobs import ACTIVE, PENDING, Job, JobState
 from ....profiles import Profile
 from ....scheduler.detectors import (
@@ -57,6 +56,7 @@ from ....scheduler.detectors import (
     closed_gpus,
     solo_util,
 )
+from ....settings import AdaptPolicy
 from ....store import jobrows, profiles as profrows
 from ..context import Context, Round
 from ..observer import SpeedObserver, job_sm

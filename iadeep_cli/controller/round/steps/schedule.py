@@ -6,12 +6,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ....errors import InvalidTransition
-from ....inventory import Inventory
 from ....jobs import ACTIVE, Job, JobState, dependencies
 from ....model.data import shipped_profiles
 from ....profiles import Profile
 from ....scheduler.gpumodels import ModelSpeeds, model_speeds
 from ....scheduler.remaining import Durations
+from ....settings import Inventory
 from ....snapshot import ClusterSnapshot
 from ....store import jobrows, profiles as profrows
 from ....text import clock
@@ -46,7 +46,8 @@ class Schedule(Step):
     def place(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
         """Place the queued jobs whose dependencies are met (``plan()``), and start each
         placement; record why each other queued job waits."""
-        from ....scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
+        from ....scheduler.placement import GpuSlot, Plan, plan, slots_from_snapshot
+        from ....scheduler.prediction import CautiousModel
 
         queue, waits = self._dependencies_met(self.jobs({JobState.QUEUED}))
         if not queue:

@@ -28,7 +28,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ....inventory import TUNABLE_KEYS, Inventory, Policy
+from ....inventory import TUNABLE_KEYS
+from ....settings import Inventory, Policy
 from ....text import settings_label as label
 
 if TYPE_CHECKING:
