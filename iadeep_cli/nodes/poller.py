@@ -21,15 +21,8 @@ from ..snapshot import ClusterSnapshot, NodeSnapshot
 from . import runas
 from .backend import Backend
 from .connection import NodeConnection
-from .gpu import (
-    SMI_TIMEOUT_S,
-    Expect,
-    gpu_script,
-    parse_poll,
-    split_sections,
-    user_states,
-)
-from .shell.jobstate import poll_script, state_script
+from .gpu import SMI_TIMEOUT_S, Expect, gpu_script, split_sections
+from .shell.jobstate import parse_poll, poll_script, state_script, user_states
 
 log = logging.getLogger("iadeep.nodes")
 

@@ -47,8 +47,8 @@ from ..backend import (
     log_bytes,
 )
 from ..connection import NodeAccess
-from ..gpu import Expect, parse_states, remote_path, split_sections
-from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, state_script
+from ..gpu import Expect, remote_path, split_sections
+from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, parse_states, state_script
 
 # Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
 # the IADEEP_JOB_ID and IADEEP_PROGRESS_FILE that launch gave it: whatever the job forks keeps
