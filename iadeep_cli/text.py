@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from collections.abc import Iterable
 
 MIB_PER_GIB = 1024.0
 
@@ -75,6 +76,11 @@ def parse_moment(text: str, now: float) -> float | None:
     except ValueError:
         return None
     return moment.timestamp()   # a naive moment is local time
+
+
+def gpus_at(node: str | None, indices: Iterable[int]) -> str:
+    """A job's GPUs as people read them everywhere: ``node:0,1``."""
+    return f"{node}:{','.join(str(i) for i in indices)}"
 
 
 def hms(seconds: float | None) -> str:

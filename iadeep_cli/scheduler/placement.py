@@ -43,7 +43,7 @@ from ..jobs import Job, JobSpec
 from ..profiles import Profile, gpu_model_key
 from ..settings import Inventory, Policy, UserLimit
 from ..snapshot import ClusterSnapshot
-from ..text import MIB_PER_GIB, gib
+from ..text import MIB_PER_GIB, gib, gpus_at
 from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
@@ -630,7 +630,7 @@ def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
     gpus = _reserve(rnd, job, need, ok)
     if not gpus:
         return "", None
-    where = f"{gpus[0].node}:{','.join(str(g.index) for g in gpus)}"
+    where = gpus_at(gpus[0].node, (g.index for g in gpus))
     return f"; reserving {where} while {'they drain' if len(gpus) > 1 else 'it drains'}", job.id
 
 

@@ -16,7 +16,7 @@ from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
 from ..scheduler import priority
 from ..settings import Policy
-from ..text import clock, column_widths, duration, job_label, newest_runs
+from ..text import clock, column_widths, duration, gpus_at, job_label, newest_runs
 from .source import MonitorData
 
 ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
@@ -233,7 +233,7 @@ def queue_key(job: JobView, now: float, aging_per_hour: float,
 def _where(job: JobView) -> str:
     if not job.node:
         return ""
-    return f"{job.node}:{','.join(str(i) for i in job.gpu_indices)}"
+    return gpus_at(job.node, job.gpu_indices)
 
 
 def fit_widths(rows: tuple[JobRow, ...], columns: int) -> tuple[int, ...]:

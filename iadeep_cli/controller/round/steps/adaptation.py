@@ -58,6 +58,7 @@ from ....scheduler.detectors import (
 )
 from ....settings import AdaptPolicy
 from ....store import jobrows, profiles as profrows
+from ....text import gpus_at
 from ..context import Context, Round
 from ..observer import SpeedObserver, job_sm
 
@@ -253,8 +254,7 @@ class Adapter:
         for p in trial.placements:
             for job in opp:
                 if job.node == p.node and set(job.gpu_indices) & set(p.gpu_indices):
-                    self._yield(job, p.job_id, f"{p.node}:{','.join(map(str, p.gpu_indices))}",
-                                now)
+                    self._yield(job, p.job_id, gpus_at(p.node, p.gpu_indices), now)
                     yielded = True
         return yielded
 

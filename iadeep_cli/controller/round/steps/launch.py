@@ -9,6 +9,7 @@ from ....errors import IadeepError, InvalidTransition, NodeError, OwnerFilesErro
 from ....jobs import Job, JobState
 from ....nodes.backend import features
 from ....store import jobrows
+from ....text import gpus_at
 from ..context import ACTOR, Context, Step
 from .backoff import Backoff, LaunchHealth
 from .ends import Ends
@@ -28,8 +29,8 @@ class Launches(Step):
         on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
         why = f"; {placement.note}" if placement.note else ""   # the GPU model decided
-        started = self.move(job, JobState.STARTING, f"placed on {placement.node}:"
-                             f"{','.join(map(str, placement.gpu_indices))}{why}",
+        started = self.move(job, JobState.STARTING, "placed on "
+                             f"{gpus_at(placement.node, placement.gpu_indices)}{why}",
                              **{**jobrows.no_attempt(), "node": placement.node,   # afresh
                                 "gpu_indices": placement.gpu_indices},
                              attempts=job.attempts + 1, predicted_speed=speeds.get(job.id))
@@ -74,8 +75,8 @@ class Launches(Step):
             return
         try:
             model = f"; {placement.note}" if placement.note else ""   # why this GPU model
-            self.move(started, JobState.RUNNING, f"running on {node}:"
-                       f"{','.join(map(str, placement.gpu_indices))}{self._run_dir(started)}"
+            self.move(started, JobState.RUNNING, "running on "
+                       f"{gpus_at(node, placement.gpu_indices)}{self._run_dir(started)}"
                        f"{model}",
                        remote_pid=result.pid, remote_start=result.start,
                        started_at=self.clock())

@@ -25,6 +25,7 @@ from ....errors import IadeepError
 from ....jobs import ACTIVE, Job, JobState
 from ....profiles import CoLocation
 from ....store import cluster, jobrows, profiles as profrows
+from ....text import gpus_at
 
 if TYPE_CHECKING:
     from ..context import Context  # the controller's shared parts
@@ -81,9 +82,8 @@ def reason(job: Job, code: int, others: list[Job]) -> str:
     """'out of GPU memory (exit code 1) while sharing GPU n1:0 with job 7 (mlp)'."""
     text = f"{REASON} (exit code {code})"
     if others:
-        gpus = ",".join(str(i) for i in job.gpu_indices)
         names = ", ".join(f"job {o.id} ({o.spec.workload or o.name})" for o in others)
-        text += f" while sharing GPU {job.node}:{gpus} with {names}"
+        text += f" while sharing GPU {gpus_at(job.node, job.gpu_indices)} with {names}"
     return text
 
 

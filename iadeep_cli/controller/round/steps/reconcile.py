@@ -13,6 +13,7 @@ from ....jobs import ACTIVE, Job, JobState
 from ....nodes.backend import features
 from ....snapshot import NodeSnapshot, RemoteJob, RemoteState
 from ....store import jobrows
+from ....text import gpus_at
 from ..context import Context, Round, Step
 from .clean import Clean
 from .ends import Ends
@@ -115,7 +116,7 @@ class Reconcile(Step):
                 return   # stopped on purpose; controller/adaptation.py resumes it
             if job.state != JobState.RUNNING or job.remote_pid is None:
                 why = "node answers again" if job.state == JobState.LOST else \
-                    f"running on {job.node}:{','.join(map(str, job.gpu_indices))}" \
+                    f"running on {gpus_at(job.node, job.gpu_indices)}" \
                     f"{self._run_dir(job)}"
                 self.move(job, JobState.RUNNING, why, remote_pid=remote.pid,
                            remote_start=remote.start, started_at=job.started_at or now)
