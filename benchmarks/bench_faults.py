@@ -39,7 +39,7 @@ SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
 class Refits:
     """The "model refit" scenario: the controller's database gets ``n_obs`` co-location
     measurements (bench_fit's synthetic lab: 56 workloads, 1,400 pairs), and the controller's
-    own refit command (controller/refit.py: a child process at nice 10) runs back to back for
+    own refit command (controller/round/refit.py: a child process at nice 10) runs back to back for
     the whole fault window, as the controller starts it when observations change."""
 
     def __init__(self, db: Path, out: Path, n_obs: int):

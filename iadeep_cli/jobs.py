@@ -78,10 +78,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED,
                            S.HELD}),
     # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
-    # where it fits, in the same working directory (controller/adaptation.py).
+    # where it fits, in the same working directory (controller/round/steps/adaptation.py).
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,
                           S.QUEUED}),
-    # Suspended (controller/adaptation.py): resumed, or it ends or is lost just as a running job.
+    # Suspended (steps/adaptation.py): resumed, or it ends or is lost just as a running job.
     S.SUSPENDED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
     S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
@@ -142,16 +142,16 @@ class JobSpec:
     retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
     no_adapt: bool = False            # --no-adapt: never suspended by run-time adaptation
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
-    # then sends it SIG instead of suspending it, and requeues it (controller/adaptation.py).
+    # then sends it SIG instead of suspending it, and requeues it (steps/adaptation.py).
     checkpoint_signal: str | None = None
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
-    # job waits for its GPU (AntMan's idea; controller/adaptation.py)
+    # job waits for its GPU (AntMan's idea; controller/round/steps/adaptation.py)
     opportunistic: bool = False
     # --idle-after: this job counts as idle after its GPUs sat idle this long (None: the lab's
-    # idle_after; controller/idle.py)
+    # idle_after; controller/round/steps/idle.py)
     idle_after_s: float | None = None
     # `iadeep run --pty`: the command has a terminal of its own on the node, its keystrokes
-    # sent by its owner through the controller (controller/interactive.py); --time defaults to
+    # sent by its owner through the controller (requests/interactive.py); --time defaults to
     # the lab's interactive_time_limit
     interactive: bool = False
 
@@ -210,7 +210,7 @@ class Job:
     array_id: int | None = None       # the array it is a task of (its first task's id)
     array_index: int | None = None    # its index in that array (IADEEP_ARRAY_INDEX)
     rerun_of: int | None = None       # the finished job it was submitted again from (rerun)
-    # Run-time adaptation (controller/adaptation.py): when this attempt was last suspended (set
+    # Run-time adaptation (steps/adaptation.py): when this attempt was last suspended (set
     # before the SIGSTOP is sent and cleared only after the SIGCONT is, so a crash in between
     # never leaves it stopped), for which partner job, and its seconds suspended so far (not
     # counted against --time).
@@ -222,7 +222,7 @@ class Job:
     # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
     # is still there, so a restarted controller too keeps it from rejoining a bad pair
     yielded: tuple[str, int] | None = None
-    # controller/idle.py: since when this attempt's GPUs have been idle (set once it counts as
+    # steps/idle.py: since when this attempt's GPUs have been idle (set once it counts as
     # idle, its owner told), and whether idleness already requeued it (that happens once)
     idle_since: float | None = None
     idle_requeued: bool = False

@@ -195,7 +195,7 @@ class GpuJob(Message):
     state: JobState
     predicted_speed: float | None
     observed_speed: float | None
-    idle_since: float | None = optional()   # its GPUs sat idle since then (controller/idle.py)
+    idle_since: float | None = optional()   # its GPUs sat idle since then (steps/idle.py)
 
 
 @dataclass(frozen=True)
@@ -314,7 +314,7 @@ class ReservationView(Message):
 @dataclass(frozen=True)
 class ForeignIdleView(Message):
     """A GPU process iadeep did not start that has held GPU ``node:gpu`` idle since ``since``
-    (controller/foreign.py); ``mib``: its GPU memory."""
+    (controller/round/steps/foreign.py); ``mib``: its GPU memory."""
 
     node: str
     gpu: int
@@ -341,7 +341,7 @@ class StatusView(Message):
     fairshare_points: dict[str, float] | None = optional()
     # reservations not over yet and the GPUs each holds (the monitor marks them)
     reservations: tuple[ReservationView, ...] | None = optional()
-    # foreign processes holding a GPU idle past lab.idle_after (controller/foreign.py)
+    # foreign processes holding a GPU idle past lab.idle_after (controller/round/steps/foreign.py)
     foreign_idle: tuple[ForeignIdleView, ...] | None = optional()
 
     def unfinished(self) -> dict[JobState, int]:

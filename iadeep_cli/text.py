@@ -235,7 +235,7 @@ def settings_label(settings) -> str:
 
 def foreign_idle_line(node: str, gpu: int, pid: int, name: str, mib: float | None,
                       for_s: float) -> str:
-    """A GPU held idle by a process iadeep did not start (controller/foreign.py), as `status`
+    """A GPU held idle by a process iadeep did not start (steps/foreign.py), as `status`
     and the admins' message say it: its executable's base name, control characters escaped."""
     base = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in name.rsplit("/", 1)[-1])[:60]

@@ -2,7 +2,7 @@
 
 It replays the jobs the lab ran (from the controller's database, read-only, as `iadeep report`
 reads it) in the simulator under each candidate setting of plan() (sim/whatif.py), and shows
-the settings in force, the one self-tuning would pick (controller/tune.py's rule: better by
+the settings in force, the one self-tuning would pick (steps/tune.py's rule: better by
 3% in average JCT; the controller adopts it after two replays in a row that agree), and what
 the controller last replayed and adopted.
 """

@@ -10,7 +10,7 @@ An array's tasks send nothing of their own: its first start and its end (no task
 unfinished) are one message each for the whole array (``build_array``), as Slurm does.
 
 The lab's admins are told the same way about a GPU process iadeep did not start that holds a
-GPU idle (``controller/foreign.py`` queues it in ``store/foreign.py``; ``deliver_foreign``).
+GPU idle (``steps/foreign.py`` queues it in ``store/foreign.py``; ``deliver_foreign``).
 
 How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
 SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
@@ -339,7 +339,7 @@ class Notifier:
             try:
                 self.collect()
                 self.deliver(channel)
-                self.deliver_foreign(channel)   # the admins' messages (controller/foreign.py)
+                self.deliver_foreign(channel)   # the admins' messages (steps/foreign.py)
                 with self.store.tx() as conn:
                     due = outbox.next_due(conn, channel)
                     other = foreign.next_due(conn, channel)
@@ -501,7 +501,7 @@ class Notifier:
     # -------------------------------------------------------------- foreign idle GPU holders
     def deliver_foreign(self, channel: str) -> int:
         """Try every due message to the admins about a process iadeep did not start holding
-        a GPU idle (controller/foreign.py) once; retried and given up as a job's are."""
+        a GPU idle (controller/round/steps/foreign.py) once; retried and given up as a job's are."""
         with self.store.tx() as conn:
             due = foreign.due(conn, self.clock(), channel)
         sent = 0

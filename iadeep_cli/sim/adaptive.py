@@ -1,7 +1,7 @@
 """The simulator's run-time adaptation: what ``iadeep`` does to running jobs, as the controller.
 
 ``iadeep-static`` is ``plan()`` alone: a placement is final. ``iadeep`` adds what
-``controller/adaptation.py`` does, decided by the same pure detectors
+``controller/round/steps/adaptation.py`` does, decided by the same pure detectors
 (``scheduler/detectors.py``), fed every ``POLL_S`` of virtual time with what a poll would show:
 
 - each running job's speed (the truth for the workload it *is* now, see ``--phase-shift``),

@@ -1,4 +1,4 @@
-"""GPU processes iadeep did not start that held a GPU idle (``controller/foreign.py``), and the
+"""GPU processes iadeep did not start that held a GPU idle (``steps/foreign.py``), and the
 messages owed to the lab's admins about them: one row a spell, and one message per spell and
 channel (and admin, for e-mail), kept until sent or given up as ``outbox.py`` keeps a job's.
 """

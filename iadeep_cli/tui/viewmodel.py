@@ -48,7 +48,7 @@ class JobChip:
     observed: float | None
     level: str
     match: bool = True
-    idle: bool = False     # its GPUs sat idle past lab.idle_after (controller/idle.py)
+    idle: bool = False     # its GPUs sat idle past lab.idle_after (controller/round/steps/idle.py)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ def test_a_sharing_jobs_utilisation_alone_is_its_sm_share_over_its_speed():
     assert solo_util(90.0, 0.5) == 100.0                 # no more than the whole GPU
     assert solo_util(None, 0.5) is None and solo_util(20.0, None) is None
     assert solo_util(5.0, 0.05) is None                  # nearly stalled: the quotient is noise
-    # at the observer's cap (controller/observe.py) a speed is only a floor: no estimate
+    # at the observer's cap (controller/round/observer.py) a speed is only a floor: no estimate
     assert solo_util(30.0, 1.5) is None and solo_util(30.0, 1.2) == pytest.approx(25.0)
 
 

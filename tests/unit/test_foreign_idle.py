@@ -1,4 +1,4 @@
-"""controller/foreign.py's spells on a real store: what starts, keeps and ends one, and which
+"""steps/foreign.py's spells on a real store: what starts, keeps and ends one, and which
 messages a reported spell queues (the lab's webhook, each admin with an address)."""
 from __future__ import annotations
 

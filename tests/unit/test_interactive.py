@@ -1,4 +1,4 @@
-"""`iadeep run --pty`'s rules in the controller (controller/interactive.py) and its job script
+"""`iadeep run --pty`'s rules in the controller (requests/interactive.py) and its job script
 (cli/runpty.py); end to end with a real terminal: tests/integration/test_run_pty_e2e.py."""
 import base64
 import subprocess

@@ -495,7 +495,7 @@ class Service(views.StoreReader):
         return m.PinResult(label, user if pin else None)
 
     def op_input(self, user: str, req: m.InputRequest) -> m.JobActionResult:
-        """Keystrokes for the caller's running `iadeep run --pty` job (controller/interactive)."""
+        """Keystrokes for the caller's running `iadeep run --pty` job (requests/interactive)."""
         with self.store.tx() as conn:
             job = jobrows.get(conn, req.id)
         nodes = self.port.nodes()

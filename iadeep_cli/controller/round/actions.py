@@ -1,6 +1,6 @@
 """One worker thread per node for what the controller does there (``NodeActions``).
 
-The scheduling round (``controller/loop.py``) never waits for a node: a launch, a cancel, a
+The scheduling round (``controller/round/loop.py``) never waits for a node: a launch, a cancel, a
 signal or a clean-up is queued on its node's worker, so a hung node holds up only its own work.
 """
 from __future__ import annotations

@@ -161,8 +161,8 @@ class SchedulingLoop(OnContext):
 
     def refit(self) -> None:
         """Refit the model (after new measurements: the observe step, and a phase change in
-        ``controller/adaptation.py``). In the background (the controller): in a child process at low
-        priority (controller/refit.py), so a fit never holds this interpreter's lock against a
+        ``steps/adaptation.py``). In the background (the controller): in a child process at low
+        priority (controller/round/refit.py), so a fit never holds this interpreter's lock against a
         round; one at a time, and a request during a fit runs one more afterwards."""
         if not self._fit_in_background:
             self._fit()

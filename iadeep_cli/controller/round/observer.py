@@ -57,7 +57,7 @@ class SpeedObserver:
         self._together: dict[tuple[int, int], float] = {}   # pair -> since when
         self._recorded: set[tuple[int, int]] = set()
         # job id -> its progress rate (it/s) this round, for jobs alone on their GPU: what the
-        # phase detector (controller/adaptation.py) compares with how the job started
+        # phase detector (controller/round/steps/adaptation.py) compares with how the job started
         self.alone_rates: dict[int, float] = {}
         # job id -> its speed this round measured from its progress (not the SM proxy): with
         # its own SM share, what estimates a sharing job's utilisation alone (the phase

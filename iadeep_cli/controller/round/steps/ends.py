@@ -20,7 +20,7 @@ class Ends(Step):
                  forget: Callable[[int], None], learnt: Callable[[int], None]):
         super().__init__(ctx)
         self._learnt = learnt   # co-locations recorded here (out of GPU memory): steps/observe
-        self.adapt = adapt   # controller/adaptation.Adapter: a checkpointed job is requeued there
+        self.adapt = adapt   # steps/adaptation.Adapter: a checkpointed job is requeued there
         self._launch_health = launch_health
         self._forget = forget   # drop a job's profiling samples (steps/profile.py)
 

@@ -28,7 +28,7 @@ class Limits(Step):
             limit, began = job.spec.time_limit_s, job.started_at
             if limit is None or began is None or job.stop_reason or job.node is None:
                 continue
-            began += job.suspended_s   # time suspended (controller/adaptation.py) is not counted
+            began += job.suspended_s   # time suspended (steps/adaptation.py) is not counted
             if job.spec.signal and not job.signalled:
                 name, lead = parse_signal(job.spec.signal)
                 if now - began >= limit - lead:

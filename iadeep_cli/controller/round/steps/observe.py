@@ -19,14 +19,14 @@ REFIT_INTERVAL_S = 3600.0   # refit the model at most this often, when new pairs
 class Observe(Step):
     def __init__(self, ctx: Context, observer: SpeedObserver, refit: Callable[[], None]):
         super().__init__(ctx)
-        self.observer = observer   # controller/observe.SpeedObserver
+        self.observer = observer   # controller/round/observer.SpeedObserver
         self._refit = refit        # SchedulingLoop.refit
         self._new_pairs = 0
         self._last_fit = ctx.clock()
 
     def learnt(self, pairs: int) -> None:
         """``pairs`` co-locations recorded outside this step (a job out of GPU memory beside
-        another, ``controller/oom.py``): they count towards the next refit like observed ones."""
+        another, ``steps/oom.py``): they count towards the next refit like observed ones."""
         self._new_pairs += pairs
 
     def run(self, r: Round) -> None:

@@ -19,7 +19,7 @@ class Poll(Step):
 
     def __init__(self, ctx: Context, observer: SpeedObserver):
         super().__init__(ctx)
-        self.observer = observer   # controller/observe.SpeedObserver: progress offsets
+        self.observer = observer   # controller/round/observer.SpeedObserver: progress offsets
         self._seen: dict[str, tuple[bool, bool]] = {}   # node -> (reached, GPU data ok)
 
     def run(self, r: Round) -> None:

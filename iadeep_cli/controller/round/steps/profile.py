@@ -21,7 +21,7 @@ PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is re
 class Profiler(Step):
     def __init__(self, ctx: Context, observer: SpeedObserver):
         super().__init__(ctx)
-        self.observer = observer   # controller/observe.SpeedObserver: a job's solo rate
+        self.observer = observer   # controller/round/observer.SpeedObserver: a job's solo rate
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
 
     def run(self, r: Round) -> None:

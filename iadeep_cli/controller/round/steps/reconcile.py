@@ -113,7 +113,7 @@ class Reconcile(Step):
                         jobrows.update(conn, job.id, reason=why, remote_pid=remote.pid)
         elif remote.state == RemoteState.RUNNING:
             if job.state == JobState.SUSPENDED:
-                return   # stopped on purpose; controller/adaptation.py resumes it
+                return   # stopped on purpose; controller/round/steps/adaptation.py resumes it
             if job.state != JobState.RUNNING or job.remote_pid is None:
                 why = "node answers again" if job.state == JobState.LOST else \
                     f"running on {gpus_at(job.node, job.gpu_indices)}" \

@@ -32,12 +32,12 @@ class Schedule(Step):
                  fairshare: FairShareRound, model: Callable[[], Any],
                  tuned: Callable[[Inventory], Inventory] = lambda inventory: inventory):
         super().__init__(ctx)
-        self.adapt = adapt   # controller/adaptation.Adapter: closed GPUs, --opportunistic room
+        self.adapt = adapt   # steps/adaptation.Adapter: closed GPUs, --opportunistic room
         self.launches = launches
         self._launch_health = launch_health
         self.fairshare = fairshare   # lab.policy.fairshare: usage -> priority points
         self._model = model   # the interference model in use (SchedulingLoop.model)
-        self._tuned = tuned   # the lab with its self-tuned plan() settings (controller/tune.py)
+        self._tuned = tuned   # the lab with its self-tuned plan() settings (steps/tune.py)
         self._durations: tuple[float, Durations] | None = None   # (read at, run times)
 
     def run(self, r: Round) -> None:
