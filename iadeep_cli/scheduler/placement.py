@@ -37,6 +37,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..jobopts import node_allowed, node_rules
 from ..jobs import Job, JobSpec
@@ -47,7 +48,7 @@ from ..text import MIB_PER_GIB, gib, gpus_at
 from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
-from .prediction import CachedModel, Predictor
+from .prediction import CachedModel, Predict, Predictor
 from .priority import order_queue
 from .remaining import Durations
 from .sharing import Pressure, best_share, completion_rate
@@ -211,11 +212,11 @@ class _Res:
     left: float = 0.0
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return (self.profile.workload if self.profile else "", self.floor, self.bucket)
 
 
-def _sig(residents: Sequence[_Res]) -> tuple:
+def _sig(residents: Sequence[_Res]) -> tuple[Any, ...]:
     return tuple(sorted(r.key for r in residents))
 
 
@@ -233,7 +234,7 @@ class _Round:
         self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
         # (GPU model, resident signature) -> id(gpu) -> gpu: GPUs whose residents predict the
         # same speeds, per model so a job trying one model skips the others' wholesale
-        self.shareable: dict[tuple, dict[int, _Gpu]] = {}
+        self.shareable: dict[tuple[Any, ...], dict[int, _Gpu]] = {}
         self.empty_count = 0
         # the largest GPU memory anywhere: fixed for the round, so whether a job could ever
         # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
@@ -428,7 +429,7 @@ class _ModelRound:
         return (f"{chosen} runs {what} at {f / g:.2f}x its {best} speed "
                 f"({self.speeds.why(workload, side)})")
 
-    def place(self, rnd: _Round, job: Job, res: _Res, need: float | None, predict: Callable,
+    def place(self, rnd: _Round, job: Job, res: _Res, need: float | None, predict: Predict,
               policy: Policy, behind: int, ok: NodeRule, whole: bool
               ) -> tuple[Placement | None, str]:
         workload = job.spec.workload
@@ -542,7 +543,7 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
 
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
-                  predict: Callable, policy: Policy, behind: int,
+                  predict: Predict, policy: Policy, behind: int,
                   ok: NodeRule = _anywhere, model: str | None = None
                   ) -> tuple[Placement | None, str]:
     """A profiled one-GPU job: alone on an empty GPU, or joining the GPU where it pays most
@@ -652,7 +653,8 @@ def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
     cands = [(n, gs) for n, gs in by_node.items() if len(gs) >= k]
     if not cands:
         return []
-    def readiness(item):  # fewest jobs left on its k emptiest GPUs
+    def readiness(item: tuple[str, list[_Gpu]]) -> tuple[int, str]:  # fewest jobs left on its
+        # k emptiest GPUs
         gs = sorted(item[1], key=lambda g: len(g.residents))[:k]
         return (sum(len(g.residents) for g in gs), item[0])
     _, gs = min(cands, key=readiness)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PRIOR_MEDIAN_S = 3600.0     # no history: run times around an hour ...
 PRIOR_SIGMA = 1.5           # ... spread over orders of magnitude (x4.5 per sigma)
@@ -103,7 +104,7 @@ class Durations:
         self._all = _Sums()
         self._by: dict[str, _Sums] = {}
         self._fits: dict[str, LogNormal] = {}
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple[Any, ...], float] = {}
         for workload, seconds in samples:
             self.add(workload, seconds)
 

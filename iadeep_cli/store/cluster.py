@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from ..snapshot import ClusterSnapshot, NodeSnapshot, node_from_dict, to_dict
 
@@ -59,11 +60,11 @@ def forget_nodes(conn: sqlite3.Connection, keep: set[str]) -> None:
 IDLE_GPU_SECONDS = "idle_gpu_seconds"
 
 
-def set_meta(conn: sqlite3.Connection, key: str, value) -> None:
+def set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
     conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
                  "SET value=excluded.value", (key, json.dumps(value)))
 
 
-def get_meta(conn: sqlite3.Connection, key: str, default=None):
+def get_meta(conn: sqlite3.Connection, key: str, default: Any = None) -> Any:
     row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
     return json.loads(row["value"]) if row else default

@@ -80,7 +80,7 @@ def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) ->
 def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
     row = conn.execute("SELECT MIN(next_at) FROM foreign_notes WHERE sent_at IS NULL "
                        "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
-    return row[0]
+    return None if row[0] is None else float(row[0])
 
 
 def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:

@@ -133,10 +133,10 @@ def version(conn: sqlite3.Connection) -> int:
     this transaction.
     What accounting rewrites every poll, the nodes' snapshots and every other table leave it
     as it was: a round's questions stay answered across them."""
-    return conn.execute("SELECT n FROM job_rows_changed").fetchone()[0]
+    return int(conn.execute("SELECT n FROM job_rows_changed").fetchone()[0])
 
 
-def _extra_fields(extra: dict) -> dict[str, Any]:
+def _extra_fields(extra: dict[str, Any]) -> dict[str, Any]:
     return {"cancel_requested_by": extra.get("cancel_requested_by"),
             "orphans": tuple(extra.get("orphans", ())),
             "signalled": bool(extra.get("signalled", False)),
@@ -371,7 +371,7 @@ def update(conn: sqlite3.Connection, job_id: int, **fields: Any) -> None:
     conn.execute(f"UPDATE jobs SET {sets} WHERE id=?", [*encoded.values(), job_id])
 
 
-def events(conn: sqlite3.Connection, job_id: int) -> list[dict]:
+def events(conn: sqlite3.Connection, job_id: int) -> list[dict[str, Any]]:
     rows = conn.execute("SELECT at, old_state, new_state, reason, actor FROM events "
                         "WHERE job_id=? ORDER BY id", (job_id,))
     return [dict(r) for r in rows]

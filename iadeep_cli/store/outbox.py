@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 from .cluster import get_meta, set_meta
 from .jobrows import ARRAY_ID
@@ -90,7 +91,7 @@ def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
     """When the next unsent notification of ``channel`` is due (None: nothing waits)."""
     row = conn.execute("SELECT MIN(next_at) FROM notifications WHERE sent_at IS NULL "
                        "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
-    return row[0]
+    return None if row[0] is None else float(row[0])
 
 
 def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:
@@ -109,7 +110,7 @@ def mark_failed(conn: sqlite3.Connection, note_id: int, now: float, error: str,
                      "WHERE id=?", (error[:500], retry_at, note_id))
 
 
-def for_job(conn: sqlite3.Connection, job_id: int) -> list[dict]:
+def for_job(conn: sqlite3.Connection, job_id: int) -> list[dict[str, Any]]:
     """Every notification of a job, as stored (tests, and an admin reading the database)."""
     rows = conn.execute("SELECT * FROM notifications WHERE job_id=? ORDER BY id", (job_id,))
     return [dict(r) for r in rows.fetchall()]

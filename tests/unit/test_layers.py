@@ -324,7 +324,7 @@ def test_the_checker_names_an_upward_lazy_import_and_a_cycle(tmp_path):
         "store/__init__.py": "from ..errors import Oops\n",
         "store/jobs.py": "def f():\n    from ..controller import loop\n",
         "controller/__init__.py": "",
-        "controller/round/loop.py": "from ..store import jobs\n",
+        "controller/loop.py": "from ..store import jobs\n",
         "cli/__init__.py": "",
         "cli/main.py": "from . import groups\n",
         "cli/groups.py": "from .main import app\n",

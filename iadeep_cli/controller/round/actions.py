@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 log = logging.getLogger("iadeep.controller")
 
@@ -22,13 +23,13 @@ class NodeActions:
     and ``busy(job_id)`` tells reconcile to leave that job alone until its action is done.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._workers: dict[str, ThreadPoolExecutor] = {}
-        self._pending: set[tuple] = set()
+        self._pending: set[tuple[Any, ...]] = set()
         self._done_at: dict[int, float] = {}   # job id -> when its last action ended
         self._lock = threading.Lock()
 
-    def submit(self, node: str, key: tuple, fn: Callable[[], None]) -> bool:
+    def submit(self, node: str, key: tuple[Any, ...], fn: Callable[[], None]) -> bool:
         with self._lock:
             if key in self._pending:
                 return False
@@ -40,7 +41,7 @@ class NodeActions:
         worker.submit(self._run, key, fn)
         return True
 
-    def _run(self, key: tuple, fn: Callable[[], None]) -> None:
+    def _run(self, key: tuple[Any, ...], fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception:   # a bug in one action must not kill the node's worker

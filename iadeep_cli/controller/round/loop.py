@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ...jobs import Job
 from ...nodes.connection import Pool
@@ -144,7 +145,7 @@ class SchedulingLoop(OnContext):
         """An admin declares every attempt on ``node`` dead (``steps/lose.py``)."""
         return self.lose.fence(node, by)
 
-    def launch_health(self) -> dict[str, dict]:
+    def launch_health(self) -> dict[str, dict[str, Any]]:
         """Nodes skipped because their launches fail: node -> {reason, until}."""
         return self.launches.launch_health()
 

@@ -35,7 +35,7 @@ PROGRESS_READS_PER_NODE = 16
 @dataclass
 class _Track:
     offset: int = 0
-    points: list = field(default_factory=list)
+    points: list[tuple[float, float]] = field(default_factory=list)
     solo_rate: float | None = None
     solo_sm: float | None = None
     node: str | None = None
@@ -183,7 +183,8 @@ class SpeedObserver:
         track.read_at = self._now
         return True
 
-    def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
+    def _pairs(self, groups: dict[tuple[str, int], list[Job]], speeds: dict[int, float],
+               snapshot: ClusterSnapshot, now: float) -> list[CoLocation]:
         rows = []
         for (node, index), jobs in groups.items():
             if len(jobs) != 2:

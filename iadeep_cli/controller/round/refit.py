@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ...paths import replace_file
 
@@ -28,13 +29,14 @@ def command(db: Path, out: Path) -> list[str]:
             str(out)]
 
 
-def run(db: Path, out: Path, timeout_s: float | None = None) -> subprocess.CompletedProcess:
+def run(db: Path, out: Path, timeout_s: float | None = None
+        ) -> subprocess.CompletedProcess[str]:
     """Refit in a child process (blocks the calling thread only, not the interpreter)."""
     return subprocess.run(command(db, out), capture_output=True, text=True, timeout=timeout_s,
                           stdin=subprocess.DEVNULL)
 
 
-def _previous(path: Path) -> dict | None:
+def _previous(path: Path) -> dict[str, Any] | None:
     """The last refit's numbers (its selected setting is reused while the data grew little),
     or None when there is none or it cannot be read (then a full fit)."""
     try:
@@ -58,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     from ...store import Store
     from ..catalog import lab_measurements
 
-    lab_profiles: dict = {}
-    lab_pairs: list = []
+    lab_profiles: dict[str, Any] = {}
+    lab_pairs: list[Any] = []
     if args.db.exists():
         store = Store(args.db, readonly=True)
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob, RemoteState
@@ -102,7 +102,7 @@ _STAT_LINE = (r"1h;1!H;${x;s/^\([0-9][0-9]*\) .*) \([^ ][^ ]*\) [^ ][^ ]* [^ ][^
               r"\([0-9][0-9]*\) \([^ ][^ ]* \)\{15\}\([0-9][0-9]*\)\( .*\)\{0,1\}$/\1 \2 \3 \5/p}")
 
 
-def leaders_script(pids) -> str:
+def leaders_script(pids: Iterable[int]) -> str:
     """Shell that sets ``L_PID="STATE SID START"`` for each of ``pids`` (ints) that is alive."""
     files = " ".join(f"/proc/{int(p)}/stat" for p in sorted(set(pids)))
     if not files:
@@ -414,7 +414,8 @@ def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
         states += tuple((int(j), RemoteJob(RemoteState.UNKNOWN)) for j in dict.fromkeys(expected)
                         if int(j) not in told)
 
-    def snap(gpus=(), error=None, driver=None):
+    def snap(gpus: tuple[GpuSample, ...] = (), error: str | None = None,
+             driver: str | None = None) -> NodeSnapshot:
         return NodeSnapshot(name=name, taken_at=taken_at, gpus=gpus, error=error,
                             driver_version=driver, rtt_s=rtt_s, jobs=states,
                             progress=progress)

@@ -79,7 +79,7 @@ class Adapter:
         self.detector = Detector()
         self.phases = PhaseDetector()
         self.findings: dict[str, Finding] = {}
-        self._announced: set[tuple] = set()   # (gpu, jobs, kinds) already given an event
+        self._announced: set[tuple[Any, ...]] = set()   # (gpu, jobs, kinds) already given an event
         self._stop_sent: set[int] = set()     # SIGSTOP delivered by this controller process
         self._ck_stopping: set[int] = set()   # checkpointing jobs past their grace, stopped
         # GPU -> (the job still there, why): a pair undone by a checkpoint keeps its GPU closed
@@ -88,7 +88,7 @@ class Adapter:
         self._lock = threading.Lock()
 
     @property
-    def policy(self):
+    def policy(self) -> AdaptPolicy:
         return self.loop.inventory.policy.adapt
 
     # ------------------------------------------------------------------ the round
@@ -223,7 +223,8 @@ class Adapter:
 
     # ------------------------------------------------------------------ --opportunistic
     def make_room(self, queue: list[Job], active: list[Job], snapshot: Any,
-                  profiles: dict, decide: Callable[[list[Job], Any, list[Job]], Any]
+                  profiles: dict[str, Profile],
+                  decide: Callable[[list[Job], Any, list[Job]], Any]
                   ) -> bool:
         """Suspend (or checkpoint) the ``--opportunistic`` jobs on GPUs that a waiting regular
         job would get if they were not there: ``plan()`` is asked twice, pure both times,

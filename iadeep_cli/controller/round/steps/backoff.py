@@ -20,7 +20,7 @@ class LaunchHealth:
         """Count one more failure; the seconds the node is now skipped."""
         self.failures += 1
         self.reason = reason
-        delay = min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (self.failures - 1))
+        delay = float(min(LAUNCH_BACKOFF_S[1], LAUNCH_BACKOFF_S[0] * 2 ** (self.failures - 1)))
         self.until = now + delay
         return delay
 

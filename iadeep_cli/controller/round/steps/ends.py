@@ -12,11 +12,12 @@ from ....jobs import Job, JobState, StopReason
 from ....text import hms
 from ..context import Context, Step
 from . import idle, oom
+from .adaptation import Adapter
 from .backoff import Backoff
 
 
 class Ends(Step):
-    def __init__(self, ctx: Context, adapt, launch_health: Backoff,
+    def __init__(self, ctx: Context, adapt: Adapter, launch_health: Backoff,
                  forget: Callable[[int], None], learnt: Callable[[int], None]):
         super().__init__(ctx)
         self._learnt = learnt   # co-locations recorded here (out of GPU memory): steps/observe

@@ -17,6 +17,7 @@ restart goes on (not reported again) while the process still holds the GPU idle.
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from ....snapshot import ClusterSnapshot, GpuProcess
 from ....store import foreign as rows
@@ -86,7 +87,7 @@ class ForeignWatch:
         return made
 
     @staticmethod
-    def _enqueue(loop: Context, conn, spell_id: int, now: float) -> None:
+    def _enqueue(loop: Context, conn: sqlite3.Connection, spell_id: int, now: float) -> None:
         """One message per channel: the lab's webhook, and each admin's e-mail."""
         notify = loop.inventory.notify
         if notify.webhook is not None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from ....errors import IadeepError, InvalidTransition, NodeError, OwnerFilesError, RunAsRefused
 from ....jobs import Job, JobState
 from ....nodes.backend import features
+from ....scheduler.placement import Placement
 from ....store import jobrows
 from ....text import gpus_at
 from ..context import ACTOR, Context, Step
@@ -24,7 +26,7 @@ class Launches(Step):
         self._launch_health = launch_health
         self.scripts_dir = scripts_dir
 
-    def start(self, job: Job, placement) -> None:
+    def start(self, job: Job, placement: Placement) -> None:
         """Record the placement (committed before anything happens on the node), then launch
         on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
@@ -41,7 +43,7 @@ class Launches(Step):
         self.actions.submit(placement.node, ("launch", job.id),
                             lambda: self._launch(started, placement))
 
-    def _launch(self, started: Job, placement) -> None:
+    def _launch(self, started: Job, placement: Placement) -> None:
         node = placement.node
         try:
             result = self.pool.backend(node).launch(started, placement.gpu_indices,
@@ -121,7 +123,7 @@ class Launches(Step):
         skipped."""
         return self._launch_health.setdefault(node, LaunchHealth()).failed(reason, self.clock())
 
-    def launch_health(self) -> dict[str, dict]:
+    def launch_health(self) -> dict[str, dict[str, Any]]:
         """Nodes skipped because their launches fail: node -> {reason, until}."""
         now = self.clock()
         return {n: {"reason": h.reason, "until": h.until}

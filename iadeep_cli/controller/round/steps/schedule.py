@@ -18,6 +18,7 @@ from ....text import clock
 from ... import reservations  # `iadeep reserve`: what each round plans with
 from ...fairshare import FairShareRound
 from ..context import Context, Round, Step
+from .adaptation import Adapter
 from .backoff import Backoff
 from .launch import Launches
 
@@ -28,7 +29,7 @@ RUN_TIMES_REFRESH_S = 600.0
 
 
 class Schedule(Step):
-    def __init__(self, ctx: Context, adapt, launches: Launches, launch_health: Backoff,
+    def __init__(self, ctx: Context, adapt: Adapter, launches: Launches, launch_health: Backoff,
                  fairshare: FairShareRound, model: Callable[[], Any],
                  tuned: Callable[[Inventory], Inventory] = lambda inventory: inventory):
         super().__init__(ctx)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....inventory import TUNABLE_KEYS
 from ....settings import Inventory, Policy
@@ -45,7 +46,7 @@ META = "tune"       # the record in the database's meta table
 DAY_S = 86400.0
 
 
-def policy_to_json(policy: Policy) -> dict:
+def policy_to_json(policy: Policy) -> dict[str, Any]:
     """The policy's plain settings (fair share left out: a replay ranks without it)."""
     out = dataclasses.asdict(dataclasses.replace(policy, fairshare=None))
     out.pop("fairshare")
@@ -53,7 +54,7 @@ def policy_to_json(policy: Policy) -> dict:
     return out
 
 
-def tuned_policy(policy: Policy, adopted: dict | None) -> Policy:
+def tuned_policy(policy: Policy, adopted: dict[str, Any] | None) -> Policy:
     """``policy`` with the adopted settings, except the keys it pins; as it is when self-tuning
     is off or nothing was adopted."""
     if not policy.self_tune or not adopted:
@@ -62,13 +63,14 @@ def tuned_policy(policy: Policy, adopted: dict | None) -> Policy:
     return dataclasses.replace(policy, **change) if change else policy
 
 
-def count_jobs(conn, since: float) -> int:
+def count_jobs(conn: sqlite3.Connection, since: float) -> int:
     """Jobs submitted since ``since`` that ran to an end (what a replay learns from)."""
-    return conn.execute("SELECT COUNT(*) FROM jobs WHERE submitted_at >= ? AND started_at IS "
-                        "NOT NULL AND ended_at IS NOT NULL", (since,)).fetchone()[0]
+    return int(conn.execute("SELECT COUNT(*) FROM jobs WHERE submitted_at >= ? AND started_at "
+                            "IS NOT NULL AND ended_at IS NOT NULL", (since,)).fetchone()[0])
 
 
-def verdict(table: dict, margin: float = MARGIN) -> tuple[dict | None, str]:
+def verdict(table: dict[str, Any], margin: float = MARGIN
+            ) -> tuple[dict[str, Any] | None, str]:
     """(the candidate that beats the settings in force by ``margin``, or None; why, in words)."""
     rows = table.get("outcomes") or []
     if not rows:
@@ -100,11 +102,11 @@ class SelfTuning:
 
         self.store = store
         with store.read() as conn:
-            self.record: dict = cluster.get_meta(conn, META, {}) or {}
+            self.record: dict[str, Any] = cluster.get_meta(conn, META, {}) or {}
         self._since = started   # the first replay: tune_every after this
         self._last_at = float(self.record.get("at") or 0.0)
         self._thread: threading.Thread | None = None
-        self._answer: dict | None = None
+        self._answer: dict[str, Any] | None = None
         self._cache: tuple[Policy, Policy] | None = None
 
     def applied(self, inventory: Inventory) -> Inventory:
@@ -159,7 +161,7 @@ class SelfTuning:
         finally:
             self._thread = None
 
-    def _decide(self, table: dict, inventory: Inventory) -> None:
+    def _decide(self, table: dict[str, Any], inventory: Inventory) -> None:
         """Adopt with hysteresis; record the table and the decision."""
         from ....store import cluster
 
