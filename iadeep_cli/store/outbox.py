@@ -16,6 +16,13 @@ from .cluster import get_meta, set_meta
 from .jobrows import ARRAY_ID
 
 CURSOR = "notify_cursor"   # the last events.id read for notifications (meta)
+# The outboxes, one table each with the same delivery columns (channel, next_at, sent_at,
+# gave_up_at, attempts, error) and one set of statements over them (``next_due``,
+# ``mark_sent``, ``mark_failed``): the job owners' notifications, and the admins' messages about
+# foreign processes holding a GPU idle (``store/foreign.py`` queues those).
+JOBS = "notifications"
+FOREIGN = "foreign_notes"
+BOXES = (JOBS, FOREIGN)
 
 
 @dataclass(frozen=True)
@@ -87,27 +94,43 @@ def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) ->
             for r in rows]
 
 
-def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
-    """When the next unsent notification of ``channel`` is due (None: nothing waits)."""
-    row = conn.execute("SELECT MIN(next_at) FROM notifications WHERE sent_at IS NULL "
-                       "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
-    return None if row[0] is None else float(row[0])
+def next_due(conn: sqlite3.Connection, channel: str, box: str | None = None) -> float | None:
+    """When the next unsent message of ``channel`` in ``box`` is due (None: every outbox;
+    None back: nothing waits)."""
+    first: float | None = None
+    for table in _boxes(box):
+        row = conn.execute(f"SELECT MIN(next_at) FROM {table} WHERE sent_at IS NULL "
+                           "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
+        if row[0] is not None:
+            first = float(row[0]) if first is None else min(first, float(row[0]))
+    return first
 
 
-def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:
-    conn.execute("UPDATE notifications SET sent_at=?, attempts=attempts+1, error='' "
-                 "WHERE id=?", (now, note_id))
+def mark_sent(conn: sqlite3.Connection, note_id: int, now: float, box: str = JOBS) -> None:
+    [table] = _boxes(box)
+    conn.execute(f"UPDATE {table} SET sent_at=?, attempts=attempts+1, error='' WHERE id=?",
+                 (now, note_id))
 
 
 def mark_failed(conn: sqlite3.Connection, note_id: int, now: float, error: str,
-                retry_at: float | None) -> None:
+                retry_at: float | None, box: str = JOBS) -> None:
     """One more failed try: retried at ``retry_at``, or given up when that is None."""
+    [table] = _boxes(box)
     if retry_at is None:
-        conn.execute("UPDATE notifications SET attempts=attempts+1, error=?, gave_up_at=? "
+        conn.execute(f"UPDATE {table} SET attempts=attempts+1, error=?, gave_up_at=? "
                      "WHERE id=?", (error[:500], now, note_id))
     else:
-        conn.execute("UPDATE notifications SET attempts=attempts+1, error=?, next_at=? "
+        conn.execute(f"UPDATE {table} SET attempts=attempts+1, error=?, next_at=? "
                      "WHERE id=?", (error[:500], retry_at, note_id))
+
+
+def _boxes(box: str | None) -> tuple[str, ...]:
+    """The outbox tables ``box`` names (None: both); only these reach the SQL."""
+    if box is None:
+        return BOXES
+    if box not in BOXES:
+        raise ValueError(f"no outbox {box!r}")
+    return (box,)
 
 
 def for_job(conn: sqlite3.Connection, job_id: int) -> list[dict[str, Any]]:
