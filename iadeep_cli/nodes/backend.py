@@ -36,30 +36,13 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import NotFoundError
-from ..jobs import MAX_INPUT, TTY_INPUT, Job
+from ..jobs import Job
 from ..settings import BackendKind
-from ..snapshot import RemoteJob, RemoteState
+from ..snapshot import RemoteJob
 from .gpu import Expect  # (job id, recorded pid or backend job id, recorded start time)
 
-__all__ = [
-    "FEATURES",
-    "MAX_INPUT",
-    "MAX_LOG_READ",
-    "OPEN_FAILED",
-    "OPEN_FAILED_LINE",
-    "TTY_INPUT",
-    "Backend",
-    "BackendKind",
-    "Expect",
-    "Features",
-    "LaunchResult",
-    "LogBytes",
-    "RemoteJob",
-    "RemoteState",
-    "Stopped",
-    "features",
-    "log_bytes",
-]
+__all__ = ["FEATURES", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "Backend", "Features",
+           "LaunchResult", "LogBytes", "Stopped", "features", "log_bytes"]
 
 # A job whose --output/--error cannot be opened fails before it runs, with this exit code and
 # the reason in its log on a line of its own after OPEN_FAILED_LINE (the controller reads it

@@ -32,16 +32,14 @@ from pathlib import Path
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
-from ...jobs import SIGNALS, Job
+from ...jobs import MAX_INPUT, SIGNALS, TTY_INPUT, Job
 from ...settings import BackendKind
 from ...snapshot import RemoteJob
 from .. import runas
 from ..backend import (
-    MAX_INPUT,
     MAX_LOG_READ,
     OPEN_FAILED,
     OPEN_FAILED_LINE,
-    TTY_INPUT,
     LaunchResult,
     LogBytes,
     log_bytes,
