@@ -24,7 +24,7 @@ from bench_report import fill
 
 def main() -> None:
     from iadeep_cli.controller.fairshare import FairShareRound
-    from iadeep_cli.inventory import FairShare, Policy
+    from iadeep_cli.settings import FairShare, Policy
     from iadeep_cli.store import Store
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -39,7 +39,7 @@ SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
 class Refits:
     """The "model refit" scenario: the controller's database gets ``n_obs`` co-location
     measurements (bench_fit's synthetic lab: 56 workloads, 1,400 pairs), and the controller's
-    own refit command (controller/refit.py: a child process at nice 10) runs back to back for
+    own refit command (controller/round/refit.py: a child process at nice 10) runs back to back for
     the whole fault window, as the controller starts it when observations change."""
 
     def __init__(self, db: Path, out: Path, n_obs: int):
@@ -65,7 +65,7 @@ class Refits:
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        from iadeep_cli.controller import refit
+        from iadeep_cli.controller.round import refit
 
         while not self.stop.is_set():
             # each refit a full one (the selection too): the worst case, not the incremental

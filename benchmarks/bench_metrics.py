@@ -101,7 +101,7 @@ def main() -> None:
 
 
 def run(cluster, state: Path, args) -> None:
-    from iadeep_cli.controller.metrics import serve
+    from iadeep_cli.controller.requests.metrics import serve
     from iadeep_cli.controller.runtime import Controller
 
     ctl = Controller(cluster.inventory, state)
@@ -174,9 +174,9 @@ def large_lab(where: Path, repeats: int = 7) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from helpers import seed
-    from iadeep_cli.controller import views
-    from iadeep_cli.controller.metrics import LabCollector
-    from iadeep_cli.inventory import Inventory, Node
+    from iadeep_cli.controller.requests import views
+    from iadeep_cli.controller.requests.metrics import LabCollector
+    from iadeep_cli.settings import Inventory, Node
     from iadeep_cli.store import Store
 
     where.mkdir()

@@ -140,8 +140,8 @@ def _count_running(ctl) -> int:
 def run(n_nodes: int, counts: list[int], rounds: int, profiler=None
         ) -> tuple[dict[int, list[float]], dict[int, list[float]], dict[int, list[float]],
                    dict[int, float]]:
+    from iadeep_cli.controller.round.steps.profile import PROFILE_SAMPLES
     from iadeep_cli.controller.runtime import Controller
-    from iadeep_cli.controller.steps.profile import PROFILE_SAMPLES
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp), n_nodes)
@@ -203,7 +203,7 @@ def main() -> None:
                     help="print the N functions with the most own time in the controller's "
                          "thread over the rounds with the most jobs (cProfile)")
     args = ap.parse_args()
-    from iadeep_cli.controller.observe import PROGRESS_READS_PER_NODE
+    from iadeep_cli.controller.round.observer import PROGRESS_READS_PER_NODE
     counts = sorted(set(args.jobs) | {0})
     print(f"cpus={os.cpu_count()} rounds={args.rounds} (medians); load average "
           f"{os.getloadavg()[0]:.1f} at start")

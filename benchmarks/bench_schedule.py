@@ -14,17 +14,13 @@ import statistics
 import time
 from dataclasses import replace
 
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.model.predictor import default_model
-from iadeep_cli.scheduler.placement import (
-    CachedModel,
-    CautiousModel,
-    GpuSlot,
-    order_queue,
-    plan,
-)
+from iadeep_cli.scheduler.placement import GpuSlot, plan
+from iadeep_cli.scheduler.prediction import CachedModel, CautiousModel
+from iadeep_cli.scheduler.priority import order_queue
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.mixed import sim_speeds
 
 NODES, GPUS_PER_NODE, QUEUE, REPEAT = 64, 8, 1000, 15

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import JobSpec
 from iadeep_cli.model.data import shipped_profiles
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.engine import generate_jobs
 from iadeep_cli.snapshot import GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, cluster, jobrows
@@ -56,7 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
     args = ap.parse_args()
-    from iadeep_cli.controller.tune import policy_to_json
+    from iadeep_cli.controller.round.steps.tune import policy_to_json
     from iadeep_cli.sim import whatif
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import fields, replace
 
-from iadeep_cli.inventory import Policy
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.engine import _mem_mib, make_planner, simulate
 from iadeep_cli.sim.policies import REGISTRY
 from iadeep_cli.sim.run import SimSettings, build_trace, load_inputs

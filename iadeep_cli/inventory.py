@@ -19,13 +19,11 @@ import yaml
 from .errors import ConfigError
 from .jobs import NOTIFY_WHEN
 from .paths import inventory_path
-from .settings import (  # the values parse_inventory makes, importable from here too
-    EMPTY as EMPTY,
+from .settings import (  # the values parse_inventory makes
     IDLE_ACTIONS,
     PREEMPTION_RULES,
     SHARING_RULES,
     AdaptPolicy,
-    BackendKind as BackendKind,
     FairShare,
     IdleSettings,
     Inventory,
@@ -36,7 +34,6 @@ from .settings import (  # the values parse_inventory makes, importable from her
     SlurmSettings,
     UserLimit,
     is_loopback,
-    metrics_address as metrics_address,
     parse_listen,
 )
 

@@ -42,6 +42,34 @@ class JobState(str, enum.Enum):
         return self.value
 
 
+class StopReason(str, enum.Enum):
+    """Why a job on a node is being stopped (``Job.stop_reason``, a column of its own), and the
+    state that leads it to once its attempt has ended (``to_state``), as dstack's
+    ``JobTerminationReason``. Who asked is ``Job.cancel_requested_by``, a person, and only for
+    ``CANCELLED``: the controller's own reasons are these values, never a user name."""
+
+    CANCELLED = "cancelled"        # its owner or an admin: `queue cancel`
+    TIME_LIMIT = "time-limit"      # it ran past its --time (controller/round/steps/limits.py)
+    IDLE = "idle"                  # its GPUs sat idle, lab.idle_action: cancel (steps/idle.py)
+    IDLE_REQUEUE = "idle-requeue"  # ... idle_action: requeue: queued again (once) when it ends
+    # an interactive job (`run --pty`) whose client was not heard from for lab.interactive_grace
+    # (controller/round/steps/limits.py)
+    CLIENT_GONE = "client-gone"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def to_state(self) -> JobState:
+        """The state a stopped job ends in (one stopped to be queued again ends so only if it
+        cannot be: its node was lost meanwhile, or it never started)."""
+        return JobState.TIMEOUT if self is StopReason.TIME_LIMIT else JobState.CANCELLED
+
+    @property
+    def requeues(self) -> bool:
+        """Whether the job goes back to the queue once its attempt has ended."""
+        return self is StopReason.IDLE_REQUEUE
+
+
 S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.QUEUED: frozenset({S.HELD, S.STARTING, S.CANCELLED}),
@@ -53,10 +81,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.STARTING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST, S.QUEUED,
                            S.HELD}),
     # running -> queued: it checkpointed on its --checkpoint-signal and exited; it starts again
-    # where it fits, in the same working directory (controller/adaptation.py).
+    # where it fits, in the same working directory (controller/round/steps/adaptation.py).
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.SUSPENDED,
                           S.QUEUED}),
-    # Suspended (controller/adaptation.py): resumed, or it ends or is lost just as a running job.
+    # Suspended (steps/adaptation.py): resumed, or it ends or is lost just as a running job.
     S.SUSPENDED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}),
     # A lost job may turn out to have finished once its node answers again, or be requeued.
     S.LOST: frozenset({S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
@@ -117,20 +145,20 @@ class JobSpec:
     retry_on_fail: bool = False       # --retries also after a non-zero exit (--retry-on-fail)
     no_adapt: bool = False            # --no-adapt: never suspended by run-time adaptation
     # --checkpoint-signal SIG: the job saves a checkpoint and exits on SIG; run-time adaptation
-    # then sends it SIG instead of suspending it, and requeues it (controller/adaptation.py).
+    # then sends it SIG instead of suspending it, and requeues it (steps/adaptation.py).
     checkpoint_signal: str | None = None
     # --requeue (`#SBATCH --requeue`): it checkpoints on its checkpoint signal (checkpoint_signal,
     # USR1 when none is given) and may be preempted: plan() may return it in Plan.preempt
     # (Policy.preemption; docs/scheduling.md)
     requeue: bool = False
     # --opportunistic: uses spare GPUs; the first suspended (or checkpointed) when a regular
-    # job waits for its GPU (AntMan's idea; controller/adaptation.py)
+    # job waits for its GPU (AntMan's idea; controller/round/steps/adaptation.py)
     opportunistic: bool = False
     # --idle-after: this job counts as idle after its GPUs sat idle this long (None: the lab's
-    # idle_after; controller/idle.py)
+    # idle_after; controller/round/steps/idle.py)
     idle_after_s: float | None = None
     # `iadeep run --pty`: the command has a terminal of its own on the node, its keystrokes
-    # sent by its owner through the controller (controller/interactive.py); --time defaults to
+    # sent by its owner through the controller (requests/interactive.py); --time defaults to
     # the lab's interactive_time_limit
     interactive: bool = False
     hold: bool = False                # --hold (sbatch -H): queued held, until released
@@ -192,13 +220,14 @@ class Job:
     reason: str = ""                  # last transition's or wait's reason, for `queue why`
     observed_speed: float | None = None
     predicted_speed: float | None = None
-    cancel_requested_by: str | None = None   # who asked to stop it while it was on a node
+    cancel_requested_by: str | None = None   # who asked to cancel it while it was on a node
+    stop_reason: StopReason | None = None    # why it is being stopped (a column of its own)
     signalled: bool = False           # this attempt got its --signal before the time limit
     orphans: tuple[str, ...] = ()   # nodes where an abandoned attempt of it may still run
     array_id: int | None = None       # the array it is a task of (its first task's id)
     array_index: int | None = None    # its index in that array (IADEEP_ARRAY_INDEX)
     rerun_of: int | None = None       # the finished job it was submitted again from (rerun)
-    # Run-time adaptation (controller/adaptation.py): when this attempt was last suspended (set
+    # Run-time adaptation (steps/adaptation.py): when this attempt was last suspended (set
     # before the SIGSTOP is sent and cleared only after the SIGCONT is, so a crash in between
     # never leaves it stopped), for which partner job, and its seconds suspended so far (not
     # counted against --time).
@@ -217,10 +246,11 @@ class Job:
     # (GPU, job) it was last checkpointed off: that GPU takes no new partner while that job
     # is still there, so a restarted controller too keeps it from rejoining a bad pair
     yielded: tuple[str, int] | None = None
-    # controller/idle.py: since when this attempt's GPUs have been idle (set once it counts as
+    # steps/idle.py: since when this attempt's GPUs have been idle (set once it counts as
     # idle, its owner told), and whether idleness already requeued it (that happens once)
     idle_since: float | None = None
     idle_requeued: bool = False
+    idle_marked: bool = False   # it is marked idle now (its GPUs have not been busy since)
 
     @property
     def name(self) -> str:

@@ -100,6 +100,7 @@ class JobView(Message):
     begin_at: float | None = optional()               # --begin
     cpus_per_task: int | None = optional()            # --cpus-per-task
     host_mem_mib: int | None = optional()             # --mem: host RAM (MiB)
+    idle: bool | None = optional()                    # marked idle now (its GPUs sat idle)
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -126,7 +127,8 @@ class JobView(Message):
             opportunistic=spec.opportunistic or None, idle_after_s=spec.idle_after_s,
             requeue=spec.requeue or None, requeueing=job.preempt_for,
             preempted=job.preempted or None, begin_at=spec.begin_at,
-            cpus_per_task=spec.cpus_per_task, host_mem_mib=spec.host_mem_mib)
+            cpus_per_task=spec.cpus_per_task, host_mem_mib=spec.host_mem_mib,
+            idle=job.idle_marked or None)
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,7 @@ class GpuJob(Message):
     state: JobState
     predicted_speed: float | None
     observed_speed: float | None
-    idle_since: float | None = optional()   # its GPUs sat idle since then (controller/idle.py)
+    idle_since: float | None = optional()   # its GPUs sat idle since then (steps/idle.py)
 
 
 @dataclass(frozen=True)
@@ -355,7 +357,7 @@ class ReservationView(Message):
 @dataclass(frozen=True)
 class ForeignIdleView(Message):
     """A GPU process iadeep did not start that has held GPU ``node:gpu`` idle since ``since``
-    (controller/foreign.py); ``mib``: its GPU memory."""
+    (controller/round/steps/foreign.py); ``mib``: its GPU memory."""
 
     node: str
     gpu: int
@@ -382,7 +384,7 @@ class StatusView(Message):
     fairshare_points: dict[str, float] | None = optional()
     # reservations not over yet and the GPUs each holds (the monitor marks them)
     reservations: tuple[ReservationView, ...] | None = optional()
-    # foreign processes holding a GPU idle past lab.idle_after (controller/foreign.py)
+    # foreign processes holding a GPU idle past lab.idle_after (controller/round/steps/foreign.py)
     foreign_idle: tuple[ForeignIdleView, ...] | None = optional()
 
     def unfinished(self) -> dict[JobState, int]:
@@ -756,7 +758,7 @@ class ProfileUnpinRequest(Request[PinResult]):
     label: str
 
 
-# Reservations (`iadeep reserve`, controller/reservations.py): add and delete are admins'.
+# Reservations (`iadeep reserve`, controller/requests/reservations.py): add and delete are admins'.
 @dataclass(frozen=True)
 class ReserveAddRequest(Request[ReservationView]):
     """Keep ``gpus`` GPUs (on ``node``, else on one node the scheduler picks) for user

@@ -156,7 +156,7 @@ class Policy:
     preemption: str = "off"
     fairshare: FairShare | None = None   # None: off, priority is base + aging alone
     adapt: AdaptPolicy = field(default_factory=AdaptPolicy)   # acting on running jobs
-    # Self-tuning (controller/tune.py): the controller replays its recent history under other
+    # Self-tuning (steps/tune.py): the controller replays its recent history under other
     # values of sharing, min_speed and max_jobs_per_gpu and adopts a clearly better one. A key
     # written in nodes.yaml is ``pinned``: never changed. self_tune: false turns it off.
     self_tune: bool = True
@@ -288,7 +288,7 @@ IDLE_ACTIONS = ("notify", "requeue", "cancel")
 @dataclass(frozen=True)
 class IdleSettings:
     """A running job whose GPUs all stay at or below ``util`` % for ``after_s`` is idle: it is
-    marked, its owner told once, and ``action`` taken (controller/idle.py)."""
+    marked, its owner told once, and ``action`` taken (controller/round/steps/idle.py)."""
 
     after_s: float = 1800.0
     action: str = "notify"       # IDLE_ACTIONS

@@ -75,6 +75,13 @@ class RemoteState(str, enum.Enum):
         return self.value
 
 
+# An exited job's RemoteJob.reason when it asked to be requeued (a shell node's `scontrol
+# requeue`, nodes/shell/slurm_in_job.py): the controller queues it again instead of ending it.
+REQUEUE_ASKED = "requeue"
+# ... when its memory cgroup killed something of it: it went over its --mem (host RAM) limit
+MEM_LIMIT = "mem-limit"
+
+
 @dataclass(frozen=True)
 class RemoteJob:
     """What a job's session and directory on its node say.

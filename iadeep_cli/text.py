@@ -11,6 +11,7 @@ import re
 import shlex
 import time
 import unicodedata
+from collections.abc import Iterable
 
 MIB_PER_GIB = 1024.0
 
@@ -76,6 +77,11 @@ def parse_moment(text: str, now: float) -> float | None:
     except ValueError:
         return None
     return moment.timestamp()   # a naive moment is local time
+
+
+def gpus_at(node: str | None, indices: Iterable[int]) -> str:
+    """A job's GPUs as people read them everywhere: ``node:0,1``."""
+    return f"{node}:{','.join(str(i) for i in indices)}"
 
 
 def hms(seconds: float | None) -> str:
@@ -266,7 +272,7 @@ def settings_label(settings) -> str:
 
 def foreign_idle_line(node: str, gpu: int, pid: int, name: str, mib: float | None,
                       for_s: float) -> str:
-    """A GPU held idle by a process iadeep did not start (controller/foreign.py), as `status`
+    """A GPU held idle by a process iadeep did not start (steps/foreign.py), as `status`
     and the admins' message say it: its executable's base name, control characters escaped."""
     base = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in name.rsplit("/", 1)[-1])[:60]

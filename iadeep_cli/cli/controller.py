@@ -32,7 +32,8 @@ def run(inventory: str | None = typer.Option(
                  "lab.metrics.allow_remote: true).")) -> None:
     """Run the controller in the foreground until SIGINT/SIGTERM (SIGHUP: reload)."""
     from ..controller.runtime import run_forever
-    from ..inventory import load_inventory, metrics_address
+    from ..inventory import load_inventory
+    from ..settings import metrics_address
 
     inv = load_inventory(inventory)
     listen = metrics_address(inv.metrics, metrics)

@@ -46,6 +46,7 @@ from ..text import (
     column_widths,
     duration,
     field_text,
+    gpus_at,
     job_label,
     newest_runs,
     shorten,
@@ -782,7 +783,7 @@ def _fit(headers: list[str], rows: list[list[str]], columns: int) -> list[list[s
 def _where(job: m.JobView) -> str:
     if not job.node:
         return "-"
-    return f"{job.node}:{','.join(str(i) for i in job.gpu_indices)}"
+    return gpus_at(job.node, job.gpu_indices)
 
 
 SHOW_FIELDS = ("id", "name", "owner", "state", "reason", "script", "args", "workdir", "env",

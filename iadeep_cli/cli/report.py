@@ -116,10 +116,10 @@ def _kwh(x: float | None) -> str:
 
 
 def _print_table(rep: accounting.Report) -> None:
+    from ..jobs import FINISHED
     from ..store import report as accounting
 
-    states = [s.value for s in accounting.STATES
-              if s in accounting.FINISHED or rep.running]
+    states = [s.value for s in accounting.STATES if s in FINISHED or rep.running]
     what = "ended" + (" (and running now)" if rep.running else "")
     print(f"jobs that {what} from {clock(rep.since)} to {clock(rep.until)}")
     headers = [rep.by or "", "jobs", *states, "GPU-h", "wait p50", "wait p95",

@@ -32,6 +32,7 @@ import typer
 
 from ..errors import ControllerUnavailable, InputError
 from ..jobs import FINISHED, JobState
+from ..scheduler import priority
 from . import queue, runpty
 from .lazy import client, messages as m
 from .logs import _Log, drain
@@ -135,11 +136,15 @@ class _Waiter:
             return result
 
 
-def _position(jobs: list[m.JobView], job: m.JobView) -> tuple[int, int]:
-    """(its place, of how many) among the waiting jobs by priority then age: the order the
-    queue is tried in before fair share and aging (which `queue why` shows); (0, 0) if it is
-    not among them (it moved since)."""
-    waiting = sorted((j for j in jobs if j.state in WAITING), key=lambda j: (-j.priority, j.id))
+def _position(jobs: list[m.JobView], job: m.JobView, now: float) -> tuple[int, int]:
+    """(its place, of how many) among the waiting jobs in the placer's order
+    (``scheduler.priority.queue_key``: priority and aging at the lab's default rate; the
+    fair-share points, which `queue why` shows, are the controller's); (0, 0) if it is not
+    among them (it moved since)."""
+    per_hour = priority.recorded_aging(None)
+    waiting = sorted((j for j in jobs if j.state in WAITING),
+                     key=lambda j: priority.queue_key(j.priority, j.owner, j.submitted_at, j.id,
+                                                      now, per_hour))
     found = [i for i, j in enumerate(waiting, 1) if j.id == job.id]
     return (found[0], len(waiting)) if found else (0, 0)
 
@@ -198,7 +203,8 @@ def wait_for(job_id: int, error_stream: bool, detach: bool,
         job, jobs = waiter.ask(_job, job_id, waiting)
         waiting = job.state in WAITING
         if job.state in WAITING or job.state == JobState.LOST:
-            place, of = _position(jobs, job) if job.state in WAITING else (0, 0)
+            place, of = _position(jobs, job, time.time()) if job.state in WAITING \
+                else (0, 0)
             where = f"#{place} of {of} waiting: " if place else ""
             status.show(f"job {job_id} {job.state}: {where}"
                         f"{job.reason or 'not looked at yet'}")

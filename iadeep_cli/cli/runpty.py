@@ -1,4 +1,4 @@
-"""`iadeep run --pty`: the client's half of an interactive job (controller/interactive.py has
+"""`iadeep run --pty`: the client's half of an interactive job (requests/interactive.py has
 the design).
 
 ``pty_script`` is the job: it makes the FIFO its keystrokes arrive in and runs the command on

@@ -84,7 +84,7 @@ def sim(
                                           "CSV (submit_s,workload,duration_s,gpus,user)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
-    from ..inventory import FairShare
+    from ..settings import FairShare
     from ..sim import run as simrun
     from ..sim.mixed import parse_gpus
 

@@ -24,7 +24,7 @@ def _speeds(job: m.GpuJob) -> str:
 
 def _gpu_line(gpu: m.GpuView) -> str:
     jobs = ", ".join(f"#{j.id} {j.owner}/{j.name}{_speeds(j)}"
-                     + (" IDLE" if j.idle_since is not None else "")   # controller/idle.py
+                     + (" IDLE" if j.idle_since is not None else "")   # steps/idle.py
                      for j in gpu.jobs) or "idle"
     sample = gpu.sample
     foreign = sample.foreign_processes

@@ -2,7 +2,7 @@
 
 It replays the jobs the lab ran (from the controller's database, read-only, as `iadeep report`
 reads it) in the simulator under each candidate setting of plan() (sim/whatif.py), and shows
-the settings in force, the one self-tuning would pick (controller/tune.py's rule: better by
+the settings in force, the one self-tuning would pick (steps/tune.py's rule: better by
 3% in average JCT; the controller adopts it after two replays in a row that agree), and what
 the controller last replayed and adopted.
 """
@@ -46,8 +46,9 @@ def tune(
 ) -> None:
     """Replay the lab's recent jobs under candidate placement settings; show the one in force
     and the one self-tuning would pick."""
-    from ..controller import tune as selftune
-    from ..inventory import Policy, load_inventory
+    from ..controller.round.steps import tune as selftune
+    from ..inventory import load_inventory
+    from ..settings import Policy
     from ..sim import whatif
     from ..store import cluster
     from ..text import settings_label

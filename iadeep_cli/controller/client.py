@@ -134,6 +134,6 @@ def read(request: m.Request[R]) -> tuple[R, float | None]:
         return ask(request), None
     except ControllerUnavailable as exc:
         down = exc
-    from . import offline
+    from .requests import offline
 
     return offline.read(request, down)

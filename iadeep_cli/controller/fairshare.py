@@ -15,9 +15,9 @@ from __future__ import annotations
 import sqlite3
 
 from .. import messages as m
-from ..inventory import FairShare, Inventory, Policy
 from ..jobs import PENDING
 from ..scheduler import fairshare, priority
+from ..settings import FairShare, Inventory, Policy
 from ..store import Store, cluster, usage
 
 META_KEY = "fairshare"

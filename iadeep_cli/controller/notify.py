@@ -10,7 +10,7 @@ An array's tasks send nothing of their own: its first start and its end (no task
 unfinished) are one message each for the whole array (``build_array``), as Slurm does.
 
 The lab's admins are told the same way about a GPU process iadeep did not start that holds a
-GPU idle (``controller/foreign.py`` queues it in ``store/foreign.py``; ``deliver_foreign``).
+GPU idle (``steps/foreign.py`` queues it in ``store/foreign.py``; ``deliver_foreign``).
 
 How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
 SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
@@ -33,15 +33,15 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import IadeepError, StoreError
-from ..inventory import NotifySettings
 from ..jobs import FINISHED, Job, JobState
+from ..settings import NotifySettings
 from ..store import Store, foreign, jobrows, outbox
 from ..text import clock as when, foreign_idle_line, gib, hms
 from .deadline import (
@@ -82,9 +82,8 @@ def kind_of(event: outbox.Event) -> str | None:
         return "end"
     if event.old_state == JobState.STARTING.value and event.new_state == JobState.RUNNING.value:
         return "start"
-    if event.old_state == event.new_state == JobState.RUNNING.value and \
-            event.reason.startswith("idle:"):
-        return "idle"     # controller/idle.py: its GPUs sat idle
+    if event.kind == jobrows.IDLE:
+        return "idle"     # controller/round/steps/idle.py: its GPUs sat idle
     return None
 
 
@@ -438,11 +437,9 @@ class Notifier:
             try:
                 self.collect()
                 self.deliver(channel)
-                self.deliver_foreign(channel)   # the admins' messages (controller/foreign.py)
+                self.deliver_foreign(channel)   # the admins' messages (steps/foreign.py)
                 with self.store.tx() as conn:
-                    due = outbox.next_due(conn, channel)
-                    other = foreign.next_due(conn, channel)
-                due = other if due is None else due if other is None else min(due, other)
+                    due = outbox.next_due(conn, channel)   # the sooner of both outboxes
             except StoreError as exc:   # the runtime reports a sick state directory
                 log.debug("notifications wait: %s", exc.message)
                 due = None
@@ -518,25 +515,49 @@ class Notifier:
         """Try every due notification of ``channel`` once; returns how many were sent."""
         with self.store.tx() as conn:
             due = outbox.due(conn, self.clock(), channel)
+
+        def prepare(note: outbox.Pending) -> tuple[Callable[[], str], _Failed]:
+            with self.store.tx() as conn:
+                job = jobrows.get(conn, note.job_id)
+            return (lambda: self._send(note, job),
+                    lambda error, tries, give_up: self._failed(note, job, error, tries, give_up))
+        return self._deliver(channel, outbox.JOBS, due, prepare)
+
+    def _deliver(self, channel: str, box: str, due: Sequence[_Due],
+                 prepare: Callable[[Any], tuple[Callable[[], str], _Failed]]) -> int:
+        """The one delivery loop, whichever outbox (``box``) the messages are in: each due
+        message sent once (``prepare(note)``: its send, which returns the line logged once it
+        went, and what logs its failure), marked sent, or retried after ``backoff_s`` and given
+        up past it or when its channel is gone (``_Unsendable``). How many were sent."""
         sent = 0
         for note in due:
             if self._stop.is_set():
                 break
-            with self.store.tx() as conn:
-                job = jobrows.get(conn, note.job_id)
+            send, failed = prepare(note)
             try:
-                self._send(note, job)
+                said = send()
             except Exception as exc:   # every way a channel can fail: retried, then given up
-                self._failed(note, job, exc)
+                error = _describe(exc)
+                if channel == "webhook" and self.settings.webhook:
+                    error = f"{error} ({_url_for_log(self.settings.webhook)})"
+                tries = note.attempts + 1
+                give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)
+                retry_at = None if give_up else self.clock() + self.backoff_s[tries - 1]
+                with self.store.tx() as conn:
+                    outbox.mark_failed(conn, note.id, self.clock(), error, retry_at, box)
+                failed(error, tries, give_up)
+                if not give_up:
+                    self._failing[channel] = error
                 continue
             with self.store.tx() as conn:
-                outbox.mark_sent(conn, note.id, self.clock())
+                outbox.mark_sent(conn, note.id, self.clock(), box)
             sent += 1
+            log.info("%s", said)
             if self._failing.pop(channel, None) is not None:
                 log.info("notifications by %s get through again", channel)
         return sent
 
-    def _send(self, note: outbox.Pending, job: Job) -> None:
+    def _send(self, note: outbox.Pending, job: Job) -> str:
         # the log's tail goes by e-mail to its owner only, never to the lab's webhook
         if note.kind.startswith("array_"):
             with self.store.tx() as conn:
@@ -556,19 +577,12 @@ class Notifier:
                 raise _Unsendable("no webhook is set up any more")
             send_webhook(self.settings.webhook, notice, self.timeout_s,
                          webhook_format(self.settings))
-        log.info("notified %s of %s %d %s (%s)", job.owner,
-                 "array" if note.kind.startswith("array_") else "job", job.id,
-                 "start" if note.kind.endswith("start") else note.state, note.channel)
+        return (f"notified {job.owner} of {'array' if note.kind.startswith('array_') else 'job'}"
+                f" {job.id} {'start' if note.kind.endswith('start') else note.state} "
+                f"({note.channel})")
 
-    def _failed(self, note: outbox.Pending, job: Job, exc: Exception) -> None:
-        error = _describe(exc)
-        if note.channel == "webhook" and self.settings.webhook:
-            error = f"{error} ({_url_for_log(self.settings.webhook)})"
-        tries = note.attempts + 1
-        give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)
-        retry_at = None if give_up else self.clock() + self.backoff_s[tries - 1]
-        with self.store.tx() as conn:
-            outbox.mark_failed(conn, note.id, self.clock(), error, retry_at)
+    def _failed(self, note: outbox.Pending, job: Job, error: str, tries: int,
+                give_up: bool) -> None:
         if give_up:
             log.error("gave up notifying %s of job %d %s by %s after %d tries: %s", job.owner,
                       job.id, note.state, note.channel, tries, error)
@@ -576,7 +590,6 @@ class Notifier:
             log.warning("notifying %s of job %d by %s failed (try %d of %d), next try in "
                         "%.0f s: %s", job.owner, job.id, note.channel, tries,
                         len(self.backoff_s) + 1, self.backoff_s[tries - 1], error)
-            self._failing[note.channel] = error
 
     def _tail(self, job: Job) -> tuple[str | None, str]:
         """The end of the job's log, through the node (bounded: LOG_TAIL_BYTES), or None and
@@ -601,17 +614,16 @@ class Notifier:
     # -------------------------------------------------------------- foreign idle GPU holders
     def deliver_foreign(self, channel: str) -> int:
         """Try every due message to the admins about a process iadeep did not start holding
-        a GPU idle (controller/foreign.py) once; retried and given up as a job's are."""
+        a GPU idle (round/steps/foreign.py) once; retried and given up as a job's are."""
         with self.store.tx() as conn:
             due = foreign.due(conn, self.clock(), channel)
-        sent = 0
-        for note in due:
-            if self._stop.is_set():
-                break
+
+        def prepare(note: foreign.Note) -> tuple[Callable[[], str], _Failed]:
             with self.store.tx() as conn:
                 spell = foreign.get(conn, note.foreign_id)
-            notice = build_foreign(spell)
-            try:
+
+            def send() -> str:
+                notice = build_foreign(spell)
                 if channel == "email":
                     to = self.settings.email_for(note.recipient)
                     if to is None:
@@ -621,23 +633,16 @@ class Notifier:
                     if self.settings.webhook is None:
                         raise _Unsendable("no webhook is set up any more")
                     send_webhook(self.settings.webhook, notice, self.timeout_s,
-                         webhook_format(self.settings))
-            except Exception as exc:   # every way a channel can fail: retried, then given up
-                tries = note.attempts + 1
-                give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)
-                retry_at = None if give_up else self.clock() + self.backoff_s[tries - 1]
-                with self.store.tx() as conn:
-                    foreign.mark_failed(conn, note.id, self.clock(), _describe(exc), retry_at)
+                                 webhook_format(self.settings))
+                return (f"notified the admins of foreign pid {spell.pid} on "
+                        f"{spell.node}:{spell.gpu} ({channel})")
+
+            def failed(error: str, tries: int, give_up: bool) -> None:
                 (log.error if give_up else log.warning)(
                     "notifying the admins of foreign pid %d by %s failed (try %d)%s: %s",
-                    spell.pid, channel, tries, "; given up" if give_up else "", _describe(exc))
-                continue
-            with self.store.tx() as conn:
-                foreign.mark_sent(conn, note.id, self.clock())
-            sent += 1
-            log.info("notified the admins of foreign pid %d on %s:%d (%s)", spell.pid,
-                     spell.node, spell.gpu, channel)
-        return sent
+                    spell.pid, channel, tries, "; given up" if give_up else "", error)
+            return send, failed
+        return self._deliver(channel, outbox.FOREIGN, due, prepare)
 
 
 def build_foreign(spell: foreign.Spell) -> Notice:
@@ -658,6 +663,20 @@ def build_foreign(spell: foreign.Spell) -> Notice:
     return Notice(subject=f"[iadeep] GPU {spell.node}:{spell.gpu} held idle by pid "
                           f"{spell.pid}"[:200],
                   headline=headline, summary="", text="\n".join(body) + "\n", fields=fields)
+
+
+class _Due(Protocol):
+    """A due message of either outbox, as the delivery loop needs it."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+
+# What logs a failed try: (the error, which try it was, given up?)
+_Failed = Callable[[str, int, bool], None]
 
 
 class _Unsendable(Exception):

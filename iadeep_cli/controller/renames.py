@@ -11,7 +11,8 @@ Job directories are under ``<workdir>/<install id>/<node name>/`` (``runtime._sc
 so a renamed node keeps its first name there (``DIRS`` in the meta table: name -> directory
 name): its running jobs' directories are found, and its next jobs' go beside them.
 
-A node that Slurm lists cannot be matched this way: its jobs are lost as for a removed node, and
+A node whose backend keeps no job directories (``Features.job_dirs``: a batch system's, which
+lists its nodes itself) cannot be matched this way: its jobs are lost as for a removed node, and
 `iadeep nodes fence OLD-NAME` settles them.
 """
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..inventory import Inventory, Node
 from ..jobs import ACTIVE, JobState
+from ..nodes.backend import features
+from ..settings import Inventory, Node
 from ..store import Store, jobrows
 from ..store.cluster import get_meta, set_meta
 
@@ -34,7 +36,7 @@ DIRS = "node_dirs"   # meta: a renamed node's name -> the name its directories a
 def _place(node: Node) -> tuple | None:
     """Where a node's jobs are: equal for two names of the same node; None when that cannot
     be told from the inventory alone (see the module docstring)."""
-    if node.backend != "ssh":
+    if not features(node.backend).job_dirs:
         return None
     return (node.local, node.host, node.port, node.user, node.workdir.rstrip("/"), node.run_as)
 

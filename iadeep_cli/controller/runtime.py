@@ -23,20 +23,25 @@ from typing import TYPE_CHECKING
 
 from .. import messages as m
 from ..errors import ConfigError, IadeepError, NodeError, StoreError
-from ..inventory import Inventory, load_inventory
+from ..inventory import load_inventory
+from ..nodes.backend import features
 from ..nodes.connection import Pool
 from ..paths import StateDir
+from ..settings import Inventory
 from ..store import cluster, is_damage, statedir
-from . import offline
 from .copies import FREE_EVERY_S, free as free_copies
 from .notify import Notifier
 from .renames import carry, dir_names, renamed
+from .requests import offline
 from .sdnotify import SystemdNotifier
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
-    from .metrics import MetricsServer
-from .server import ControllerSocket
-from .service import Service
+    from ..jobs import Job
+    from .requests.metrics import MetricsServer
+    from .round.loop import SchedulingLoop
+from .requests.port import NodeWork
+from .requests.server import ControllerSocket
+from .requests.service import Service
 
 log = logging.getLogger("iadeep.controller")
 DAMAGE_CHECK_POLLS = 10   # a quick_check of the database on disk every this many polls
@@ -51,7 +56,7 @@ class Controller:
                  clock: Callable[[], float] = time.time, new_database: bool = False,
                  metrics: tuple[str, int] | None = None,
                  round_done: Callable[[], None] = lambda: None):
-        inventory = _with_slurm(inventory)
+        inventory = _with_backend_nodes(inventory)
         self.inventory = inventory
         self._round_done = round_done   # after each round: systemd's watchdog (sdnotify.py)
         self._metrics_at = metrics   # (host, port) to serve Prometheus metrics on; None: off
@@ -71,9 +76,10 @@ class Controller:
         self._copies_freed_at = float("-inf")
         self.scripts_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.scripts_dir, 0o700)
-        self.service = Service(self.store, inventory, clock, scripts_dir=self.scripts_dir)
-        self.service.wake = self._wake.set
-        self.service.reload = self.reload
+        self._degraded: IadeepError | None = None   # why new jobs are refused now (_degrade)
+        # the service's port to this controller: wake, reload, degraded, nodes (requests/port.py)
+        self.service = Service(self.store, inventory, clock, port=self,
+                               scripts_dir=self.scripts_dir)
         self.socket = ControllerSocket(self.service, self.state)
         self.loop = self._make_loop(inventory) if inventory.nodes else None
         # Its own threads: a slow mail server or webhook never delays a round.
@@ -86,17 +92,30 @@ class Controller:
         self._beat_failed = ""
         self._damage_checked = float("-inf")
 
-    def _make_loop(self, inventory: Inventory):
+    def _make_loop(self, inventory: Inventory) -> SchedulingLoop:
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
-        from .loop import SchedulingLoop
+        from .round.loop import SchedulingLoop
 
-        loop = SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
+        return SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
                               self.clock)
-        self.service.log_reader = self._read_log
-        self.service.input_writer = self._write_input
-        self.service.fencer = loop.fence
-        self.service.presence = loop.ctx.presence
-        return loop
+
+    # ------------------------------------------------------------------ the service's port
+    def wake(self) -> None:
+        """Start the next round now (``requests/port.ControllerPort``)."""
+        self._wake.set()
+
+    def degraded(self) -> IadeepError | None:
+        return self._degraded
+
+    def nodes(self) -> NodeWork | None:
+        """The round's nodes for the service (logs, keystrokes, fencing); None without a loop."""
+        return _LoopNodes(self.loop) if self.loop is not None else None
+
+    def heard(self, job_id: int, now: float) -> None:
+        """An interactive job's owner was heard from: noted where the round's limits step reads
+        it (``controller/presence.py``)."""
+        if self.loop is not None:
+            self.loop.ctx.presence.heard(job_id, now)
 
     def _pool(self, inventory: Inventory) -> Pool:
         from ..nodes.poller import NodePool
@@ -109,43 +128,31 @@ class Controller:
         # nvidia-smi gives up well inside it, so that its node, which still answers, is never
         # taken for a silent one.
         grace = inventory.node_grace_s
-        # With a slurm: section Slurm's nodes answer through it, the rest over SSH: the SSH
-        # nodes, and the Slurm nodes read over SSH for their GPUs' telemetry.
-        ssh = inventory if inventory.slurm is None else dataclasses.replace(
-            inventory, nodes=tuple(n for n in inventory.nodes
-                                   if n.backend != "slurm" or n.ssh_telemetry))
+        # A backend whose pool polls its nodes itself (``Features.polls_itself``) answers for
+        # them; the rest go over SSH: the SSH nodes, and such nodes read over SSH for their
+        # GPUs' telemetry.
+        polled = tuple(n for n in inventory.nodes
+                       if not features(n.backend).polls_itself or n.ssh_telemetry)
+        ssh = inventory if len(polled) == len(inventory.nodes) else dataclasses.replace(
+            inventory, nodes=polled)
         pool = NodePool(_scoped_workdirs(ssh, self.install_id, dir_names(self.store)),
                         backoff_max=min(60.0, max(5.0, grace)),
                         gpu_timeout=min(10.0, max(1.0, grace / 4)))
-        if inventory.slurm is None:
-            return pool
         from ..nodes.pools import with_backends
         return with_backends(inventory, pool, self.install_id, self._attempts)
 
     def _attempts(self, ids) -> dict[int, int]:
-        """Each job's current attempt: how the Slurm backend names its Slurm job."""
+        """Each job's current attempt: how a batch system's backend names its job there."""
         from ..store import jobrows
         with self.store.tx() as conn:
             return {j.id: j.attempts for j in (jobrows.get(conn, i) for i in ids)}
-
-    def _read_log(self, job, offset: int, max_bytes: int, stream: str = "output"
-                  ) -> tuple[str, int, int | None]:
-        assert self.loop is not None   # this reader is set only with a loop
-        pool = self.loop.pool   # the current one: a reload may have replaced it
-        return pool.backend(job.node).read_log(job.id, offset, max_bytes, owner=job.owner,
-                                               job=job, stream=stream).text()
-
-    def _write_input(self, job, data: bytes) -> None:
-        """A --pty job's keystrokes, through its node's backend (controller/interactive.py)."""
-        assert self.loop is not None
-        self.loop.pool.backend(job.node).write_input(job, data)
 
     def _notice_log(self, job, offset: int, max_bytes: int) -> tuple[str, int, int | None]:
         """The notifier's way to a job's log: through the node pool of the moment."""
         if self.loop is None:
             raise NodeError("this controller has no node connections",
                             hint="the job's log stays on its node")
-        return self._read_log(job, offset, max_bytes)
+        return _LoopNodes(self.loop).read_log(job, offset, max_bytes, "output")
 
     # ------------------------------------------------------------------ reload
     def reload(self) -> m.ReloadResult:
@@ -202,7 +209,7 @@ class Controller:
         """Swap in a validated inventory: lab settings, policy, admins and limits at once, and a
         new node pool (connections to removed nodes close with the old one). Running jobs keep
         running; those on a node no longer listed are the loop's to handle (lost)."""
-        new = _with_slurm(new)
+        new = _with_backend_nodes(new)
         old = self.inventory
         renames = renamed(old, new)   # a renamed node's jobs follow it (controller/renames.py)
         carry(self.store, renames, self.clock)
@@ -212,7 +219,8 @@ class Controller:
             old_pool.close()
         elif new.nodes:
             self.loop = self._make_loop(new)
-        self.inventory = self.service.inventory = new
+        self.inventory = new
+        self.service.use(new)
         self.notifier.use(new.notify)
         if new.metrics != old.metrics:
             log.warning("lab.metrics changed in %s: it applies at the controller's next start",
@@ -281,13 +289,13 @@ class Controller:
     def _degrade(self, problem: IadeepError | None, lost: IadeepError | None) -> None:
         """Refuse new jobs while ``problem`` lasts, logged when it starts and ends. A lost
         database is also copied out, from the connection that still reads it."""
-        before = self.service.degraded
+        before = self._degraded
         if (problem and problem.message) != (before and before.message):
             if problem is None:
                 log.warning("state directory healthy again; accepting new jobs")
             else:
                 log.error("%s (hint: %s)", problem.message, problem.hint)
-        self.service.degraded = problem
+        self._degraded = problem
         if lost is not None and not self._rescued:
             try:
                 target = self.store.rescue()
@@ -304,11 +312,11 @@ class Controller:
         stops the start with its one-line error, before anything runs."""
         if self._metrics_at is None:
             return
-        from .metrics import serve
+        from .requests.metrics import serve
 
         try:
             self.metrics = serve(self._metrics_at, self.store.path, lambda: self.inventory,
-                                 lambda: self.service.degraded is not None, self.started_at,
+                                 lambda: self._degraded is not None, self.started_at,
                                  self.clock)
         except BaseException:
             self.socket.close()
@@ -412,16 +420,29 @@ class Controller:
         self._wake.set()
 
 
-def _with_slurm(inventory: Inventory) -> Inventory:
-    """The inventory with its ``slurm:`` partition's nodes (``nodes.slurm``), as Slurm has
-    them at start and at each reload."""
-    if inventory.slurm is None:
-        return inventory
-    if os.geteuid() != 0:
-        raise ConfigError(f"{inventory.path}: slurm: the Slurm backend submits each job as its "
-                          "owner (sbatch --uid), which only root may do",
-                          hint="run the controller as root on a Slurm submit host, or remove "
-                               "the slurm: section")
+@dataclasses.dataclass(frozen=True)
+class _LoopNodes:
+    """The round's nodes as the service reaches them (``requests/port.NodeWork``): each job's
+    node's backend from the loop's pool of the moment (a reload may have replaced it)."""
+
+    loop: SchedulingLoop
+
+    def read_log(self, job: Job, offset: int, max_bytes: int, stream: str
+                 ) -> tuple[str, int, int | None]:
+        return self.loop.pool.backend(job.node or "").read_log(
+            job.id, offset, max_bytes, owner=job.owner, job=job, stream=stream).text()
+
+    def write_input(self, job: Job, data: bytes) -> None:
+        """A --pty job's keystrokes, through its node's backend (requests/interactive.py)."""
+        self.loop.pool.backend(job.node or "").write_input(job, data)
+
+    def fence(self, node: str, by: str) -> list[int]:
+        return self.loop.fence(node, by)
+
+
+def _with_backend_nodes(inventory: Inventory) -> Inventory:
+    """The inventory with the nodes its batch systems list (``nodes.pools``), as they have them
+    at start and at each reload."""
     from ..nodes.pools import with_backend_nodes
     return with_backend_nodes(inventory)
 

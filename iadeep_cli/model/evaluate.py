@@ -29,7 +29,8 @@ import numpy as np
 from ..errors import InputError
 from ..profiles import CoLocation, Profile
 from .data import family_of
-from .predictor import InterferenceModel, analytic_speed, fit_model, util_sum_speed
+from .predictor import InterferenceModel, fit_model
+from .terms import analytic_speed, util_sum_speed
 
 LOWO = "leave-one-workload-out"
 LOFO = "leave-one-family-out"

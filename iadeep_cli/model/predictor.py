@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import InputError, ModelError
 from ..paths import replace_file
 from ..profiles import CoLocation, Profile
-from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
+from .terms import (
     ANALYTIC_CONFIDENCE,
     ANALYTIC_THETA,
     CAL_LEVELS,
@@ -65,17 +65,13 @@ from .terms import (  # noqa: F401  (re-exported: the predictor's public names)
     OFFSET_SCALE_GRID,
     PRIOR_TERMS,
     RULE_SCALE,
-    UTIL_SUM_THETA,
     ResidualGP,
     _analytic_calibration,
-    analytic_speed,
     corrected,
     job_features,
-    merge_measurements,
     model_dict,
     prior_speed,
     prior_terms,
-    util_sum_speed,
     widen,
 )
 

@@ -36,18 +36,13 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import NotFoundError
-from ..inventory import BackendKind
-from ..jobs import MAX_INPUT, TTY_INPUT, Job
-from ..snapshot import RemoteJob, RemoteState
+from ..jobs import Job
+from ..settings import BackendKind
+from ..snapshot import RemoteJob
+from .gpu import Expect  # (job id, recorded pid or backend job id, recorded start time)
 
-# Expect: (job id, recorded pid or backend job id, recorded start time); REQUEUE_ASKED and
-# MEM_LIMIT: an exited job's reason when it asked to be requeued, or went over its --mem
-from .gpu import MEM_LIMIT, REQUEUE_ASKED, Expect
-
-__all__ = ["MAX_INPUT", "MAX_LOG_READ", "MEM_LIMIT", "OPEN_FAILED", "OPEN_FAILED_LINE",
-           "REQUEUE_ASKED", "TTY_INPUT",
-           "Backend", "BackendKind", "Expect", "LaunchResult", "LogBytes", "RemoteJob",
-           "RemoteState", "Stopped", "log_bytes"]
+__all__ = ["FEATURES", "MAX_LOG_READ", "OPEN_FAILED", "OPEN_FAILED_LINE", "Backend", "Features",
+           "LaunchResult", "LogBytes", "Stopped", "features", "log_bytes"]
 
 # A job whose --output/--error cannot be opened fails before it runs, with this exit code and
 # the reason in its log on a line of its own after OPEN_FAILED_LINE (the controller reads it
@@ -106,6 +101,46 @@ def log_bytes(got: tuple[bytes, int] | None, job_id: int, node: str, path: str, 
                             hint="the job may not have started yet; see `iadeep queue show ID`")
     data, size = got
     return LogBytes(data, offset + len(data), size)
+
+
+@dataclass(frozen=True)
+class Features:
+    """What one kind of backend can do beyond the common contract, and the words people know
+    it by: each ``Backend`` of that kind has the same flags (``Backend.keeps_jobs_pending``
+    ...; a unit test holds them equal), and the controller, which never asks which backend a
+    node has, decides by these (``features(node.backend)``: the service holds no backend, only
+    the inventory). A new backend adds its row to ``FEATURES`` (docs/backends.md)."""
+
+    label: str                 # how messages name it: "{label} node n1", "submitted to {label}"
+    keeps_jobs_pending: bool   # see ``Backend``
+    progress_in_poll: bool
+    job_dirs: bool
+    interactive: bool
+    # Every job runs as its owner's account (the backend's own check: a node's ``run_as`` does
+    # not apply), so an owner with no account there, or root, is refused at submission.
+    runs_as_owner: bool = False
+    # The backend's pool polls these nodes itself; the SSH poller reads one only for its GPUs'
+    # telemetry, when the node is listed under ``nodes:`` too (``Node.ssh_telemetry``).
+    polls_itself: bool = False
+    hold_command: str = ""     # what holds a pending job there, and releases it (for messages)
+    release_command: str = ""
+    terminal_instead: str = ""   # what its users run for a terminal instead of `run --pty`
+
+
+FEATURES: dict[BackendKind, Features] = {
+    BackendKind.SSH: Features("SSH", keeps_jobs_pending=False, progress_in_poll=True,
+                              job_dirs=True, interactive=True),
+    BackendKind.SLURM: Features("Slurm", keeps_jobs_pending=True, progress_in_poll=False,
+                                job_dirs=False, interactive=False, runs_as_owner=True,
+                                polls_itself=True, hold_command="scontrol hold",
+                                release_command="scontrol release",
+                                terminal_instead="srun --pty"),
+}
+
+
+def features(kind: BackendKind | str) -> Features:
+    """The capabilities of backend ``kind`` (a ``Node.backend``)."""
+    return FEATURES[BackendKind(kind)]
 
 
 class Backend(Protocol):

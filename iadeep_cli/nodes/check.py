@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import IadeepError, NotFoundError
-from ..inventory import Inventory
+from ..settings import Inventory
 from ..snapshot import ClusterSnapshot
 
 

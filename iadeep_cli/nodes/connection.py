@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from ..inventory import Node
+from ..settings import Node
 from ..snapshot import ClusterSnapshot
 from .backend import Backend
 from .gpu import Expect
@@ -26,7 +26,7 @@ class NodeConnection(Protocol):
         """(exit code, stdout, stderr) of a command (a string goes to the shell as given, a
         list is quoted with ``as_command``); NodeError when the node cannot run it."""
 
-    def put(self, local: str | os.PathLike, remote: str, mode: int = 0o700) -> None:
+    def put(self, local: str | os.PathLike[str], remote: str, mode: int = 0o700) -> None:
         """Copy a local file to the node and set its mode."""
 
     def read(self, remote: str, offset: int, max_bytes: int) -> tuple[bytes, int] | None:

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 
 from ..errors import NodeError
-from ..inventory import Node
+from ..settings import Node
 from .connection import as_command
 from .ssh import regular_size
 

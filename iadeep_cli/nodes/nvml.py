@@ -22,11 +22,9 @@ from .gpu import (
     bounded,
     clean,
     job_map,
-    job_sections,
-    parse_progress,
     split_sections,
 )
-from .shell.jobstate import state_script
+from .shell.jobstate import job_sections, parse_progress, state_script
 
 STATE_TIMEOUT_S = 10.0
 

@@ -16,20 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import HostKeyError, IadeepError
-from ..inventory import Inventory, Node
+from ..settings import Inventory, Node
 from ..snapshot import ClusterSnapshot, NodeSnapshot
 from . import runas
 from .backend import Backend
 from .connection import NodeConnection
-from .gpu import (
-    SMI_TIMEOUT_S,
-    Expect,
-    gpu_script,
-    parse_poll,
-    split_sections,
-    user_states,
-)
-from .shell.jobstate import poll_script, state_script
+from .gpu import SMI_TIMEOUT_S, Expect, gpu_script, split_sections
+from .shell.jobstate import parse_poll, poll_script, state_script, user_states
 
 log = logging.getLogger("iadeep.nodes")
 

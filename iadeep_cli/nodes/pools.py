@@ -3,9 +3,11 @@ knows which backends exist beyond the shell (``NodePool``), so that the controll
 none of them (docs/backends.md)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 
-from ..inventory import Inventory
+from ..errors import ConfigError
+from ..settings import Inventory
 from .connection import Pool
 
 
@@ -14,6 +16,11 @@ def with_backend_nodes(inventory: Inventory) -> Inventory:
     has them now); the inventory itself when it names none."""
     if inventory.slurm is None:
         return inventory
+    if os.geteuid() != 0:
+        raise ConfigError(f"{inventory.path}: slurm: the Slurm backend submits each job as its "
+                          "owner (sbatch --uid), which only root may do",
+                          hint="run the controller as root on a Slurm submit host, or remove "
+                               "the slurm: section")
     from .slurm import with_slurm_nodes
     return with_slurm_nodes(inventory)
 

@@ -23,7 +23,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from ..errors import NodeError, RunAsRefused
-from ..inventory import ACCOUNT_NAME, Node
+from ..inventory import ACCOUNT_NAME
+from ..settings import Node
 from .connection import NodeAccess, as_command
 
 REFUSED, SUDO_REFUSED, NO_HOME = 90, 91, 92

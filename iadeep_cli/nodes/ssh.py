@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import HostKeyError, NodeError
-from ..inventory import Node
 from ..paths import StateDir
+from ..settings import Node
 from .connection import as_command
 
 

@@ -1,6 +1,6 @@
 """Run-time adaptation, the deciding half: has sharing gone wrong on a GPU, and what to do.
 
-Pure (no I/O, no clock): the controller (``controller/adaptation.py``) feeds it each round's
+Pure (no I/O, no clock): the controller (``steps/adaptation.py``) feeds it each round's
 observed speeds and acts on what it says, and a test or the simulator can feed it any sequence.
 
 A *symptom* is what one poll shows on one shared GPU:
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from ..inventory import AdaptPolicy
+from ..settings import AdaptPolicy
 
 UNDERPERFORMS = "underperforms"
 WORSE_THAN_SERIAL = "worse than serial"
@@ -193,7 +193,7 @@ MEM = "mem_util"       # memory-bandwidth utilisation, %
 
 
 MIN_SHARED_SPEED = 0.1   # slower than this while sharing (a stall, a checkpoint): no estimate
-# The observer caps a speed here (controller/observe.py): a speed at the cap is only a floor
+# The observer caps a speed here (controller/round/observer.py): a speed at the cap is only a floor
 # (the job outran the rate it is measured against), so it gives no estimate.
 SPEED_CAP = 1.5
 

@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..inventory import FairShare
+from ..settings import FairShare
 
 LN2 = math.log(2.0)
 HELD = frozenset({"starting", "running"})   # the states in which a job holds its GPUs
@@ -46,7 +46,8 @@ def decayed(start: float, end: float, gpus: float, ref: float, half_life_s: floa
     if end <= start:
         return 0.0
     k = half_life_s / LN2
-    return gpus * k * (2.0 ** (-(ref - end) / half_life_s) - 2.0 ** (-(ref - start) / half_life_s))
+    return float(gpus * k * (2.0 ** (-(ref - end) / half_life_s)
+                             - 2.0 ** (-(ref - start) / half_life_s)))
 
 
 class UsageLedger:

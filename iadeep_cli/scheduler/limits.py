@@ -10,13 +10,14 @@ its owner (``charge``) so later jobs in the same round see it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from ..inventory import UserLimit
 from ..jobs import Job, parse_array
+from ..settings import UserLimit
 
 # Per owner: the GPUs their jobs hold (each once: (node, index), or a stand-in while a job's
 # GPUs are not known yet) and how many jobs they run.
-Usage = dict[str, tuple[frozenset, int]]
+Usage = dict[str, tuple[frozenset[tuple[Any, ...]], int]]
 
 
 def usage_of(active: Sequence[Job]) -> Usage:
@@ -42,7 +43,7 @@ def array_limit_reason(job: Job, tasks_active: Mapping[int, int]) -> str | None:
             f"(--array %{limit})")
 
 
-def user_limit_reason(job: Job, usage: Mapping[str, tuple[frozenset, int]],
+def user_limit_reason(job: Job, usage: Mapping[str, tuple[frozenset[tuple[Any, ...]], int]],
                       limits: Mapping[str, UserLimit]) -> str | None:
     """``users:`` limits: the owner's GPUs in use plus this job's over ``max_gpus``, or one
     more job over ``max_jobs``."""
@@ -60,7 +61,7 @@ def user_limit_reason(job: Job, usage: Mapping[str, tuple[frozenset, int]],
     return None
 
 
-def charge(usage: Usage, owner: str, gpus: Iterable[tuple]) -> None:
+def charge(usage: Usage, owner: str, gpus: Iterable[tuple[Any, ...]]) -> None:
     """Count one more job of ``owner`` holding ``gpus`` ((node, index) pairs) in ``usage``."""
     held, jobs = usage.get(owner, (frozenset(), 0))
     usage[owner] = (held | set(gpus), jobs + 1)

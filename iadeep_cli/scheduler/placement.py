@@ -37,18 +37,19 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from ..inventory import Inventory, Policy, UserLimit
 from ..jobopts import node_allowed, node_rules
 from ..jobs import Job, JobSpec
 from ..profiles import Profile, gpu_model_key
+from ..settings import Inventory, Policy, UserLimit
 from ..snapshot import ClusterSnapshot
-from ..text import MIB_PER_GIB, gib
+from ..text import MIB_PER_GIB, gib, gpus_at
 from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
-from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
-from .priority import effective_priority, order_queue  # noqa: F401  (re-exported)
+from .prediction import CachedModel, Predict, Predictor
+from .priority import order_queue
 from .remaining import Durations, RuntimeEstimate, estimate_runtime
 from .sharing import Pressure, best_share, completion_rate
 
@@ -228,11 +229,11 @@ class _Res:
     left: float = 0.0
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return (self.profile.workload if self.profile else "", self.floor, self.bucket)
 
 
-def _sig(residents: Sequence[_Res]) -> tuple:
+def _sig(residents: Sequence[_Res]) -> tuple[Any, ...]:
     return tuple(sorted(r.key for r in residents))
 
 
@@ -250,7 +251,7 @@ class _Round:
         self.empty: dict[str, dict[int, _Gpu]] = {}        # node -> index -> gpu
         # (GPU model, resident signature) -> id(gpu) -> gpu: GPUs whose residents predict the
         # same speeds, per model so a job trying one model skips the others' wholesale
-        self.shareable: dict[tuple, dict[int, _Gpu]] = {}
+        self.shareable: dict[tuple[Any, ...], dict[int, _Gpu]] = {}
         self.empty_count = 0
         # the largest GPU memory anywhere: fixed for the round, so whether a job could ever
         # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
@@ -518,7 +519,7 @@ def _preempt_las(rnd: _Round, starved: Sequence[Job], active: Sequence[Job],
         level = _level(attained.get(job.id, 0.0))
         k = job.spec.gpus
         ok = _node_rule(job)
-        best: tuple[tuple, list[_Gpu], set[int]] | None = None
+        best: tuple[tuple[int, int, str], list[_Gpu], set[int]] | None = None
         by_node: dict[str, list[_Gpu]] = {}
         for g in rnd.gpus:
             if id(g) in taken or not ok(g) or (g.reserved and holder != job.id):
@@ -592,7 +593,7 @@ class _ModelRound:
         return (f"{chosen} runs {what} at {f / g:.2f}x its {best} speed "
                 f"({self.speeds.why(workload, side)})")
 
-    def place(self, rnd: _Round, job: Job, res: _Res, need: float | None, predict: Callable,
+    def place(self, rnd: _Round, job: Job, res: _Res, need: float | None, predict: Predict,
               policy: Policy, behind: int, ok: NodeRule, whole: bool
               ) -> tuple[Placement | None, str]:
         workload = job.spec.workload
@@ -706,7 +707,7 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
 
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,
-                  predict: Callable, policy: Policy, behind: int,
+                  predict: Predict, policy: Policy, behind: int,
                   ok: NodeRule = _anywhere, model: str | None = None
                   ) -> tuple[Placement | None, str]:
     """A profiled one-GPU job: alone on an empty GPU, or joining the GPU where it pays most
@@ -795,7 +796,7 @@ def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
     gpus = _reserve(rnd, job, need, ok, ests)
     if not gpus:
         return "", None
-    where = f"{gpus[0].node}:{','.join(str(g.index) for g in gpus)}"
+    where = gpus_at(gpus[0].node, (g.index for g in gpus))
     eta = ""
     if ests is not None and gpus[0].need_at > ests.now and not any(
             r.job_id in ests.guessed for g in gpus for r in g.residents):
@@ -832,7 +833,8 @@ def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
     def first_k(gs: list[_Gpu]) -> list[_Gpu]:
         return sorted(gs, key=lambda g: (free_in(g), len(g.residents), g.index))[:k]
 
-    def readiness(item: tuple[str, list[_Gpu]]) -> tuple:   # when its k GPUs are all free
+    def readiness(item: tuple[str, list[_Gpu]]) -> tuple[float, int, str]:
+        # when its k GPUs are all free
         gs = first_k(item[1])
         return (max(free_in(g) for g in gs), sum(len(g.residents) for g in gs), item[0])
     _, gs = min(cands, key=readiness)

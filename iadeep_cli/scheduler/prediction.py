@@ -4,10 +4,14 @@ it is used through: ``CachedModel`` (memoised answers, within and across rounds)
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..profiles import Profile
+
+# How plan() asks for a group's speeds (a Predictor's predict_group, possibly memoised): the
+# profiles of the jobs sharing one GPU -> each one's predicted speed, in the same order.
+Predict = Callable[[list[Profile]], Sequence[float]]
 
 
 class Predictor(Protocol):

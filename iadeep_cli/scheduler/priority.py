@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..inventory import Policy
 from ..jobs import Job
+from ..settings import Policy
 
 
 def recorded_aging(value: float | None) -> float:
@@ -36,7 +36,8 @@ def effective(priority: float, owner: str, submitted_at: float, now: float,
 
 
 def queue_key(priority: float, owner: str, submitted_at: float, job_id: int, now: float,
-              aging_per_hour: float, fairshare: Mapping[str, float] | None = None) -> tuple:
+              aging_per_hour: float, fairshare: Mapping[str, float] | None = None
+              ) -> tuple[float, float, int]:
     """Sort key of a waiting job: highest effective priority first, then oldest, then id."""
     return (-effective(priority, owner, submitted_at, now, aging_per_hour, fairshare),
             submitted_at, job_id)

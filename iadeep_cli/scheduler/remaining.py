@@ -32,6 +32,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 PRIOR_MEDIAN_S = 3600.0     # no history: run times around an hour ...
 PRIOR_SIGMA = 1.5           # ... spread over orders of magnitude (x4.5 per sigma)
@@ -120,7 +121,7 @@ class Durations:
         self._pair: dict[tuple[str, str], _Sums] = {}
         self._fits: dict[str, LogNormal] = {}
         self._sources: dict[str, str] = {}
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple[Any, ...], float] = {}
         for sample in samples:
             self.add(*sample)
 

@@ -26,10 +26,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from ..inventory import Policy, UserLimit
 from ..jobs import Job, parse_array
+from ..settings import Policy, UserLimit
 from ..text import gib
 from .limits import Usage
+from .prediction import Predict
 
 # placement.py's round, GPU and resident types (not imported here: placement imports this)
 _Round: TypeAlias = Any
@@ -95,7 +96,7 @@ class Pressure:
         return self._want[i]
 
 
-def completion_rate(gpus: Sequence[_Gpu], predict: Callable) -> float:
+def completion_rate(gpus: Sequence[_Gpu], predict: Predict) -> float:
     """Jobs finishing per second on these GPUs, expected: each running job's predicted speed
     times its completion index (``scheduler.remaining``)."""
     rate = 0.0
@@ -117,7 +118,7 @@ def _array_limit(text: str) -> int | None:
 
 
 # --------------------------------------------------------------------------- value
-def best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
+def best_share(rnd: _Round, res: _Res, need: float | None, predict: Predict,
                policy: Policy, ok: Callable[[_Gpu], bool], model: str | None,
                anywhere: Callable[[_Gpu], bool]
                ) -> tuple[tuple[_Gpu, dict[int, float]] | None, str]:
@@ -179,8 +180,9 @@ def best_share(rnd: _Round, res: _Res, need: float | None, predict: Callable,
     return (best[1], best[2]), ""
 
 
-def _judged(memo: dict, cls: tuple, residents: Sequence[_Res], res: _Res, predict: Callable
-            ) -> tuple[list[int], tuple[float, ...], tuple[float, ...], int | None]:
+def _judged(memo: dict[Any, Any], cls: tuple[Any, ...], residents: Sequence[_Res], res: _Res,
+            predict: Predict
+            ) -> tuple[list[int], Sequence[float], Sequence[float], int | None]:
     """For a class of GPUs (``cls``: its model and residents' signature) and a newcomer: the
     order of [*residents, newcomer] by key, the group's predicted speeds in that order, the
     residents' speeds now, and the first one in that order its floor rules out (or None)."""

@@ -1,7 +1,7 @@
 """The simulator's run-time adaptation: what ``iadeep`` does to running jobs, as the controller.
 
 ``iadeep-static`` is ``plan()`` alone: a placement is final. ``iadeep`` adds what
-``controller/adaptation.py`` does, decided by the same pure detectors
+``controller/round/steps/adaptation.py`` does, decided by the same pure detectors
 (``scheduler/detectors.py``), fed every ``POLL_S`` of virtual time with what a poll would show:
 
 - each running job's speed (the truth for the workload it *is* now, see ``--phase-shift``),
@@ -37,7 +37,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..inventory import AdaptPolicy
 from ..jobs import Job
 from ..profiles import Profile
 from ..scheduler.detectors import (
@@ -51,6 +50,7 @@ from ..scheduler.detectors import (
     last_joined,
     solo_util,
 )
+from ..settings import AdaptPolicy
 
 POLL_S = 60.0      # virtual seconds between polls (a lab's poll_interval is seconds; the
 #                    defaults' observe_s 300 s and phase_persist_s 600 s make it immaterial)

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError, NotFoundError
-from ..inventory import Policy
 from ..jobs import Job, JobSpec, JobState
 from ..profiles import Profile
 from ..scheduler import fairshare as fs
 from ..scheduler.fairshare import UsageLedger
 from ..scheduler.placement import GpuSlot, spec_memory_mib
+from ..settings import Policy
 from .mixed import MEMORY_MIB, MixedTruth
 from .policies import Planner, SimPlanner, make_planner, policy_names
 from .truth import TruthModel
@@ -324,9 +324,10 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
         rounds = 0
+        preempted = False   # a plan preempted: news, as if everything had happened at once
         # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
         # that places the jobs it made room for (the controller's next round)
-        while queued and (arrived or finished or acted or crossed) and rounds < 3:
+        while queued and (arrived or finished or acted or crossed or preempted) and rounds < 3:
             rounds += 1
             slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy)
             points = None
@@ -359,10 +360,11 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     on_gpu[(p.node, idx)].append(p.job_id)
             if not result.preempt:
                 break
-            arrived = finished = acted = crossed = True   # at once: the GPUs they left
-        if arrived or finished or acted or switched or hooks is None:   # else nothing moved
+            preempted = True   # at once: the GPUs they left
+        # else nothing moved
+        if arrived or finished or acted or switched or preempted or hooks is None:
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
-        if progress is not None and finished:
+        if progress is not None and (finished or preempted):
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared, ran)
     work = sum(j.duration_s * j.gpus for j in jobs if j.id in jct)

@@ -43,22 +43,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
-from ..inventory import Policy
 from ..jobs import Job
 from ..profiles import Profile
 from ..scheduler.gpumodels import ModelSpeeds
-from ..scheduler.placement import (
-    LAS_LEVELS_GPU_S,
-    CachedModel,
-    CautiousModel,
-    GpuSlot,
-    Placement,
-    Plan,
-    Predictor,
-    order_queue,
-    plan,
-)
+from ..scheduler.placement import LAS_LEVELS_GPU_S, GpuSlot, Placement, Plan, plan
+from ..scheduler.prediction import CachedModel, CautiousModel, Predictor
+from ..scheduler.priority import order_queue
 from ..scheduler.remaining import Durations
+from ..settings import Policy
 from .adaptive import AdaptHooks
 from .truth import TruthModel
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import InputError, NotFoundError
-from ..inventory import FairShare, Policy
 from ..paths import file_problem
+from ..settings import FairShare, Policy
 from ..text import pyplot, save_plot
 from .engine import (
     DEFAULT_POLICIES,

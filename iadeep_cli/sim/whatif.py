@@ -33,9 +33,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..inventory import TUNABLE_KEYS as TUNABLE, AdaptPolicy, Policy
+from ..inventory import TUNABLE_KEYS as TUNABLE
 from ..paths import replace_file
 from ..profiles import CoLocation, Profile
+from ..settings import AdaptPolicy, Policy
 from ..text import settings_label as label
 from .engine import SimJob, _mem_mib, make_planner, simulate
 from .truth import TruthModel

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from ..snapshot import ClusterSnapshot, NodeSnapshot, node_from_dict, to_dict
 
@@ -54,12 +55,17 @@ def forget_nodes(conn: sqlite3.Connection, keep: set[str]) -> None:
             conn.execute("DELETE FROM node_snapshots WHERE node=?", (name,))
 
 
-def set_meta(conn: sqlite3.Connection, key: str, value) -> None:
+# the meta key of each user's idle GPU-seconds, summed over every idle spell (the round's idle
+# step adds to it, the metrics endpoint reads it)
+IDLE_GPU_SECONDS = "idle_gpu_seconds"
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: Any) -> None:
     conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
                  "SET value=excluded.value", (key, json.dumps(value)))
 
 
-def get_meta(conn: sqlite3.Connection, key: str, default=None):
+def get_meta(conn: sqlite3.Connection, key: str, default: Any = None) -> Any:
     row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
     return json.loads(row["value"]) if row else default
 
@@ -68,9 +74,15 @@ def get_meta(conn: sqlite3.Connection, key: str, default=None):
 DRAINED = "drained"   # meta key: node -> {"reason", "by", "at"} (`iadeep nodes drain`)
 
 
-def drained(conn: sqlite3.Connection) -> dict[str, dict]:
+def drained(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     """The drained nodes: no new jobs start there, running ones finish (Slurm's DRAIN)."""
     return dict(get_meta(conn, DRAINED, {}) or {})
+
+
+def drain_waits(conn: sqlite3.Connection) -> dict[str, str]:
+    """Drained node -> why, as the round words it for the jobs that wait (read each round;
+    `iadeep nodes drain` is answered by controller/requests/drain.py)."""
+    return {node: f"drained by {d['by']}: {d['reason']}" for node, d in drained(conn).items()}
 
 
 def set_drained(conn: sqlite3.Connection, node: str, reason: str, by: str, at: float) -> None:
@@ -79,7 +91,7 @@ def set_drained(conn: sqlite3.Connection, node: str, reason: str, by: str, at: f
     set_meta(conn, DRAINED, found)
 
 
-def clear_drained(conn: sqlite3.Connection, node: str) -> dict | None:
+def clear_drained(conn: sqlite3.Connection, node: str) -> dict[str, Any] | None:
     """Resume ``node``; what its drain was (None: it was not drained)."""
     found = drained(conn)
     was = found.pop(node, None)

@@ -21,6 +21,8 @@ _V13_JOB_COLUMNS = (
     "predicted_speed", "extra", "script", "args", "name", "gpus", "mem_gib", "workload",
     "priority", "exclusive", "workdir", "env", "retries", "min_speed")
 
+_V14_JOB_COLUMNS = (*_V13_JOB_COLUMNS, "stop_reason")
+
 MIGRATIONS: tuple[str, ...] = (
     # v1: jobs and their transition history.
     """
@@ -277,6 +279,33 @@ MIGRATIONS: tuple[str, ...] = (
     BEGIN UPDATE job_rows_changed SET n = n + 1; END;
     CREATE TRIGGER job_rows_updated AFTER UPDATE OF """ + ", ".join(_V13_JOB_COLUMNS) + """
     ON jobs WHEN """ + " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in _V13_JOB_COLUMNS) + """
+    BEGIN UPDATE job_rows_changed SET n = n + 1; END;
+    """,
+    # v14 (structure, issue 44): why a job on a node is being stopped, as a value in a column
+    # of its own (``jobs.StopReason``), instead of a fake user name in ``cancel_requested_by``
+    # ("iadeep:time-limit", "iadeep:idle", "iadeep:idle-requeue", "iadeep:client-gone"), which
+    # now names people only;
+    # the column is counted by the job-change trigger like every column a job is read from. An
+    # idle job's events are told apart by a kind (``events.kind``: 'idle'), not their text.
+    """
+    ALTER TABLE jobs ADD COLUMN stop_reason TEXT;
+    UPDATE jobs SET stop_reason = CASE json_extract(extra, '$.cancel_requested_by')
+        WHEN 'iadeep:time-limit' THEN 'time-limit'
+        WHEN 'iadeep:idle' THEN 'idle'
+        WHEN 'iadeep:idle-requeue' THEN 'idle-requeue'
+        WHEN 'iadeep:client-gone' THEN 'client-gone'
+        ELSE 'cancelled' END
+        WHERE json_extract(extra, '$.cancel_requested_by') IS NOT NULL;
+    UPDATE jobs SET extra = json_remove(extra, '$.cancel_requested_by')
+        WHERE json_extract(extra, '$.cancel_requested_by') LIKE 'iadeep:%';
+    UPDATE jobs SET extra = json_set(extra, '$.idle_marked', json('true'))
+        WHERE json_extract(extra, '$.idle_since') IS NOT NULL AND reason LIKE 'idle:%';
+    ALTER TABLE events ADD COLUMN kind TEXT;
+    UPDATE events SET kind = 'idle'
+        WHERE old_state = 'running' AND new_state = 'running' AND reason LIKE 'idle:%';
+    DROP TRIGGER job_rows_updated;
+    CREATE TRIGGER job_rows_updated AFTER UPDATE OF """ + ", ".join(_V14_JOB_COLUMNS) + """
+    ON jobs WHEN """ + " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in _V14_JOB_COLUMNS) + """
     BEGIN UPDATE job_rows_changed SET n = n + 1; END;
     """,
 )

@@ -1,4 +1,4 @@
-"""GPU processes iadeep did not start that held a GPU idle (``controller/foreign.py``), and the
+"""GPU processes iadeep did not start that held a GPU idle (``steps/foreign.py``), and the
 messages owed to the lab's admins about them: one row a spell, and one message per spell and
 channel (and admin, for e-mail), kept until sent or given up as ``outbox.py`` keeps a job's.
 """
@@ -75,25 +75,3 @@ def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) ->
                         "AND next_at <= ? ORDER BY next_at, id LIMIT ?",
                         (channel, now, limit)).fetchall()
     return [Note(r[0], r[1], r[2], r[3], r[4]) for r in rows]
-
-
-def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
-    row = conn.execute("SELECT MIN(next_at) FROM foreign_notes WHERE sent_at IS NULL "
-                       "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
-    return row[0]
-
-
-def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:
-    conn.execute("UPDATE foreign_notes SET sent_at=?, attempts=attempts+1, error='' "
-                 "WHERE id=?", (now, note_id))
-
-
-def mark_failed(conn: sqlite3.Connection, note_id: int, now: float, error: str,
-                retry_at: float | None) -> None:
-    """One more failed try: retried at ``retry_at``, or given up when that is None."""
-    if retry_at is None:
-        conn.execute("UPDATE foreign_notes SET attempts=attempts+1, error=?, gave_up_at=? "
-                     "WHERE id=?", (error[:500], now, note_id))
-    else:
-        conn.execute("UPDATE foreign_notes SET attempts=attempts+1, error=?, next_at=? "
-                     "WHERE id=?", (error[:500], retry_at, note_id))

@@ -16,7 +16,15 @@ from typing import Any
 
 from .. import checks
 from ..errors import NotFoundError
-from ..jobs import ACTIVE, ATTEMPT_FIELDS, Job, JobSpec, JobState, check_transition
+from ..jobs import (
+    ACTIVE,
+    ATTEMPT_FIELDS,
+    Job,
+    JobSpec,
+    JobState,
+    StopReason,
+    check_transition,
+)
 from . import impact
 
 log = logging.getLogger("iadeep.jobs")
@@ -33,18 +41,18 @@ _SPEC_COLUMNS = ("script", "args", "name", "gpus", "mem_gib", "workload", "prior
 _JOB_COLUMNS = ", ".join(("id", "owner", "state", "submitted_at", "started_at", "ended_at",
                           "node", "gpu_indices", "exit_code", "attempts", "remote_pid",
                           "remote_start", "reason", "observed_speed", "predicted_speed",
-                          "extra", *_SPEC_COLUMNS))
+                          "extra", "stop_reason", *_SPEC_COLUMNS))
 # Columns a transition may set besides the state (guards the f-string SQL below).
 _MUTABLE = frozenset({"started_at", "ended_at", "node", "gpu_indices", "exit_code", "attempts",
                       "remote_pid", "remote_start", "priority", "predicted_speed",
-                      "observed_speed", "workload",
+                      "observed_speed", "workload", "stop_reason",
                       "exclusive"})   # set by the controller after an out-of-memory while sharing
 # Job fields added after the table's columns: kept in its JSON column ``extra`` (no migration),
 # read and written like the columns. An empty value (None, False, "", ()) removes its key; 0 is
 # a value (an array's task 0).
 _IN_EXTRA = ("cancel_requested_by", "orphans", "signalled", "array_id", "array_index",
              "rerun_of", "suspended_at", "suspended_for", "suspended_s", "checkpoint_at",
-             "checkpoints", "yielded", "idle_since", "idle_requeued", "preempt_for",
+             "checkpoints", "yielded", "idle_since", "idle_requeued", "idle_marked", "preempt_for",
              "preempt_at", "preempted")
 
 
@@ -65,6 +73,7 @@ def job_from_row(row: sqlite3.Row) -> Job:
         attempts=row["attempts"], remote_pid=row["remote_pid"],
         remote_start=row["remote_start"], reason=row["reason"],
         observed_speed=row["observed_speed"], predicted_speed=row["predicted_speed"],
+        stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
         **_extra_fields(extra),
     )
 
@@ -125,10 +134,10 @@ def version(conn: sqlite3.Connection) -> int:
     this transaction.
     What accounting rewrites every poll, the nodes' snapshots and every other table leave it
     as it was: a round's questions stay answered across them."""
-    return conn.execute("SELECT n FROM job_rows_changed").fetchone()[0]
+    return int(conn.execute("SELECT n FROM job_rows_changed").fetchone()[0])
 
 
-def _extra_fields(extra: dict) -> dict[str, Any]:
+def _extra_fields(extra: dict[str, Any]) -> dict[str, Any]:
     return {"cancel_requested_by": extra.get("cancel_requested_by"),
             "orphans": tuple(extra.get("orphans", ())),
             "signalled": bool(extra.get("signalled", False)),
@@ -142,6 +151,7 @@ def _extra_fields(extra: dict) -> dict[str, Any]:
             if extra.get("yielded") else None,
             "idle_since": extra.get("idle_since"),
             "idle_requeued": bool(extra.get("idle_requeued", False)),
+            "idle_marked": bool(extra.get("idle_marked", False)),
             "preempt_for": extra.get("preempt_for"), "preempt_at": extra.get("preempt_at"),
             "preempted": str(extra.get("preempted", ""))}
 
@@ -215,13 +225,20 @@ def replace_spec(conn: sqlite3.Connection, job_id: int, spec: JobSpec) -> None:
                  [*_spec_values(spec), json.dumps(extra), job_id])
 
 
+# An event's kind (``events.kind``) where its states alone do not say what it was: the job's
+# GPUs sat idle past lab.idle_after (controller/round/steps/idle.py; told to its owner).
+IDLE = "idle"
+
+
 def add_event(conn: sqlite3.Connection, job_id: int, at: float, old: JobState | None,
-              new: JobState, reason: str, actor: str) -> None:
-    conn.execute(
-        "INSERT INTO events (job_id, at, old_state, new_state, reason, actor) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (job_id, at, old.value if old else None, new.value, reason, actor),
-    )
+              new: JobState, reason: str, actor: str, kind: str | None = None) -> None:
+    row = (job_id, at, old.value if old else None, new.value, reason, actor)
+    if kind is None:   # (the column's default; and what a schema before v14 can take)
+        conn.execute("INSERT INTO events (job_id, at, old_state, new_state, reason, actor) "
+                     "VALUES (?, ?, ?, ?, ?, ?)", row)
+    else:
+        conn.execute("INSERT INTO events (job_id, at, old_state, new_state, reason, actor, "
+                     "kind) VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, kind))
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job:
@@ -367,12 +384,13 @@ def update(conn: sqlite3.Connection, job_id: int, **fields: Any) -> None:
                 extra.pop(k, None)
         fields["extra"] = extra
     encoded = {k: (json.dumps(list(v)) if k == "gpu_indices" else
-                   json.dumps(v) if k == "extra" else v) for k, v in fields.items()}
+                   json.dumps(v) if k == "extra" else
+                   v.value if isinstance(v, StopReason) else v) for k, v in fields.items()}
     sets = ", ".join(f"{k}=?" for k in encoded)
     conn.execute(f"UPDATE jobs SET {sets} WHERE id=?", [*encoded.values(), job_id])
 
 
-def events(conn: sqlite3.Connection, job_id: int) -> list[dict]:
+def events(conn: sqlite3.Connection, job_id: int) -> list[dict[str, Any]]:
     rows = conn.execute("SELECT at, old_state, new_state, reason, actor FROM events "
                         "WHERE job_id=? ORDER BY id", (job_id,))
     return [dict(r) for r in rows]

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 from .cluster import get_meta, set_meta
 from .jobrows import ARRAY_ID
 
 CURSOR = "notify_cursor"   # the last events.id read for notifications (meta)
+# The outboxes, one table each with the same delivery columns (channel, next_at, sent_at,
+# gave_up_at, attempts, error) and one set of statements over them (``next_due``,
+# ``mark_sent``, ``mark_failed``): the job owners' notifications, and the admins' messages about
+# foreign processes holding a GPU idle (``store/foreign.py`` queues those).
+JOBS = "notifications"
+FOREIGN = "foreign_notes"
+BOXES = (JOBS, FOREIGN)
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,7 @@ class Event:
     old_state: str | None
     new_state: str
     reason: str = ""
+    kind: str | None = None   # what the event was beyond its states ('idle': jobrows.IDLE)
 
 
 @dataclass(frozen=True)
@@ -41,10 +50,10 @@ class Pending:
 def events_after(conn: sqlite3.Connection, limit: int = 1000) -> list[Event]:
     """Up to ``limit`` events past the cursor, oldest first."""
     after = int(get_meta(conn, CURSOR, 0))
-    rows = conn.execute("SELECT id, job_id, old_state, new_state, reason FROM events "
+    rows = conn.execute("SELECT id, job_id, old_state, new_state, reason, kind FROM events "
                         "WHERE id > ? ORDER BY id LIMIT ?", (after, limit)).fetchall()
-    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"], r["reason"] or "")
-            for r in rows]
+    return [Event(r["id"], r["job_id"], r["old_state"], r["new_state"], r["reason"] or "",
+                  r["kind"]) for r in rows]
 
 
 def advance(conn: sqlite3.Connection, event_id: int) -> None:
@@ -85,30 +94,46 @@ def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) ->
             for r in rows]
 
 
-def next_due(conn: sqlite3.Connection, channel: str) -> float | None:
-    """When the next unsent notification of ``channel`` is due (None: nothing waits)."""
-    row = conn.execute("SELECT MIN(next_at) FROM notifications WHERE sent_at IS NULL "
-                       "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
-    return row[0]
+def next_due(conn: sqlite3.Connection, channel: str, box: str | None = None) -> float | None:
+    """When the next unsent message of ``channel`` in ``box`` is due (None: every outbox;
+    None back: nothing waits)."""
+    first: float | None = None
+    for table in _boxes(box):
+        row = conn.execute(f"SELECT MIN(next_at) FROM {table} WHERE sent_at IS NULL "
+                           "AND gave_up_at IS NULL AND channel = ?", (channel,)).fetchone()
+        if row[0] is not None:
+            first = float(row[0]) if first is None else min(first, float(row[0]))
+    return first
 
 
-def mark_sent(conn: sqlite3.Connection, note_id: int, now: float) -> None:
-    conn.execute("UPDATE notifications SET sent_at=?, attempts=attempts+1, error='' "
-                 "WHERE id=?", (now, note_id))
+def mark_sent(conn: sqlite3.Connection, note_id: int, now: float, box: str = JOBS) -> None:
+    [table] = _boxes(box)
+    conn.execute(f"UPDATE {table} SET sent_at=?, attempts=attempts+1, error='' WHERE id=?",
+                 (now, note_id))
 
 
 def mark_failed(conn: sqlite3.Connection, note_id: int, now: float, error: str,
-                retry_at: float | None) -> None:
+                retry_at: float | None, box: str = JOBS) -> None:
     """One more failed try: retried at ``retry_at``, or given up when that is None."""
+    [table] = _boxes(box)
     if retry_at is None:
-        conn.execute("UPDATE notifications SET attempts=attempts+1, error=?, gave_up_at=? "
+        conn.execute(f"UPDATE {table} SET attempts=attempts+1, error=?, gave_up_at=? "
                      "WHERE id=?", (error[:500], now, note_id))
     else:
-        conn.execute("UPDATE notifications SET attempts=attempts+1, error=?, next_at=? "
+        conn.execute(f"UPDATE {table} SET attempts=attempts+1, error=?, next_at=? "
                      "WHERE id=?", (error[:500], retry_at, note_id))
 
 
-def for_job(conn: sqlite3.Connection, job_id: int) -> list[dict]:
+def _boxes(box: str | None) -> tuple[str, ...]:
+    """The outbox tables ``box`` names (None: both); only these reach the SQL."""
+    if box is None:
+        return BOXES
+    if box not in BOXES:
+        raise ValueError(f"no outbox {box!r}")
+    return (box,)
+
+
+def for_job(conn: sqlite3.Connection, job_id: int) -> list[dict[str, Any]]:
     """Every notification of a job, as stored (tests, and an admin reading the database)."""
     rows = conn.execute("SELECT * FROM notifications WHERE job_id=? ORDER BY id", (job_id,))
     return [dict(r) for r in rows.fetchall()]

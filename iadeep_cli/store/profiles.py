@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import asdict, replace
+from typing import Any
 
 from ..errors import NotFoundError
 from ..profiles import WINDOW, CoLocation, Profile, agrees, merged, outlier_reason
@@ -192,9 +193,9 @@ def set_pinned(conn: sqlite3.Connection, workload: str, by: str | None, now: flo
                  (by, now if by else None, workload))
 
 
-def details(conn: sqlite3.Connection) -> dict[str, dict]:
+def details(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     """Per workload label: pin and the newest samples (any GPU model), for the views."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for r in conn.execute("SELECT workload, pinned_by, pinned_at FROM profiles "
                           "WHERE pinned_by IS NOT NULL"):
         out.setdefault(r["workload"], {"samples": []}).update(pinned_by=r["pinned_by"],

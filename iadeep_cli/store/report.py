@@ -34,6 +34,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..jobs import ACTIVE, FINISHED, JobState
 from . import impact
@@ -114,7 +115,7 @@ class Group:
     def measured_share(self) -> float | None:
         return self.measured_gpu_hours / self.work_gpu_hours if self.work_gpu_hours else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "jobs": self.jobs,
                 "states": {s.value: self.states.get(s.value, 0) for s in STATES
                            if s.value in self.states or s in FINISHED},
@@ -146,16 +147,16 @@ class Report:
     total: Group
 
 
-def report_to_dict(rep: Report) -> dict:
+def report_to_dict(rep: Report) -> dict[str, Any]:
     """The report as `iadeep report --json` prints it (and the controller sends it)."""
     return {"since": rep.since, "until": rep.until, "now": rep.now, "by": rep.by,
             "running_included": rep.running,
             "groups": [g.to_dict() for g in rep.groups], "total": rep.total.to_dict()}
 
 
-def report_from_dict(d: dict) -> Report:
+def report_from_dict(d: dict[str, Any]) -> Report:
     """``report_to_dict``'s inverse (figures as rounded there)."""
-    def group(g: dict) -> Group:
+    def group(g: dict[str, Any]) -> Group:
         work = g["work_gpu_hours"]
         return Group(key=g["key"], jobs=g["jobs"], states=dict(g["states"]),
                      gpu_hours=g["gpu_hours"], wait_p50_s=g["wait_p50_s"],

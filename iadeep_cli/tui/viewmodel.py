@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..controller.views import STALE_POLLS
-from ..inventory import Policy
+from ..controller.requests.views import STALE_POLLS
 from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
 from ..scheduler import priority
-from ..text import clock, column_widths, duration, job_label, newest_runs
+from ..settings import Policy
+from ..text import clock, column_widths, duration, gpus_at, job_label, newest_runs
 from .source import MonitorData
 
 ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
@@ -48,7 +48,7 @@ class JobChip:
     observed: float | None
     level: str
     match: bool = True
-    idle: bool = False     # its GPUs sat idle past lab.idle_after (controller/idle.py)
+    idle: bool = False     # its GPUs sat idle past lab.idle_after (controller/round/steps/idle.py)
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def queue_key(job: JobView, now: float, aging_per_hour: float,
 def _where(job: JobView) -> str:
     if not job.node:
         return ""
-    return f"{job.node}:{','.join(str(i) for i in job.gpu_indices)}"
+    return gpus_at(job.node, job.gpu_indices)
 
 
 def fit_widths(rows: tuple[JobRow, ...], columns: int) -> tuple[int, ...]:
@@ -251,7 +251,7 @@ def _row(job: JobView, position: str, now: float, newest: dict[tuple[int, int], 
     if job.state in ON_GPUS:
         since = job.started_at or job.submitted_at
         detail = f"on {_where(job)}" if job.node else job.reason
-        if job.node and job.reason.startswith("idle:"):   # controller/idle.py's mark
+        if job.node and job.idle:   # marked idle (controller/round/steps/idle.py)
             detail += f" - {job.reason}"
     else:
         since = job.submitted_at

@@ -14,13 +14,13 @@ import time
 from collections.abc import Mapping, Sequence
 
 from iadeep_cli.errors import IadeepError, NotFoundError
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.nodes.backend import Backend
 from iadeep_cli.nodes.connection import NodeConnection
-from iadeep_cli.nodes.gpu import Expect, parse_progress, parse_states, split_sections
+from iadeep_cli.nodes.gpu import Expect, split_sections
 from iadeep_cli.nodes.local import LocalConnection
 from iadeep_cli.nodes.shell import ShellBackend
-from iadeep_cli.nodes.shell.jobstate import state_script
+from iadeep_cli.nodes.shell.jobstate import parse_progress, parse_states, state_script
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
 
 H200_MIB = 143771.0

@@ -21,7 +21,8 @@ import pytest
 from helpers.controllers import process_states, wait_until
 from iadeep_cli.errors import InputError, NodeError, NotFoundError
 from iadeep_cli.jobs import MAX_INPUT, Job, JobSpec, JobState
-from iadeep_cli.nodes.backend import Backend, LaunchResult, RemoteState, Stopped
+from iadeep_cli.nodes.backend import Backend, LaunchResult, Stopped
+from iadeep_cli.snapshot import RemoteState
 
 # Waits for the file named by its first argument; says where it is, then that it is done.
 WAITS = ('#!/bin/sh\necho "started $IADEEP_JOB_ID"\n'

@@ -98,7 +98,7 @@ def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_
         job = queue_add(home, str(script), "--exclusive")
         patient = queue_add(home, str(script), "--exclusive", "--idle-after", "1h")
         jobs = wait_jobs(home, lambda js: js[job]["state"] == "cancelled", timeout=120)
-        assert jobs[job]["reason"] == "cancelled by iadeep:idle"
+        assert jobs[job]["reason"] == "cancelled for idleness (lab.idle_action)"
         wait_until(lambda: _idle_notices(hook, job), limit=60)
         started = wait_jobs(home, lambda js: js[patient]["state"] == "running")[patient][
             "started_at"]

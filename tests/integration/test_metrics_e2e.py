@@ -318,8 +318,8 @@ def test_a_scrape_never_waits_for_the_writer_and_sees_only_committed_state(tmp_p
     loop holds the store (its lock, an open write transaction), and shows what was committed
     before that transaction, never half of it."""
     from iadeep_cli.controller.runtime import Controller
-    from iadeep_cli.inventory import Inventory
     from iadeep_cli.jobs import JobSpec
+    from iadeep_cli.settings import Inventory
     from iadeep_cli.store import jobrows
 
     ctl = Controller(Inventory(nodes=()), tmp_path / "state", metrics=("127.0.0.1", 0))
@@ -387,7 +387,7 @@ def test_idle_connections_from_chosen_addresses_cannot_keep_a_scrape_out(tmp_pat
     16 connections full of idle ones from 127.0.0.2-5 (4 each, which a per-address cap let
     through), topping them up before every scrape. All 30 scrapes from 127.0.0.1 are served
     (before: 24 of 30 refused)."""
-    from iadeep_cli.controller.metrics import METRICS_CONNECTIONS
+    from iadeep_cli.controller.requests.metrics import METRICS_CONNECTIONS
 
     ctl = ControllerProcess(tmp_path / "home", None, "--metrics", "127.0.0.1:0").start()
     url = _metrics_url(ctl)

@@ -15,11 +15,11 @@ import time
 import pytest
 
 from helpers.controllers import cli, jobs_by_id, queue_add, start_lab, wait_until
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.paths import StateDir
 from iadeep_cli.profiles import Profile
 from iadeep_cli.scheduler.placement import GpuSlot, plan
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.truth import TruthModel
 from iadeep_cli.store import Store, profiles as profrows
 

@@ -13,8 +13,8 @@ import pytest
 from helpers.controllers import wait_until
 from helpers.sinks import DripSink, HookSink, MailSink, free_port
 from iadeep_cli.controller.notify import Notifier
-from iadeep_cli.inventory import NotifySettings
 from iadeep_cli.jobs import JobSpec, JobState
+from iadeep_cli.settings import NotifySettings
 from iadeep_cli.store import Store, jobrows, outbox
 
 S = JobState

@@ -18,12 +18,12 @@ import pytest
 from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
 from helpers.local_node import FAKE_PYNVML, local_lab
 from iadeep_cli.errors import NodeError
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.nodes.local import on_node
 from iadeep_cli.nodes.nvml import poll_local
 from iadeep_cli.nodes.poller import NodePool
 from iadeep_cli.nodes.shell import backend as L
+from iadeep_cli.settings import Inventory, Node
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = FAKE_PYNVML

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.settings import Inventory, Node
 
 pytestmark = pytest.mark.sshd
 

@@ -15,7 +15,7 @@ from iadeep_cli.store import jobrows
 @pytest.fixture
 def ctl(tmp_path):
     from iadeep_cli.controller.runtime import Controller
-    from iadeep_cli.inventory import Inventory
+    from iadeep_cli.settings import Inventory
 
     ctl = Controller(Inventory(nodes=()), tmp_path / "state")
     ctl.heartbeat()

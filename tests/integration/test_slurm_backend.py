@@ -16,8 +16,8 @@ import pytest
 from helpers.accounts import cli_as, ensure_user
 from helpers.controllers import cli, wait_until
 from helpers.slurm import SHARDS, USER, add as _add, show as _show, slurm_jobs as _slurm_jobs
-from iadeep_cli.inventory import Policy
 from iadeep_cli.nodes import slurm
+from iadeep_cli.settings import Policy
 
 pytestmark = pytest.mark.os_global
 # fixtures (tests/integration/conftest.py): slurm_cluster, a real Slurm for the session;

@@ -128,7 +128,7 @@ def _proc_states(slurm_id: int) -> set[str]:
 
 
 def test_suspend_and_resume_are_slurms_own_and_repeatable(lab):
-    """What controller/adaptation.py calls to suspend and resume a job (``Backend.suspend`` and
+    """What steps/adaptation.py calls to suspend and resume a job (``Backend.suspend`` and
     ``resume``) is ``scontrol suspend``/``resume`` for a Slurm job: Slurm says SUSPENDED and the
     job's processes are stopped; repeating either (a controller after a crash) changes nothing; the
     poll keeps reporting it as there (iadeep's `suspended` is its own state)."""

@@ -19,8 +19,8 @@ from helpers.floods import (
     reply_of as _reply_of,
     stall_uploads,
 )
-from iadeep_cli.controller import server
-from iadeep_cli.controller.server import (
+from iadeep_cli.controller.requests import server
+from iadeep_cli.controller.requests.server import (
     MAX_PER_USER,
     REQUEST_TIMEOUT_S,
     connection_cap,
@@ -167,7 +167,7 @@ def test_two_accounts_stalling_uploads_never_make_another_members_status_wait(
     them for minutes); another member's `status` is answered all the same: uploads and
     answers have places of their own, per account and with a reserve."""
     from iadeep_cli.controller.runtime import Controller
-    from iadeep_cli.inventory import Inventory
+    from iadeep_cli.settings import Inventory
 
     monkeypatch.setattr(server, "REQUEST_TIMEOUT_S", 300.0)   # the stall outlasts the test
     monkeypatch.setattr(server, "PLACE_WAIT_S", 3.0)   # a request with no place: busy, soon

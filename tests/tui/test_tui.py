@@ -18,8 +18,8 @@ import pytest
 from helpers import seed
 from iadeep_cli import messages as m
 from iadeep_cli.errors import StoreError
-from iadeep_cli.inventory import Inventory
 from iadeep_cli.jobs import ACTIVE, PENDING, Job, JobSpec, JobState
+from iadeep_cli.settings import Inventory
 from iadeep_cli.store import Store, jobrows
 from iadeep_cli.tui import source, viewmodel as vm
 from iadeep_cli.tui.source import MonitorData
@@ -64,8 +64,8 @@ def test_queue_order_is_priority_plus_ageing_then_age():
 def test_queue_order_counts_the_fair_share_points_as_the_scheduler_does():
     """With fair share on, the monitor numbers the queue as plan() orders it: the last round's
     points per user (from `status`) count in the effective priority."""
-    from iadeep_cli.inventory import Policy
-    from iadeep_cli.scheduler.placement import order_queue
+    from iadeep_cli.scheduler.priority import order_queue
+    from iadeep_cli.settings import Policy
 
     points = {"alice": 0.5, "bob": 9.0}
     jobs = [Job(1, "alice", JobSpec("/j.sh", priority=2), JobState.QUEUED, NOW - 3600),

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from helpers import seed
-from iadeep_cli.inventory import Inventory, Node
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.tui import source
 from iadeep_cli.tui.app import MonitorApp
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from iadeep_cli.errors import ConfigError
-from iadeep_cli.inventory import AdaptPolicy, load_inventory, parse_inventory
+from iadeep_cli.inventory import load_inventory, parse_inventory
 from iadeep_cli.model.data import shipped_pairs
 from iadeep_cli.scheduler.detectors import (
     UNDERPERFORMS,
@@ -18,6 +18,7 @@ from iadeep_cli.scheduler.detectors import (
     last_joined,
     symptom,
 )
+from iadeep_cli.settings import AdaptPolicy
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

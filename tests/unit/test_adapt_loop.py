@@ -23,9 +23,9 @@ import pytest
 from helpers.adapt_lab import EMU, EMULATOR
 from helpers.jobprocs import kill_recorded_jobs
 from helpers.replay_pool import ReplayPool
-from iadeep_cli.controller.loop import SchedulingLoop
-from iadeep_cli.inventory import AdaptPolicy, FairShare, Inventory, Node, Policy
+from iadeep_cli.controller.round.loop import SchedulingLoop
 from iadeep_cli.jobs import Job, JobSpec, JobState
+from iadeep_cli.settings import AdaptPolicy, FairShare, Inventory, Node, Policy
 from iadeep_cli.snapshot import GpuProcess
 from iadeep_cli.store import Store, jobrows, profiles as profrows
 
@@ -258,7 +258,7 @@ def test_suspended_time_is_not_counted_against_the_time_limit(make):
         jobrows.update(conn, a, started_at=time.time() - 100, suspended_s=50.0)
     for _ in range(3):
         lab.round()
-    assert lab.job(a).state == JobState.RUNNING and lab.job(a).cancel_requested_by is None
+    assert lab.job(a).state == JobState.RUNNING and lab.job(a).stop_reason is None
     with lab.store.tx() as conn:   # 30 of them suspended: 70 s count, past 60
         jobrows.update(conn, a, suspended_s=30.0)
     lab.until(lambda: lab.job(a).state == JobState.TIMEOUT)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import ConfigError, NotFoundError
-from iadeep_cli.inventory import AdaptPolicy, parse_inventory
+from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.scheduler.detectors import (
     MEM,
     RATE,
@@ -19,6 +19,7 @@ from iadeep_cli.scheduler.detectors import (
     phase_shift,
     solo_util,
 )
+from iadeep_cli.settings import AdaptPolicy
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +91,7 @@ def test_a_sharing_jobs_utilisation_alone_is_its_sm_share_over_its_speed():
     assert solo_util(90.0, 0.5) == 100.0                 # no more than the whole GPU
     assert solo_util(None, 0.5) is None and solo_util(20.0, None) is None
     assert solo_util(5.0, 0.05) is None                  # nearly stalled: the quotient is noise
-    # at the observer's cap (controller/observe.py) a speed is only a floor: no estimate
+    # at the observer's cap (controller/round/observer.py) a speed is only a floor: no estimate
     assert solo_util(30.0, 1.5) is None and solo_util(30.0, 1.2) == pytest.approx(25.0)
 
 
@@ -298,10 +299,10 @@ def test_a_sharing_estimate_against_the_labs_rate_is_not_a_start_for_values_alon
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from iadeep_cli.controller.adaptation import Adapter
-    from iadeep_cli.inventory import Inventory, Policy
+    from iadeep_cli.controller.round.steps.adaptation import Adapter
     from iadeep_cli.jobs import JobSpec, JobState
     from iadeep_cli.profiles import Profile
+    from iadeep_cli.settings import Inventory, Policy
     from iadeep_cli.snapshot import GpuProcess, GpuSample
     from iadeep_cli.store import Store, jobrows
 
@@ -320,7 +321,7 @@ def test_a_sharing_estimate_against_the_labs_rate_is_not_a_start_for_values_alon
     host = SimpleNamespace(store=store, observer=observer, refit=lambda: None, running=jobs,
                            inventory=Inventory(nodes=(), policy=Policy(adapt=FAST)))
     host.jobs = lambda states, node=None: [j for j in host.running if j.state in states]
-    adapter = Adapter(host)
+    adapter = Adapter(host, observer, host.refit)
     profiles = {"w": lab_profile}
 
     def poll(t: float, processes, util: float) -> list:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.placement import GpuSlot, plan
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.truth import TruthModel
 
 pytestmark = pytest.mark.unit

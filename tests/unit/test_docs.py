@@ -57,7 +57,7 @@ def test_cli_reference_lists_the_cli():
 
 
 def _exported_series() -> set[str]:
-    source = (REPO / "iadeep_cli" / "controller" / "metrics.py").read_text()
+    source = (REPO / "iadeep_cli" / "controller" / "requests" / "metrics.py").read_text()
     return set(re.findall(r'"(iadeep_[a-z_]+)"', source))
 
 

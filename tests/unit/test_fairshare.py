@@ -14,13 +14,15 @@ import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.controller.fairshare import FairShareRound, priority_view
-from iadeep_cli.controller.views import StoreReader
+from iadeep_cli.controller.requests.views import StoreReader
 from iadeep_cli.errors import ConfigError, InputError
-from iadeep_cli.inventory import FairShare, Inventory, Policy, parse_inventory
+from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.fairshare import UsageLedger, decayed, points, shares
-from iadeep_cli.scheduler.placement import GpuSlot, effective_priority, order_queue, plan
+from iadeep_cli.scheduler.placement import GpuSlot, plan
+from iadeep_cli.scheduler.priority import effective_priority, order_queue
+from iadeep_cli.settings import FairShare, Inventory, Policy
 from iadeep_cli.sim.engine import SimJob, load_trace, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, format_table, run_sim
 from iadeep_cli.sim.truth import TruthModel

@@ -1,11 +1,11 @@
-"""controller/foreign.py's spells on a real store: what starts, keeps and ends one, and which
+"""steps/foreign.py's spells on a real store: what starts, keeps and ends one, and which
 messages a reported spell queues (the lab's webhook, each admin with an address)."""
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
-from iadeep_cli.controller.foreign import ForeignWatch
+from iadeep_cli.controller.round.steps.foreign import ForeignWatch
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, foreign
@@ -26,7 +26,7 @@ def _snap(util: float | None, procs: tuple[GpuProcess, ...] = HOLDER,
 def test_a_spell_is_recorded_once_kept_while_unseen_and_ended_when_busy(tmp_path):
     store = Store(tmp_path / "s.db")
     loop = SimpleNamespace(store=store, inventory=parse_inventory(LAB, Path("nodes.yaml")))
-    watch = ForeignWatch()
+    watch = ForeignWatch(loop)
     assert watch.step(loop, _snap(0.0), 0.0) == []
     assert watch.step(loop, _snap(1.0), 59.0) == []            # at or below 5 %: goes on
     made = watch.step(loop, _snap(0.0), 60.0)
@@ -40,7 +40,7 @@ def test_a_spell_is_recorded_once_kept_while_unseen_and_ended_when_busy(tmp_path
     assert (spell.node, spell.gpu, spell.pid, spell.since) == ("n1", 0, 7, 0.0)
     assert [tuple(n) for n in notes] == [("email", "alice"), ("webhook", "")]   # bob: no address
     # a restarted controller goes on with it; a busy poll ends it
-    again = ForeignWatch()
+    again = ForeignWatch(loop)
     assert again.step(loop, _snap(0.0), 300.0) == []
     again.step(loop, _snap(80.0), 301.0)
     with store.read() as conn:
@@ -54,7 +54,7 @@ def test_a_spell_is_recorded_once_kept_while_unseen_and_ended_when_busy(tmp_path
 def test_the_process_gone_from_the_gpu_ends_its_spell(tmp_path):
     store = Store(tmp_path / "s.db")
     loop = SimpleNamespace(store=store, inventory=parse_inventory(LAB, Path("nodes.yaml")))
-    watch = ForeignWatch()
+    watch = ForeignWatch(loop)
     watch.step(loop, _snap(0.0), 0.0)
     assert watch.step(loop, _snap(0.0), 60.0)
     watch.step(loop, _snap(0.0, procs=()), 61.0)

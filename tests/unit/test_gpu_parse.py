@@ -13,10 +13,9 @@ from iadeep_cli.nodes.gpu import (
     MAX_GPUS,
     MAX_TEXT,
     job_map,
-    parse_poll,
     remote_path,
 )
-from iadeep_cli.nodes.shell.jobstate import poll_script
+from iadeep_cli.nodes.shell.jobstate import parse_poll, poll_script
 from iadeep_cli.snapshot import RemoteJob
 
 GPU_IDLE = "h200-idle-query-gpu-full.csv-noheader-nounits.txt"

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from iadeep_cli.inventory import Inventory, Node, Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.profiles import Profile, gpu_model_key
 from iadeep_cli.scheduler.gpumodels import model_speeds, preference, queue_means
 from iadeep_cli.scheduler.placement import GpuSlot, plan, slots_from_snapshot
+from iadeep_cli.settings import Inventory, Node, Policy
 from iadeep_cli.sim.mixed import derived_factor, sim_speeds
 from iadeep_cli.sim.truth import TruthModel
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot

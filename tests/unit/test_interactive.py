@@ -1,4 +1,4 @@
-"""`iadeep run --pty`'s rules in the controller (controller/interactive.py) and its job script
+"""`iadeep run --pty`'s rules in the controller (requests/interactive.py) and its job script
 (cli/runpty.py); end to end with a real terminal: tests/integration/test_run_pty_e2e.py."""
 import base64
 import subprocess
@@ -8,10 +8,10 @@ import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.cli.runpty import pty_script
-from iadeep_cli.controller import interactive
+from iadeep_cli.controller.requests import interactive
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
-from iadeep_cli.inventory import BackendKind, Node
 from iadeep_cli.jobs import MAX_INPUT, Job, JobSpec, JobState
+from iadeep_cli.settings import BackendKind, Node
 
 
 def _job(state=JobState.RUNNING, interactive_=True, owner="alice") -> Job:

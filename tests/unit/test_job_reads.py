@@ -14,17 +14,16 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import NodeError
-from iadeep_cli.inventory import Node
-from iadeep_cli.nodes.gpu import (
-    PROGRESS_MAX,
+from iadeep_cli.nodes.gpu import PROGRESS_MAX, split_sections
+from iadeep_cli.nodes.local import LocalConnection, run_bounded
+from iadeep_cli.nodes.shell.jobstate import (
     parse_poll,
     parse_progress,
     parse_states,
-    split_sections,
+    state_script,
     user_states,
 )
-from iadeep_cli.nodes.local import LocalConnection, run_bounded
-from iadeep_cli.nodes.shell.jobstate import state_script
+from iadeep_cli.settings import Node
 
 
 @pytest.fixture

@@ -21,6 +21,14 @@ allowed as long as it makes no cycle. Jobs on nodes are controlled through the `
 implementation (``nodes.shell``, ``nodes.slurm``); the pool hands each node's backend out.
 UI libraries stay in their layer: typer in cli, textual and rich in tui (core modules are used
 as a library and by the fast commands).
+
+The controller has two rooms: ``controller.round`` (the scheduling round: the loop and its
+steps) and ``controller.requests`` (what it answers: the socket, the service, the reads). Neither
+imports the other: the service reaches the round only through the port it is given
+(``requests/port.py``, which the runtime fills in). The modules beside them (``fairshare``,
+``reservations``, ``catalog``, ``notify``, ...) are shared by both and import neither room; only
+``runtime`` (which builds both) and ``client`` (which reads offline when the controller is down)
+may.
 """
 from __future__ import annotations
 
@@ -48,6 +56,9 @@ NAMES = {0: "vocabulary", 1: "store/model/nodes", 2: "scheduler", 3: "controller
 UI_LIBRARIES = {"typer": {"cli"}, "textual": {"tui"}, "rich": {"tui"}}
 # The backends' implementations: only ``nodes`` itself (its pools) may import them.
 BACKEND_IMPLEMENTATIONS = ("iadeep_cli.nodes.shell", "iadeep_cli.nodes.slurm")
+# The controller's rooms, and the shared modules that may reach into them.
+ROOMS = ("iadeep_cli.controller.round", "iadeep_cli.controller.requests")
+ROOM_BUILDERS = ("iadeep_cli.controller.runtime", "iadeep_cli.controller.client")
 HINT = ("move what both need down a layer (shared values to the vocabulary, formatting to "
         "iadeep_cli/text.py), or pass it in from above")
 
@@ -142,6 +153,27 @@ def backend_reach_ins(imports: list[Import]) -> list[str]:
             "(``pool.backend(node)``, nodes/backend.py) or add what is missing to that seam"
             for imp in imports if unit(imp.source) != "nodes" and any(
                 imp.target == b or imp.target.startswith(b + ".") for b in BACKEND_IMPLEMENTATIONS)]
+
+
+def room(module: str) -> str | None:
+    """The controller room ``module`` is in (``iadeep_cli.controller.round``...); None outside."""
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), None)
+
+
+def room_problems(imports: list[Import]) -> list[str]:
+    """One line per import from one controller room into the other, or into either room from a
+    shared controller module other than the runtime and the client."""
+    out = []
+    for imp in imports:
+        src, dst = room(imp.source), room(imp.target)
+        if dst is None or src == dst or unit(imp.source) != "controller":
+            continue
+        if src is None and imp.source in ROOM_BUILDERS:
+            continue
+        out.append(f"{imp} (the controller's {src or 'shared modules'} may not import "
+                   f"{dst}): pass it in through a port (controller/requests/port.py) or move "
+                   "what both need beside the rooms (controller/*.py)")
+    return out
 
 
 def cycles(imports: list[Import]) -> list[tuple[list[str], list[Import]]]:
@@ -241,6 +273,12 @@ def test_imports_point_down_the_layers():
     assert not problems, "imports against the layers:\n" + "\n".join(problems)
 
 
+def test_the_controllers_rooms_import_each_other_only_through_a_port():
+    _, inner, _ = read_imports(PACKAGE)
+    problems = room_problems(inner)
+    assert not problems, "\n".join(problems)
+
+
 def test_only_nodes_imports_a_backend_implementation():
     _, inner, _ = read_imports(PACKAGE)
     problems = backend_reach_ins(inner)
@@ -323,3 +361,15 @@ def test_the_checker_refuses_a_backend_implementation_outside_nodes(target):
     assert backend_reach_ins([Import("iadeep_cli.nodes.pools", target, (), "x:1"),
                               Import("iadeep_cli.controller.loop", "iadeep_cli.nodes.backend",
                                      (), "x:1")]) == []
+
+
+@pytest.mark.parametrize("source, target, refused", [
+    ("controller.requests.service", "controller.round.loop", True),
+    ("controller.round.steps.idle", "controller.requests.views", True),
+    ("controller.notify", "controller.round.steps.idle", True),
+    ("controller.runtime", "controller.round.loop", False),
+    ("controller.round.steps.schedule", "controller.reservations", False),
+    ("controller.requests.views", "controller.requests.offline", False)])
+def test_the_checker_keeps_the_controllers_rooms_apart(source, target, refused):
+    imp = Import(f"iadeep_cli.{source}", f"iadeep_cli.{target}", (), "x.py:1")
+    assert len(room_problems([imp])) == int(refused)

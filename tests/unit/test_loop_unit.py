@@ -20,11 +20,11 @@ import pytest
 from helpers.jobprocs import kill_recorded_jobs
 from helpers.replay_pool import ReplayPool
 from iadeep_cli import messages as m
-from iadeep_cli.controller.loop import SchedulingLoop
-from iadeep_cli.controller.service import Service
+from iadeep_cli.controller.requests.service import Service
+from iadeep_cli.controller.round.loop import SchedulingLoop
 from iadeep_cli.errors import InputError, InvalidTransition, PermissionDenied
-from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import ACTIVE, Attempt, Job, JobSpec, JobState, SubmitSpec
+from iadeep_cli.jobs import ACTIVE, Attempt, Job, JobSpec, JobState, StopReason, SubmitSpec
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.store import Store, jobrows
 
 GRACE_S = 60.0
@@ -321,7 +321,7 @@ def test_a_job_past_its_time_limit_is_stopped_and_timed_out_saying_why(lab):
     job = _running(lab, job_id)
     lab.wait(299)
     lab.round()
-    assert _running(lab, job_id).cancel_requested_by is None   # 299 s: within its limit
+    assert _running(lab, job_id).stop_reason is None   # 299 s: within its limit
     lab.wait(2)
     lab.round()                            # past it: asked to stop, stopped on the node's worker
     deadline = time.monotonic() + 30
@@ -353,7 +353,7 @@ def test_a_cancel_ends_the_job_when_each_stop_outlasts_the_gap_between_polls(lab
 
     lab.pool.poll_all = slow_poll
     with lab.store.tx() as conn:
-        jobrows.update(conn, job_id, cancel_requested_by="alice")
+        jobrows.update(conn, job_id, cancel_requested_by="alice", stop_reason=StopReason.CANCELLED)
     for _ in range(40):
         lab.loop.tick()
         if lab.job(job_id).state != JobState.RUNNING:
@@ -375,7 +375,7 @@ def test_the_time_limit_counts_from_each_attempts_start(lab):
     assert second.attempts == 2
     lab.wait(200)                          # 400 s since the first start, 200 s into this one
     lab.round()
-    assert _running(lab, job_id).cancel_requested_by is None
+    assert _running(lab, job_id).stop_reason is None
 
 
 def test_a_job_gets_its_signal_before_its_time_limit_once(lab, tmp_path):

@@ -11,11 +11,11 @@ import pytest
 
 from helpers import seed
 from iadeep_cli import messages as m
-from iadeep_cli.controller import offline, views
-from iadeep_cli.controller.service import OPERATIONS, Service
+from iadeep_cli.controller.requests import offline, views
+from iadeep_cli.controller.requests.service import OPERATIONS, Service
 from iadeep_cli.errors import ControllerUnavailable, InputError, NotFoundError, PermissionDenied
-from iadeep_cli.inventory import Inventory, Node, NotifySettings
 from iadeep_cli.jobs import FINISHED, JobSpec, JobState, SubmitSpec
+from iadeep_cli.settings import Inventory, Node, NotifySettings
 from iadeep_cli.snapshot import GpuSample
 from iadeep_cli.store import Store, jobrows
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from iadeep_cli.controller.metrics import WAIT_BUCKETS, LabCollector
-from iadeep_cli.inventory import Inventory, Node
+from iadeep_cli.controller.requests.metrics import WAIT_BUCKETS, LabCollector
 from iadeep_cli.jobs import JobSpec, JobState as S
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.snapshot import GpuProcess, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, cluster, jobrows
 
@@ -152,13 +152,12 @@ def test_a_degraded_controller_says_so(tmp_path):
 
 
 def test_idle_gpu_seconds_per_user_come_from_the_recorded_totals(lab):
-    from iadeep_cli.controller import idle
     from iadeep_cli.store import cluster
 
     store, collector = lab
     assert not [k for k in samples(collector) if k[0].startswith("iadeep_idle_gpu_")]
     with store.tx() as conn:
-        cluster.set_meta(conn, idle.IDLE_GPU_SECONDS, {"alice": 5400.0, "bob": 36.0})
+        cluster.set_meta(conn, cluster.IDLE_GPU_SECONDS, {"alice": 5400.0, "bob": 36.0})
     out = samples(collector)
     assert get(out, "iadeep_idle_gpu_seconds", user="alice") == 5400.0
     assert get(out, "iadeep_idle_gpu_seconds", user="bob") == 36.0

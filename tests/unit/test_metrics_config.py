@@ -7,13 +7,8 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import ConfigError
-from iadeep_cli.inventory import (
-    MetricsSettings,
-    is_loopback,
-    metrics_address,
-    parse_inventory,
-    parse_listen,
-)
+from iadeep_cli.inventory import parse_inventory
+from iadeep_cli.settings import MetricsSettings, is_loopback, metrics_address, parse_listen
 
 
 def _inv(metrics: str):

@@ -339,8 +339,7 @@ def test_lowo_interval_coverage_on_h200():
 
 def test_fitted_prior_is_monotonic_in_the_partner():
     from iadeep_cli.model.fit import _directed_rows, _fit_prior
-    from iadeep_cli.model.predictor import prior_speed, prior_terms
-    from iadeep_cli.model.terms import PriorForm, PriorKind
+    from iadeep_cli.model.terms import PriorForm, PriorKind, prior_speed, prior_terms
     profs = {f"w{i}": dataclasses.replace(p, workload=f"w{i}", gpu_util=u, mem_util=m)
              for i, (p, u, m) in enumerate(
                  (next(iter(shipped_profiles().values())), u, m)

@@ -15,12 +15,13 @@ import pytest
 from iadeep_cli import messages as m
 from iadeep_cli.controller import client
 from iadeep_cli.controller.catalog import lab_measurements
-from iadeep_cli.controller.observe import SpeedObserver
+from iadeep_cli.controller.round.observer import SpeedObserver
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
-from iadeep_cli.nodes.gpu import parse_progress, split_sections
+from iadeep_cli.nodes.gpu import split_sections
 from iadeep_cli.nodes.nvml import local_job_states
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.nodes.shell.jobstate import parse_progress
 from iadeep_cli.profiles import CoLocation, Profile
 from iadeep_cli.snapshot import ClusterSnapshot, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, profiles as profrows

@@ -1,7 +1,7 @@
-"""Which log tails are a CUDA out-of-memory error (controller/oom.py), and the reason's words."""
+"""Which log tails are a CUDA out-of-memory error (steps/oom.py), and the reason's words."""
 import pytest
 
-from iadeep_cli.controller import oom
+from iadeep_cli.controller.round.steps import oom
 from iadeep_cli.jobs import Job, JobSpec, JobState
 
 

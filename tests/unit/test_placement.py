@@ -11,16 +11,11 @@ from importlib import resources
 
 import pytest
 
-from iadeep_cli.inventory import Inventory, Node, Policy, UserLimit
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
-from iadeep_cli.scheduler.placement import (
-    GpuSlot,
-    effective_priority,
-    order_queue,
-    plan,
-    slots_from_snapshot,
-)
+from iadeep_cli.scheduler.placement import GpuSlot, plan, slots_from_snapshot
+from iadeep_cli.scheduler.priority import effective_priority, order_queue
+from iadeep_cli.settings import Inventory, Node, Policy, UserLimit
 from iadeep_cli.sim.truth import TruthModel
 from iadeep_cli.snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot
 
@@ -341,7 +336,7 @@ def test_unknown_memory_needs_a_mostly_free_gpu():
 
 
 def test_a_resident_still_growing_into_its_memory_is_counted():
-    from iadeep_cli.inventory import Inventory, Node
+    from iadeep_cli.settings import Inventory, Node
     from iadeep_cli.snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot
     resident = job(1, "resnet18", node="a", idx=(0,), mem=100)   # asked for 100 GiB
     seen = GpuProcess(pid=7, used_memory_mib=0.5 * GIB, job_id=1)   # shows 0.5 GiB so far

@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 import time
 
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.nodes.poller import NodePool
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.snapshot import NodeSnapshot
 
 SAFETY_S = 30.0   # a round that wrongly waited for the hung node ends here instead of hanging

@@ -3,11 +3,11 @@ and the order the placer considers it are the same figure (``scheduler.priority`
 from __future__ import annotations
 
 from iadeep_cli.controller.fairshare import FairShareRound
-from iadeep_cli.controller.views import StoreReader
-from iadeep_cli.inventory import FairShare, Inventory, Policy
+from iadeep_cli.controller.requests.views import StoreReader
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.scheduler import priority
-from iadeep_cli.scheduler.placement import effective_priority, order_queue
+from iadeep_cli.scheduler.priority import effective_priority, order_queue
+from iadeep_cli.settings import FairShare, Inventory, Policy
 from iadeep_cli.store import Store, jobrows
 from iadeep_cli.tui.viewmodel import job_rows, queue_key
 

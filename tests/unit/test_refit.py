@@ -6,10 +6,10 @@ import json
 
 from helpers.controllers import wait_until
 from helpers.replay_pool import ReplayPool
-from iadeep_cli.controller.loop import SchedulingLoop
-from iadeep_cli.inventory import Inventory, Node
+from iadeep_cli.controller.round.loop import SchedulingLoop
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.profiles import CoLocation
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.store import Store, profiles as profrows
 
 
@@ -41,7 +41,7 @@ def test_background_refit_runs_in_a_child_and_the_loop_loads_its_model(tmp_path)
 
 def test_refit_child_reuses_its_last_selection(tmp_path, monkeypatch):
     """The refit reads its previous output: with the same data it skips the selection."""
-    from iadeep_cli.controller import refit
+    from iadeep_cli.controller.round import refit
     from iadeep_cli.model import fit
 
     monkeypatch.setattr(refit.os, "nice", lambda n: 0)

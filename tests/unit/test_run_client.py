@@ -91,7 +91,7 @@ def test_a_running_jobs_client_asks_for_the_job_not_the_whole_queue(monkeypatch)
     def ask(request):
         asked.append(type(request).__name__)
         view = SimpleNamespace(id=9, state=next(states), attempts=1, exit_code=0, reason=None,
-                               priority=0)
+                               priority=0, owner="alice", submitted_at=0.0)
         return [view] if asked[-1] == "ListRequest" else SimpleNamespace(job=view)
 
     monkeypatch.setattr(run, "client", SimpleNamespace(ask=ask))
@@ -100,3 +100,27 @@ def test_a_running_jobs_client_asks_for_the_job_not_the_whole_queue(monkeypatch)
     monkeypatch.setattr(run._Interrupts, "install", lambda self: None)
     assert run.wait_for(9, False, False) == 0
     assert asked == ["ListRequest", "ListRequest"] + ["ShowRequest"] * 3, asked
+
+
+def test_run_places_a_waiting_job_where_the_placer_and_the_monitor_do():
+    """`iadeep run`'s "#N of M waiting" ranks by the one rule (``scheduler.priority``): a
+    low-priority job that has waited long outranks a newer one of higher priority."""
+    from iadeep_cli import messages as m
+    from iadeep_cli.jobs import Job, JobSpec, JobState
+    from iadeep_cli.scheduler.priority import queue_key, recorded_aging
+    from iadeep_cli.tui import viewmodel
+
+    now = 1_000_000.0
+
+    def job(job_id: int, priority: int, waited_h: float) -> m.JobView:
+        spec = JobSpec("/home/j.sh", name=f"j{job_id}", priority=priority)
+        return m.JobView.from_job(Job(job_id, "alice", spec, JobState.QUEUED,
+                                      now - waited_h * 3600))
+
+    jobs = [job(1, 0, 48.0), job(2, 5, 0.1), job(3, 0, 0.5)]
+    per_hour = recorded_aging(None)
+    order = sorted(jobs, key=lambda j: queue_key(j.priority, j.owner, j.submitted_at, j.id,
+                                                 now, per_hour))
+    assert order[0].id == 1 and per_hour * 48 > 5   # aging outranks priority 5
+    assert [run._position(jobs, j, now) for j in order] == [(1, 3), (2, 3), (3, 3)]
+    assert [r.id for r in viewmodel.job_rows(jobs, now)] == [j.id for j in order]

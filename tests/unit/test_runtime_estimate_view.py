@@ -9,7 +9,7 @@ import time
 from iadeep_cli import messages as m
 from iadeep_cli.cli.queue import runtime_text
 from iadeep_cli.controller import runtimes
-from iadeep_cli.controller.views import StoreReader
+from iadeep_cli.controller.requests.views import StoreReader
 from iadeep_cli.jobs import JobSpec, JobState
 from iadeep_cli.store import Store, jobrows
 

@@ -10,10 +10,10 @@ import pytest
 
 from iadeep_cli import messages as m
 from iadeep_cli.controller import copies
-from iadeep_cli.controller.service import Service
+from iadeep_cli.controller.requests.service import Service
 from iadeep_cli.errors import InputError
-from iadeep_cli.inventory import Inventory, Node
 from iadeep_cli.jobs import JobState, SubmitSpec
+from iadeep_cli.settings import Inventory, Node
 from iadeep_cli.store import Store, jobrows, scripts
 
 S = JobState

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from iadeep_cli.controller import tune
+from iadeep_cli.controller.round.steps import tune
 from iadeep_cli.errors import ConfigError
-from iadeep_cli.inventory import Policy, parse_inventory
+from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import JobSpec
 from iadeep_cli.model.data import shipped_profiles
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim import whatif
 from iadeep_cli.store import Store, cluster, jobrows
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import random
 
-from iadeep_cli.inventory import Policy, UserLimit
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.limits import usage_of
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.remaining import Durations, LogNormal, expected_left, gittins
 from iadeep_cli.scheduler.sharing import Pressure
+from iadeep_cli.settings import Policy, UserLimit
 from iadeep_cli.sim.truth import TruthModel
 
 PROFILES = shipped_profiles()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.placement import job_memory_mib
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.engine import SimJob, _mem_mib, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, run_sim
 from iadeep_cli.sim.truth import TruthModel

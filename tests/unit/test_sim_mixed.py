@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import InputError
-from iadeep_cli.inventory import Policy
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.engine import SimJob, make_planner, simulate
 from iadeep_cli.sim.mixed import MixedTruth, derived_factor, parse_gpus, sim_speeds
 from iadeep_cli.sim.truth import TruthModel

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import InputError
-from iadeep_cli.inventory import AdaptPolicy, Policy
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.settings import AdaptPolicy, Policy
 from iadeep_cli.sim.engine import SimJob, add_phase_shifts, generate_jobs, make_planner, simulate
 from iadeep_cli.sim.truth import TruthModel
 

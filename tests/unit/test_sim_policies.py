@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.model.predictor import fit_model
-from iadeep_cli.scheduler.placement import CautiousModel, GpuSlot
+from iadeep_cli.scheduler.placement import GpuSlot
+from iadeep_cli.scheduler.prediction import CautiousModel
+from iadeep_cli.settings import Policy
 from iadeep_cli.sim.engine import H200_MIB, PolicyResult, SimJob, simulate
 from iadeep_cli.sim.policies import (
     TIRESIAS_Q1_GPU_S,

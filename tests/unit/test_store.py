@@ -217,7 +217,7 @@ def test_the_rounds_same_question_is_read_again_only_after_a_job_changed(tmp_pat
     job changed: through the controller's connection or by another connection's commit, every
     such write makes the next question a fresh read.  A write rolled back, what accounting
     rewrites every poll and the nodes' snapshots change no job: the answer stands."""
-    from iadeep_cli.controller.steps.context import Context
+    from iadeep_cli.controller.round.context import Context
 
     store = Store(tmp_path / "s.db")
     ctx = Context(store=store, inventory=None, pool=None, actions=None,  # type: ignore[arg-type]

@@ -32,24 +32,22 @@ from pathlib import Path
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
-from ...inventory import BackendKind
-from ...jobs import SIGNALS, Job
+from ...jobs import MAX_INPUT, SIGNALS, TTY_INPUT, Job
+from ...settings import BackendKind
 from ...snapshot import RemoteJob
 from .. import runas
 from ..backend import (
-    MAX_INPUT,
     MAX_LOG_READ,
     OPEN_FAILED,
     OPEN_FAILED_LINE,
-    TTY_INPUT,
     LaunchResult,
     LogBytes,
     log_bytes,
 )
 from ..connection import NodeAccess
-from ..gpu import Expect, parse_states, remote_path, split_sections
+from ..gpu import Expect, remote_path, split_sections
 from . import slurm_in_job
-from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, state_script
+from .jobstate import _READ_PIDFILE, IS_OURS, READ_CONTROL, parse_states, state_script
 
 # Lists (``t=$(tagged)``) this account's processes tagged as job $i of directory $a, i.e. with
 # the IADEEP_JOB_ID and IADEEP_PROGRESS_FILE that launch gave it: whatever the job forks keeps

@@ -2,15 +2,43 @@
 poll's marker lines, the expected jobs' states from their job directories (pid and exit files,
 checked against /proc), the claimed job directories, and the new bytes of the running jobs'
 progress files. ``poll_script`` sends it with the GPU part (``gpu.gpu_script``) as one command:
-one round trip per node per round. Its output is parsed in ``nodes/gpu.py`` (``parse_poll``,
-``parse_states``, ``parse_progress``), beside the nvidia-smi parsing.
+one round trip per node per round. Its output is parsed here too (``parse_poll``, with the
+nvidia-smi part parsed by ``nodes/gpu.py``; ``parse_states``, ``parse_progress``, and a
+submitter node's per-user sections, ``user_states``).
 """
 from __future__ import annotations
 
+import re
 import shlex
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from ..gpu import MARK, PROGRESS_MAX, SMI_TIMEOUT_S, Expect, gpu_script, remote_path
+from ...snapshot import (
+    MEM_LIMIT,
+    REQUEUE_ASKED,
+    GpuProcess,
+    GpuSample,
+    NodeSnapshot,
+    RemoteJob,
+    RemoteState,
+)
+from ..gpu import (
+    MARK,
+    NO_DEVICES,
+    PROGRESS_MAX,
+    SMI_TIMEOUT_S,
+    Expect,
+    GpuRow,
+    clean,
+    gpu_script,
+    job_map,
+    nvidia_smi_error,
+    parse_apps,
+    parse_gpu_query,
+    remote_path,
+    split_sections,
+)
 
 # How long the job part of a poll (states, progress) may take on a node before ``timeout``
 # kills it with every process it started; it reads only small files without blocking, so
@@ -82,7 +110,7 @@ _STAT_LINE = (r"1h;1!H;${x;s/^\([0-9][0-9]*\) .*) \([^ ][^ ]*\) [^ ][^ ]* [^ ][^
               r"\([0-9][0-9]*\) \([^ ][^ ]* \)\{15\}\([0-9][0-9]*\)\( .*\)\{0,1\}$/\1 \2 \3 \5/p}")
 
 
-def leaders_script(pids) -> str:
+def leaders_script(pids: Iterable[int]) -> str:
     """Shell that sets ``L_PID="STATE SID START"`` for each of ``pids`` (ints) that is alive."""
     files = " ".join(f"/proc/{int(p)}/stat" for p in sorted(set(pids)))
     if not files:
@@ -218,3 +246,210 @@ def poll_script(workdir: str, expect: Expect = (), gpu_timeout_s: float = SMI_TI
     by the driver or by a job's files), then the GPUs.  One round trip per node per round,
     whatever the number of jobs."""
     return state_script(workdir, expect, progress) + gpu_script(gpu_timeout_s)
+
+
+# ---------------------------------------------------------------- parsing its output
+def _int(text: str) -> int | None:
+    return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else None
+
+
+def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
+    """The state section (see ``state_script``) -> ((job id, RemoteJob), ...)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or _int(parts[0]) is None or parts[1] not in (
+                "running", "exited", "missing", "claimed"):   # never "unknown": see user_states
+            continue
+        pid = _int(parts[2]) if len(parts) > 2 else None
+        if parts[1] == "running":
+            job = RemoteJob(RemoteState.RUNNING, None, pid,
+                            _int(parts[3]) if len(parts) > 3 else None)
+        elif parts[1] == "exited":
+            job = RemoteJob(RemoteState.EXITED, _int(parts[3]) if len(parts) > 3 else None, pid,
+                            reason=parts[4] if parts[4:5] in ([REQUEUE_ASKED], [MEM_LIMIT])
+                            else None)
+        else:
+            job = RemoteJob(RemoteState(parts[1]))
+        out.append((int(parts[0]), job))
+    return tuple(out)
+
+
+# dd's last line on stderr (C locale), with the bytes it copied: "25 bytes copied, ..." (and
+# "1 byte", and before coreutils 8.24 "25 bytes (25 B) copied, ...")
+_DD_COPIED = re.compile(r"(\d+) bytes? (?:\([^)]*\) )?copied")
+
+
+# One job's new progress bytes as a poll read them: (job id, the offset they start at, the
+# file's size then, the bytes as text: progress_script keeps them ASCII).
+Progress = tuple[int, int, int, str]
+
+
+def parse_progress(sec: dict[str, tuple[str | None, str]]) -> tuple[Progress, ...]:
+    """The files a poll read progress from (see ``progress_script``): each ``progress:ID``
+    section, in the order they were read, says how many of the ``progress-bytes`` are that
+    file's (dd's own count); a file's bytes are believed only if it was the same regular file
+    after the read as before it.  Nothing is believed if the counts do not add up to the bytes
+    there are (the reads were cut short), since then no file's bytes are known to be its."""
+    if "progress-bytes" not in sec:
+        return ()
+    blob = sec["progress-bytes"][1]
+    after = {}
+    for line in sec.get("progress-check", (None, ""))[1].splitlines():
+        path, _, rest = line.partition(" ")
+        after[path] = rest
+    out, pos = [], 0
+    for key, (arg, body) in sec.items():
+        if not key.startswith("progress:"):
+            continue
+        before, *told = body.splitlines() or [""]
+        counts = [int(m.group(1)) for line in told if (m := _DD_COPIED.match(line))]
+        if not counts:   # dd could not open the file (it copies nothing then): skip it only
+            continue     # (had it copied bytes, the total check below catches it)
+        text, pos = blob[pos:pos + counts[-1]], pos + counts[-1]   # its last count: the total
+        job, fields = _int(key[len("progress:"):]), (arg or "").split(",")
+        if job is None or len(fields) != 2:
+            continue
+        start, size = _int(fields[0]), _int(fields[1])
+        name, _, stat = before.partition(" ")
+        if start is None or size is None or name != f"{job}/progress" \
+                or after.get(name) != stat:
+            continue
+        out.append((job, start, size, text[:PROGRESS_MAX]))
+    return tuple(out) if pos == len(blob) else ()
+
+
+def job_sections(sec: dict[str, tuple[str | None, str]]
+                 ) -> tuple[tuple[tuple[int, RemoteJob], ...] | None, set[int], dict[int, int]]:
+    """(states, known job dirs, live sessions) from a poll's sections; states is None when the
+    state section is missing (the script did not run)."""
+    if "state" not in sec:
+        return None, set(), {}
+    states = parse_states(sec["state"][1])
+    known = {int(x) for x in sec.get("dirs", (None, ""))[1].split() if x.isdigit()}
+    sessions = {job.pid: j for j, job in states if job.state == "running" and job.pid}
+    return states, known | {j for j, _ in states}, sessions
+
+
+@dataclass(frozen=True)
+class UserStates:
+    """What the per-user sections of a submitter node's poll say (see ``runas.poll_sections``)."""
+
+    states: tuple[tuple[int, RemoteJob], ...]
+    owner_of: dict[int, str]              # job id -> owner, for tagging GPU processes
+    sessions: dict[int, int]              # live session leader -> job id
+    tags: dict[int, tuple[int, str]]      # pid -> (job id, its user)
+    errors: dict[str, str]                # user -> why their section could not run
+    progress: tuple[Progress, ...] = ()   # their running jobs' new progress (read as them)
+
+
+def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str]) -> UserStates:
+    """Each user's section is believed only about that user's jobs (``owners``: the expected
+    jobs' owners).  A job whose owner's section did not run (sudo refused, the user missing,
+    a timeout) is ``unknown``, never ``missing``: the node answered, but nobody looked, and a
+    job must not be taken for never started (and started again) because its owner's sudo
+    broke."""
+    states: list[tuple[int, RemoteJob]] = []
+    owner_of = dict(owners)
+    sessions: dict[int, int] = {}
+    tags: dict[int, tuple[int, str]] = {}
+    errors: dict[str, str] = {}
+    progress: list[Progress] = []
+    for key, (_, body) in sec.items():
+        if not key.startswith("as:"):
+            continue
+        user = key[3:]
+        lines = [ln[2:] for ln in body.splitlines() if ln.startswith("| ")]
+        rc = sec.get(f"as-rc:{user}", ("-", ""))[0]
+        inner = split_sections("\n".join(lines))
+        got, known, live = job_sections(inner)
+        if rc != "0" or got is None:
+            errors[user] = clean(next((ln for ln in reversed(lines) if ln.strip()),
+                                      f"exit {rc}"))
+            continue
+        mine = {j for j, u in owners.items() if u == user}
+        states.extend((j, job) for j, job in got if j in mine)
+        progress.extend(x for x in parse_progress(inner) if x[0] in mine)
+        sessions.update((pid, j) for pid, j in live.items() if j in mine)
+        for j in known:
+            owner_of.setdefault(j, user)
+        for line in inner.get("tags", (None, ""))[1].splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() \
+                    and owner_of.get(int(parts[1])) == user:
+                tags[int(parts[0])] = (int(parts[1]), user)
+    answered = {j for j, _ in states}
+    states.extend((j, RemoteJob(RemoteState.UNKNOWN)) for j in owners if j not in answered)
+    return UserStates(tuple(states), owner_of, sessions, tags, errors, tuple(progress))
+
+
+def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[int, int],
+           only: tuple[int, ...] | None) -> tuple[GpuSample, ...]:
+    """Put each process on its GPU (by uuid), tag iadeep's, keep only the inventory's GPUs."""
+    by_uuid: dict[str, list[GpuProcess]] = {}
+    for uuid, proc in apps:
+        job_id = jobs.get(proc.pid)
+        if job_id is not None:
+            proc = GpuProcess(proc.pid, proc.used_memory_mib, proc.name, job_id)
+        by_uuid.setdefault(uuid, []).append(proc)
+    out = []
+    for row in rows:
+        if only is not None and row.sample.index not in only:
+            continue
+        procs = tuple(sorted(by_uuid.get(row.sample.uuid, ()), key=lambda p: p.pid))
+        out.append(GpuSample(**{**row.sample.__dict__, "processes": procs}))
+    return tuple(out)
+
+
+def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
+               taken_at: float | None = None, rtt_s: float | None = None,
+               owners: Mapping[int, str] | None = None,
+               expected: Sequence[int] = ()) -> NodeSnapshot:
+    """The poll script's output -> NodeSnapshot: the jobs' states whenever the script ran, and
+    ``error`` set when nvidia-smi failed (the node still answered: its jobs are still known).
+    ``owners`` (job id -> owner): the node runs jobs as their submitters, and their states
+    are in per-user sections (``user_states``).  An ``expected`` job the state section does
+    not mention (its part of the poll was cut short) is ``unknown``: nobody looked."""
+    taken_at = time.time() if taken_at is None else taken_at
+    sec = split_sections(output)
+    states, known, sessions = job_sections(sec)
+    progress = parse_progress(sec)
+    by_user = None
+    if owners is not None and states is not None:
+        by_user = user_states(sec, owners)
+        states = states + by_user.states
+        known |= set(by_user.owner_of)
+        sessions.update(by_user.sessions)
+        progress += by_user.progress
+    if states is not None:
+        told = {j for j, _ in states}
+        states += tuple((int(j), RemoteJob(RemoteState.UNKNOWN)) for j in dict.fromkeys(expected)
+                        if int(j) not in told)
+
+    def snap(gpus: tuple[GpuSample, ...] = (), error: str | None = None,
+             driver: str | None = None) -> NodeSnapshot:
+        return NodeSnapshot(name=name, taken_at=taken_at, gpus=gpus, error=error,
+                            driver_version=driver, rtt_s=rtt_s, jobs=states,
+                            progress=progress)
+
+    if "gpu" not in sec:
+        return snap(error="unexpected poll output (no GPU section): "
+                          + (output.strip().splitlines() or ["empty"])[0][:200])
+    rc_text, body = sec["gpu"]
+    rc = int(rc_text) if rc_text and rc_text.lstrip("-").isdigit() else -1
+    err = nvidia_smi_error(rc, body)
+    if err:
+        return snap(error=err)
+    if NO_DEVICES in body:
+        return snap()
+    try:
+        rows = parse_gpu_query(body)
+        apps_rc, apps_body = sec.get("apps", ("1", ""))
+        apps = parse_apps(apps_body) if apps_rc == "0" and NO_DEVICES not in apps_body else []
+    except ValueError as exc:
+        return snap(error=f"cannot parse nvidia-smi output: {exc}")
+    jobs = job_map(sec.get("procs", (None, ""))[1], known, sessions,
+                   None if by_user is None else by_user.owner_of,
+                   None if by_user is None else by_user.tags)
+    driver = next((r.driver for r in rows if r.driver), None)
+    return snap(gpus=attach(rows, apps, jobs, only), driver=driver)

@@ -3,7 +3,7 @@
 its job directory's ``slurm/``): ``srun``, which runs its command once inside the job's own
 GPUs (one task, one node: asking for more fails with one line), and ``scontrol``, whose
 ``requeue`` asks iadeep to requeue the job: it leaves the ``requeue`` marker in the job
-directory (``REQUEUE_MARKER``: the poll reports it, ``nodes.backend.REQUEUE_ASKED``) and stops
+directory (``REQUEUE_MARKER``: the poll reports it, ``snapshot.REQUEUE_ASKED``) and stops
 the job's process group; the controller then queues it again instead of ending it.
 
 On a Slurm node (the Slurm backend) none of this is used: the job is a Slurm job and has

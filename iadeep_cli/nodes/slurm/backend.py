@@ -14,8 +14,8 @@ from typing import Protocol
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError
-from ...inventory import BackendKind, Inventory, Node, SlurmSettings
 from ...jobs import SIGNALS, Job
+from ...settings import BackendKind, Inventory, Node, SlurmSettings
 from ...snapshot import NodeSnapshot, RemoteJob
 from ..backend import MAX_LOG_READ, LaunchResult, LogBytes, log_bytes
 from ..gpu import Expect
@@ -289,7 +289,7 @@ def pause(pool: SlurmAccess, job_id: int, stop: bool) -> bool:
     and continues every process of it and knows it is suspended (root only: the controller
     submits as root). Idempotent like SIGSTOP/SIGCONT: a job already in the wanted state is
     left alone, so the controller may repeat either after a crash. True if the job was there.
-    iadeep's state (``suspended``/``running``, controller/adaptation.py) stays the one that says
+    iadeep's state (``suspended``/``running``, steps/adaptation.py) stays the one that says
     what must be; this only carries it out."""
     attempts = _attempts(pool, job_id)
     todo = [str(i) for i, state, _ in attempts if state == ("RUNNING" if stop else "SUSPENDED")]

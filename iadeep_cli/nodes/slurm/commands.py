@@ -10,9 +10,10 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import NodeError
-from ...inventory import SlurmSettings
+from ...settings import SlurmSettings
 
 log = logging.getLogger("iadeep.slurm")
 # squeue's states of a job that is over; every other state holds (or will hold) its GPU.
@@ -82,9 +83,10 @@ class Slurm:
                             f"{err[-1] if err else ''}", hint="check slurmctld (`scontrol ping`)")
         return p.stdout.decode("utf-8", "replace")
 
-    def json(self, argv: Sequence[str]) -> dict:
+    def json(self, argv: Sequence[str]) -> dict[str, Any]:
         try:
-            return json.loads(self.run(argv))
+            got: dict[str, Any] = json.loads(self.run(argv))
+            return got
         except ValueError:
             raise NodeError(f"slurm: {argv[0]} --json gave unreadable output",
                             hint="Slurm 21.08 or later is needed") from None
@@ -105,7 +107,7 @@ def gpu_types(gres: str, prefix: str) -> dict[str, dict[int, int]]:
 
 
 
-def _gres_detail(job: dict, prefix: str) -> dict[int, tuple[str, int]]:
+def _gres_detail(job: dict[str, Any], prefix: str) -> dict[int, tuple[str, int]]:
     """GPU index -> ("gpu" or "shard", count) that a running Slurm job holds."""
     out: dict[int, tuple[str, int]] = {}
     for part in job.get("gres_detail") or ():
@@ -115,7 +117,7 @@ def _gres_detail(job: dict, prefix: str) -> dict[int, tuple[str, int]]:
     return out
 
 
-def _exit_code(job: dict) -> int | None:
+def _exit_code(job: dict[str, Any]) -> int | None:
     """The batch script's exit code; None when Slurm ended it (cancelled, timed out, node
     failed: killed, like a job without an exit file on an SSH node)."""
     state = str(job.get("job_state") or "")

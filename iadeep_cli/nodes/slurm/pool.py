@@ -7,12 +7,13 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ...errors import NodeError
-from ...inventory import BackendKind, Inventory, Node, SlurmSettings
+from ...settings import BackendKind, Inventory, Node, SlurmSettings
 from ...snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot, RemoteJob, RemoteState
 from ..backend import Backend
-from ..connection import NodeConnection
+from ..connection import NodeConnection, Pool
 from ..gpu import Expect
 from .backend import SlurmBackend
 from .commands import ENDED, WAITING, Slurm, SlurmJob, gpu_types, queue, tag
@@ -62,7 +63,7 @@ class SlurmPool:
     ``attempts``: job ids -> their current attempt number (the controller reads it from its
     store), to find a job's Slurm job by name when its id was never recorded."""
 
-    def __init__(self, inventory: Inventory, inner, install_id: str,
+    def __init__(self, inventory: Inventory, inner: Pool, install_id: str,
                  attempts: Callable[[Iterable[int]], Mapping[int, int]],
                  command_timeout: float = 20.0):
         assert inventory.slurm is not None
@@ -96,7 +97,7 @@ class SlurmPool:
         from ..shell import ShellBackend
         return ShellBackend(self, name)
 
-    def run(self, node_name: str, cmd, timeout: float | None = None,
+    def run(self, node_name: str, cmd: str | Sequence[str], timeout: float | None = None,
             stdin: bytes | None = None) -> tuple[int, str, str]:
         return self.connection(node_name).run(cmd, timeout=timeout, stdin=stdin)
 
@@ -180,7 +181,7 @@ class SlurmPool:
         return tuple(out)
 
     @staticmethod
-    def _node_error(n: dict) -> str | None:
+    def _node_error(n: dict[str, Any]) -> str | None:
         state = str(n.get("state") or "").lower()
         flags = {str(f).upper() for f in n.get("state_flags") or ()}
         if state in ("down", "drained", "fail", "future", "unknown") or \
@@ -188,7 +189,7 @@ class SlurmPool:
             return f"slurm node state {state}{'+' + '+'.join(sorted(flags)) if flags else ''}"
         return None
 
-    def _gpus(self, node: Node, n: dict, running: list[SlurmJob], ours: dict[int, int]
+    def _gpus(self, node: Node, n: dict[str, Any], running: list[SlurmJob], ours: dict[int, int]
               ) -> tuple[GpuSample, ...]:
         """The node's GPUs as Slurm holds them: iadeep's jobs (``ours``: Slurm id -> iadeep
         job id) as processes with their job id (so placement counts them), others' as foreign

@@ -1,2 +1,0 @@
-"""The scheduling round's steps, one module each; ``controller/loop.py`` runs them in order
-(its docstring lists them and why the order)."""
