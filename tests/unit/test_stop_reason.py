@@ -20,7 +20,8 @@ def test_an_older_database_moves_the_controllers_reasons_out_of_the_user_names(t
     path = tmp_path / "iadeep.db"
     conn = db.connect(path, migrate_to=13)
     ids = {}
-    for who in ("dave", "iadeep:time-limit", "iadeep:idle", "iadeep:idle-requeue", None):
+    for who in ("dave", "iadeep:time-limit", "iadeep:idle", "iadeep:idle-requeue",
+                "iadeep:client-gone", None):
         job_id, _ = jobrows.insert(conn, "alice", JobSpec("/bin/true"), 0.0)
         extra = {"cancel_requested_by": who} if who else {}
         if who == "iadeep:idle":
@@ -40,8 +41,9 @@ def test_an_older_database_moves_the_controllers_reasons_out_of_the_user_names(t
         "iadeep:time-limit": (None, StopReason.TIME_LIMIT),
         "iadeep:idle": (None, StopReason.IDLE),
         "iadeep:idle-requeue": (None, StopReason.IDLE_REQUEUE),
+        "iadeep:client-gone": (None, StopReason.CLIENT_GONE),
         None: (None, None)}
-    assert [j.idle_marked for j in jobs.values()] == [False, False, True, False, False]
+    assert [j.idle_marked for j in jobs.values()] == [False, False, True, False, False, False]
     kinds = {e.job_id: e.kind for e in outbox.events_after(conn)}
     assert kinds == {i: (jobrows.IDLE if who == "iadeep:idle" else None)
                      for who, i in ids.items()}
