@@ -184,7 +184,7 @@ def test_the_labs_time_limits_apply_and_cap_the_jobs_own(tmp_path, script):
         listed = cli(ctl.home, "queue", "list", check=True).stdout.splitlines()
         assert listed[0].split() == ["ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "AGE",
                                      "TIME", "REASON"]
-        assert [line.split()[7] for line in listed[1:]] == ["-/1:00:00", "-/1-00:00:00"]
+        assert [line.split()[7] for line in listed[1:]] == ["-/1h00m", "-/1d0h"]
     finally:
         ctl.stop()
 
