@@ -259,7 +259,9 @@ class NodeView(Message):
 @dataclass(frozen=True)
 class ControllerView(Message):
     """The controller's heartbeat record (``runtime.Controller.heartbeat``); empty (JSON
-    ``{}``) where no controller ever ran. ``degraded``: why it refuses new jobs, if it does."""
+    ``{}``) where no controller ever ran. ``degraded``: why it refuses new jobs, if it does;
+    ``rounds_failing``: why its scheduling rounds fail one after another, if they do (it
+    accepts jobs, but places none meanwhile)."""
 
     pid: int | None = None
     started_at: float | None = None
@@ -269,6 +271,7 @@ class ControllerView(Message):
     nodes: tuple[str, ...] = ()
     degraded: IadeepError | None = None
     stopped_at: float | None = optional()   # its last record, written as it stopped
+    rounds_failing: str | None = optional()
 
     @property
     def ran(self) -> bool:

@@ -19,6 +19,7 @@ from ..profiles import CoLocation, measurable
 from ..progress import parse_progress, rate
 from ..scheduler.detectors import SPEED_CAP
 from ..snapshot import ClusterSnapshot
+from .jobfault import guarded
 
 log = logging.getLogger("iadeep.controller")
 WINDOW_S = 60.0          # rate over the last minute of progress lines
@@ -107,11 +108,14 @@ class SpeedObserver:
         self._covered = {(n.name, j) for n in snapshot.nodes for j in n.progress_asked}
         for jobs in groups.values():
             for job in jobs:
-                speed = self._from_progress(job, read, len(jobs) == 1, known_solo or {})
+                # what one job wrote fails only its own measurement (controller/jobfault.py)
+                speed = guarded(job, "progress measurement", None, self._from_progress,
+                                job, read, len(jobs) == 1, known_solo or {})
                 if speed is not None:
                     measured.add(job.id)
                 else:
-                    speed = self._from_sm(job, snapshot, len(jobs) == 1, known_util or {})
+                    speed = guarded(job, "utilisation measurement", None, self._from_sm,
+                                    job, snapshot, len(jobs) == 1, known_util or {})
                 if speed is not None:
                     speeds[job.id] = speed
         self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})

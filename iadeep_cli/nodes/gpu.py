@@ -272,6 +272,17 @@ def _int(text: str) -> int | None:
     return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else None
 
 
+# An exit code as a job's exit file may say it: the wrapper writes the shell's status (0-255),
+# but the file is the job's to overwrite; a number outside a 32-bit int is no exit code (as no
+# file: the job was killed), never a value the database cannot hold.
+_EXIT_RANGE = range(-(2**31), 2**31)
+
+
+def _exit_code(text: str) -> int | None:
+    code = _int(text)
+    return code if code in _EXIT_RANGE else None
+
+
 def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
     """The state section (see ``state_script``) -> ((job id, RemoteJob), ...)."""
     out = []
@@ -285,7 +296,8 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
             job = RemoteJob(RemoteState.RUNNING, None, pid,
                             _int(parts[3]) if len(parts) > 3 else None)
         elif parts[1] == "exited":
-            job = RemoteJob(RemoteState.EXITED, _int(parts[3]) if len(parts) > 3 else None, pid)
+            job = RemoteJob(RemoteState.EXITED,
+                            _exit_code(parts[3]) if len(parts) > 3 else None, pid)
         else:
             job = RemoteJob(RemoteState(parts[1]))
         out.append((int(parts[0]), job))

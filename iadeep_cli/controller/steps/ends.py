@@ -11,6 +11,7 @@ from ...errors import IadeepError
 from ...jobs import Job, JobState
 from ...text import hms
 from .. import idle, oom
+from ..jobfault import guarded
 from .backoff import Backoff
 from .context import TIME_LIMIT, Context, Step
 
@@ -54,9 +55,12 @@ class Ends(Step):
                 return
             new, why = JobState.FAILED, "ended without an exit code (killed or node rebooted)"
         else:
-            why = self._open_failure(job, code) or f"exited with code {code}"
+            # what the job wrote (its log) names its failure, or fails only that naming
+            why = guarded(job, "failure naming", None, self._open_failure, job, code) \
+                or f"exited with code {code}"
             # out of GPU memory beside another job: named, learnt, and retried alone (oom.py)
-            why, alone = oom.named(self.ctx, job, code, why, self._learnt)
+            why, alone = guarded(job, "out-of-memory naming", (why, False), oom.named,
+                                 self.ctx, job, code, why, self._learnt)
             if (alone or job.spec.retry_on_fail) and self.requeue(job, why):
                 return
             new = JobState.FAILED

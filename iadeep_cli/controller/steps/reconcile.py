@@ -11,6 +11,7 @@ import logging
 from ...errors import IadeepError
 from ...jobs import ACTIVE, Job, JobState
 from ...store import jobrows
+from ..jobfault import guarded
 from .context import Context, Step
 from .ends import Ends
 
@@ -30,10 +31,9 @@ class Reconcile(Step):
         for job in self.jobs(ACTIVE | {JobState.LOST, JobState.HELD}, node.name):
             if self.actions.busy(job.id) or self.actions.acted_at(job.id) >= node.taken_at:
                 continue
-            if job.state == JobState.HELD:
-                self._apply_held(job, node.job(job.id))
-                continue
-            self._apply_remote(job, node.job(job.id))
+            # what the job's files on the node said (its exit file) fails only this job
+            apply = self._apply_held if job.state == JobState.HELD else self._apply_remote
+            guarded(job, "reconcile", None, apply, job, node.job(job.id))
 
     def _apply_held(self, job: Job, remote) -> None:
         """A held job that Slurm has (it was `starting`, pending there, when it was held):
