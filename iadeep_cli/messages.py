@@ -389,6 +389,24 @@ class ProfileView(Message):
 
 
 @dataclass(frozen=True)
+class ColocationView(Message):
+    """One co-location row (`iadeep profile pairs`): two workloads' speeds beside each other
+    on a GPU model; ``kind`` 'lab' (fits and self-tuning use it) or 'held' (one member's word,
+    until another member's jobs agree or an admin adopts it); ``owners``: whose jobs reported
+    it (none: recorded as the lab's); ``note``: where it came from."""
+
+    id: int
+    gpu_model: str
+    workloads: tuple[str, ...]
+    speeds: tuple[float, ...]
+    samples: int
+    owners: tuple[str, ...]
+    kind: str
+    note: str
+    observed_at: float
+
+
+@dataclass(frozen=True)
 class AddResult(Message):
     """The queued job's id; ``created`` False: a retried submission, the first one's id."""
 
@@ -662,6 +680,29 @@ class ProfilePinRequest(Request[PinResult]):
 class ProfileUnpinRequest(Request[PinResult]):
     op: ClassVar[str] = "profile_unpin"
     label: str
+
+
+@dataclass(frozen=True)
+class PairsRequest(Request[list[ColocationView]]):
+    """Every co-location row, held or the lab's (admins only)."""
+
+    op: ClassVar[str] = "profile_pairs"
+
+
+@dataclass(frozen=True)
+class PairsAdoptRequest(Request[list[ColocationView]]):
+    """Make held co-location rows the lab's (admins only); the rows as they are after."""
+
+    op: ClassVar[str] = "profile_pair_adopt"
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PairsRemoveRequest(Request[list[ColocationView]]):
+    """Remove co-location rows (admins only); the rows removed."""
+
+    op: ClassVar[str] = "profile_pair_remove"
+    ids: tuple[int, ...]
 
 
 # Reservations (`iadeep reserve`, controller/reservations.py): add and delete are admins'.

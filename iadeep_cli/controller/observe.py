@@ -64,6 +64,9 @@ class SpeedObserver:
         # its own SM share, what estimates a sharing job's utilisation alone (the phase
         # detector's ``solo_util``)
         self.progress_speeds: dict[int, float] = {}
+        # the jobs whose progress each of this round's co-location rows (``observe``'s) came
+        # from, in the same order: their owners are whose word the row is (store/profiles.py)
+        self.pair_jobs: list[tuple[Job, Job]] = []
 
     def offsets(self, running: Iterable[Job]) -> dict[int, int]:
         """Job id -> where its progress file is to be read from next, for the running jobs
@@ -189,6 +192,7 @@ class SpeedObserver:
 
     def _pairs(self, groups, speeds, snapshot, now) -> list[CoLocation]:
         rows = []
+        self.pair_jobs = []
         for (node, index), jobs in groups.items():
             if len(jobs) != 2:
                 continue
@@ -210,6 +214,7 @@ class SpeedObserver:
             gpu = snapshot.gpu(node, index)
             rows.append(CoLocation(gpu.name if gpu else "", (a.spec.workload, b.spec.workload),
                                    pair, 1))
+            self.pair_jobs.append((a, b))
             self._recorded.add(key)
         return rows
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import IadeepError
-from ..jobs import ACTIVE, Job, JobState
+from ..jobs import Job, JobState
 from ..profiles import CoLocation
 from ..store import cluster, jobrows, profiles as profrows
 
@@ -66,15 +66,20 @@ def read_tail(loop: Context, job: Job) -> str | None:
 
 
 def partners(loop: Context, job: Job, now: float) -> list[Job]:
-    """The other jobs on the job's GPUs: still there, or ended in the last ``RECENT_S``."""
-    if job.node is None or not job.gpu_indices:
+    """The other jobs that shared the job's GPUs while it ran: started there before now and
+    still running there (or suspended), or failed there in the last ``RECENT_S`` after the job
+    started (both may die in one round). A job that ended before this one started, or that
+    has not started yet, shared nothing with it, whoever owns it."""
+    if job.node is None or not job.gpu_indices or job.started_at is None:
         return []
     with loop.store.tx() as conn:
         near = jobrows.select(conn, node=job.node)
-    mine = set(job.gpu_indices)
+    mine, began = set(job.gpu_indices), job.started_at
     return [j for j in near if j.id != job.id and mine & set(j.gpu_indices)
-            and (j.state in ACTIVE or (j.state is JobState.FAILED and j.ended_at is not None
-                                       and now - j.ended_at <= RECENT_S))]
+            and j.started_at is not None and j.started_at <= now
+            and (j.state in (JobState.RUNNING, JobState.SUSPENDED)
+                 or (j.state is JobState.FAILED and j.ended_at is not None
+                     and now - j.ended_at <= RECENT_S and j.ended_at >= began))]
 
 
 def reason(job: Job, code: int, others: list[Job]) -> str:
@@ -97,9 +102,14 @@ def learn(loop: Context, job: Job, others: list[Job], now: float) -> int:
         count = 0
         for other in others:
             if other.spec.workload:
+                # the job's owner's word alone (its log said so): held as theirs until
+                # another member's job runs out of memory in the same pair, or an admin
+                # adopts it (store/profiles.py)
                 profrows.add_colocation(conn, CoLocation(
                     gpu.name if gpu else "", (job.spec.workload, other.spec.workload),
-                    (UNSAFE_SPEED, UNSAFE_SPEED)), now)
+                    (UNSAFE_SPEED, UNSAFE_SPEED)), now, owners=(job.owner,),
+                    note=f"job {job.id} ({job.owner}) ran out of GPU memory beside job "
+                         f"{other.id} ({other.owner})")
                 count += 1
     return count
 
