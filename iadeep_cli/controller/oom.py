@@ -9,8 +9,11 @@ of GPU memory", and, when other jobs were on its GPU, "while sharing GPU node:i 
 
 - with ``--retries`` left it is requeued (even without ``--retry-on-fail``) and runs alone from
   then on: its ``exclusive`` flag is set, which `queue show` shows;
-- the pair is recorded as a co-location at ``UNSAFE_SPEED`` for both, so the model, at its next
-  refit, predicts the pair far below any floor and never places it together again.
+- the pair is recorded as a co-location at ``UNSAFE_SPEED`` for both, with the jobs that really
+  shared the GPU with it (``partners``); the row is its owner's word alone, held as theirs until
+  another member's job runs out of memory in the same pair or an admin adopts it
+  (``store/profiles.add_colocation``); from then on the model, at its next refit, predicts the
+  pair far below any floor and never places it together again.
 
 Nothing here runs for a job that exited 0, was cancelled, or has no log on its node.
 """
