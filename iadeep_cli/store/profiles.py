@@ -267,8 +267,9 @@ def _agreeing(conn: sqlite3.Connection, obs: CoLocation, who: set[str], toleranc
               ) -> sqlite3.Row | None:
     """The newest reported row of the same pair whose users are none of ``who`` and that
     agrees with ``obs``, if any."""
-    for r in conn.execute("SELECT * FROM colocations WHERE gpu_model=? AND owners != '' "
-                          "ORDER BY id DESC", (obs.gpu_model,)).fetchall():
+    orders = (json.dumps(list(obs.jobs)), json.dumps(list(obs.jobs[::-1])))
+    for r in conn.execute("SELECT * FROM colocations WHERE gpu_model=? AND jobs IN (?, ?) "
+                          "AND owners != '' ORDER BY id DESC", (obs.gpu_model, *orders)):
         if who & set(r["owners"].split(",")):
             continue
         if pair_agrees(obs, _colocation(r), tolerance):
