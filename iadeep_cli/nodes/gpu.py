@@ -275,12 +275,12 @@ def _int(text: str) -> int | None:
 # An exit code as a job's exit file may say it: the wrapper writes the shell's status (0-255),
 # but the file is the job's to overwrite; a number outside a 32-bit int is no exit code (as no
 # file: the job was killed), never a value the database cannot hold.
-_EXIT_RANGE = range(-(2**31), 2**31)
+EXIT_MIN, EXIT_MAX = -(2**31), 2**31 - 1
 
 
 def _exit_code(text: str) -> int | None:
     code = _int(text)
-    return code if code in _EXIT_RANGE else None
+    return code if code is not None and EXIT_MIN <= code <= EXIT_MAX else None
 
 
 def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
