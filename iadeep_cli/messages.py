@@ -304,7 +304,9 @@ class NodeView(Message):
 @dataclass(frozen=True)
 class ControllerView(Message):
     """The controller's heartbeat record (``runtime.Controller.heartbeat``); empty (JSON
-    ``{}``) where no controller ever ran. ``degraded``: why it refuses new jobs, if it does."""
+    ``{}``) where no controller ever ran. ``degraded``: why it refuses new jobs, if it does;
+    ``rounds_failing``: why its scheduling rounds fail one after another, if they do (it
+    accepts jobs, but places none meanwhile)."""
 
     pid: int | None = None
     started_at: float | None = None
@@ -314,6 +316,7 @@ class ControllerView(Message):
     nodes: tuple[str, ...] = ()
     degraded: IadeepError | None = None
     stopped_at: float | None = optional()   # its last record, written as it stopped
+    rounds_failing: str | None = optional()
 
     @property
     def ran(self) -> bool:
@@ -428,6 +431,24 @@ class ProfileView(Message):
     def from_dict(cls, data: Mapping[str, Any]) -> ProfileView:
         profile = Profile(**{k: data[k] for k in _fields(Profile) if k in data})
         return super().from_dict({**data, "profile": profile})   # a Profile is taken as it is
+
+
+@dataclass(frozen=True)
+class ColocationView(Message):
+    """One co-location row (`iadeep profile pairs`): two workloads' speeds beside each other
+    on a GPU model; ``kind`` 'lab' (fits and self-tuning use it) or 'held' (one member's word,
+    until another member's jobs agree or an admin adopts it); ``owners``: whose jobs reported
+    it (none: recorded as the lab's); ``note``: where it came from."""
+
+    id: int
+    gpu_model: str
+    workloads: tuple[str, ...]
+    speeds: tuple[float, ...]
+    samples: int
+    owners: tuple[str, ...]
+    kind: str
+    note: str
+    observed_at: float
 
 
 @dataclass(frozen=True)
@@ -756,6 +777,29 @@ class ProfilePinRequest(Request[PinResult]):
 class ProfileUnpinRequest(Request[PinResult]):
     op: ClassVar[str] = "profile_unpin"
     label: str
+
+
+@dataclass(frozen=True)
+class PairsRequest(Request[list[ColocationView]]):
+    """Every co-location row, held or the lab's (admins only)."""
+
+    op: ClassVar[str] = "profile_pairs"
+
+
+@dataclass(frozen=True)
+class PairsAdoptRequest(Request[list[ColocationView]]):
+    """Make held co-location rows the lab's (admins only); the rows as they are after."""
+
+    op: ClassVar[str] = "profile_pair_adopt"
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PairsRemoveRequest(Request[list[ColocationView]]):
+    """Remove co-location rows (admins only); the rows removed."""
+
+    op: ClassVar[str] = "profile_pair_remove"
+    ids: tuple[int, ...]
 
 
 # Reservations (`iadeep reserve`, controller/requests/reservations.py): add and delete are admins'.

@@ -104,6 +104,23 @@ def agrees(a: Profile, b: Profile, rate_tolerance: float) -> bool:
     return min(ra, rb) > 0 and max(ra, rb) / min(ra, rb) - 1.0 <= rate_tolerance
 
 
+# How far two co-location measurements of the same pair may differ (each speed, relative) and
+# still say the same thing: jobs of two members corroborate a pair (``pair_agrees``).
+PAIR_TOLERANCE = 0.25
+
+
+def pair_agrees(a: CoLocation, b: CoLocation, tolerance: float = PAIR_TOLERANCE) -> bool:
+    """Whether two measurements of a pair say the same thing: the same GPU model and
+    workloads, and each workload's speed within ``tolerance`` (relative) of the other's."""
+    if a.gpu_model != b.gpu_model or len(a.jobs) != 2 or len(b.jobs) != 2:
+        return False
+    orders = [b.speeds] if b.jobs == a.jobs else []
+    if b.jobs == a.jobs[::-1]:
+        orders.append(b.speeds[::-1])
+    return any(all(min(x, y) > 0 and max(x, y) / min(x, y) - 1.0 <= tolerance
+                   for x, y in zip(a.speeds, other)) for other in orders)
+
+
 def merged(samples: Sequence[Profile]) -> Profile:
     """The profile of the last WINDOW samples: medians, the peak memory's maximum; an optional
     field is the median of the samples that have it (None if none has)."""

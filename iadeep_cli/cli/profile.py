@@ -1,4 +1,5 @@
-"""`iadeep profile list|show|pin|unpin`: the workload profiles the scheduler predicts from."""
+"""`iadeep profile list|show|pin|unpin|pairs|pair-adopt|pair-remove`: the workload profiles and
+co-location rows the scheduler predicts from."""
 from __future__ import annotations
 
 import typer
@@ -83,3 +84,41 @@ def unpin(label: str = LABEL) -> None:
     """Let learning from jobs change a profile again (admins only)."""
     client.ask(m.ProfileUnpinRequest(label))
     print(f"profile {label}: learns from jobs again")
+
+
+PAIR_IDS = typer.Argument(..., help="One or more row ids (`iadeep profile pairs` lists them).")
+
+
+def _pair_rows(rows: list[m.ColocationView]) -> None:
+    render.table(["ID", "GPU", "WORKLOADS", "SPEEDS", "STATE", "REPORTED BY", "TIME", "NOTE"],
+                 ([r.id, r.gpu_model or "-", " + ".join(r.workloads),
+                   " / ".join(f"{s:.2f}" for s in r.speeds),
+                   "lab" if r.kind == "lab" else "HELD", ", ".join(r.owners) or "-",
+                   clock(r.observed_at), r.note or "-"] for r in rows))
+
+
+@app.command("pairs")
+def pairs(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the lab's co-location rows: the lab's (the model and self-tuning learn from them)
+    and those HELD as one member's until another member's jobs agree (admins only)."""
+    rows = client.ask(m.PairsRequest())
+    if json_:
+        render.as_json(m.encode(rows))
+        return
+    _pair_rows(rows)
+
+
+@app.command("pair-adopt")
+def pair_adopt(ids: list[int] = PAIR_IDS) -> None:
+    """Make HELD co-location rows the lab's: the model's next refit and self-tuning use them
+    (admins only)."""
+    _pair_rows(client.ask(m.PairsAdoptRequest(tuple(ids))))
+
+
+@app.command("pair-remove")
+def pair_remove(ids: list[int] = PAIR_IDS) -> None:
+    """Remove co-location rows, held or the lab's: the model's next refit goes without them
+    (admins only)."""
+    rows = client.ask(m.PairsRemoveRequest(tuple(ids)))
+    print(f"removed {len(rows)} co-location row{'s' if len(rows) != 1 else ''}: "
+          + ", ".join(str(r.id) for r in rows))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import typer
 
+from ..checks import escape
 from ..paths import SET_IADEEP_HOME, iadeep_home_set
 from ..text import duration, foreign_idle_line, gib, impact, when
 from . import render
@@ -49,6 +50,9 @@ def _print(data: m.StatusView, live: bool) -> None:
         print(f"controller: running (pid {ctl.pid}, {len(ctl.nodes)} nodes)")
         if ctl.degraded:
             print(f"  DEGRADED: {ctl.degraded.message} (hint: {ctl.degraded.hint})")
+        if ctl.rounds_failing:
+            print(f"  DEGRADED: {escape(ctl.rounds_failing)} (hint: the controller's log names the "
+                  "error, and the job when a job's data caused it)")
     elif ctl.ran:
         print(f"controller: NOT running; last heartbeat {when(ctl.heartbeat_at, data.now)}")
     elif not iadeep_home_set():   # a member looking in their own default directory

@@ -89,6 +89,8 @@ class Controller:
         self._published_at = float("-inf")
         self._rescued, self._rescue_failed = False, ""
         self._round_stopped: str | None = None
+        # rounds failing one after another: (the first's time, how many, the last's error)
+        self._rounds_failing: tuple[float, int, str] | None = None
         self._beat_failed = ""
         self._damage_checked = float("-inf")
 
@@ -255,7 +257,8 @@ class Controller:
                         poll_interval_s=self.inventory.poll_interval_s,
                         aging_per_hour=self.inventory.policy.aging_per_hour,
                         nodes=tuple(n.name for n in self.inventory.nodes),
-                        degraded=problem, stopped_at=stopped_at).to_dict())
+                        degraded=problem, stopped_at=stopped_at,
+                        rounds_failing=self.rounds_failing()).to_dict())
                 self._publish(now, force=stopped_at is not None)
             except StoreError as exc:
                 problem = problem or exc
@@ -408,10 +411,33 @@ class Controller:
             if is_damage(exc):   # checked at this heartbeat
                 self._damage_checked = float("-inf")
             log.exception("scheduling round failed; retrying next interval")
+            self._round_failed(exc)
             return
         if self._round_stopped:
             log.warning("scheduling rounds complete again")
             self._round_stopped = None
+        if self._rounds_failing is not None:
+            log.warning("scheduling rounds complete again after %d failed",
+                        self._rounds_failing[1])
+            self._rounds_failing = None
+
+    def _round_failed(self, exc: Exception) -> None:
+        """A round failed: counted (the metrics), and shown by `iadeep status` while rounds go
+        on failing (``rounds_failing``)."""
+        first, count, _ = self._rounds_failing or (self.clock(), 0, "")
+        self._rounds_failing = (first, count + 1, f"{type(exc).__name__}: {exc}"[:300])
+        if self.metrics is not None:
+            self.metrics.round_failed()
+
+    def rounds_failing(self) -> str | None:
+        """What `iadeep status` shows while scheduling rounds fail one after another, else
+        None: nothing is placed or started meanwhile."""
+        if self._rounds_failing is None:
+            return None
+        first, count, error = self._rounds_failing
+        return (f"scheduling rounds failing: the last {count} failed, since "
+                f"{time.strftime('%H:%M:%S', time.localtime(first))} ({error}); nothing is "
+                "placed or started meanwhile")
 
     def stop(self, signum: int | None = None, _frame=None) -> None:
         if signum is not None:

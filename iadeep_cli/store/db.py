@@ -308,6 +308,18 @@ MIGRATIONS: tuple[str, ...] = (
     ON jobs WHEN """ + " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in _V14_JOB_COLUMNS) + """
     BEGIN UPDATE job_rows_changed SET n = n + 1; END;
     """,
+    # v15 (issue 41): a co-location row is one member's word until another member's jobs agree, or
+    # an admin adopts it, as a phase profile is (store/profiles.py): ``owners`` the users whose
+    # jobs reported it (comma-separated, sorted), ``kind`` 'held' (that word only, used by no fit
+    # or replay) or 'lab' (agreed or adopted: the model's and self-tuning's), ``note`` where it
+    # came from. Rows from before were recorded as the lab's: they stay 'lab', with no owners
+    # (`iadeep profile pairs` lists them for an admin to review).
+    """
+    ALTER TABLE colocations ADD COLUMN owners TEXT NOT NULL DEFAULT '';
+    ALTER TABLE colocations ADD COLUMN kind TEXT NOT NULL DEFAULT 'lab';
+    ALTER TABLE colocations ADD COLUMN note TEXT NOT NULL DEFAULT '';
+    CREATE INDEX colocations_kind ON colocations(kind, gpu_model)
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

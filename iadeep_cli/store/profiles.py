@@ -18,11 +18,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 from ..errors import NotFoundError
-from ..profiles import WINDOW, CoLocation, Profile, agrees, merged, outlier_reason
+from ..profiles import (
+    PAIR_TOLERANCE,
+    WINDOW,
+    CoLocation,
+    Profile,
+    agrees,
+    merged,
+    outlier_reason,
+    pair_agrees,
+)
 
 SHOWN_SAMPLES = 20   # per profile, newest first, in `iadeep profile show`
 
@@ -212,14 +222,110 @@ def details(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     return out
 
 
-def add_colocation(conn: sqlite3.Connection, obs: CoLocation, now: float) -> None:
-    conn.execute("INSERT INTO colocations (gpu_model, jobs, speeds, samples, observed_at) "
-                 "VALUES (?, ?, ?, ?, ?)",
-                 (obs.gpu_model, json.dumps(list(obs.jobs)), json.dumps(list(obs.speeds)),
-                  obs.samples, now))
+# --------------------------------------------------------------------------------------------
+# Co-location rows, held as the reporting member's until another member's jobs agree, as phase
+# samples are: what one member's jobs say about sharing (their progress rates beside another
+# job, an out-of-memory line) would otherwise change every member's placement (the model's
+# refit) and the lab's settings (self-tuning's replay). A row's ``owners`` are the users whose
+# jobs' word it is; it is 'held' until a row of users it shares none with agrees
+# (``profiles.pair_agrees``), or an admin adopts it (`iadeep profile pair-adopt ID`). Only
+# 'lab' rows are read by ``load_colocations`` (every fit and replay).
+# --------------------------------------------------------------------------------------------
+def add_colocation(conn: sqlite3.Connection, obs: CoLocation, now: float,
+                   owners: Sequence[str] | None = None, note: str = "",
+                   tolerance: float = PAIR_TOLERANCE) -> tuple[int, str]:
+    """Record a measurement; (its row id, its kind: 'lab' or 'held').
+
+    ``owners``: the users whose jobs reported it; None records the lab's own (data an admin
+    loads). A reported row is held as its owners' unless a row of other users (none in
+    common) agrees with it; then both are the lab's."""
+    who = sorted(set(owners)) if owners is not None else []
+    kind, partner = "lab", None
+    if owners is not None:
+        partner = _agreeing(conn, obs, set(who), tolerance)
+        kind = "lab" if partner is not None else "held"
+        if partner is None:
+            note = (f"{note}; " if note else "") + (
+                f"held as {', '.join(who)}'s until another member's jobs agree, or an admin "
+                "adopts it")
+        else:
+            note = (f"{note}; " if note else "") + (
+                f"agrees with row {partner['id']} ({partner['owners']})")
+            if partner["kind"] == "held":
+                conn.execute("UPDATE colocations SET kind='lab', note=? WHERE id=?",
+                             (_agreed_note(partner["note"], f"agreed by jobs of {', '.join(who)}"),
+                              partner["id"]))
+    cur = conn.execute(
+        "INSERT INTO colocations (gpu_model, jobs, speeds, samples, observed_at, owners, kind, "
+        "note) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (obs.gpu_model, json.dumps(list(obs.jobs)), json.dumps(list(obs.speeds)), obs.samples,
+         now, ",".join(who), kind, note))
+    return int(cur.lastrowid or 0), kind
+
+
+def _agreeing(conn: sqlite3.Connection, obs: CoLocation, who: set[str], tolerance: float
+              ) -> sqlite3.Row | None:
+    """The newest reported row of the same pair whose users are none of ``who`` and that
+    agrees with ``obs``, if any."""
+    orders = (json.dumps(list(obs.jobs)), json.dumps(list(obs.jobs[::-1])))
+    for r in conn.execute("SELECT * FROM colocations WHERE gpu_model=? AND jobs IN (?, ?) "
+                          "AND owners != '' ORDER BY id DESC", (obs.gpu_model, *orders)):
+        if who & set(r["owners"].split(",")):
+            continue
+        if pair_agrees(obs, _colocation(r), tolerance):
+            found: sqlite3.Row = r
+            return found
+    return None
+
+
+def _agreed_note(note: str, by: str) -> str:
+    """A held row's note once it is the lab's: 'held as ...' becomes ``by``."""
+    head = note.split("held as ")[0].rstrip("; ")
+    return f"{head}; {by}" if head else by
+
+
+def _colocation(r: sqlite3.Row) -> CoLocation:
+    return CoLocation(r["gpu_model"], tuple(json.loads(r["jobs"])),
+                      tuple(json.loads(r["speeds"])), r["samples"])
 
 
 def load_colocations(conn: sqlite3.Connection) -> list[CoLocation]:
-    rows = conn.execute("SELECT gpu_model, jobs, speeds, samples FROM colocations ORDER BY id")
-    return [CoLocation(r["gpu_model"], tuple(json.loads(r["jobs"])),
-                       tuple(json.loads(r["speeds"])), r["samples"]) for r in rows]
+    """The lab's co-location rows (agreed, adopted, or the lab's own): what fits and replays
+    use. Rows held as one member's are not among them."""
+    rows = conn.execute("SELECT gpu_model, jobs, speeds, samples FROM colocations "
+                        "WHERE kind='lab' ORDER BY id")
+    return [_colocation(r) for r in rows]
+
+
+def colocation_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every co-location row, held or the lab's, oldest first (`iadeep profile pairs`)."""
+    return [{"id": r["id"], "gpu_model": r["gpu_model"], "workloads": json.loads(r["jobs"]),
+             "speeds": json.loads(r["speeds"]), "samples": r["samples"],
+             "owners": [o for o in r["owners"].split(",") if o], "kind": r["kind"],
+             "note": r["note"], "observed_at": r["observed_at"]}
+            for r in conn.execute("SELECT * FROM colocations ORDER BY id")]
+
+
+def adopt_colocations(conn: sqlite3.Connection, ids: Sequence[int], by: str) -> None:
+    """An admin makes held rows the lab's (rows already the lab's stay as they are)."""
+    for row_id in _existing(conn, ids):
+        row = conn.execute("SELECT note FROM colocations WHERE id=? AND kind='held'",
+                           (row_id,)).fetchone()
+        if row is not None:
+            conn.execute("UPDATE colocations SET kind='lab', note=? WHERE id=?",
+                         (_agreed_note(row["note"], f"adopted by {by}"), row_id))
+
+
+def remove_colocations(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    """An admin removes rows (held or the lab's); the model's next refit goes without them."""
+    for row_id in _existing(conn, ids):
+        conn.execute("DELETE FROM colocations WHERE id=?", (row_id,))
+
+
+def _existing(conn: sqlite3.Connection, ids: Sequence[int]) -> list[int]:
+    """``ids``, each checked to be a row: else a NotFoundError naming the first that is not."""
+    for row_id in ids:
+        if conn.execute("SELECT 1 FROM colocations WHERE id=?", (row_id,)).fetchone() is None:
+            raise NotFoundError(f"no co-location row {row_id}",
+                                hint="`iadeep profile pairs` lists the rows and their ids")
+    return list(dict.fromkeys(ids))

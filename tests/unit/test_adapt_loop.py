@@ -437,3 +437,26 @@ def test_a_job_that_changes_phase_while_sharing_refreshes_its_profile(make):
     assert refreshed.mem_util == EMU.mem_util     # what a shared GPU does not show per job
     assert lab.job(a).state == lab.job(b).state == JobState.RUNNING
     assert not [e for e in lab.events(b) if "phase change" in e]
+
+
+def test_a_pair_one_members_jobs_report_is_held_as_theirs_not_the_labs(make, monkeypatch):
+    """Issue 41: two of one member's jobs reporting their rates while they share stored a lab
+    co-location row, which the model's refit and self-tuning trust. It is held as that
+    member's (their word alone) and read by neither."""
+    from iadeep_cli.controller import observe
+
+    monkeypatch.setattr(observe, "MIN_TOGETHER_S", 1.0)   # a pair is recorded after 1 s together
+    lab = make(policy=replace(AdaptPolicy(), observe_s=0, polls=3, window_s=1.0))   # no action
+    a, b = pair(lab, first_iters=600, second_iters=600)
+
+    def rows() -> list[dict]:
+        with lab.store.tx() as conn:
+            return profrows.colocation_rows(conn)
+
+    lab.until(rows)
+    [row] = rows()
+    with lab.store.tx() as conn:
+        assert row["workloads"] == ["emu", "emu"] and row["owners"] == ["alice"]
+        assert row["kind"] == "held" and row["note"].startswith(
+            f"progress of jobs {a} (alice) and {b} (alice); held as alice's")
+        assert profrows.load_colocations(conn) == []

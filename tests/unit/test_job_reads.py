@@ -321,3 +321,15 @@ def test_a_thread_id_or_an_odd_pid_file_is_no_leader(tmp_path, leaders):
     states = dict(parse_states(_run(state_script(str(tmp_path), expect))["state"][1]))
     assert {j: s.state for j, s in states.items()} == {
         1: "exited", 2: "running", 3: "exited", 4: "exited", 5: "exited", 6: "running"}
+
+
+def test_an_exit_file_beyond_a_32_bit_int_is_no_exit_code(tmp_path):
+    """A job may overwrite its exit file: a number the database cannot hold (19 digits) is
+    no exit code, never a round's failure when the job's end is recorded."""
+    for job, said in ((1, "9999999999999999999"), (2, "-2147483649"), (3, "2147483647")):
+        d = _job(tmp_path, job)
+        (d / "pid").write_text("999999\n")
+        (d / "exit").write_text(said + "\n")
+    sec = _run(state_script(str(tmp_path), [(j, None, None) for j in (1, 2, 3)]))
+    assert sorted((j, s.exit_code) for j, s in parse_states(sec["state"][1])) == \
+        [(1, None), (2, None), (3, 2147483647)]

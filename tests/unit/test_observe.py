@@ -373,3 +373,21 @@ def test_a_job_that_made_no_progress_while_sharing_is_no_model_row(tmp_path, her
     _progress(tmp_path, 2, 262, 400, 17, first=last_b + 17)
     speeds, rows = observer.observe([a, b], here.poll(snap, observer, [a, b]), now=1200.0)
     assert rows == [CoLocation("NVIDIA H200", ("resnet50", "mlp"), (0.6, 0.85), 1)]
+
+
+def test_a_progress_file_with_a_4001_digit_count_fails_no_round_and_no_other_job(tmp_path,
+                                                                                  here):
+    """Issue 41's attack: two well-formed lines whose counts differ by a 4,001-digit number.
+    The round's measurement goes on: the attacker's job has no rate, the other job its own."""
+    inv = parse_inventory(f"nodes:\n  - name: here\n    local: true\n    workdir: {tmp_path}\n",
+                          tmp_path / "n.yaml")
+    observer = SpeedObserver(NodePool(inv))
+    snap = ClusterSnapshot(0.0, (NodeSnapshot("here", 0.0, jobs=()),))
+    attacker, other = _job(1, "x"), _job(2, "mlp", gpu=1)
+    d = tmp_path / "jobs" / "1"
+    d.mkdir(parents=True)
+    (d / "progress").write_text("100.0 1\n101.0 1" + "0" * 4000 + "\n")
+    _progress(tmp_path, 2, 0, 60, 20)
+    speeds, rows = observer.observe([attacker, other],
+                                    here.poll(snap, observer, [attacker, other]), now=100.0)
+    assert speeds == {2: 1.0} and rows == [] and observer.alone_rates == {2: 20.0}

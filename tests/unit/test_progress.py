@@ -5,7 +5,7 @@ import pytest
 
 from iadeep_cli.errors import InputError
 from iadeep_cli.model import observed_speed, profile_from_samples
-from iadeep_cli.progress import rate, read_progress, report
+from iadeep_cli.progress import parse_progress, rate, read_progress, report
 from iadeep_cli.snapshot import GpuSample
 
 
@@ -64,3 +64,19 @@ def test_train_script_runs_if_torch(tmp_path, monkeypatch):
     monkeypatch.setenv("IADEEP_PROGRESS_FILE", str(f))
     assert mod.main(["--steps", "20", "--batch-size", "8", "--report-every", "5"]) == 0
     assert [i for _, i in read_progress(f)] == [5, 10, 15, 20]
+
+
+def test_a_progress_line_holds_only_a_64_bit_count_and_a_finite_time():
+    huge = "1" + "0" * 4000   # the attack of issue 41: a 4,001-digit count
+    text = (f"100.0 1\n101.0 {huge}\n102.0 {2**63}\n103.0 {2**63 - 1}\nnan 5\ninf 5\n"
+            "1e400 5\n-1 5\n104.0 -5\n105.0 +5\n106.0 \u0661\u0662\n1e12 5\n110.0 20\n")
+    assert parse_progress(text) == [(100.0, 1), (103.0, 2**63 - 1), (110.0, 20)]
+
+
+def test_the_attack_lines_give_no_rate_and_raise_nothing():
+    huge = "1" + "0" * 4000
+    points = parse_progress(f"100.0 1\n101.0 {huge}\n")
+    assert points == [(100.0, 1)] and rate(points) is None
+    # points not from parse_progress: still no exception, and never an infinite rate
+    assert rate([(0.0, 0), (1.0, int(huge))]) is None
+    assert rate([(0.0, 0), (5e-324, 2**63 - 1)]) is None

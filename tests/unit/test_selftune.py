@@ -252,3 +252,54 @@ def test_sim_trace_from_db_replays_and_exports_the_lab_history(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "In force: 3/GPU, floor 0.3, threshold" in shown.stdout
     assert "30 jobs" in shown.stdout and "1/GPU (exclusive)" in shown.stdout
+
+
+def _oom_pairs(store, owner: str, n: int = 10) -> None:
+    """``n`` pairs of ``owner``'s light jobs recorded as the controller records a job that ran
+    out of GPU memory beside another (``controller/oom.learn``): speed 0.05 each."""
+    from types import SimpleNamespace
+
+    from iadeep_cli.controller import oom
+    from iadeep_cli.jobs import Job, JobState
+
+    def job(job_id: int, workload: str) -> Job:
+        return Job(id=job_id, owner=owner, spec=JobSpec(script="/x.sh", workload=workload),
+                   state=JobState.RUNNING, submitted_at=NOW - 120, node="node01",
+                   gpu_indices=(0,), started_at=NOW - 60)
+
+    loop = SimpleNamespace(store=store)   # what learn uses of the controller: its store
+    for i in range(n):
+        assert oom.learn(loop, job(1000 + 2 * i, LIGHT[i % 3]),
+                         [job(1001 + 2 * i, LIGHT[(i + i // 3) % 3])], NOW) == 1
+
+
+def _prediction(store) -> tuple[float, float]:
+    """What the model the replay fits on the lab's rows predicts for mlp beside resnet18."""
+    profiles, _, model = whatif.lab_inputs(store, None, set(LIGHT))
+    p = model.predict_pair(profiles["mlp"], profiles["resnet18"])
+    return round(p.speed_a, 3), round(p.speed_b, 3)
+
+
+def test_ten_fake_out_of_memory_pairs_of_one_member_change_neither_tuning_nor_the_model(store):
+    """Issue 41: ten pairs of one member's own jobs "out of memory" made self-tuning adopt one
+    job per GPU for the whole lab, and the model predict 0.055 for a pair it predicted at
+    0.74 / 1.02. Held as that member's, they change neither."""
+    with store.tx() as conn:
+        _history(conn)
+        _gpus(conn, 1)
+    policy = replace(Policy(), max_jobs_per_gpu=1)
+    before, predicted = _table(store, policy)["best"], _prediction(store)
+    _oom_pairs(store, "mallory")
+    assert _table(store, policy)["best"] == before and before["max_jobs_per_gpu"] == 3
+    assert _prediction(store) == predicted == (0.74, 1.022)
+
+
+def test_out_of_memory_pairs_two_members_agree_on_count(store):
+    with store.tx() as conn:
+        _history(conn)
+        _gpus(conn, 1)
+    _oom_pairs(store, "mallory")
+    _oom_pairs(store, "bob")    # another member's jobs say the same: the lab's now
+    assert _table(store, replace(Policy(), max_jobs_per_gpu=1))["best"]["max_jobs_per_gpu"] \
+        == 1
+    assert _prediction(store) == (0.05, 0.05)

@@ -40,8 +40,19 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    make_wsgi_app,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -49,6 +60,7 @@ from ...errors import ConfigError
 from ...messages import NodeState, StatusView
 from ...settings import Inventory
 from ...store import Store, cluster
+from .. import jobfault
 from . import views
 
 log = logging.getLogger("iadeep.controller")
@@ -424,6 +436,11 @@ class MetricsServer:
                                 "took (poll every node, reconcile, decide, start).",
                                 buckets=ROUND_BUCKETS, registry=self.registry)
         self._last_round = _LastRound(self.registry)
+        self.failed_rounds = Counter("iadeep_rounds_failed", "Scheduling rounds that failed "
+                                     "(an error the round did not expect: see the controller's "
+                                     "log; iadeep status says DEGRADED while they fail).",
+                                     registry=self.registry)
+        _JobDataFaults(self.registry)
         host, port = address
         shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
         try:
@@ -451,6 +468,10 @@ class MetricsServer:
         self.rounds.observe(seconds)
         self._last_round.at = at
 
+    def round_failed(self) -> None:
+        """A round that failed (``runtime.Controller._tick``)."""
+        self.failed_rounds.inc()
+
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -468,6 +489,20 @@ class _LastRound(Collector):
         if self.at is not None:
             yield GaugeMetricFamily("iadeep_round_last_end_time_seconds", "When the last "
                                     "scheduling round ended (Unix time).", value=self.at)
+
+
+class _JobDataFaults(Collector):
+    """How often a step skipped one job's part because of what the job wrote
+    (``controller/jobfault.py``): the round went on."""
+
+    def __init__(self, registry: CollectorRegistry):
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("iadeep_job_data_faults", "Times a round skipped one job's "
+                                  "measurement (its speed, its failure's name) because of what "
+                                  "the job wrote; the round went on.",
+                                  value=jobfault.FAULTS.count)
 
 
 def serve(address: tuple[str, int], db_path: Path, inventory: Callable[[], Inventory],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -50,6 +51,8 @@ from ...store import Store, cluster, is_damage, jobrows, profiles as profrows, s
 from ...text import MIB_PER_GIB, duration, hms
 from . import admission, drain, interactive, reservations, update, views
 from .port import STANDALONE, ControllerPort
+
+log = logging.getLogger("iadeep.controller")
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 STREAMS = ("output", "error")
@@ -519,6 +522,30 @@ class Service(views.StoreReader):
     def op_profile_unpin(self, user: str, req: m.ProfileUnpinRequest) -> m.PinResult:
         return self._pin(user, req.label, pin=False)
 
+    def op_profile_pairs(self, user: str, req: m.PairsRequest) -> list[m.ColocationView]:
+        with self.store.read() as conn:
+            return _pair_views(conn)
+
+    def op_profile_pair_adopt(self, user: str, req: m.PairsAdoptRequest
+                              ) -> list[m.ColocationView]:
+        """Held co-location rows become the lab's (the model's next refit and self-tuning's
+        next replay use them)."""
+        with self.store.tx() as conn:
+            profrows.adopt_colocations(conn, req.ids, user)
+            rows = _pair_views(conn, req.ids)
+        log.info("%s adopted co-location rows %s", user, ", ".join(map(str, req.ids)))
+        return rows
+
+    def op_profile_pair_remove(self, user: str, req: m.PairsRemoveRequest
+                               ) -> list[m.ColocationView]:
+        """Co-location rows removed (held or the lab's); the model's next refit goes without
+        them."""
+        with self.store.tx() as conn:
+            rows = _pair_views(conn, req.ids)
+            profrows.remove_colocations(conn, req.ids)
+        log.info("%s removed co-location rows %s", user, ", ".join(map(str, req.ids)))
+        return rows
+
     def _pin(self, user: str, label: str, pin: bool, adopt: str | None = None
              ) -> m.PinResult:
         """Admins freeze a profile against learning (or let it learn again), first making a
@@ -670,7 +697,17 @@ class Operation:
     admin_only: str | None = None
 
 
+def _pair_views(conn: Any, ids: tuple[int, ...] | None = None) -> list[m.ColocationView]:
+    """The co-location rows (``ids`` only, in that order, if given) as views."""
+    rows = {r["id"]: r for r in profrows.colocation_rows(conn)}
+    chosen = [rows[i] for i in dict.fromkeys(ids) if i in rows] if ids is not None \
+        else list(rows.values())
+    return [m.ColocationView.from_dict(r) for r in chosen]
+
+
 _PIN_REFUSAL = "{user} may not pin or unpin profiles"
+_PAIRS_REFUSAL = ("only a lab admin may list, adopt or remove co-location rows; {user} is not "
+                  "one")
 OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.AddRequest, Service.op_add),
     Operation(m.CancelRequest, Service.op_cancel),
@@ -699,6 +736,10 @@ OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.ProfilesRequest, views.profiles, offline=True),
     Operation(m.ProfilePinRequest, Service.op_profile_pin, admin_only=_PIN_REFUSAL),
     Operation(m.ProfileUnpinRequest, Service.op_profile_unpin, admin_only=_PIN_REFUSAL),
+    # Co-location rows: the model's refit and self-tuning learn from the lab's (store/profiles)
+    Operation(m.PairsRequest, Service.op_profile_pairs, admin_only=_PAIRS_REFUSAL),
+    Operation(m.PairsAdoptRequest, Service.op_profile_pair_adopt, admin_only=_PAIRS_REFUSAL),
+    Operation(m.PairsRemoveRequest, Service.op_profile_pair_remove, admin_only=_PAIRS_REFUSAL),
     # Reservations (requests/reservations.py): they decide who may use which GPUs when.
     Operation(m.ReserveAddRequest, reservations.op_add,
               admin_only="only a lab admin may reserve GPUs; {user} is not one"),

@@ -19,6 +19,7 @@ from ...profiles import CoLocation, measurable
 from ...progress import parse_progress, rate
 from ...scheduler.detectors import SPEED_CAP
 from ...snapshot import ClusterSnapshot
+from ..jobfault import guarded
 
 log = logging.getLogger("iadeep.controller")
 WINDOW_S = 60.0          # rate over the last minute of progress lines
@@ -35,7 +36,7 @@ PROGRESS_READS_PER_NODE = 16
 @dataclass
 class _Track:
     offset: int = 0
-    points: list[tuple[float, float]] = field(default_factory=list)
+    points: list[tuple[float, int]] = field(default_factory=list)
     solo_rate: float | None = None
     solo_sm: float | None = None
     node: str | None = None
@@ -63,6 +64,9 @@ class SpeedObserver:
         # its own SM share, what estimates a sharing job's utilisation alone (the phase
         # detector's ``solo_util``)
         self.progress_speeds: dict[int, float] = {}
+        # the jobs whose progress each of this round's co-location rows (``observe``'s) came
+        # from, in the same order: their owners are whose word the row is (store/profiles.py)
+        self.pair_jobs: list[tuple[Job, Job]] = []
 
     def offsets(self, running: Iterable[Job]) -> dict[int, int]:
         """Job id -> where its progress file is to be read from next, for the running jobs
@@ -107,11 +111,14 @@ class SpeedObserver:
         self._covered = {(n.name, j) for n in snapshot.nodes for j in n.progress_asked}
         for jobs in groups.values():
             for job in jobs:
-                speed = self._from_progress(job, read, len(jobs) == 1, known_solo or {})
+                # what one job wrote fails only its own measurement (controller/jobfault.py)
+                speed = guarded(job, "progress measurement", None, self._from_progress,
+                                job, read, len(jobs) == 1, known_solo or {})
                 if speed is not None:
                     measured.add(job.id)
                 else:
-                    speed = self._from_sm(job, snapshot, len(jobs) == 1, known_util or {})
+                    speed = guarded(job, "utilisation measurement", None, self._from_sm,
+                                    job, snapshot, len(jobs) == 1, known_util or {})
                 if speed is not None:
                     speeds[job.id] = speed
         self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})
@@ -186,6 +193,7 @@ class SpeedObserver:
     def _pairs(self, groups: dict[tuple[str, int], list[Job]], speeds: dict[int, float],
                snapshot: ClusterSnapshot, now: float) -> list[CoLocation]:
         rows = []
+        self.pair_jobs = []
         for (node, index), jobs in groups.items():
             if len(jobs) != 2:
                 continue
@@ -207,6 +215,7 @@ class SpeedObserver:
             gpu = snapshot.gpu(node, index)
             rows.append(CoLocation(gpu.name if gpu else "", (a.spec.workload, b.spec.workload),
                                    pair, 1))
+            self.pair_jobs.append((a, b))
             self._recorded.add(key)
         return rows
 

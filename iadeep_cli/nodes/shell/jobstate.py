@@ -253,6 +253,17 @@ def _int(text: str) -> int | None:
     return int(text) if text.lstrip("-").isdigit() and len(text) < 20 else None
 
 
+# An exit code as a job's exit file may say it: the wrapper writes the shell's status (0-255),
+# but the file is the job's to overwrite; a number outside a 32-bit int is no exit code (as no
+# file: the job was killed), never a value the database cannot hold.
+EXIT_MIN, EXIT_MAX = -(2**31), 2**31 - 1
+
+
+def _exit_code(text: str) -> int | None:
+    code = _int(text)
+    return code if code is not None and EXIT_MIN <= code <= EXIT_MAX else None
+
+
 def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
     """The state section (see ``state_script``) -> ((job id, RemoteJob), ...)."""
     out = []
@@ -266,7 +277,8 @@ def parse_states(text: str) -> tuple[tuple[int, RemoteJob], ...]:
             job = RemoteJob(RemoteState.RUNNING, None, pid,
                             _int(parts[3]) if len(parts) > 3 else None)
         elif parts[1] == "exited":
-            job = RemoteJob(RemoteState.EXITED, _int(parts[3]) if len(parts) > 3 else None, pid,
+            job = RemoteJob(RemoteState.EXITED, _exit_code(parts[3]) if len(parts) > 3 else None,
+                            pid,
                             reason=parts[4] if parts[4:5] in ([REQUEUE_ASKED], [MEM_LIMIT])
                             else None)
         else:

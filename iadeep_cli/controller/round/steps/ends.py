@@ -11,6 +11,7 @@ from ....errors import IadeepError
 from ....jobs import Job, JobState, StopReason
 from ....snapshot import MEM_LIMIT, REQUEUE_ASKED
 from ....text import hms
+from ...jobfault import guarded
 from ..context import Context, Step
 from . import idle, oom
 from .adaptation import Adapter
@@ -71,9 +72,12 @@ class Ends(Step):
                 f"went over its host memory limit (--mem {job.spec.host_mem_mib}M): the "
                 f"node's memory cgroup stopped it (exit code {code})")
         else:
-            why = self._open_failure(job, code) or f"exited with code {code}"
+            # what the job wrote (its log) names its failure, or fails only that naming
+            why = guarded(job, "failure naming", None, self._open_failure, job, code) \
+                or f"exited with code {code}"
             # out of GPU memory beside another job: named, learnt, and retried alone (oom.py)
-            why, alone = oom.named(self.ctx, job, code, why, self._learnt)
+            why, alone = guarded(job, "out-of-memory naming", (why, False), oom.named,
+                                 self.ctx, job, code, why, self._learnt)
             if (alone or job.spec.retry_on_fail) and self.requeue(job, why):
                 return
             new = JobState.FAILED

@@ -25,6 +25,7 @@ from ....settings import IdleSettings
 from ....snapshot import ClusterSnapshot
 from ....store import cluster, jobrows
 from ....text import duration
+from ...jobfault import guarded
 from ..context import Context, Round
 
 log = logging.getLogger("iadeep.controller")
@@ -56,27 +57,9 @@ class IdleWatch:
         for job in running:
             if job.node not in answered or not job.gpu_indices or job.stop_reason:
                 continue
-            gpus = [snapshot.gpu(job.node, i) for i in job.gpu_indices]
-            utils = [g.utilization_gpu if g is not None else None for g in gpus]
-            key = (job.id, job.attempts)
-            if any(u is None or u > settings.util for u in utils):
-                self.since.pop(key, None)
-                self.seen.pop(key, None)
-                if job.idle_marked:
-                    with loop.store.tx() as conn:   # busy again: the mark goes, the event stays
-                        jobrows.update(conn, job.id, reason="busy again after being idle",
-                                       idle_marked=False)
-                continue
-            since = self.since.setdefault(key, now)
-            if key in self.seen:      # idle at this poll and the last: the time between counts
-                wasted[job.owner] = (wasted.get(job.owner, 0.0)
-                                     + (now - self.seen[key]) * len(job.gpu_indices))
-            self.seen[key] = now
-            after = job.spec.idle_after_s or settings.after_s      # --idle-after wins
-            if now - since < after or job.idle_since is not None:
-                continue
-            self._mark(loop, job, since, now, settings)
-            became.append(job.id)
+            if guarded(job, "idle check", False, self._check, loop, snapshot, job, now,
+                       settings, wasted):
+                became.append(job.id)
         if wasted:
             with loop.store.tx() as conn:
                 total = cluster.get_meta(conn, cluster.IDLE_GPU_SECONDS, {})
@@ -84,6 +67,31 @@ class IdleWatch:
                     total[user] = total.get(user, 0.0) + seconds
                 cluster.set_meta(conn, cluster.IDLE_GPU_SECONDS, total)
         return became
+
+    def _check(self, loop: Context, snapshot: ClusterSnapshot, job: Job, now: float,
+               settings: IdleSettings, wasted: dict[str, float]) -> bool:
+        """One running job's idle spell: whether it became idle this round."""
+        gpus = [snapshot.gpu(job.node, i) for i in job.gpu_indices]
+        utils = [g.utilization_gpu if g is not None else None for g in gpus]
+        key = (job.id, job.attempts)
+        if any(u is None or u > settings.util for u in utils):
+            self.since.pop(key, None)
+            self.seen.pop(key, None)
+            if job.idle_marked:
+                with loop.store.tx() as conn:   # busy again: the mark goes, the event stays
+                    jobrows.update(conn, job.id, reason="busy again after being idle",
+                                   idle_marked=False)
+            return False
+        since = self.since.setdefault(key, now)
+        if key in self.seen:      # idle at this poll and the last: the time between counts
+            wasted[job.owner] = (wasted.get(job.owner, 0.0)
+                                 + (now - self.seen[key]) * len(job.gpu_indices))
+        self.seen[key] = now
+        after = job.spec.idle_after_s or settings.after_s      # --idle-after wins
+        if now - since < after or job.idle_since is not None:
+            return False
+        self._mark(loop, job, since, now, settings)
+        return True
 
     @staticmethod
     def _mark(loop: Context, job: Job, since: float, now: float, settings: IdleSettings) -> None:

@@ -46,8 +46,15 @@ class Observe(Step):
         with self.store.tx() as conn:
             for job_id, speed in speeds.items():
                 jobrows.update(conn, job_id, observed_speed=round(speed, 4))
-            for pair in pairs:
-                profrows.add_colocation(conn, pair, now)
+            # each row is its jobs' owners' word until another member's jobs agree
+            for pair, (a, b) in zip(pairs, self.observer.pair_jobs, strict=True):
+                row, kind = profrows.add_colocation(
+                    conn, pair, now, owners=(a.owner, b.owner),
+                    note=f"progress of jobs {a.id} ({a.owner}) and {b.id} ({b.owner})")
+                if kind == "held":
+                    log.info("co-location %s next to %s at %s held as %s's (row %d)",
+                             *pair.jobs, pair.speeds, ", ".join(sorted({a.owner, b.owner})),
+                             row)
             # the impact factor's accounting: work at these speeds, busy time, power
             impact.tick(conn, self.clock(), speeds, impact.power_of(snapshot))
         self._new_pairs += len(pairs)

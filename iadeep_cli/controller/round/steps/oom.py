@@ -9,8 +9,11 @@ of GPU memory", and, when other jobs were on its GPU, "while sharing GPU node:i 
 
 - with ``--retries`` left it is requeued (even without ``--retry-on-fail``) and runs alone from
   then on: its ``exclusive`` flag is set, which `queue show` shows;
-- the pair is recorded as a co-location at ``UNSAFE_SPEED`` for both, so the model, at its next
-  refit, predicts the pair far below any floor and never places it together again.
+- the pair is recorded as a co-location at ``UNSAFE_SPEED`` for both, with the jobs that really
+  shared the GPU with it (``partners``); the row is its owner's word alone, held as theirs until
+  another member's job runs out of memory in the same pair or an admin adopts it
+  (``store/profiles.add_colocation``); from then on the model, at its next refit, predicts the
+  pair far below any floor and never places it together again.
 
 Nothing here runs for a job that exited 0, was cancelled, or has no log on its node.
 """
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ....errors import IadeepError
-from ....jobs import ACTIVE, Job, JobState
+from ....jobs import Job, JobState
 from ....profiles import CoLocation
 from ....store import cluster, jobrows, profiles as profrows
 from ....text import gpus_at
@@ -67,15 +70,20 @@ def read_tail(loop: Context, job: Job) -> str | None:
 
 
 def partners(loop: Context, job: Job, now: float) -> list[Job]:
-    """The other jobs on the job's GPUs: still there, or ended in the last ``RECENT_S``."""
-    if job.node is None or not job.gpu_indices:
+    """The other jobs that shared the job's GPUs while it ran: started there before now and
+    still running there (or suspended), or failed there in the last ``RECENT_S`` after the job
+    started (both may die in one round). A job that ended before this one started, or that
+    has not started yet, shared nothing with it, whoever owns it."""
+    if job.node is None or not job.gpu_indices or job.started_at is None:
         return []
     with loop.store.tx() as conn:
         near = jobrows.select(conn, node=job.node)
-    mine = set(job.gpu_indices)
+    mine, began = set(job.gpu_indices), job.started_at
     return [j for j in near if j.id != job.id and mine & set(j.gpu_indices)
-            and (j.state in ACTIVE or (j.state is JobState.FAILED and j.ended_at is not None
-                                       and now - j.ended_at <= RECENT_S))]
+            and j.started_at is not None and j.started_at <= now
+            and (j.state in (JobState.RUNNING, JobState.SUSPENDED)
+                 or (j.state is JobState.FAILED and j.ended_at is not None
+                     and now - j.ended_at <= RECENT_S and j.ended_at >= began))]
 
 
 def reason(job: Job, code: int, others: list[Job]) -> str:
@@ -97,9 +105,14 @@ def learn(loop: Context, job: Job, others: list[Job], now: float) -> int:
         count = 0
         for other in others:
             if other.spec.workload:
+                # the job's owner's word alone (its log said so): held as theirs until
+                # another member's job runs out of memory in the same pair, or an admin
+                # adopts it (store/profiles.py)
                 profrows.add_colocation(conn, CoLocation(
                     gpu.name if gpu else "", (job.spec.workload, other.spec.workload),
-                    (UNSAFE_SPEED, UNSAFE_SPEED)), now)
+                    (UNSAFE_SPEED, UNSAFE_SPEED)), now, owners=(job.owner,),
+                    note=f"job {job.id} ({job.owner}) ran out of GPU memory beside job "
+                         f"{other.id} ({other.owner})")
                 count += 1
     return count
 

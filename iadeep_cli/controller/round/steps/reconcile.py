@@ -14,6 +14,7 @@ from ....nodes.backend import features
 from ....snapshot import NodeSnapshot, RemoteJob, RemoteState
 from ....store import jobrows
 from ....text import gpus_at
+from ...jobfault import guarded
 from ..context import Context, Round, Step
 from .clean import Clean
 from .ends import Ends
@@ -43,10 +44,9 @@ class Reconcile(Step):
         for job in self.jobs(ACTIVE | {JobState.LOST, JobState.HELD}, node.name):
             if self.actions.busy(job.id) or self.actions.acted_at(job.id) >= node.taken_at:
                 continue
-            if job.state == JobState.HELD:
-                self._apply_held(job, node.job(job.id))
-                continue
-            self._apply_remote(job, node.job(job.id))
+            # what the job's files on the node said (its exit file) fails only this job
+            apply = self._apply_held if job.state == JobState.HELD else self._apply_remote
+            guarded(job, "reconcile", None, apply, job, node.job(job.id))
 
     def _label(self, job: Job) -> str:
         """How messages name the backend of the job's node ("Slurm")."""
