@@ -443,7 +443,7 @@ def test_a_pair_one_members_jobs_report_is_held_as_theirs_not_the_labs(make, mon
     """Issue 41: two of one member's jobs reporting their rates while they share stored a lab
     co-location row, which the model's refit and self-tuning trust. It is held as that
     member's (their word alone) and read by neither."""
-    from iadeep_cli.controller import observe
+    from iadeep_cli.controller.round import observer as observe
 
     monkeypatch.setattr(observe, "MIN_TOGETHER_S", 1.0)   # a pair is recorded after 1 s together
     lab = make(policy=replace(AdaptPolicy(), observe_s=0, polls=3, window_s=1.0))   # no action

@@ -256,10 +256,10 @@ def test_sim_trace_from_db_replays_and_exports_the_lab_history(tmp_path):
 
 def _oom_pairs(store, owner: str, n: int = 10) -> None:
     """``n`` pairs of ``owner``'s light jobs recorded as the controller records a job that ran
-    out of GPU memory beside another (``controller/oom.learn``): speed 0.05 each."""
+    out of GPU memory beside another (``controller/round/steps/oom.learn``): speed 0.05 each."""
     from types import SimpleNamespace
 
-    from iadeep_cli.controller import oom
+    from iadeep_cli.controller.round.steps import oom
     from iadeep_cli.jobs import Job, JobState
 
     def job(job_id: int, workload: str) -> Job:
