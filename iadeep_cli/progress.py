@@ -2,8 +2,9 @@
 
 A job that knows how many iterations it will do in all may also append ``total <iterations>``
 lines (the last one counts); a reader that predates them skips them as malformed, as every
-reader skips lines it does not know. Stdlib only, so a training script on a node can import it cheaply (or copy the three lines of
-``report``). The controller reads the file to measure a job's co-located speed online.
+reader skips lines it does not know. Stdlib only, so a training script on a node can import it
+cheaply (or copy the three lines of ``report``). The controller reads the file to measure a
+job's co-located speed online.
 """
 from __future__ import annotations
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-try:
-    from lightning.pytorch import Callback, LightningModule, Trainer
-except ImportError:   # the older package name
-    from pytorch_lightning import Callback, LightningModule, Trainer  # type: ignore[no-redef]
+from lightning.pytorch import Callback, LightningModule, Trainer
 
 from . import Requeue, atomic_path
 

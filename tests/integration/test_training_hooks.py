@@ -124,7 +124,7 @@ trainer.train(resume_from_checkpoint=last_checkpoint("out"))
 print("done", flush=True)
 '''
 
-KERAS = PREAMBLE + f'''
+KERAS = PREAMBLE + '''
 import numpy as np
 import keras
 from iadeep_cli.integrations.keras import IadeepKerasCallback
