@@ -33,7 +33,7 @@ from pathlib import Path
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
 from ...inventory import BackendKind
-from ...jobs import SIGNALS, Job
+from ...jobs import SIGNALS, Job, checkpoint_signal_of
 from ...snapshot import RemoteJob
 from .. import runas
 from ..backend import (
@@ -197,6 +197,8 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str) -> list[str]:
             # how many times it started before this attempt (requeued or retried): as Slurm's
             # SLURM_RESTART_COUNT, so a --requeue job knows to resume from its checkpoint
             ("IADEEP_RESTART_COUNT", str(max(0, job.attempts - 1)))]
+    if (ck := checkpoint_signal_of(job.spec)) is not None:   # the hooks listen for it
+        ours.append(("IADEEP_CHECKPOINT_SIGNAL", ck))
     if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
         ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
                  ("IADEEP_ARRAY_INDEX", str(job.array_index))]

@@ -15,7 +15,7 @@ from typing import Protocol
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError
 from ...inventory import BackendKind, Inventory, Node, SlurmSettings
-from ...jobs import SIGNALS, Job
+from ...jobs import SIGNALS, Job, checkpoint_signal_of
 from ...snapshot import NodeSnapshot, RemoteJob
 from ..backend import MAX_LOG_READ, LaunchResult, LogBytes, log_bytes
 from ..gpu import Expect
@@ -201,6 +201,8 @@ def launch(pool: SlurmAccess, node: str, job: Job, gpu_indices: Sequence[int],
     env.update({"IADEEP_JOB_ID": str(job.id), "IADEEP_JOB_NAME": job.name,
                 "IADEEP_PROGRESS_FILE": progress_path(job),
                 "IADEEP_RESTART_COUNT": str(max(0, job.attempts - 1))})   # as the shell's
+    if (ck := checkpoint_signal_of(job.spec)) is not None:   # the hooks listen for it
+        env["IADEEP_CHECKPOINT_SIGNAL"] = ck
     if job.array_id is not None:
         env.update({"IADEEP_ARRAY_JOB_ID": str(job.array_id),
                     "IADEEP_ARRAY_INDEX": str(job.array_index)})
