@@ -32,6 +32,7 @@ from ..jobs import (
     JobState,
     SubmitSpec,
     check_interpreter,
+    label_origin,
     parse_env,
     parse_idle_after,
     parse_job_ids,
@@ -624,6 +625,7 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
         print(f"effective priority {first}")
         for line in more:
             print(f"  {line}")
+    print(f"label {job.workload or '-'}: {label_origin(job.workload, job.script, job.owner)}")
 
 
 def runtime_text(r: m.RuntimeView, job: m.JobView) -> str:
