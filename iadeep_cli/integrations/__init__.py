@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from ..progress import report, report_total
@@ -99,8 +100,6 @@ class Requeue:
 
     def step_done(self, step: int, *, force: bool = False) -> None:
         """Report ``step`` steps done (throttled to one line every ``every_s`` seconds)."""
-        import time
-
         now = time.monotonic()
         if force or self.requested or now - self._last_report >= self.every_s:
             self._last_report = now

@@ -15,6 +15,7 @@ directory (``--chdir``), which outlives the attempt.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -29,8 +30,9 @@ def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     return get_last_checkpoint(str(output_dir))
 
 
-def _any_rank(flag: bool) -> bool:
-    """True if ``flag`` is true on any process (DDP), so all save at the same step."""
+def _any_rank(flag: bool, device: Any) -> bool:
+    """True if ``flag`` is true on any process (DDP), so all save at the same step (one
+    one-element all-reduce a step, on ``device``: NCCL reduces only tensors on the GPU)."""
     try:
         import torch
         import torch.distributed as dist
@@ -38,7 +40,7 @@ def _any_rank(flag: bool) -> bool:
         return flag
     if not (dist.is_available() and dist.is_initialized()):
         return flag
-    t = torch.tensor([1 if flag else 0])
+    t = torch.tensor([1 if flag else 0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
@@ -59,7 +61,7 @@ class IadeepTrainerCallback(TrainerCallback):
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: object) -> None:
         self.requeue.step_done(state.global_step)
-        if _any_rank(self.requeue.requested):
+        if _any_rank(self.requeue.requested, args.device):
             self._saving = True
             control.should_save = True   # the Trainer saves right after this step's callbacks
 
