@@ -452,7 +452,10 @@ def label_origin(workload: str | None, script: str | None = None,
         return (f"its program's: script {m['name']} of {m['owner']}, content sha256 "
                 f"{m['digest']}..., given to a job submitted without --workload (the same "
                 "script submitted again shares it; --workload NAME shares one across scripts)")
-    if script is not None and workload == script.rsplit("/", 1)[-1].rsplit(".", 1)[0]:
+    if script is None:   # a profile's label, no job's
+        return ("a --workload label, or a script's name (profiles from before labels named "
+                "programs)")
+    if workload == script.rsplit("/", 1)[-1].rsplit(".", 1)[0]:
         return ("given with --workload, or its script's name (jobs queued before labels named "
                 "programs)")
     return "given with --workload"

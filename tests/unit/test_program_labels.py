@@ -85,6 +85,7 @@ def test_a_wrapped_command_is_labelled_by_the_command():
      "(jobs queued before labels named programs)"),
     (None, "/h/alice/train.py", "alice", "none yet: queued before labels named programs"),
     ("train.py@bob:3f9a1c", "/h/alice/train.py", "alice", "given with --workload"),
+    ("resnet50", None, None, "a --workload label, or a script's name (profiles from before"),
 ])
 def test_why_a_job_has_its_label_is_said(workload, script, owner, says):
     assert label_origin(workload, script, owner).startswith(says)
