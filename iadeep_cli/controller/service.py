@@ -180,6 +180,9 @@ class Service(views.StoreReader):
             except OSError:
                 raise NotFoundError(f"job {old.id}'s copy of its script is gone ({copy})",
                                     hint="submit it again with `iadeep queue add`") from None
+            if spec.workload is None:   # queued before labels named programs: as op_add
+                spec = dataclasses.replace(
+                    spec, workload=program_label(spec.script, content, old.owner))
             job_id, created = jobrows.insert(conn, old.owner, spec, self.clock(), req.token,
                                              reason=f"rerun of job {old.id} by {user}",
                                              actor=user)

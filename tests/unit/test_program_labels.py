@@ -11,7 +11,7 @@ import pytest
 from iadeep_cli import messages as m
 from iadeep_cli.controller.service import Service
 from iadeep_cli.inventory import Inventory, Node
-from iadeep_cli.jobs import SubmitSpec, label_origin, program_label
+from iadeep_cli.jobs import JobState, SubmitSpec, label_origin, program_label
 from iadeep_cli.store import Store, jobrows
 
 
@@ -89,3 +89,18 @@ def test_a_wrapped_command_is_labelled_by_the_command():
 ])
 def test_why_a_job_has_its_label_is_said(workload, script, owner, says):
     assert label_origin(workload, script, owner).startswith(says)
+
+
+def test_a_job_queued_before_labels_named_programs_keeps_none_and_its_rerun_gets_one(lab):
+    """Compatibility: a job without a label in the database (queued before the upgrade) keeps
+    it (the profiler names it after its script, as before); run again, it gets its program's."""
+    store, service, tmp = lab
+    job = _add(service, tmp / "old" / "train.py", RESNET, "alice")
+    with store.tx() as c:
+        [old] = [j.id for j in jobrows.select(c)]
+        jobrows.update(c, old, workload=None)     # as a job queued before the upgrade is
+        jobrows.transition(c, old, JobState.CANCELLED, "cancelled", "alice", 1000.0)
+        assert jobrows.get(c, old).spec.workload is None
+    again = service.op_rerun("alice", m.RerunRequest(old)).id
+    with store.tx() as c:
+        assert jobrows.get(c, again).spec.workload == job
