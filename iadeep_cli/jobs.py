@@ -429,7 +429,8 @@ def parse_checkpoint_signal(text: str) -> str:
 # same script with other hyperparameters is the same program); ``--workload`` names a label
 # to share across scripts or members, or to separate runs of one script.
 PROGRAM_DIGEST_HEX = 6
-PROGRAM_LABEL = re.compile(r"(?P<name>.+)@(?P<owner>[^@:/\s]+):(?P<digest>[0-9a-f]{6})")
+PROGRAM_LABEL = re.compile(
+    rf"(?P<name>.+)@(?P<owner>[^@:/\s]+):(?P<digest>[0-9a-f]{{{PROGRAM_DIGEST_HEX}}})")
 
 
 def program_label(script: str, content: bytes, owner: str) -> str:
