@@ -99,7 +99,10 @@ def add(
     name: str = typer.Option("", "--name", "-n", "--job-name", "-J",
                              help="A name to recognise it by."),
     workload: str | None = typer.Option(None, "--workload", "-w",
-                                        help="Profile label (see `iadeep profile list`).",
+                                        help="Profile label (see `iadeep profile list`): "
+                                             "the same label, the same program. Default: "
+                                             "its program's, SCRIPT@USER:DIGEST of its "
+                                             "content.",
                                         autocompletion=complete.workloads),
     new_workload: bool = typer.Option(False, "--new-workload",
                                       help="--workload is a new label, though close to a "
