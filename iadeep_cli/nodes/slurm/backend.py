@@ -144,7 +144,8 @@ def progress_path(job: Job) -> str:
 
 def gres(pool: SlurmAccess, job: Job, gpu_indices: Sequence[int]) -> str:
     """The GRES that pins the job where ``plan()`` put it: whole GPUs for jobs ``plan()`` never
-    shares (exclusive, multi-GPU, no workload label to profile by), else shards of one GPU,
+    shares (exclusive, multi-GPU, no workload label to profile by: a job queued before every
+    job got its program's label), else shards of one GPU,
     shards_per_gpu // max_jobs_per_gpu of them, so that as many jobs fit as placement puts
     there."""
     p = pool.settings.gpu_type_prefix
