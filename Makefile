@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test docs cli-reference lint sshd slurm chromium promtool torch-cpu bench check-min-deps clean
+.PHONY: demo test docs cli-reference lint sshd slurm chromium promtool torch-cpu frameworks bench check-min-deps clean
 
 # iadeep_cli/__init__.py holds the version, which the installed metadata (--version) copies
 $(STAMP): pyproject.toml iadeep_cli/__init__.py
@@ -75,6 +75,19 @@ torch-cpu: $(STAMP)
 	  $(BIN)/pip install -q "$$whl" || echo "note: $$whl did not install; the PyTorch example test is skipped"; \
 	fi
 
+# The training frameworks the hooks in iadeep_cli/integrations plug into (Lightning,
+# transformers with accelerate, Keras 3 on the torch backend), for their tests: only once the
+# CPU torch is installed, and pinned to it, so that pip never fetches a CUDA build of torch.
+# They are not in the test extra: lightning requires torch, which pip would fetch from PyPI.
+# Without them those tests are skipped and say why.
+FRAMEWORKS := lightning transformers accelerate keras
+frameworks: torch-cpu
+	@if tv=$$($(BIN)/python -c 'import torch; print(torch.__version__)' 2>/dev/null) && \
+	  ! $(BIN)/python -c 'import lightning, transformers, accelerate, keras' 2>/dev/null; then \
+	  $(BIN)/pip install -q $(FRAMEWORKS) "torch==$$tv" || \
+	    echo "note: $(FRAMEWORKS) did not install; their hooks' tests are skipped"; \
+	fi
+
 # Style checks (docs/contributing.md "Style checks"); `make test` runs them first, so CI fails on them.
 lint: $(STAMP)
 	$(BIN)/ruff check iadeep_cli tests benchmarks
@@ -89,7 +102,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n * 2)); \
                   [ $$n -lt 4 ] && n=4; [ $$n -gt 8 ] && n=8; echo $$n)
 
-test: $(STAMP) lint sshd slurm chromium promtool torch-cpu
+test: $(STAMP) lint sshd slurm chromium promtool torch-cpu frameworks
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 # The lower bounds in pyproject.toml, tested: the oldest allowed version of every dependency

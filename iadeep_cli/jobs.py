@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
 import re
 import shlex
 import typing
@@ -460,6 +461,46 @@ def parse_checkpoint_signal(text: str) -> str:
         raise InputError(f"--checkpoint-signal {text[:40]!r} is not a signal it may get",
                          hint=f"e.g. --checkpoint-signal USR1; signals: {', '.join(SIGNALS)}")
     return name
+
+
+# A job without --workload is labelled after its program: the script's file name, its owner,
+# and the first hex digits of its content's SHA-256 (``train.py@alice:3f9a1c``). Two members'
+# ``train.py``, or one member's two different ``train.py``, get two labels and two profiles;
+# the same script submitted again gets the same label. The arguments are not part of it (the
+# same script with other hyperparameters is the same program); ``--workload`` names a label
+# to share across scripts or members, or to separate runs of one script.
+PROGRAM_DIGEST_HEX = 6
+PROGRAM_LABEL = re.compile(
+    rf"(?P<name>.+)@(?P<owner>[^@:/\s]+):(?P<digest>[0-9a-f]{{{PROGRAM_DIGEST_HEX}}})")
+
+
+def program_label(script: str, content: bytes, owner: str) -> str:
+    """The label of a job submitted without --workload: ``<script file>@<owner>:<digest>``."""
+    name = script.rsplit("/", 1)[-1][:MAX_NAME // 2] or "script"
+    digest = hashlib.sha256(content).hexdigest()[:PROGRAM_DIGEST_HEX]
+    return f"{name}@{owner}:{digest}"
+
+
+def label_origin(workload: str | None, script: str | None = None,
+                 owner: str | None = None) -> str:
+    """Why a job has its label (or what a profile's label is), as a sentence part for
+    ``queue why`` and ``profile show``."""
+    if workload is None:
+        return ("none yet: queued before labels named programs, it is labelled after its "
+                "script's name when profiled")
+    m = PROGRAM_LABEL.fullmatch(workload)
+    if m and (script is None or m["name"] == script.rsplit("/", 1)[-1][:MAX_NAME // 2]) \
+            and (owner is None or m["owner"] == owner):
+        return (f"its program's: script {m['name']} of {m['owner']}, content sha256 "
+                f"{m['digest']}..., given to a job submitted without --workload (the same "
+                "script submitted again shares it; --workload NAME shares one across scripts)")
+    if script is None:   # a profile's label, no job's
+        return ("a --workload label, or a script's name (profiles from before labels named "
+                "programs)")
+    if workload == script.rsplit("/", 1)[-1].rsplit(".", 1)[0]:
+        return ("given with --workload, or its script's name (jobs queued before labels named "
+                "programs)")
+    return "given with --workload"
 
 
 DEFAULT_CHECKPOINT_SIGNAL = "USR1"   # a --requeue job's, when it names none

@@ -1,7 +1,10 @@
 """Training-progress reporting: a job appends ``<unix_time> <iterations_done>`` lines to a file.
 
-Stdlib only, so a training script on a node can import it cheaply (or copy the three lines of
-``report``). The controller reads the file to measure a job's co-located speed online.
+A job that knows how many iterations it will do in all may also append ``total <iterations>``
+lines (the last one counts); a reader that predates them skips them as malformed, as every
+reader skips lines it does not know. Stdlib only, so a training script on a node can import it
+cheaply (or copy the three lines of ``report``). The controller reads the file to measure a
+job's co-located speed online.
 """
 from __future__ import annotations
 
@@ -26,6 +29,29 @@ def report(iterations_done: int, path: str | None = None) -> None:
         return
     with open(target, "a", encoding="utf-8") as f:  # one short write: lines stay whole
         f.write(f"{time.time():.3f} {int(iterations_done)}\n")
+
+
+def report_total(total_iterations: int, path: str | None = None) -> None:
+    """Append ``total <iterations>`` (how many iterations the job will do in all) to ``path``
+    or $IADEEP_PROGRESS_FILE (no-op if neither is set)."""
+    target = path or os.environ.get(ENV_VAR)
+    if not target:
+        return
+    with open(target, "a", encoding="utf-8") as f:
+        f.write(f"total {int(total_iterations)}\n")
+
+
+def parse_total(text: str) -> int | None:
+    """The last complete ``total <iterations>`` line's count (None when there is none)."""
+    lines = text.split("\n")[:-1]   # a last line without its newline is still being written
+    for line in reversed(lines):
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "total":
+            try:
+                return int(parts[1])
+            except ValueError:
+                continue
+    return None
 
 
 def read_progress(path: str | os.PathLike[str]) -> list[tuple[float, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..errors import NotFoundError
+from ..jobs import label_origin
 from ..text import clock, when
 from . import complete, render
 from .lazy import client, messages as m
@@ -61,6 +62,7 @@ def show(label: str = LABEL,
             value = when(value)
         if key != "samples":
             print(f"{key:>14}: {'-' if value is None else value}")
+    print(f"{'label':>14}: {label_origin(view.profile.workload)}")
     print("samples (newest first):")
     render.table(["TIME", "JOB", "USER", "GPU", "GPU%", "MEM%", "PEAK GiB", "VERDICT"],
                  ([clock(s.at), s.job or "-", s.owner or "-", s.gpu_model, _num(s.gpu_util),

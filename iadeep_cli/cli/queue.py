@@ -34,6 +34,7 @@ from ..jobs import (
     JobState,
     SubmitSpec,
     check_interpreter,
+    label_origin,
     parse_env,
     parse_idle_after,
     parse_job_ids,
@@ -107,7 +108,10 @@ def add(
     name: str = typer.Option("", "--name", "--job-name", "-J",
                              help="A name to recognise it by."),
     workload: str | None = typer.Option(None, "--workload",
-                                        help="Profile label (see `iadeep profile list`).",
+                                        help="Profile label (see `iadeep profile list`): "
+                                             "the same label, the same program. Default: "
+                                             "its program's, SCRIPT@USER:DIGEST of its "
+                                             "content.",
                                         autocompletion=complete.workloads),
     new_workload: bool = typer.Option(False, "--new-workload",
                                       help="--workload is a new label, though close to a "
@@ -862,6 +866,7 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
         print(f"effective priority {first}")
         for line in more:
             print(f"  {line}")
+    print(f"label {job.workload or '-'}: {label_origin(job.workload, job.script, job.owner)}")
 
 
 def _named(typed: str, job: m.JobView) -> str:

@@ -176,7 +176,7 @@ class Backend(Protocol):
         running ``script`` (a file on the controller's machine) with ``job.spec.args``,
         ``job.spec.env``/``exported`` and iadeep's variables (CUDA_VISIBLE_DEVICES or the
         backend's GPU binding, IADEEP_JOB_ID, IADEEP_JOB_NAME, IADEEP_PROGRESS_FILE,
-        IADEEP_RESTART_COUNT).
+        IADEEP_RESTART_COUNT, IADEEP_CHECKPOINT_SIGNAL for a job that has one).
 
         Exactly once: a second call for the same attempt (after a crash, or racing another
         controller) finds the first and returns it with ``already_started=True``, starting

@@ -26,6 +26,7 @@ from helpers.controllers import (
     wait_jobs,
     wait_until,
 )
+from iadeep_cli.jobs import program_label
 
 ROOT = Path(__file__).resolve().parents[2]
 FINISHED = {"succeeded", "failed", "cancelled"}
@@ -141,16 +142,17 @@ def test_lost_node_without_retries_marks_job_lost(lab, tmp_path):
 
 def test_unknown_workload_is_profiled_alone_then_known(lab):
     home = lab.home
-    job = queue_add(home, str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1")
-    jobs = wait_jobs(home, lambda js: js[job]["workload"] == "steps_progress"
+    script = ROOT / "jobs/steps_progress.sh"
+    me = pwd.getpwuid(os.getuid()).pw_name
+    label = program_label(str(script), script.read_bytes(), me)   # steps_progress.sh@me:...
+    job = queue_add(home, str(script), "6000", "0.1")
+    jobs = wait_jobs(home, lambda js: js[job]["workload"] == label
                  and js[job]["observed_speed"] is not None)
     assert jobs[job]["state"] == "running"
     assert jobs[job]["observed_speed"] == 1.0   # it runs alone, reporting progress
     text = cli(home, "status", check=True).stdout
     assert f"#{job} " in text and "(predicted 1.00, seen 1.00)" in text, text
-    profile = json.loads(cli(home, "profile", "show", "steps_progress", "--json",
-                             check=True).stdout)
-    me = pwd.getpwuid(os.getuid()).pw_name
+    profile = json.loads(cli(home, "profile", "show", label, "--json", check=True).stdout)
     assert profile["source"] == f"job {job} ({me})" and profile["gpu_model"] == "NVIDIA H200"
     assert [(s["job"], s["user"], s["accepted"]) for s in profile["samples"]] == \
         [(job, me, True)]   # attributable: which job, whose, when

@@ -46,7 +46,8 @@ def test_a_chain_waits_for_success_cancels_on_failure_and_survives_sigkill(lab, 
     assert jobs[b]["reason"] == f"waiting for job {a} (running)"
     why = cli(home, "queue", "why", str(d), check=True).stdout.splitlines()
     assert why[0] == f"job {d} is queued: waiting for job {c} (running)"
-    assert why[1].startswith("expected run time ~") and len(why) == 2   # placement's estimate
+    assert why[1].startswith("expected run time ~")   # placement's estimate
+    assert why[2].startswith("label ok.sh@") and len(why) == 3, why   # its program's label
     go.touch()
     jobs = wait_until(lambda: (js := jobs_by_id(home)) and all(
         js[i]["state"] in FINISHED for i in (a, b, c, d)) and js, 90, 0.3)

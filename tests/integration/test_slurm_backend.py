@@ -33,9 +33,11 @@ def test_queue_add_runs_on_slurm_as_its_user_on_the_gpu_iadeep_chose(lab):
     sj = _slurm_jobs(cluster)[slurm_id]
     assert sj["user_name"] == USER and sj["nodes"] == cluster.node
     assert sj["name"] == slurm.tag((ctl.home / "install_id").read_text().strip(), job_id, 1)
-    # pinned to the GPU plan() chose: the typed GRES names it
-    assert sj["gres_detail"] == [f"gpu:g{job['gpu_indices'][0]}:1"
-                                 f"(IDX:{job['gpu_indices'][0]})"]
+    # pinned to the GPU plan() chose: the typed GRES names it; labelled after its program (no
+    # --workload given), it may share once profiled, so it holds shards of that GPU
+    index = job["gpu_indices"][0]
+    assert sj["gres_detail"] == [
+        f"shard:g{index}:{SHARDS // Policy().max_jobs_per_gpu}(IDX:{index})"]
     # retries are iadeep's: Slurm may not run the attempt again under the same id
     assert sj["requeue"] is False
     again = subprocess.run(["scontrol", "requeue", str(slurm_id)], env=cluster.env(),

@@ -8,7 +8,7 @@ The layers (docs/architecture.md explains each one and where new code goes):
     0      vocabulary: errors, paths, checks,      each other (no cycles)
            text, progress, snapshot, jobs,
            settings, inventory, profiles, jobopts,
-           codec, messages
+           codec, messages, integrations
     1      store, model, nodes                     layer 0 (never each other)
     2      scheduler                               layers 0-1
     3      controller, sim                         layers 0-2 (never each other)
@@ -42,7 +42,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "iadeep_cli"
 VOCABULARY = ("__init__", "errors", "paths", "checks", "text", "progress", "snapshot", "jobs",
-              "settings", "inventory", "profiles", "jobopts", "codec", "messages")
+              "settings", "inventory", "profiles", "jobopts", "codec", "messages", "integrations")
 LAYERS: dict[str, int] = {
     **dict.fromkeys(VOCABULARY, 0),
     "store": 1, "model": 1, "nodes": 1,

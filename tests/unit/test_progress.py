@@ -80,3 +80,46 @@ def test_the_attack_lines_give_no_rate_and_raise_nothing():
     # points not from parse_progress: still no exception, and never an infinite rate
     assert rate([(0.0, 0), (1.0, int(huge))]) is None
     assert rate([(0.0, 0), (5e-324, 2**63 - 1)]) is None
+
+
+def test_a_total_line_is_read_by_parse_total_and_skipped_as_progress(tmp_path):
+    from iadeep_cli.progress import parse_total, report_total
+    f = tmp_path / "p"
+    report(0, str(f))
+    report_total(100, str(f))
+    report(10, str(f))
+    report_total(120, str(f))   # the job learnt more: the last one counts
+    text = f.read_text()
+    assert [i for _, i in read_progress(f)] == [0, 10]
+    assert parse_total(text) == 120
+    assert parse_total(text + "total 9") == 120   # a line still being written is not read
+    assert parse_total("1.0 5\n") is None
+
+
+def test_the_checkpoint_signal_only_sets_the_flag_and_the_job_exits_at_its_next_step(
+        tmp_path, monkeypatch):
+    """The stdlib core every hook shares: the handler sets a flag and returns; the exit comes
+    from step_done's caller (the hooks), with REQUEUE_EXIT_CODE."""
+    import os
+    import signal
+
+    from iadeep_cli.integrations import REQUEUE_EXIT_CODE, Requeue, checkpoint_signal
+
+    monkeypatch.setenv("IADEEP_CHECKPOINT_SIGNAL", "USR2")
+    assert checkpoint_signal() == signal.SIGUSR2 and checkpoint_signal("sigusr1") == \
+        signal.SIGUSR1 and checkpoint_signal("10") == signal.SIGUSR1
+    before = signal.getsignal(signal.SIGUSR2)
+    try:
+        hook = Requeue(every_s=3600, progress_file=str(tmp_path / "p"))
+        hook.step_done(1)
+        hook.step_done(2)                 # throttled: within every_s of the last line
+        assert not hook.requested
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert hook.requested             # still running: nothing saved, nothing exited
+        hook.step_done(3)                 # after the signal every step is reported
+        assert [i for _, i in read_progress(tmp_path / "p")] == [1, 3]
+        with pytest.raises(SystemExit) as leaving:
+            hook.exit()
+        assert leaving.value.code == REQUEUE_EXIT_CODE == 75
+    finally:
+        signal.signal(signal.SIGUSR2, before)

@@ -40,6 +40,7 @@ from ...jobs import (
     checkpoint_signal_of,
     dependencies,
     parse_array,
+    program_label,
     validate_spec,
 )
 from ...model.data import shipped_profiles
@@ -143,6 +144,9 @@ class Service(views.StoreReader):
         if req.token is not None:
             checks.text("token", req.token, max_len=128)
         content = _script_content(job_spec.script, req.script_b64)
+        if job_spec.workload is None:   # labelled after its program (jobs.program_label)
+            job_spec = dataclasses.replace(
+                job_spec, workload=program_label(job_spec.script, content, user))
         indices = None if job_spec.array is None else parse_array(job_spec.array).indices
         with self.store.tx() as conn:
             self._check_runnable(conn, user, job_spec)
@@ -198,6 +202,9 @@ class Service(views.StoreReader):
             except OSError:
                 raise NotFoundError(f"job {old.id}'s copy of its script is gone ({copy})",
                                     hint="submit it again with `iadeep queue add`") from None
+            if spec.workload is None:   # queued before labels named programs: as op_add
+                spec = dataclasses.replace(
+                    spec, workload=program_label(spec.script, content, old.owner))
             job_id, created = jobrows.insert(conn, old.owner, spec, self.clock(), req.token,
                                              reason=f"rerun of job {old.id} by {user}",
                                              actor=user)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError, OwnerFilesError
-from ...jobs import MAX_INPUT, SIGNALS, TTY_INPUT, Job
+from ...jobs import MAX_INPUT, SIGNALS, TTY_INPUT, Job, checkpoint_signal_of
 from ...settings import BackendKind
 from ...snapshot import RemoteJob
 from .. import runas
@@ -207,6 +207,8 @@ def _env_args(job: Job, gpu_indices: Sequence[int], jdir: str, node: str = "",
             # how many times it started before this attempt (requeued or retried): as Slurm's
             # SLURM_RESTART_COUNT, so a --requeue job knows to resume from its checkpoint
             ("IADEEP_RESTART_COUNT", str(max(0, job.attempts - 1)))]
+    if (ck := checkpoint_signal_of(job.spec)) is not None:   # the hooks listen for it
+        ours.append(("IADEEP_CHECKPOINT_SIGNAL", ck))
     if job.array_id is not None:   # as Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID
         ours += [("IADEEP_ARRAY_JOB_ID", str(job.array_id)),
                  ("IADEEP_ARRAY_INDEX", str(job.array_index))]

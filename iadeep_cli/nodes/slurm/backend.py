@@ -14,7 +14,7 @@ from typing import Protocol
 
 from ... import jobopts
 from ...errors import InputError, NodeError, NotFoundError
-from ...jobs import SIGNALS, Job
+from ...jobs import SIGNALS, Job, checkpoint_signal_of
 from ...settings import BackendKind, Inventory, Node, SlurmSettings
 from ...snapshot import NodeSnapshot, RemoteJob
 from ..backend import MAX_LOG_READ, LaunchResult, LogBytes, log_bytes
@@ -144,7 +144,8 @@ def progress_path(job: Job) -> str:
 
 def gres(pool: SlurmAccess, job: Job, gpu_indices: Sequence[int]) -> str:
     """The GRES that pins the job where ``plan()`` put it: whole GPUs for jobs ``plan()`` never
-    shares (exclusive, multi-GPU, no workload label to profile by), else shards of one GPU,
+    shares (exclusive, multi-GPU, no workload label to profile by: a job queued before every
+    job got its program's label), else shards of one GPU,
     shards_per_gpu // max_jobs_per_gpu of them, so that as many jobs fit as placement puts
     there."""
     p = pool.settings.gpu_type_prefix
@@ -201,6 +202,8 @@ def launch(pool: SlurmAccess, node: str, job: Job, gpu_indices: Sequence[int],
     env.update({"IADEEP_JOB_ID": str(job.id), "IADEEP_JOB_NAME": job.name,
                 "IADEEP_PROGRESS_FILE": progress_path(job),
                 "IADEEP_RESTART_COUNT": str(max(0, job.attempts - 1))})   # as the shell's
+    if (ck := checkpoint_signal_of(job.spec)) is not None:   # the hooks listen for it
+        env["IADEEP_CHECKPOINT_SIGNAL"] = ck
     if job.array_id is not None:
         env.update({"IADEEP_ARRAY_JOB_ID": str(job.array_id),
                     "IADEEP_ARRAY_INDEX": str(job.array_index)})
