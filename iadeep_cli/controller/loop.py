@@ -54,6 +54,7 @@ from ..store import Store
 from . import foreign, idle
 from .actions import NodeActions
 from .fairshare import FairShareRound
+from .foresight import Foresight
 from .steps.backoff import Backoff
 from .steps.cancels import Cancels
 from .steps.clean import Clean
@@ -116,6 +117,10 @@ class SchedulingLoop(OnContext):
         self.schedule = Schedule(ctx, self.adapt, self.launches, launch_health, self.fairshare,
                                  lambda: self.model, self.tuning.applied)
         self.clean = Clean(ctx)
+        # forecasts off the round, in a thread of their own (controller/foresight.py): the
+        # runtime starts it (``foresight.start()``) and the service reads it
+        self.foresight = Foresight()
+        self.schedule.foresight = self.foresight
         self.refit()
 
     # ------------------------------------------------------------------ the round
@@ -141,6 +146,7 @@ class SchedulingLoop(OnContext):
         self.clean.old_dirs(snapshot, now)
 
     def close(self) -> None:
+        self.foresight.close()
         self.actions.close()
         self.pool.close()
 

@@ -92,6 +92,8 @@ class Controller:
         self.service.log_reader = self._read_log
         self.service.input_writer = self._write_input
         self.service.fencer = loop.fence
+        self.service.foresight = loop.foresight
+        loop.foresight.start()
         return loop
 
     def _pool(self, inventory: Inventory) -> Pool:

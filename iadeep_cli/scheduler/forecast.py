@@ -141,7 +141,7 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
              memory: Callable[[Job], float | None],
              order: Callable[[Sequence[Job], float], list[Job]] | None = None,
              max_steps: int = MAX_STEPS, horizon_s: float = HORIZON_S,
-             window: int = WINDOW) -> Forecast:
+             window: int = WINDOW, lag_s: float = 0.0) -> Forecast:
     """Forecast ``queue`` (the jobs ``plan()`` may place: dependencies met) from the GPUs
     ``slots`` with ``active`` on them, at ``now``.
 
@@ -150,7 +150,11 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
     seconds); ``group_speed(jobs)``: each job's predicted speed when ``jobs`` share a GPU (in
     order; one job alone: 1.0); ``memory(job)``: the GPU memory (MiB) it takes on each of its
     GPUs, as plan() counts it; ``order(jobs, t)``: the queue order (default
-    ``order_queue`` with the default policy: pass the lab's)."""
+    ``order_queue`` with the default policy: pass the lab's). ``lag_s``: how long the
+    scheduler takes from a GPU freeing to the next job running there (noticing the end,
+    a round, the launch: the controller passes a few of its round periods); a start after
+    now is reported that much later, and its high bound three times that (a job stopped
+    at its --time takes a stop command and a poll more)."""
     slot_by = {(s.node, s.index): s for s in slots}
     free = {k: s.memory_free_mib for k, s in slot_by.items()}
     on: dict[tuple[str, int], list[int]] = {k: [] for k in slot_by}
@@ -213,7 +217,10 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
                 if free.get(k) is not None:
                     free[k] = (free[k] or 0.0) - mem
                 touched.append(k)
-            out[job.id] = JobForecast(job.id, t, lo, hi, None, None, None, p.node,
+            if t > now:   # noticing the end and launching take the scheduler a while
+                run.start, run.start_hi = t + lag_s, hi + 3 * lag_s
+                hi = run.start_hi
+            out[job.id] = JobForecast(job.id, run.start, lo, hi, None, None, None, p.node,
                                       tuple(p.gpu_indices), beside,
                                       p.predicted_speeds.get(job.id), est.source)
         if touched:
@@ -237,8 +244,9 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
             lo, hi = _bounds(r, t)
             lows.append(lo)
             highs.append(hi)
-            if r.job.id in out:
-                out[r.job.id] = replace(out[r.job.id], end=t, end_low=lo, end_high=hi)
+            if r.job.id in out:   # placed in the forecast (its start shifted by the lag)
+                out[r.job.id] = replace(out[r.job.id], end=t + max(0.0, r.start - r.base),
+                                        end_low=lo, end_high=hi)
             else:
                 out[r.job.id] = _running_end(r, t, lo, hi)
             for k in _keys_of(r, on):
@@ -256,7 +264,8 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
         end = t + r.left / r.speed if r.speed > 0 else math.inf
         lo, hi = _bounds(r, end)
         if i in out:
-            out[i] = replace(out[i], end=end, end_low=lo, end_high=hi)
+            out[i] = replace(out[i], end=end + max(0.0, r.start - r.base), end_low=lo,
+                             end_high=hi)
         else:
             out[i] = _running_end(r, end, lo, hi)
     for i in waiting:

@@ -12,12 +12,14 @@ from ...jobs import ACTIVE, Job, JobState, dependencies
 from ...model.data import shipped_profiles
 from ...profiles import Profile
 from ...scheduler.gpumodels import ModelSpeeds, model_speeds
+from ...scheduler.placement import slots_from_snapshot
 from ...scheduler.remaining import Durations
 from ...snapshot import ClusterSnapshot
 from ...store import jobrows, profiles as profrows
 from ...text import clock
 from .. import reservations, runtimes  # `iadeep reserve`; run-time history
 from ..fairshare import FairShareRound
+from ..foresight import Foresight
 from .backoff import Backoff
 from .context import Context, Step
 from .launch import Launches
@@ -27,6 +29,7 @@ from .launch import Launches
 # a waiting job's reason when plan() preempts for it (scheduler/placement._preempt_las)
 PREEMPTING = re.compile(r"preempting jobs? ([0-9]+(?:, [0-9]+)*) ")
 RUN_TIMES_WINDOW_S = runtimes.WINDOW_S
+LAG_ROUNDS = 4
 RUN_TIMES_REFRESH_S = runtimes.REFRESH_S
 
 
@@ -42,16 +45,32 @@ class Schedule(Step):
         self._model = model   # the interference model in use (SchedulingLoop.model)
         self._tuned = tuned   # the lab with its self-tuned plan() settings (controller/tune.py)
         self._durations: tuple[float, Durations] | None = None   # (read at, run times)
+        self.foresight: Foresight | None = None   # the forecast thread (controller/foresight.py)
+        # running jobs' solo work left (seconds) from their reported progress (observe.py)
+        self.progress_left: dict[int, float] = {}
+        self._last_round: float | None = None
+        self.round_s = 0.0   # the rounds' period, smoothed
 
     def run(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
         """Place the queued jobs whose dependencies are met (``plan()``), and start each
         placement; record why each other queued job waits."""
-        from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan, slots_from_snapshot
+        from ...scheduler.placement import CautiousModel, GpuSlot, Plan, plan
 
+        began = self.clock()   # the rounds' period: how soon the forecast's starts can follow
+        if self._last_round is not None:
+            period = max(0.0, began - self._last_round)
+            # smoothed, but a slower round counts at once (the forecast's lag is the slow case)
+            self.round_s = max(period, 0.8 * self.round_s + 0.2 * period)
+        self._last_round = began
         queue, waits = self._dependencies_met(self.jobs({JobState.QUEUED}))
         if not queue:
             with self.store.tx() as conn:
                 jobrows.set_reasons(conn, list(waits.items()))
+            if self.foresight is not None:   # the running jobs' expected ends
+                now, active = self.clock(), self.jobs(ACTIVE)
+                inventory = self._tuned(self.inventory)
+                self._offer([], slots_from_snapshot(snapshot, active, inventory, profiles),
+                            active, now, inventory, profiles, {}, self._run_times(now))
             return
         active = self.jobs(ACTIVE)
         snapshot = self._without_failing_nodes(snapshot)
@@ -85,6 +104,10 @@ class Schedule(Step):
             active = self.jobs(ACTIVE)                                          # yielded
         slots = slots_from_snapshot(snapshot, active, inventory, profiles)
         decided = decide(queue, slots, self.adapt.residents(active))
+        if self.foresight is not None:   # the forecast, in its own thread (foresight.py)
+            self._offer(queue, slots, self.adapt.residents(active), now, inventory, profiles,
+                        fair, durations, closed=closed, reservations=reserved,
+                        speeds=speeds.get(tuple(dict.fromkeys(s.gpu_model for s in slots))))
         waits.update(self._with_skipped_nodes(decided.waits))
         if decided.preempt and inventory.policy.preemption != "off":
             self._preempt(decided, [j for j in queue if j.id in decided.waits], active, now)
@@ -100,6 +123,34 @@ class Schedule(Step):
                 waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
+
+    def _offer(self, queue: list[Job], slots: Sequence[Any], active: list[Job], now: float,
+               inventory: Inventory, profiles: dict[str, Profile], fair: Any,
+               durations: Durations, **kwargs: Any) -> None:
+        """Hand the forecast thread what this round saw, its plan() bound the same way (no
+        preemption: the forecast places, it does not checkpoint)."""
+        from ...scheduler import forecast as fc
+        from ...scheduler.placement import CachedModel, CautiousModel, spec_memory_mib
+        from ...scheduler.priority import order_queue
+        from ..foresight import Inputs
+
+        assert self.foresight is not None
+        policy = inventory.policy
+        model = CachedModel(CautiousModel(self._model()))
+        decide = fc.planner(profiles, model, policy, self.inventory.user_limits,
+                            fairshare=fair, durations=durations, **kwargs)
+        key = (tuple(j.id for j in queue),
+               tuple((j.id, j.node, j.gpu_indices) for j in active),
+               tuple(sorted(self.progress_left.items())))
+        self.foresight.offer(Inputs(
+            tuple(queue), tuple(slots), tuple(active), now, decide,
+            fc.lefts_of(durations, now, dict(self.progress_left)), fc.runtimes_of(durations),
+            fc.speeds_of(profiles, model),
+            lambda job: spec_memory_mib(job.spec, profiles, policy),
+            lambda jobs, t: order_queue(jobs, policy, t, fair), key,
+            # from a job's end to the next one running on its GPU: the round that notices the
+            # end, the round that places, the launch (LAG_ROUNDS of them, slowest seen)
+            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s)))
 
     def _preempt(self, decided, waiting: list[Job], active: list[Job], now: float) -> None:
         """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
