@@ -110,7 +110,7 @@ class Scorer(SimPlanner):
             return hit
 
         def left(job: Job) -> fc.Left:
-            age = max(0.0, now - (job.started_at or now))
+            age = 0.0 if job.started_at is None else max(0.0, now - job.started_at)
             est = estimate_runtime(durations, user=job.owner, workload=job.spec.workload,
                                    time_limit_s=limits[job.id], age_s=age)
             return fc.Left(est.left_s(age), max(0.0, est.low_s - age),
@@ -121,7 +121,8 @@ class Scorer(SimPlanner):
             return RuntimeEstimate(lim, lim, lim, "--time")
 
         def slurm_left(job: Job) -> fc.Left:
-            s = max(0.0, limits[job.id] - (now - (job.started_at or now)))
+            began = now if job.started_at is None else job.started_at
+            s = max(0.0, limits[job.id] - (now - began))
             return fc.Left(s, s, s, "--time")
 
         def alone(jobs: Sequence[Job]) -> Sequence[float]:

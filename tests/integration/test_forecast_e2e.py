@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from iadeep_cli.paths import StateDir
-
 from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, queue_add, wait_until
+from iadeep_cli.paths import StateDir
 
 ACTIVE = {"starting", "running"}
 
