@@ -142,6 +142,7 @@ class SchedulingLoop(OnContext):
         self.adapt.step(now, speeds, snapshot)
         self.adapt.phase_step(now, snapshot, profiles, lab)   # phase changes refresh profiles
         self.tuning.step(now, self.inventory)   # self-tuning: a replay due, or its answer
+        self.schedule.progress_left = self.observer.work_left()   # for the forecast
         self.schedule.run(snapshot, profiles)
         self.clean.old_dirs(snapshot, now)
 

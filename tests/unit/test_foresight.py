@@ -112,3 +112,17 @@ def test_the_forecast_sentence_names_start_range_place_partner_and_end():
     assert forecast_text(None, None, None, None, now).startswith("no expected start")
     assert forecast_text(now, now, now, now + 3600, now, waiting=False) == \
         "expected to end ~15:00"
+
+
+def test_a_job_reporting_its_total_has_its_work_left_from_its_rate():
+    from iadeep_cli.controller.observe import SpeedObserver, _feed, _Track
+
+    observer = SpeedObserver(pool=None)   # type: ignore[arg-type]   (no node is read here)
+    track = _Track(node="n1")
+    text = "1000.0 0 1000\n1010.0 100 1000\n1020.0 200 1000\n"
+    _feed(track, 0, len(text), text)
+    observer._tracks[7] = track
+    # 10 iterations a second, 800 to go: 80 s
+    assert observer.work_left() == {7: pytest.approx(80.0)}
+    observer._tracks[8] = _Track(node="n1")   # reports no total: no entry
+    assert set(observer.work_left()) == {7}

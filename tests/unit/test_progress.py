@@ -64,3 +64,16 @@ def test_train_script_runs_if_torch(tmp_path, monkeypatch):
     monkeypatch.setenv("IADEEP_PROGRESS_FILE", str(f))
     assert mod.main(["--steps", "20", "--batch-size", "8", "--report-every", "5"]) == 0
     assert [i for _, i in read_progress(f)] == [5, 10, 15, 20]
+
+
+def test_a_line_with_the_total_gives_its_progress_and_the_total(tmp_path):
+    from iadeep_cli.progress import parse_total, report
+
+    f = tmp_path / "p"
+    report(10, str(f), total=1000)
+    report(20, str(f))
+    text = f.read_text()
+    assert [done for _, done in read_progress(f)] == [10, 20]
+    assert parse_total(text) == 1000          # the last line that gives one
+    assert parse_total("100.0 5\n") is None
+    assert parse_total("100.0 5 80\n100.0 6 x\n") == 80   # a junk total is skipped
