@@ -44,7 +44,7 @@ def _job(id, state="queued", user="alice", priority=0, submitted_at=NOW - 60, **
 def test_a_waiting_row_shows_the_expected_start_where_the_controller_forecast_one():
     import dataclasses
 
-    from iadeep_cli.text import moment   # "14:20" today (its format: tests/unit/test_foresight)
+    from iadeep_cli.text import moment  # "14:20" today (its format: tests/unit/test_foresight)
 
     at = NOW + 20 * 60
     waiting = dataclasses.replace(_job(1), reason="all GPUs busy", expected_start=at)
