@@ -141,7 +141,8 @@ class Schedule(Step):
                             fairshare=fair, durations=durations, **kwargs)
         key = (tuple(j.id for j in queue),
                tuple((j.id, j.node, j.gpu_indices) for j in active),
-               tuple(sorted(self.progress_left.items())))
+               # work left by progress, to the minute (a new forecast when that moves)
+               tuple(sorted((i, int(v // 60)) for i, v in self.progress_left.items())))
         self.foresight.offer(Inputs(
             tuple(queue), tuple(slots), tuple(active), now, decide,
             fc.lefts_of(durations, now, dict(self.progress_left)), fc.runtimes_of(durations),
