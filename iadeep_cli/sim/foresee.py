@@ -206,10 +206,11 @@ class ForecastReport:
     load: float
     jobs: int
     gpus: int
+    trace: str | None = None   # the trace replayed (then ``load`` says nothing)
 
     def to_dict(self) -> dict:
-        return {"load": self.load, "seeds": list(self.seeds), "jobs": self.jobs,
-                "gpus": self.gpus,
+        return {"load": None if self.trace else self.load, "trace": self.trace,
+                "seeds": list(self.seeds), "jobs": self.jobs, "gpus": self.gpus,
                 "start": {m: s.to_dict() for m, s in self.starts.items()},
                 "start_waited": {m: s.to_dict() for m, s in self.waited.items()},
                 "end_running": {m: s.to_dict() for m, s in self.ends.items()}}
@@ -252,7 +253,8 @@ def pooled(parts: Sequence[tuple[Samples, dict[int, float], dict[int, float]]], 
 
 
 def format_report(r: ForecastReport) -> str:
-    lines = [f"forecast accuracy: load {r.load:g}, seeds {', '.join(map(str, r.seeds))}, "
+    what = f"trace {r.trace}" if r.trace else f"load {r.load:g}"
+    lines = [f"forecast accuracy: {what}, seeds {', '.join(map(str, r.seeds))}, "
              f"{r.jobs} jobs on {r.gpus} GPUs per seed",
              f"{'':<22}{'method':<8}{'n':>6}{'median |err|':>14}{'/ median':>10}"
              f"{'median rel':>11}{'<=30%':>7}{'<=15min':>9}"]
@@ -300,4 +302,5 @@ def forecast_report(settings, seeds: int, progress: Callable[[str], None] | None
         parts.append(run_forecast(jobs, seed, run, planner, profiles, model, pol))
         if progress is not None:
             progress(f"load {s.load:g} seed {seed}: done")
-    return pooled(parts, used, settings.load, n_jobs, settings.gpus)
+    return replace(pooled(parts, used, settings.load, n_jobs, settings.gpus),
+                   trace=settings.trace)
