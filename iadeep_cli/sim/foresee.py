@@ -39,7 +39,8 @@ from .engine import PolicyResult, SimJob
 from .policies import SimPlanner
 
 RUNNING_SAMPLES = 3          # running jobs whose end is scored at each submission
-LIMIT_FACTOR = (1.2, 4.0)    # a job's --time: this many times its solo run time (log-uniform)
+LIMIT_FACTOR = (1.2, 4.0)    # a job's --time: this many times its solo run time (log-uniform),
+LIMIT_ROUND_S = 3600.0       # rounded up to whole hours
 WITHIN_REL = 0.30            # "within +-30%" (of the actual wait, of the remaining time)
 WITHIN_S = 900.0             # "within 15 minutes"
 WAITED_S = 60.0              # a job "waited" when it started more than a minute after submission
@@ -51,7 +52,7 @@ def limit_for(job: SimJob, seed: int) -> float:
     rng = random.Random(f"limit:{seed}:{job.id}")
     lo, hi = LIMIT_FACTOR
     f = math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    return math.ceil(job.duration_s * f / 3600.0) * 3600.0
+    return math.ceil(job.duration_s * f / LIMIT_ROUND_S) * LIMIT_ROUND_S
 
 
 @dataclass
