@@ -44,7 +44,9 @@ LIMIT_ROUND_S = 3600.0       # rounded up to whole hours
 WITHIN_REL = 0.30            # "within +-30%" (of the actual wait, of the remaining time)
 WITHIN_S = 900.0             # "within 15 minutes"
 WAITED_S = 60.0              # a job "waited" when it started more than a minute after submission
-METHODS = ("iadeep", "slurm")
+# iadeep+progress: iadeep's forecast when running jobs report their progress and total
+# (their solo work left is then known: the simulator's own figure, within PROGRESS_LOW/HIGH)
+METHODS = ("iadeep", "iadeep+progress", "slurm")
 
 
 def limit_for(job: SimJob, seed: int) -> float:
@@ -66,13 +68,36 @@ class Samples:
         default_factory=lambda: {m: [] for m in METHODS})
 
 
+class _Work:
+    """The run-time hooks of the iadeep policy, passed through, and each job's solo work done
+    so far, integrated from the speeds the engine hands ``step`` (the speeds in effect since
+    its last event): what a job reporting its progress tells the controller."""
+
+    def __init__(self, hooks):
+        self.inner = hooks
+        self.done: dict[int, float] = {}
+        self._at: float | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def step(self, t, running, on_gpu, phases, speed, factor_on=None):
+        if self._at is not None and t > self._at:
+            for i in running:
+                self.done[i] = self.done.get(i, 0.0) + speed.get(i, 0.0) * (t - self._at)
+        self._at = t
+        return self.inner.step(t, running, on_gpu, phases, speed, factor_on)
+
+
 class Scorer(SimPlanner):
     """The iadeep planner, unchanged, with forecasts made at each submission."""
 
     def __init__(self, inner: SimPlanner, profiles: Mapping[str, Profile], model: Predictor,
                  limits: Mapping[int, float], seed: int, policy: Policy):
         super().__init__(inner.fn, inner.view)
-        self.hooks = inner.hooks
+        self.work = _Work(inner.hooks) if inner.hooks is not None else None
+        self.hooks = self.work if self.work is not None else inner.hooks
+        self.solo: dict[int, float] = {}   # job id -> its solo run time (the trace's)
         self.profiles = profiles
         self.model = CachedModel(model)
         self.limits = limits
@@ -117,6 +142,14 @@ class Scorer(SimPlanner):
             return fc.Left(est.left_s(age), max(0.0, est.low_s - age),
                            max(0.0, est.high_s - age), est.source)
 
+        work = self.work
+
+        def progress_left(job: Job) -> fc.Left:
+            if work is None or job.id not in self.solo:
+                return left(job)
+            s = max(0.0, self.solo[job.id] - work.done.get(job.id, 0.0))
+            return fc.Left(s, s * fc.PROGRESS_LOW, s * fc.PROGRESS_HIGH, "progress")
+
         def slurm_runtime(job: Job) -> RuntimeEstimate:
             lim = limits[job.id]
             return RuntimeEstimate(lim, lim, lim, "--time")
@@ -137,6 +170,8 @@ class Scorer(SimPlanner):
         picks = self._rng.sample(active, min(RUNNING_SAMPLES, len(active)))
         for method, rt, lf, speeds in (
                 ("iadeep", runtime, left, fc.speeds_of(self.profiles, self.model)),
+                ("iadeep+progress", runtime, progress_left,
+                 fc.speeds_of(self.profiles, self.model)),
                 ("slurm", slurm_runtime, slurm_left, alone)):
             got = fc.forecast(queue, slots, active, now=now, decide=decide, left=lf,
                               runtime=rt, group_speed=speeds, memory=memory)
@@ -224,6 +259,7 @@ def run_forecast(jobs: Sequence[SimJob], seed: int,
     """One seed: the simulation with forecasts; (samples, actual starts, actual ends)."""
     limits = {j.id: limit_for(j, seed) for j in jobs}
     scorer = Scorer(planner, profiles, model, limits, seed, policy)
+    scorer.solo = {j.id: j.duration_s for j in jobs}
     result = simulate_with(scorer)
     # the engine reports each finished job's JCT in the trace's order; every job finishes (the
     # simulation runs until none is left)
@@ -257,7 +293,7 @@ def format_report(r: ForecastReport) -> str:
     what = f"trace {r.trace}" if r.trace else f"load {r.load:g}"
     lines = [f"forecast accuracy: {what}, seeds {', '.join(map(str, r.seeds))}, "
              f"{r.jobs} jobs on {r.gpus} GPUs per seed",
-             f"{'':<22}{'method':<8}{'n':>6}{'median |err|':>14}{'/ median':>10}"
+             f"{'':<22}{'method':<16}{'n':>6}{'median |err|':>14}{'/ median':>10}"
              f"{'median rel':>11}{'<=30%':>7}{'<=15min':>9}"]
     for what, scores in (("start (at submission)", r.starts),
                          ("start, jobs that wait", r.waited),
@@ -265,7 +301,7 @@ def format_report(r: ForecastReport) -> str:
         for m, s in scores.items():
             over = "-" if math.isnan(s.error_over_median_wait) else \
                 f"{s.error_over_median_wait:.2f}"
-            lines.append(f"{what:<22}{m:<8}{s.n:>6}{s.median_abs_error_h:>12.2f}h "
+            lines.append(f"{what:<22}{m:<16}{s.n:>6}{s.median_abs_error_h:>12.2f}h "
                          f"{over:>9}{s.median_rel_error:>11.2f}"
                          f"{s.within_30pct:>7.0%}{s.within_15min:>9.0%}")
             what = ""

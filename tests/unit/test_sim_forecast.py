@@ -74,7 +74,7 @@ def test_sim_forecast_prints_both_methods_and_carries_them_in_json():
     (table,) = json.loads(out.stdout)["forecast"]
     assert table["load"] == 1.5 and table["jobs"] == 60 and table["seeds"] == [0]
     for part in ("start", "start_waited", "end_running"):
-        assert set(table[part]) == {"iadeep", "slurm"}
+        assert set(table[part]) == {"iadeep", "iadeep+progress", "slurm"}
     assert table["start"]["iadeep"]["n"] == 60
     for key in ("median_abs_error_h", "within_30pct", "within_15min"):
         assert not math.isnan(table["start"]["slurm"][key])
