@@ -76,16 +76,18 @@ class _Work:
     def __init__(self, hooks):
         self.inner = hooks
         self.done: dict[int, float] = {}
-        self._at: float | None = None
+        self.since: dict[int, float] = {}   # when each job was placed (the scorer sets it)
+        self._last: dict[int, float] = {}
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
     def step(self, t, running, on_gpu, phases, speed, factor_on=None):
-        if self._at is not None and t > self._at:
-            for i in running:
-                self.done[i] = self.done.get(i, 0.0) + speed.get(i, 0.0) * (t - self._at)
-        self._at = t
+        for i in running:
+            start = self._last.get(i, self.since.get(i, t))
+            if t > start:
+                self.done[i] = self.done.get(i, 0.0) + speed.get(i, 0.0) * (t - start)
+            self._last[i] = t
         return self.inner.step(t, running, on_gpu, phases, speed, factor_on)
 
 
@@ -93,11 +95,13 @@ class Scorer(SimPlanner):
     """The iadeep planner, unchanged, with forecasts made at each submission."""
 
     def __init__(self, inner: SimPlanner, profiles: Mapping[str, Profile], model: Predictor,
-                 limits: Mapping[int, float], seed: int, policy: Policy):
+                 limits: Mapping[int, float], seed: int, policy: Policy,
+                 solo: Mapping[int, float] | None = None):
         super().__init__(inner.fn, inner.view)
         self.work = _Work(inner.hooks) if inner.hooks is not None else None
         self.hooks = self.work if self.work is not None else inner.hooks
-        self.solo: dict[int, float] = {}   # job id -> its solo run time (the trace's)
+        # job id -> its solo run time (the trace's): what a job reporting its total knows
+        self.solo: Mapping[int, float] = solo or {}
         self.profiles = profiles
         self.model = CachedModel(model)
         self.limits = limits
@@ -115,6 +119,8 @@ class Scorer(SimPlanner):
         got = self.fn(queue, slots, active, now, fairshare)
         for p in got.placements:
             self.started.setdefault(p.job_id, now)
+            if self.work is not None:
+                self.work.since.setdefault(p.job_id, now)
         return got
 
     def _forecast(self, queue: list[Job], slots: Sequence[GpuSlot], active: list[Job],
@@ -258,8 +264,8 @@ def run_forecast(jobs: Sequence[SimJob], seed: int,
                  ) -> tuple[Samples, dict[int, float], dict[int, float]]:
     """One seed: the simulation with forecasts; (samples, actual starts, actual ends)."""
     limits = {j.id: limit_for(j, seed) for j in jobs}
-    scorer = Scorer(planner, profiles, model, limits, seed, policy)
-    scorer.solo = {j.id: j.duration_s for j in jobs}
+    scorer = Scorer(planner, profiles, model, limits, seed, policy,
+                    {j.id: j.duration_s for j in jobs})
     result = simulate_with(scorer)
     # the engine reports each finished job's JCT in the trace's order; every job finishes (the
     # simulation runs until none is left)

@@ -48,12 +48,14 @@ def test_with_no_history_iadeep_forecasts_the_default_run_time_and_slurm_the_tim
     jobs = [SimJob(1, 0.0, "resnet18", 7200.0), SimJob(2, 10.0, "resnet18", 3600.0)]
     policy = Policy(max_jobs_per_gpu=1)
     planner = make_planner("iadeep", PROFILES, TRUTH, TRUTH, policy, {1: 0.0, 2: 0.0}, 0)
-    scorer = foresee.Scorer(planner, PROFILES, TRUTH, {1: 7200.0, 2: 3600.0}, 0, policy)
+    scorer = foresee.Scorer(planner, PROFILES, TRUTH, {1: 7200.0, 2: 3600.0}, 0, policy,
+                            {1: 7200.0, 2: 3600.0})
     result = simulate(jobs, scorer, TRUTH, gpus=1, profiles=PROFILES, policy=policy)
     assert scorer.started == {1: 0.0, 2: 7200.0}
     assert result.jcts == (7200.0, 10800.0 - 10.0)
     # (iadeep's median is of run times longer than the 10 s job 1 has run: a hair over)
-    expected = {"slurm": 7200.0, "iadeep": DEFAULT_RUNTIME_S}
+    # iadeep+progress: job 1's work left is known (it reports its progress): exact
+    expected = {"slurm": 7200.0, "iadeep": DEFAULT_RUNTIME_S, "iadeep+progress": 7200.0}
     for method, start in expected.items():
         got = {i: f for f, i, _ in scorer.samples.starts[method]}
         assert got[2] == pytest.approx(start, rel=1e-3), method
