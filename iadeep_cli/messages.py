@@ -101,6 +101,12 @@ class JobView(Message):
     cpus_per_task: int | None = optional()            # --cpus-per-task
     host_mem_mib: int | None = optional()             # --mem: host RAM (MiB)
     idle: bool | None = optional()                    # marked idle now (its GPUs sat idle)
+    # the controller's forecast (controller/foresight.py), where it has one: a waiting job's
+    # expected start with its range, an unfinished job's expected end (epoch seconds)
+    expected_start: float | None = optional()
+    expected_start_low: float | None = optional()
+    expected_start_high: float | None = optional()
+    expected_end: float | None = optional()
 
     @classmethod
     def from_job(cls, job: Job) -> JobView:
@@ -187,6 +193,28 @@ class RuntimeView(Message):
 
 
 @dataclass(frozen=True)
+class ForecastView(Message):
+    """When a job is expected to start and end (``scheduler.forecast``: the queue simulated
+    forward with plan()), epoch seconds with their low-high range; where it would start
+    (``node``, ``gpus``), beside which jobs, at what predicted speed; ``source``: what its run
+    time rests on; ``made_at``: when the forecast was made. ``start`` None: not foreseen within
+    the forecast's horizon."""
+
+    start: float | None
+    start_low: float | None
+    start_high: float | None
+    end: float | None
+    end_low: float | None
+    end_high: float | None
+    node: str | None = None
+    gpus: tuple[int, ...] = ()
+    beside: tuple[int, ...] = ()
+    speed: float | None = None
+    source: str = ""
+    made_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class JobDetail(Message):
     """``queue show``: the job's fields and its history (JSON: the job's keys plus "events",
     for a waiting job "effective_priority" where the reader knows the policy, and for an
@@ -197,6 +225,7 @@ class JobDetail(Message):
     priority: PriorityView | None = None
     runtime: RuntimeView | None = None   # an unfinished job's run-time estimate (JSON:
                                          # "runtime_estimate"), where the reader has history
+    forecast: ForecastView | None = None   # the controller's forecast (JSON: "forecast")
 
     def to_dict(self) -> dict[str, Any]:
         out = {**self.job.to_dict(), "events": encode(self.events)}
@@ -204,15 +233,19 @@ class JobDetail(Message):
             out["effective_priority"] = self.priority.to_dict()
         if self.runtime is not None:
             out["runtime_estimate"] = self.runtime.to_dict()
+        if self.forecast is not None:
+            out["forecast"] = self.forecast.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobDetail:
         parts = data.get("effective_priority")
         runtime = data.get("runtime_estimate")
+        ahead = data.get("forecast")
         return cls(JobView.from_dict(data), decode(tuple[EventView, ...], data["events"]),
                    None if parts is None else PriorityView.from_dict(parts),
-                   None if runtime is None else RuntimeView.from_dict(runtime))
+                   None if runtime is None else RuntimeView.from_dict(runtime),
+                   None if ahead is None else ForecastView.from_dict(ahead))
 
 
 @dataclass(frozen=True)
@@ -460,6 +493,17 @@ class AddResult(Message):
 
 
 @dataclass(frozen=True)
+class TrialResult(Message):
+    """``queue add --test-only``: whether the job would start now (``now``), else when it is
+    expected to (``forecast``; None: not foreseen), and why it would wait (``reason``: plan()'s
+    reason now); nothing was queued."""
+
+    now: bool
+    reason: str = ""
+    forecast: ForecastView | None = None
+
+
+@dataclass(frozen=True)
 class JobActionResult(Message):
     """What cancel/hold/release did to one job: its ``state`` now ("cancelling" while its
     process is being stopped), or the ``error`` that kept it as it was."""
@@ -580,6 +624,16 @@ class AddRequest(Request[AddResult]):
     spec: SubmitSpec
     token: str | None = None
     script_b64: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialRequest(Request[TrialResult]):
+    """``queue add --test-only``: where and when a job of this ``spec`` would start, checked
+    as a submission is, planned against the queue as it is; nothing is queued (no job row, no
+    script copy)."""
+
+    op: ClassVar[str] = "test_only"
+    spec: SubmitSpec
 
 
 @dataclass(frozen=True)

@@ -279,3 +279,40 @@ def foreign_idle_line(node: str, gpu: int, pid: int, name: str, mib: float | Non
     what = ", ".join(x for x in (base, gib(mib, unit=" GiB") if mib else "") if x)
     return (f"{node}:{gpu} held idle by pid {pid}{f' ({what})' if what else ''} for "
             f"{duration(for_s)}, not an iadeep job")
+
+
+def moment(ts: float, now: float) -> str:
+    """A moment as a sentence says it: ``14:20`` today, ``Fri 09:10`` within a week, else
+    ``2026-12-24 09:10`` (local time)."""
+    day = time.localtime(ts)
+    if time.strftime("%Y-%m-%d", day) == time.strftime("%Y-%m-%d", time.localtime(now)):
+        return time.strftime("%H:%M", day)
+    if abs(ts - now) < 6 * 86400:
+        return time.strftime("%a %H:%M", day)
+    return time.strftime("%Y-%m-%d %H:%M", day)
+
+
+def forecast_text(start: float | None, low: float | None, high: float | None,
+                  end: float | None, now: float, *, where: str = "",
+                  beside: tuple[int, ...] = (), speed: float | None = None,
+                  waiting: bool = True) -> str:
+    """The forecast as a sentence: ``expected to start ~14:20 (13:50-15:10) on gpu2:0 beside
+    job 12 at ~0.8x; ends ~19:05`` (a running job: ``expected to end ~19:05``)."""
+    if not waiting:
+        return "expected to end " + ("~" + moment(end, now) if end is not None else
+                                     "(not foreseen)")
+    if start is None:
+        return "no expected start: not foreseen within the forecast's horizon"
+    out = f"expected to start ~{moment(max(start, now), now)}"
+    if low is not None and high is not None and high - low >= 60:
+        out += f" ({moment(max(low, now), now)}-{moment(high, now)})"
+    if where:
+        out += f" on {where}"
+    if beside:
+        out += " beside job" + ("s " if len(beside) > 1 else " ") + \
+            ", ".join(str(i) for i in beside)
+        if speed is not None:
+            out += f" at ~{speed:.1f}x"
+    if end is not None:
+        out += f"; ends ~{moment(end, now)}"
+    return out

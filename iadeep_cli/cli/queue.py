@@ -47,8 +47,10 @@ from ..text import (
     column_widths,
     duration,
     field_text,
+    forecast_text,
     gpus_at,
     job_label,
+    moment,
     newest_runs,
     shorten,
     when,
@@ -230,6 +232,9 @@ def add(
                                          help="sbatch's BEGIN/END/FAIL/ALL/NONE, as --notify."),
     mail_user: str | None = typer.Option(None, "--mail-user", metavar="ADDRESS",
                                          help="Noted: messages go where the lab sends yours."),
+    test_only: bool = typer.Option(False, "--test-only",
+                                   help="Queue nothing: say whether, where and when the job "
+                                        "would start (sbatch's --test-only)."),
 ) -> None:
     """Queue SCRIPT (or --wrap CMD) to run on GPUs; prints the new job's id. Options may also
     be given on #IADEEP lines at the top of the script (the command line wins), as #SBATCH."""
@@ -243,6 +248,9 @@ def add(
     if o["wrap"] is None:
         o = _with_directives(ctx, o, path, content, given)
     request = submission(o, content, path, "wrap" if o["wrap"] is not None else "")
+    if o["test_only"]:
+        print(trial_text(client.ask(m.TrialRequest(request))))
+        return
     try:
         print(client.submit(request, content).id)
     except InputError as exc:
@@ -258,8 +266,30 @@ def add(
         print(client.submit(request, content).id)
 
 
-# `queue add`'s options that are not the script: `iadeep run` takes them too (cli/run.py).
-SCRIPT_PARAMS = ("ctx", "script", "args", "wrap")
+def trial_text(got: m.TrialResult, now: float | None = None) -> str:
+    """``queue add --test-only``'s answer: would it start now, where; else why it would wait
+    and when it is expected to start."""
+    now = time.time() if now is None else now
+    f = got.forecast
+    where = f"{f.node}:{','.join(str(i) for i in f.gpus)}" if f is not None and f.node else ""
+    if got.now:
+        beside = ""
+        if f is not None and f.beside:
+            beside = " beside job" + ("s " if len(f.beside) > 1 else " ") + \
+                ", ".join(str(i) for i in f.beside)
+            beside += f" at ~{f.speed:.1f}x" if f.speed is not None else ""
+        return f"the job would start now on {where}{beside} (test only: nothing queued)"
+    lines = [f"the job would wait: {got.reason}" if got.reason else "the job would wait"]
+    if f is not None:
+        lines.append(forecast_text(f.start, f.start_low, f.start_high, f.end, now,
+                                   where=where, beside=f.beside, speed=f.speed))
+    lines.append("(test only: nothing queued)")
+    return "\n".join(lines)
+
+
+# `queue add`'s options that are not the script: `iadeep run` takes them too (cli/run.py);
+# --test-only is `queue add`'s alone.
+SCRIPT_PARAMS = ("ctx", "script", "args", "wrap", "test_only")
 
 
 def submission(o: dict, content: bytes, path: str, default_name: str = "") -> SubmitSpec:
@@ -689,9 +719,20 @@ def list_(
     if any(j.time_limit_s is not None for j in jobs):   # only where some job has a limit
         headers = [*headers[:-1], "TIME", headers[-1]]
         rows = [[*r[:-1], _time_used(j, now), r[-1]] for r, j in zip(rows, jobs)]
+    if wide and any(j.expected_start is not None for j in jobs):   # the controller's forecast
+        headers = [*headers[:-1], "EXPECTED START", headers[-1]]
+        rows = [[*r[:-1], _expected(j, now), r[-1]] for r, j in zip(rows, jobs)]
     if sys.stdout.isatty() and not wide:
         rows = _fit(headers, rows, shutil.get_terminal_size().columns)
     render.table(headers, rows)
+
+
+def _expected(job: m.JobView, now: float) -> str:
+    """A waiting job's expected start as ``queue list --wide`` shows it: ``~14:20`` ('-' where
+    the controller has no forecast for it)."""
+    if job.expected_start is None:
+        return "-"
+    return "~" + moment(max(job.expected_start, now), now)
 
 
 def _reason(job: m.JobView) -> str:
@@ -859,6 +900,8 @@ def why(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).",
         print(job.preempted)
     if detail.runtime is not None:
         print(f"expected run time {runtime_text(detail.runtime, job)}")
+    if detail.forecast is not None:
+        print(forecast_line(detail.forecast, job))
     # With fair share on, what a waiting job is ranked by, part by part (off: as it always was;
     # `queue show --json` has the parts either way).
     if detail.priority is not None and detail.priority.fairshare_on:
@@ -876,6 +919,14 @@ def _named(typed: str, job: m.JobView) -> str:
         return str(job.id)
     task = f"{job.array_id}_{job.array_index}"
     return f"{task} (id {job.id})" if "_" in typed else f"{job.id} (task {task})"
+
+
+def forecast_line(f: m.ForecastView, job: m.JobView, now: float | None = None) -> str:
+    """The controller's forecast of a job (docs/submitting.md "When will it start?")."""
+    return forecast_text(f.start, f.start_low, f.start_high, f.end, now or time.time(),
+                         where=f"{f.node}:{','.join(str(i) for i in f.gpus)}" if f.node else "",
+                         beside=f.beside, speed=f.speed,
+                         waiting=job.state in (JobState.QUEUED, JobState.HELD))
 
 
 def runtime_text(r: m.RuntimeView, job: m.JobView) -> str:

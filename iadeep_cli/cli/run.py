@@ -33,6 +33,7 @@ import typer
 from ..errors import ControllerUnavailable, InputError
 from ..jobs import FINISHED, JobState
 from ..scheduler import priority
+from ..text import forecast_text
 from . import queue, runpty
 from .lazy import client, messages as m
 from .logs import _Log, drain
@@ -206,8 +207,13 @@ def wait_for(job_id: int, error_stream: bool, detach: bool,
             place, of = _position(jobs, job, time.time()) if job.state in WAITING \
                 else (0, 0)
             where = f"#{place} of {of} waiting: " if place else ""
+            ahead = ""   # the controller's forecast, where it has one
+            if job.expected_start is not None:
+                ahead = "; " + forecast_text(job.expected_start, job.expected_start_low,
+                                             job.expected_start_high, job.expected_end,
+                                             time.time())
             status.show(f"job {job_id} {job.state}: {where}"
-                        f"{job.reason or 'not looked at yet'}")
+                        f"{job.reason or 'not looked at yet'}{ahead}")
             time.sleep(POLL_S)
             continue
         status.done()

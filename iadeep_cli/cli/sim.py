@@ -82,6 +82,10 @@ def sim(
     save_trace: str | None = typer.Option(None, "--save-trace", metavar="FILE.csv",
                                           help="Also write the trace simulated as a --trace "
                                           "CSV (submit_s,workload,duration_s,gpus,user)."),
+    forecast: bool = typer.Option(False, "--forecast", help="Score forecasts instead: at "
+                                  "each submission iadeep's forecast and a Slurm-style one "
+                                  "(time limits as run times) against the actual start and "
+                                  "end, iadeep policy only (docs/simulator.md)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
     from ..settings import FairShare
@@ -108,6 +112,9 @@ def sim(
                                   truth=truth, triples=triples, model=model, policies=names,
                                   lowo=lowo, fairshare=FairShare() if fairshare else None,
                                   phase_shift=phase_shift, gpus_per_node=per_node)
+    if forecast:
+        _forecast(settings, seeds, sweep, as_json, inputs)
+        return
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)
@@ -183,3 +190,26 @@ def _lab_trace(days: float, save: str | None, trace, profiles, truth, triples, m
         atexit.register(os.unlink, path)
     write_trace(found.jobs, path)
     return path, inputs, (n_gpus, per_node) if n_gpus > 0 else (8, 8)
+
+
+def _forecast(settings, seeds: int, sweep: str | None, as_json: bool, inputs) -> None:
+    """``iadeep sim --forecast``: forecast accuracy, per load of a --sweep load=... ."""
+    from dataclasses import replace
+
+    from ..sim import foresee, run as simrun
+
+    loads = [settings.load]
+    if sweep:
+        key, values = simrun.parse_sweep(sweep)
+        if key != "load":
+            raise InputError(f"--forecast sweeps only the load, got --sweep {key}=...",
+                             hint="e.g. --forecast --sweep load=0.9,1.2,1.5")
+        loads = [float(v) for v in values]
+    say = (lambda line: None) if as_json else \
+        (lambda line: print(line, file=sys.stderr, flush=True))
+    reports = [foresee.forecast_report(replace(settings, load=v), seeds, say, inputs)
+               for v in loads]
+    if as_json:
+        render.as_json({"forecast": [r.to_dict() for r in reports]})
+    else:
+        typer.echo("\n\n".join(foresee.format_report(r) for r in reports))

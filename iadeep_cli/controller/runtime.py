@@ -37,6 +37,7 @@ from .sdnotify import SystemdNotifier
 
 if TYPE_CHECKING:   # prometheus_client loads only when metrics are on (_serve_metrics)
     from ..jobs import Job
+    from .foresight import Foresight
     from .requests.metrics import MetricsServer
     from .round.loop import SchedulingLoop
 from .requests.port import NodeWork
@@ -98,8 +99,10 @@ class Controller:
         """Node connections and the scheduling loop (paramiko and numpy load only here)."""
         from .round.loop import SchedulingLoop
 
-        return SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
+        loop = SchedulingLoop(self.store, inventory, self._pool(inventory), self.scripts_dir,
                               self.clock)
+        loop.foresight.start()   # the forecast thread; the loop's close() stops it
+        return loop
 
     # ------------------------------------------------------------------ the service's port
     def wake(self) -> None:
@@ -118,6 +121,11 @@ class Controller:
         it (``controller/presence.py``)."""
         if self.loop is not None:
             self.loop.ctx.presence.heard(job_id, now)
+
+    def forecasts(self) -> Foresight | None:
+        """The round's forecasts for the service to read (``controller/foresight.py``); None
+        without a loop (no nodes: nothing to forecast)."""
+        return self.loop.foresight if self.loop is not None else None
 
     def _pool(self, inventory: Inventory) -> Pool:
         from ..nodes.poller import NodePool

@@ -16,7 +16,7 @@ from ..jobs import ACTIVE, JobState
 from ..messages import GpuJob, GpuView, JobView, NodeState, NodeView, StatusView
 from ..scheduler import priority
 from ..settings import Policy
-from ..text import clock, column_widths, duration, gpus_at, job_label, newest_runs
+from ..text import clock, column_widths, duration, gpus_at, job_label, moment, newest_runs
 from .source import MonitorData
 
 ON_GPUS = ACTIVE | {JobState.LOST}     # shown with where they run (or ran)
@@ -256,6 +256,8 @@ def _row(job: JobView, position: str, now: float, newest: dict[tuple[int, int], 
     else:
         since = job.submitted_at
         detail = job.reason or "not looked at yet"
+        if job.expected_start is not None:   # the controller's forecast (foresight.py)
+            detail += f" - expected ~{moment(max(job.expected_start, now), now)}"
     cells = (position, job_label(job, newest), job.owner, job.name, job.state.value,
              str(job.gpus), duration(now - since), detail)
     return JobRow(job.id, job.owner, job.name, job.state, cells)

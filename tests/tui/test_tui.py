@@ -41,6 +41,19 @@ def _job(id, state="queued", user="alice", priority=0, submitted_at=NOW - 60, **
     return m.JobView.from_job(Job(id, user, spec, JobState(state), submitted_at, **kw))
 
 
+def test_a_waiting_row_shows_the_expected_start_where_the_controller_forecast_one():
+    import dataclasses
+
+    from iadeep_cli.text import moment  # "14:20" today (its format: tests/unit/test_foresight)
+
+    at = NOW + 20 * 60
+    waiting = dataclasses.replace(_job(1), reason="all GPUs busy", expected_start=at)
+    plain = dataclasses.replace(_job(2), reason="all GPUs busy")
+    rows = {r.id: r for r in vm.job_rows([waiting, plain], NOW)}
+    assert rows[1].cells[7] == f"all GPUs busy - expected ~{moment(at, NOW)}"
+    assert rows[2].cells[7] == "all GPUs busy"
+
+
 @pytest.mark.parametrize("predicted, observed, level", [
     (0.95, None, "ok"), (0.85, None, "ok"), (0.84, None, "warn"), (0.6, None, "warn"),
     (0.59, None, "bad"), (None, None, "none"), (0.95, 0.4, "bad"), (0.3, 0.9, "ok")])

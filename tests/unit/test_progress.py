@@ -123,3 +123,21 @@ def test_the_checkpoint_signal_only_sets_the_flag_and_the_job_exits_at_its_next_
         assert leaving.value.code == REQUEUE_EXIT_CODE == 75
     finally:
         signal.signal(signal.SIGUSR2, before)
+
+
+def test_a_line_with_the_total_gives_its_progress_and_the_total(tmp_path):
+    from iadeep_cli.progress import parse_total, report
+
+    f = tmp_path / "p"
+    report(10, str(f), total=1000)
+    report(20, str(f))
+    text = f.read_text()
+    assert [done for _, done in read_progress(f)] == [10, 20]
+    assert parse_total(text) == 1000          # the last line that gives one
+    assert parse_total("100.0 5\n") is None
+    assert parse_total("100.0 5 80\n100.0 6 x\n") == 80   # a junk total is skipped
+    assert "total 1000\n" in text     # the canonical form: a separate line old readers skip
+    # one reader for both forms: the last complete line giving a total counts, whichever form
+    assert parse_total("1.0 5 80\ntotal 90\n") == 90
+    assert parse_total("total 90\n1.0 5 80\n") == 80
+    assert parse_progress("1.0 5 80\ntotal 90\n2.0 6\n") == [(1.0, 5), (2.0, 6)]

@@ -91,7 +91,8 @@ def test_a_running_jobs_client_asks_for_the_job_not_the_whole_queue(monkeypatch)
     def ask(request):
         asked.append(type(request).__name__)
         view = SimpleNamespace(id=9, state=next(states), attempts=1, exit_code=0, reason=None,
-                               priority=0, owner="alice", submitted_at=0.0)
+                               priority=0, owner="alice", submitted_at=0.0,
+                               expected_start=None)   # JobView: no forecast here
         return [view] if asked[-1] == "ListRequest" else SimpleNamespace(job=view)
 
     monkeypatch.setattr(run, "client", SimpleNamespace(ask=ask))

@@ -4,16 +4,20 @@ The runtime (``controller/runtime.py``) builds the service with a ``ControllerPo
 The service imports nothing of the scheduling round (the layer test refuses it); a keystroke,
 a log read or a fence goes through ``ControllerPort.nodes()``, the round's nodes of the moment
 (None while the controller schedules no nodes); an interactive job's owner heard from goes
-through ``ControllerPort.heard``. Without a controller (a service in a test, or
+through ``ControllerPort.heard``; forecasts are read through ``ControllerPort.forecasts()``
+(the round hands the shared keeper its inputs). Without a controller (a service in a test, or
 reading offline) ``STANDALONE`` answers: nothing to wake, no nodes, never degraded.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ... import messages as m
 from ...errors import IadeepError, InputError
 from ...jobs import Job
+
+if TYPE_CHECKING:   # the forecast keeper (a shared module) loads placement: only with the loop
+    from ..foresight import Foresight
 
 
 class NodeWork(Protocol):
@@ -51,6 +55,10 @@ class ControllerPort(Protocol):
         the round stops one not heard from for ``lab.interactive_grace``
         (``controller/presence.py``)."""
 
+    def forecasts(self) -> Foresight | None:
+        """The round's forecast keeper (``controller/foresight.py``): expected starts and ends,
+        ``queue add --test-only``'s trial; None while the controller schedules no nodes."""
+
 
 class Standalone:
     """A service with no controller around it: nothing to wake, no nodes, never degraded."""
@@ -69,6 +77,9 @@ class Standalone:
         return None
 
     def heard(self, job_id: int, now: float) -> None:
+        return None
+
+    def forecasts(self) -> Foresight | None:
         return None
 
 

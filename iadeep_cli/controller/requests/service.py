@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import checks, messages as m
 from ...errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
@@ -54,6 +54,9 @@ from . import admission, drain, interactive, reservations, update, views
 from .port import STANDALONE, ControllerPort
 
 log = logging.getLogger("iadeep.controller")
+
+if TYPE_CHECKING:   # the forecast (and placement with it) loads only with the loop
+    from ...scheduler.forecast import JobForecast
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 STREAMS = ("output", "error")
@@ -87,6 +90,26 @@ class Service(views.StoreReader):
     def degraded(self) -> IadeepError | None:
         """Why new jobs are refused now (the runtime's health check); None: they are not."""
         return self.port.degraded()
+
+    # ------------------------------------------------------------------ forecasts on reads
+    def jobs(self, all_states: bool, owner: str | None, last: int | None = None,
+             before: int | None = None) -> list[m.JobView]:
+        out = super().jobs(all_states, owner, last, before)
+        foresight = self.port.forecasts()
+        ahead = foresight.starts() if foresight is not None else {}
+        if not ahead:
+            return out
+        return [_with_forecast(v, ahead.get(v.id)) for v in out]
+
+    def job(self, job_id: int) -> m.JobDetail:
+        detail = super().job(job_id)
+        foresight = self.port.forecasts()
+        if foresight is None or detail.job.state in FINISHED:
+            return detail
+        got = foresight.of(job_id)
+        if got is None:
+            return detail
+        return dataclasses.replace(detail, forecast=got)
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, op: str, args: dict[str, Any], user: str) -> Any:
@@ -160,6 +183,31 @@ class Service(views.StoreReader):
                     self._add_tasks(conn, user, job_spec, job_id, indices)
         self.wake()
         return m.AddResult(job_id, created)
+
+    def op_test_only(self, user: str, req: m.TrialRequest) -> m.TrialResult:
+        """``queue add --test-only``: the submission's checks, then plan() and the forecast
+        over the queue as the last round had it with this job added; nothing is written."""
+        if self.degraded is not None:
+            raise self.degraded
+        job_spec = req.spec.resolve(retries=self.inventory.default_retries,
+                                    notify=self.inventory.notify.default)
+        validate_spec(job_spec)
+        admission.check_priority(self.inventory, user, job_spec.priority)
+        job_spec = self._with_time_limit(job_spec)
+        with self.store.read() as conn:
+            self._check_runnable(conn, user, job_spec)
+        if dependencies(job_spec):
+            return m.TrialResult(False, "it would wait for its dependencies first (--after): "
+                                 "no forecast before they are met")
+        foresight = self.port.forecasts()
+        if foresight is None:
+            raise InputError("no forecast: this controller has no nodes to place jobs on",
+                             hint="add nodes to the inventory (docs/administration.md)")
+        got = foresight.trial(user, job_spec, self.clock())
+        if got is None:
+            raise InputError("no forecast yet: the controller has not finished a scheduling "
+                             "round since it started", hint="try again in a few seconds")
+        return got
 
     def _add_tasks(self, conn, user: str, spec: JobSpec, array_id: int,
                    indices: tuple[int, ...]) -> None:
@@ -619,6 +667,16 @@ class Service(views.StoreReader):
                           finished=job.state in FINISHED, state=job.state)
 
 
+def _with_forecast(view: m.JobView, f: JobForecast | None) -> m.JobView:
+    """A listed job with its expected start (waiting) and end (unfinished), if foreseen."""
+    if f is None or view.state in FINISHED:
+        return view
+    if view.state == JobState.QUEUED:
+        return dataclasses.replace(view, expected_start=f.start, expected_start_low=f.start_low,
+                                   expected_start_high=f.start_high, expected_end=f.end)
+    return dataclasses.replace(view, expected_end=f.end)
+
+
 def _gpu_sizes(listed: tuple[int, ...] | None, snap: NodeSnapshot | None
                ) -> list[float | None] | None:
     """Memory (MiB; None where not reported) of each GPU a node lets iadeep schedule, from its
@@ -717,6 +775,7 @@ _PAIRS_REFUSAL = ("only a lab admin may list, adopt or remove co-location rows; 
                   "one")
 OPERATIONS: dict[str, Operation] = {o.request.op: o for o in (
     Operation(m.AddRequest, Service.op_add),
+    Operation(m.TrialRequest, Service.op_test_only),
     Operation(m.CancelRequest, Service.op_cancel),
     Operation(m.HoldRequest, Service.op_hold),
     Operation(m.ReleaseRequest, Service.op_release),

@@ -55,6 +55,7 @@ from ...scheduler.prediction import Predictor
 from ...settings import Inventory
 from ...store import Store
 from ..fairshare import FairShareRound
+from ..foresight import Foresight
 from .actions import NodeActions
 from .context import Context, OnContext, Round, RoundStep
 from .steps import foreign, idle
@@ -115,8 +116,13 @@ class SchedulingLoop(OnContext):
         self.cancels = Cancels(ctx)
         self.launches = Launches(ctx, self.ends, launch_health, scripts_dir)
         self.tuning = SelfTuning(store, clock())   # self-tuned plan() settings (steps/tune.py)
+        # forecasts off the round, in a thread of their own (controller/foresight.py, shared
+        # with the service): the schedule step hands it each round's inputs, the runtime starts
+        # it and gives the service its forecasts through the port (``forecasts()``)
+        self.foresight = Foresight()
         self.schedule = Schedule(ctx, self.adapt, self.launches, launch_health, self.fairshare,
-                                 self.current_model, self.tuning.applied)
+                                 self.current_model, self.tuning.applied,
+                                 foresight=self.foresight, work_left=self.observer.work_left)
         # ... and the order tick() runs them in (see the module docstring)
         self.steps: tuple[tuple[str, RoundStep], ...] = (
             ("poll", self.poll), ("reconcile", self.reconcile), ("lose", self.lose),
@@ -134,6 +140,7 @@ class SchedulingLoop(OnContext):
             step.run(r)
 
     def close(self) -> None:
+        self.foresight.close()
         self.actions.close()
         self.pool.close()
 

@@ -16,7 +16,7 @@ from ...errors import IadeepError
 from ...jobs import Job
 from ...nodes.connection import Pool
 from ...profiles import CoLocation, measurable
-from ...progress import parse_progress, rate
+from ...progress import parse_progress, parse_total, rate
 from ...scheduler.detectors import SPEED_CAP
 from ...snapshot import ClusterSnapshot
 from ..jobfault import guarded
@@ -42,6 +42,7 @@ class _Track:
     node: str | None = None
     asked: int = -1        # the round an answer last covered the file (-1: never)
     read_at: float = float("-inf")   # when (the controller's clock) it last gave new lines
+    total: int | None = None   # the iterations in all, where the job reports it (forecasts)
 
 
 class SpeedObserver:
@@ -124,6 +125,20 @@ class SpeedObserver:
         self._forget([j.id for j in running], {n.name for n in snapshot.nodes if n.reached})
         self.progress_speeds = {i: speeds[i] for i in measured}
         return speeds, self._pairs(groups, self.progress_speeds, snapshot, now)
+
+    def work_left(self) -> dict[int, float]:
+        """Job id -> its solo work still to do (seconds at full speed), for the running jobs
+        that report their total iterations: the iterations left at its rate alone (else at
+        its current rate, as if alone). The forecast's ``left`` (scheduler/forecast.py)."""
+        out: dict[int, float] = {}
+        for job_id, track in self._tracks.items():
+            if track.total is None or not track.points:
+                continue
+            per_s = track.solo_rate or rate(track.points, self.window_s)
+            if per_s is None or per_s <= 0:
+                continue
+            out[job_id] = max(0, track.total - track.points[-1][1]) / per_s
+        return out
 
     def _from_progress(self, job: Job, read: dict[tuple[str, int], tuple[int, int, str]],
                        alone: bool, known_solo: dict[str, float]) -> float | None:
@@ -248,6 +263,9 @@ def _feed(track: _Track, start: int, size: int, text: str) -> None:
     complete = text[: text.rfind("\n") + 1]
     track.offset = start + len(complete)
     track.points = (track.points + parse_progress(complete))[-2000:]
+    total = parse_total(complete)
+    if total is not None:
+        track.total = total
 
 
 def _groups(running: list[Job]) -> dict[tuple[str, int], list[Job]]:

@@ -19,6 +19,7 @@ from ....store import cluster, jobrows, profiles as profrows
 from ....text import clock
 from ... import reservations, runtimes  # `iadeep reserve`; run times
 from ...fairshare import FairShareRound
+from ...foresight import Foresight
 from ..context import Context, Round, Step
 from .adaptation import Adapter
 from .backoff import Backoff
@@ -32,13 +33,16 @@ PREEMPTING = re.compile(r"preempting jobs? ([0-9]+(?:, [0-9]+)*) ")
 # placement's run-time history (scheduler/remaining.py, controller/runtimes.py): the last 30
 # days' finished jobs per label and per user, re-read at most every 10 minutes
 RUN_TIMES_WINDOW_S = runtimes.WINDOW_S
+LAG_ROUNDS = 4
 RUN_TIMES_REFRESH_S = runtimes.REFRESH_S
 
 
 class Schedule(Step):
     def __init__(self, ctx: Context, adapt: Adapter, launches: Launches, launch_health: Backoff,
                  fairshare: FairShareRound, model: Callable[[], Any],
-                 tuned: Callable[[Inventory], Inventory] = lambda inventory: inventory):
+                 tuned: Callable[[Inventory], Inventory] = lambda inventory: inventory,
+                 foresight: Foresight | None = None,
+                 work_left: Callable[[], dict[int, float]] = dict):
         super().__init__(ctx)
         self.adapt = adapt   # steps/adaptation.Adapter: closed GPUs, --opportunistic room
         self.launches = launches
@@ -47,8 +51,16 @@ class Schedule(Step):
         self._model = model   # the interference model in use (SchedulingLoop.model)
         self._tuned = tuned   # the lab with its self-tuned plan() settings (steps/tune.py)
         self._durations: tuple[float, Durations] | None = None   # (read at, run times)
+        self.foresight = foresight   # the forecast thread (controller/foresight.py); None: none
+        # running jobs' solo work left (seconds) from their reported progress
+        # (observer.SpeedObserver.work_left), read at each round for the forecast
+        self._work_left = work_left
+        self.progress_left: dict[int, float] = {}
+        self._last_round: float | None = None
+        self.round_s = 0.0   # the rounds' period, smoothed
 
     def run(self, r: Round) -> None:
+        self.progress_left = self._work_left()   # for the forecast
         self.place(r.snapshot, r.profiles)
 
     def place(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
@@ -57,12 +69,23 @@ class Schedule(Step):
         from ....scheduler.placement import GpuSlot, plan, slots_from_snapshot
         from ....scheduler.prediction import CautiousModel
 
+        began = self.clock()   # the rounds' period: how soon the forecast's starts can follow
+        if self._last_round is not None:
+            period = max(0.0, began - self._last_round)
+            # smoothed, but a slower round counts at once (the forecast's lag is the slow case)
+            self.round_s = max(period, 0.8 * self.round_s + 0.2 * period)
+        self._last_round = began
         queue, later = self._begun(self.jobs({JobState.QUEUED}))
         queue, waits = self._dependencies_met(queue)
         waits.update(later)
         if not queue:
             with self.store.tx() as conn:
                 jobrows.set_reasons(conn, list(waits.items()))
+            if self.foresight is not None:   # the running jobs' expected ends
+                now, active = self.clock(), self.jobs(ACTIVE)
+                inventory = self._tuned(self.inventory)
+                self._offer([], slots_from_snapshot(snapshot, active, inventory, profiles),
+                            active, now, inventory, profiles, {}, self._run_times(now))
             return
         active = self.jobs(ACTIVE)
         with self.store.tx() as conn:   # `iadeep nodes drain` (read each round)
@@ -101,6 +124,10 @@ class Schedule(Step):
         room = hostres.rooms(self.inventory.nodes, active)
         planned, host_waits = hostres.restrict(queue, room)
         decided = decide(planned, slots, self.adapt.residents(active))
+        if self.foresight is not None:   # the forecast, in its own thread (foresight.py)
+            self._offer(queue, slots, self.adapt.residents(active), now, inventory, profiles,
+                        fair, durations, closed=closed, reservations=reserved,
+                        speeds=speeds.get(tuple(dict.fromkeys(s.gpu_model for s in slots))))
         waits.update(self._with_skipped_nodes(_with_drained(decided.waits, drained)))
         waits.update({i: why for i, why in host_waits.items() if i in waits})
         if decided.preempt and inventory.policy.preemption != "off":
@@ -125,6 +152,36 @@ class Schedule(Step):
                 waits.pop(job.id, None)
         with self.store.tx() as conn:
             jobrows.set_reasons(conn, list(waits.items()))
+
+    def _offer(self, queue: list[Job], slots: Sequence[Any], active: list[Job], now: float,
+               inventory: Inventory, profiles: dict[str, Profile], fair: Any,
+               durations: Durations, **kwargs: Any) -> None:
+        """Hand the forecast thread what this round saw, its plan() bound the same way (no
+        preemption: the forecast places, it does not checkpoint)."""
+        from ....scheduler import forecast as fc
+        from ....scheduler.placement import spec_memory_mib
+        from ....scheduler.prediction import CachedModel, CautiousModel
+        from ....scheduler.priority import order_queue
+        from ...foresight import Inputs
+
+        assert self.foresight is not None
+        policy = inventory.policy
+        model = CachedModel(CautiousModel(self._model()))
+        decide = fc.planner(profiles, model, policy, self.inventory.user_limits,
+                            fairshare=fair, durations=durations, **kwargs)
+        key = (tuple(j.id for j in queue),
+               tuple((j.id, j.node, j.gpu_indices) for j in active),
+               # work left by progress, to the minute (a new forecast when that moves)
+               tuple(sorted((i, int(v // 60)) for i, v in self.progress_left.items())))
+        self.foresight.offer(Inputs(
+            tuple(queue), tuple(slots), tuple(active), now, decide,
+            fc.lefts_of(durations, now, dict(self.progress_left)), fc.runtimes_of(durations),
+            fc.speeds_of(profiles, model),
+            lambda job: spec_memory_mib(job.spec, profiles, policy),
+            lambda jobs, t: order_queue(jobs, policy, t, fair), key,
+            # from a job's end to the next one running on its GPU: the round that notices the
+            # end, the round that places, the launch (LAG_ROUNDS of them, slowest seen)
+            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s)))
 
     def _preempt(self, decided: Plan, waiting: list[Job], active: list[Job], now: float) -> None:
         """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
