@@ -112,11 +112,15 @@ def test_the_user_who_ran_100_gpu_hours_waits_behind_the_one_who_ran_none(sshd_c
         assert bob["effective"] > shown["effective"] + 8   # 10 x (1 - 1/8), less the aging
         # the text says the same, part by part (read a moment earlier: aging may differ by
         # the seconds between, and the record by a 30 s rewrite)
-        said = re.search(rf"job {first} is queued: .*\neffective priority (\S+) = base 0 \+ "
+        # (the lines `queue why` adds around them: the run-time estimate, the forecast, the
+        # job's label)
+        said = re.search(rf"job {first} is queued: .*\n(?:expected .*\n)*effective priority "
+                         r"(\S+) = base 0 \+ "
                          r"aging (\S+) \(\S+ x 1/h\) \+ fair share (\S+)\n"
                          rf"  fair share of {ALICE}: used (\S+) GPU-hours \(decayed, "
                          r"half-life 7d\) = 100% of all use; share 1 = 33% of the shares; "
-                         r"factor 2\^-\(1\.00/0\.33\) = (\S+) x weight 10\n$", alice_why)
+                         r"factor 2\^-\(1\.00/0\.33\) = (\S+) x weight 10\n(?:label .*\n)?$",
+                         alice_why)
         assert said, alice_why
         effective, aging, points, used, factor = map(float, said.groups())
         assert effective == pytest.approx(aging + points, abs=0.011)
