@@ -48,7 +48,7 @@ from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
-from .priority import effective_priority, order_queue  # noqa: F401  (re-exported)
+from .priority import effective_priority, order_queue, queue_key  # noqa: F401
 from .remaining import Durations, RuntimeEstimate, estimate_runtime
 from .sharing import Pressure, best_share, completion_rate
 
@@ -67,10 +67,10 @@ BACKFILL_BY = "seconds"
 # Policy.preemption "las": levels of attained service (GPU-seconds over every attempt); a job
 # waits ahead of every job of a higher level, and may have requeueable jobs of a higher level
 # preempted for it (Tiresias's discretised least-attained-service queues, NSDI'19).
-LAS_LEVELS_GPU_S = (3600.0, 36000.0)
+LAS_LEVELS_GPU_S = (3600.0,)
 # a job is not preempted again before it has run this long in its current attempt (its
 # checkpoint and restart would cost more than the waiting job gains)
-MIN_ATTEMPT_S = 600.0
+MIN_ATTEMPT_S = 60.0
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -375,7 +375,11 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         got_s = attained
         ordered.sort(key=lambda j: _level(got_s.get(j.id, 0.0)))   # stable: order kept within
     ests = _Estimates(history, now, active)
-    starved: list[Job] = []   # jobs that wait for GPUs alone (preemption may make room)
+    room = _Room(rnd, active, policy, now, fairshare, attained) if las and attained else None
+    # under "las" with every running job requeueable, preemption stands in for reservations
+    # (a job that waits long enough ranks before the jobs it waits for and takes their GPUs):
+    # held GPUs cost 5-30% of the mean JCT on the tuning windows (docs/simulator.md)
+    reserving = room is None or not all(j.spec.requeue for j in active)
     mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     pressure = Pressure(ordered, tasks_active, usage, user_limits,
@@ -421,9 +425,14 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
             if opened:   # held again, with the job that backfilled them if it did
                 rnd.close_held(opened)
+        if got is None and room is not None:
+            made = room.make(job)   # preempting jobs ranked after it, if that makes room
+            if made:
+                waits[job.id] = made
+                ahead += pressure.wants(i) > 0
+                continue
         if got is None:
-            starved.append(job)
-            if whole and total_gpus:
+            if whole and total_gpus and reserving:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
                                             - (now - job.submitted_at), holder, ok, ests)
                 why += note
@@ -440,9 +449,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
         charge(usage, job.owner, {(got.node, i) for i in got.gpu_indices})
-    preempt: tuple[int, ...] = ()
-    if las and attained is not None and starved:
-        preempt = _preempt_las(rnd, starved, active, attained, now, waits, holder)
+    preempt = tuple(sorted(room.victims)) if room is not None else ()
     return Plan(tuple(placements), waits, preempt)
 
 
@@ -495,62 +502,75 @@ class _Estimates:
         return max((self.left_s(r.job_id) for r in g.residents), default=0.0)
 
 
-def _preempt_las(rnd: _Round, starved: Sequence[Job], active: Sequence[Job],
-                 attained: Mapping[int, float], now: float, waits: dict[int, str],
-                 holder: int | None) -> tuple[int, ...]:
-    """``Policy.preemption: las``: for each job left waiting for GPUs (in queue order), the
-    requeueable running jobs of a higher attained-service level whose GPUs, with the empty
-    ones, make room for it on one node; the fewest such, most attained first. A job is
-    preempted only after ``MIN_ATTEMPT_S`` in its attempt. Their GPUs wait for the next round
-    (they must checkpoint and leave first); each waiting job's reason says so."""
-    by_id = {j.id: j for j in active}
-    taken: set[int] = set()      # GPUs promised this round (id of the working copy)
-    out: list[int] = []
-    victims: set[int] = set()
+class _Room:
+    """``Policy.preemption: las`` for one round. A job left waiting for GPUs (in queue order)
+    may have running requeueable jobs preempted for it: those that rank after it (a higher
+    attained-service level, or the same level and later in the queue's order, i.e. they
+    started by backfill) and whose GPUs, with the empty ones, make room for it on one node;
+    the fewest GPUs, the latest-ranked first. A job is preempted only after ``MIN_ATTEMPT_S``
+    in its attempt. The GPUs made room on are held for the rest of the round (no job behind it
+    takes them: the preempted jobs must checkpoint and leave first, and the next round places
+    it), and its wait reason says whom it waits for."""
 
-    def movable(jid: int, level: int) -> bool:
-        j = by_id.get(jid)
-        return (j is not None and j.spec.requeue and jid not in victims
-                and _level(attained.get(jid, 0.0)) > level
-                and j.started_at is not None and now - j.started_at >= MIN_ATTEMPT_S)
+    def __init__(self, rnd: _Round, active: Sequence[Job], policy: Policy, now: float,
+                 fairshare: Mapping[str, float] | None, attained: Mapping[int, float]):
+        self.rnd = rnd
+        self.now = now
+        self.policy = policy
+        self.fairshare = fairshare
+        self.attained = attained
+        self.by_id = {j.id: j for j in active}
+        self.ranks = {j.id: self.rank(j) for j in active}
+        self.victims: set[int] = set()
 
-    for job in starved:
-        level = _level(attained.get(job.id, 0.0))
+    def rank(self, j: Job) -> tuple:
+        """Its place in the queue's order (levels first), for running jobs as for queued."""
+        return (_level(self.attained.get(j.id, 0.0)), *queue_key(
+            j.spec.priority, j.owner, j.submitted_at, j.id, self.now,
+            self.policy.aging_per_hour, self.fairshare))
+
+    def _movable(self, jid: int, mine: tuple) -> bool:
+        j = self.by_id.get(jid)
+        return (j is not None and j.spec.requeue and jid not in self.victims
+                and self.ranks[jid] > mine
+                and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S)
+
+    def make(self, job: Job) -> str:
+        """Preempt for ``job`` if that makes room; its wait reason then, else ''."""
+        mine = self.rank(job)
         k = job.spec.gpus
         ok = _node_rule(job)
-        best: tuple[tuple, list[_Gpu], set[int]] | None = None
         by_node: dict[str, list[_Gpu]] = {}
-        for g in rnd.gpus:
-            if id(g) in taken or not ok(g) or (g.reserved and holder != job.id):
+        for g in self.rnd.gpus:
+            if g.reserved or not ok(g):
                 continue
-            if all(movable(r.job_id, level) for r in g.residents):
+            if all(self._movable(r.job_id, mine) for r in g.residents):
                 by_node.setdefault(g.node, []).append(g)
+        best: tuple[tuple, list[_Gpu], set[int]] | None = None
         for node, gs in by_node.items():
             if len(gs) < k:
                 continue
-            # cheapest GPUs first: empty ones, then those whose jobs had the most service
-            gs.sort(key=lambda g: (len(g.residents),
-                                   -max((attained.get(r.job_id, 0.0) for r in g.residents),
-                                        default=0.0)))
+            # cheapest GPUs first: empty ones, then those of the latest-ranked jobs
+            gs.sort(key=lambda g: (len(g.residents), [-x for x in max(
+                (self.ranks[r.job_id] for r in g.residents), default=())]))
             chosen = gs[:k]
             jobs = {r.job_id for g in chosen for r in g.residents}
-            # a victim on several GPUs frees them all: count the GPUs it spans elsewhere too
-            cost = (sum(by_id[j].spec.gpus for j in jobs), len(jobs), node)
+            cost = (sum(self.by_id[j].spec.gpus for j in jobs), len(jobs), node)
             if best is None or cost < best[0]:
                 best = (cost, chosen, jobs)
         if best is None or not best[2]:
-            continue
+            return ""
         _, chosen, jobs = best
-        spans = {id(g) for g in rnd.gpus for r in g.residents if r.job_id in jobs}
-        taken.update(id(g) for g in chosen)
-        taken.update(spans)
-        victims.update(jobs)
-        out.extend(sorted(jobs))
+        # a victim on several GPUs frees them all: hold every GPU it leaves, for this job
+        held = [g for g in self.rnd.gpus if not g.reserved and (
+            g in chosen or any(r.job_id in jobs for r in g.residents))]
+        self.rnd.reserve(held, self.now)   # need_at now: nobody backfills them
+        self.victims.update(jobs)
         names = ", ".join(str(j) for j in sorted(jobs))
-        waits[job.id] = (f"preempting job{'s' if len(jobs) > 1 else ''} {names} (requeueable, "
-                         f"more GPU time so far: least-attained-service first); starts once "
-                         f"{'they checkpoint' if len(jobs) > 1 else 'it checkpoints'}")
-    return tuple(sorted(set(out)))
+        many = len(jobs) > 1
+        return (f"preempting job{'s' if many else ''} {names} (requeueable, ranked after it: "
+                f"least attained service first); starts once "
+                f"{'they have' if many else 'it has'} checkpointed")
 
 
 NodeRule = Callable[["_Gpu"], bool]

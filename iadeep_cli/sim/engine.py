@@ -360,7 +360,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             if not result.preempt:
                 break
             arrived = finished = acted = crossed = True   # at once: the GPUs they left
-        if arrived or finished or acted or switched or hooks is None:   # else nothing moved
+        if arrived or finished or acted or switched or crossed or hooks is None:   # else still
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
         if progress is not None and finished:
             progress(done, len(jobs))

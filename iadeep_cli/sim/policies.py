@@ -46,9 +46,9 @@ from ..errors import InputError
 from ..inventory import Policy
 from ..jobs import Job
 from ..profiles import Profile
+from ..scheduler import placement
 from ..scheduler.gpumodels import ModelSpeeds
 from ..scheduler.placement import (
-    LAS_LEVELS_GPU_S,
     CachedModel,
     CautiousModel,
     GpuSlot,
@@ -178,7 +178,7 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     if pol.preemption != "off":   # re-planned as a job crosses a level (sim/engine.py)
-        planner.thresholds = LAS_LEVELS_GPU_S   # type: ignore[attr-defined]
+        planner.thresholds = placement.LAS_LEVELS_GPU_S   # type: ignore[attr-defined]
     return planner
 
 
