@@ -406,25 +406,26 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             continue
         # reservations: ``ok`` less GPUs held for others (``rule``: the job's own node rules)
         rule, (ok, kept) = ok, reserve.rule(reservations, kept_for, job, ok, now)
+        # backfill: GPUs held for a waiting job are open to this one if it is expected to end
+        # before they are needed
+        opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held else []
         if not rnd.has_room():
             got, why = None, _full_reason(job, total_gpus)
         else:
             never = _never_fits(rnd, need, rule)
             if never:
+                rnd.close_held(opened)
                 waits[job.id] = never
                 continue
             behind = rnd.behind = pressure.behind(i)
-            # backfill: GPUs held for a waiting job are open to this one if it is expected to
-            # end before they are needed
-            opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held else []
             if mixed is not None:
                 got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
             elif whole:
                 got, why = _place_whole(rnd, job, res, need, ok)
             else:
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
-            if opened:   # held again, with the job that backfilled them if it did
-                rnd.close_held(opened)
+        if opened:   # held again, with the job that backfilled them if it did
+            rnd.close_held(opened)
         if got is None and room is not None:
             made = room.make(job)   # preempting jobs ranked after it, if that makes room
             if made:
