@@ -74,6 +74,16 @@ def sim(
     phase_shift: float = typer.Option(0.0, "--phase-shift", help="Fraction of jobs (0-1) "
                                       "that switch to another workload partway (between 20% "
                                       "and 80% of their work; the true speeds switch too)."),
+    preemption: str = typer.Option("off", "--preemption", help="iadeep's lab setting "
+                                   "policy.preemption: off, or las (least attained service "
+                                   "first; preempts only --requeueable jobs)."),
+    requeueable: float = typer.Option(0.0, "--requeueable", help="Fraction of jobs (0-1) "
+                                      "that declared --requeue, so plan() may preempt them "
+                                      "(Tiresias preempts any job)."),
+    preempt_cost: float | None = typer.Option(None, "--preempt-cost", metavar="SECONDS",
+                                              help="Work one preemption costs the preempted "
+                                              "job (checkpoint, restart, lost progress); "
+                                              "default 90, 0 for free preemptions."),
     trace_from_db: bool = typer.Option(False, "--trace-from-db", help="Replay the lab's own "
                                        "jobs (the controller's database; its profiles, "
                                        "measured pairs and model) instead of generated jobs."),
@@ -84,7 +94,7 @@ def sim(
                                           "CSV (submit_s,workload,duration_s,gpus,user)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
-    from ..inventory import FairShare
+    from ..inventory import FairShare, Policy
     from ..sim import run as simrun
     from ..sim.mixed import parse_gpus
 
@@ -94,6 +104,18 @@ def sim(
     if not 0.0 <= phase_shift <= 1.0:
         raise InputError(f"--phase-shift must be a fraction between 0 and 1, got {phase_shift:g}",
                          hint="e.g. --phase-shift 0.3 (30% of the jobs change workload)")
+    from ..settings import PREEMPTION_RULES
+    from ..sim.engine import PREEMPT_COST_S
+
+    if preemption not in PREEMPTION_RULES:
+        raise InputError(f"--preemption must be one of {', '.join(PREEMPTION_RULES)}, "
+                         f"got {preemption!r}", hint="e.g. --preemption las --requeueable 1")
+    if not 0.0 <= requeueable <= 1.0:
+        raise InputError(f"--requeueable must be a fraction between 0 and 1, got "
+                         f"{requeueable:g}", hint="e.g. --requeueable 1 (every job)")
+    if preempt_cost is not None and not 0.0 <= preempt_cost < float("inf"):
+        raise InputError(f"--preempt-cost must be seconds >= 0, got {preempt_cost:g}",
+                         hint="e.g. --preempt-cost 90 (0: free preemptions)")
     names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
              else simrun.DEFAULT_POLICIES)
     inputs, per_node = None, 8
@@ -107,7 +129,11 @@ def sim(
                                   multi_gpu_frac=multi_gpu, trace=trace, profiles=profiles,
                                   truth=truth, triples=triples, model=model, policies=names,
                                   lowo=lowo, fairshare=FairShare() if fairshare else None,
-                                  phase_shift=phase_shift, gpus_per_node=per_node)
+                                  phase_shift=phase_shift, gpus_per_node=per_node,
+                                  policy=Policy(preemption=preemption),
+                                  requeueable=requeueable,
+                                  preempt_cost_s=PREEMPT_COST_S if preempt_cost is None
+                                  else preempt_cost)
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)

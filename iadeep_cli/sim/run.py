@@ -17,6 +17,7 @@ from ..text import pyplot, save_plot
 from .engine import (
     DEFAULT_POLICIES,
     POLICIES,
+    PREEMPT_COST_S,
     PolicyResult,
     SimJob,
     _mem_mib,
@@ -53,6 +54,11 @@ class SimSettings:
     # empty: ``gpus`` H200s. ``gpus`` is always the total.
     layout: tuple[tuple[str, int], ...] = ()
     phase_shift: float = 0.0         # fraction of jobs that switch workload partway
+    # preemption (docs/simulator.md "Preemption"): the fraction of jobs that declared
+    # --requeue (plan() with policy.preemption may preempt only those; Tiresias preempts any
+    # job, as its paper assumes), and what each preemption costs the preempted job
+    requeueable: float = 0.0
+    preempt_cost_s: float = PREEMPT_COST_S
 
     def gpus_text(self) -> str:
         return ",".join(f"{m}:{c}" for m, c in self.layout) if self.layout else str(self.gpus)
@@ -164,6 +170,7 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
         jobs = generate_jobs(usable, s.jobs, size, s.load, s.seed,  # type: ignore[arg-type]
                              s.multi_gpu_frac)
     jobs = add_phase_shifts(jobs, usable, s.phase_shift, s.seed)
+    jobs = mark_requeueable(jobs, s.requeueable, s.seed)
     missing = truth.missing_pairs({j.workload for j in jobs}
                                   | {j.phase_to for j in jobs if j.phase_to})
     if missing:
@@ -172,6 +179,20 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
                          f"({len(missing)} pair(s) missing)",
                          hint="add those pairs to --truth PAIRS.csv or drop the workloads")
     return jobs
+
+
+def mark_requeueable(jobs: Sequence[SimJob], frac: float, seed: int) -> list[SimJob]:
+    """``--requeueable F``: that fraction of the jobs (drawn with a random of its own, so the
+    trace is the same as without) declared --requeue; 1 is every job, 0 none."""
+    if not (math.isfinite(frac) and 0.0 <= frac <= 1.0):
+        raise InputError(f"--requeueable must be a fraction between 0 and 1, got {frac:g}",
+                         hint="e.g. --requeueable 1 (every job may be preempted)")
+    if frac == 0.0:
+        return list(jobs)
+    import random
+    rng = random.Random(f"requeue:{seed}")
+    chosen = set(rng.sample([j.id for j in jobs], round(frac * len(jobs))))
+    return [replace(j, requeue=j.id in chosen) for j in jobs]
 
 
 def check_settings(s: SimSettings) -> None:
@@ -210,7 +231,7 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
             cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
             r = simulate(jobs, planner, truth, gpus=s.gpus, gpus_per_node=s.gpus_per_node,
                          policy=pol, profiles=profiles, name=label, progress=cb,
-                         layout=s.layout, mixed=mixed)
+                         layout=s.layout, mixed=mixed, preempt_cost_s=s.preempt_cost_s)
             if best is None or r.avg_jct_s < best.avg_jct_s:
                 best = r
         assert best is not None        # tries is never empty
@@ -242,9 +263,23 @@ def format_table(report: SimReport) -> str:
     lines.append(f"{src}; {s.gpus_text()} GPUs" + (f"; phase shift {s.phase_shift:g}"
                                                    if s.phase_shift else "")
                  + f"; model: {report.model_note}")
+    lines.append(_preemptions(report))
     lines.append(_verdict(report))
     lines.extend(_user_waits(report))
     return "\n".join(line for line in lines if line)
+
+
+def _preemptions(report: SimReport) -> str:
+    """'preemptions (90 s of work each): tiresias 291 (7.3 GPU-h), iadeep 40 (1.0 GPU-h)'."""
+    parts = [f"{r.name} {r.preemptions} ({r.preempt_cost_gpu_h:.1f} GPU-h)"
+             for r in report.results if r.preemptions]
+    if not parts:
+        return ""
+    s = report.settings
+    who = (f"; iadeep may preempt {s.requeueable:.0%} of the jobs (--requeueable), "
+           f"Tiresias any" if s.policy.preemption != "off" else "")
+    return (f"preemptions ({s.preempt_cost_s:g} s of work each, --preempt-cost): "
+            f"{', '.join(parts)}{who}")
 
 
 def _user_waits(report: SimReport) -> list[str]:
