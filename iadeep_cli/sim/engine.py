@@ -323,10 +323,10 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                         requeue=sj.requeue),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
-        rounds = 0
+        rounds, again = 0, False
         # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
         # that places the jobs it made room for (the controller's next round)
-        while queued and (arrived or finished or acted or crossed) and rounds < 3:
+        while queued and (arrived or finished or acted or crossed or again) and rounds < 3:
             rounds += 1
             slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy)
             points = None
@@ -359,8 +359,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     on_gpu[(p.node, idx)].append(p.job_id)
             if not result.preempt:
                 break
-            arrived = finished = acted = crossed = True   # at once: the GPUs they left
-        if arrived or finished or acted or switched or crossed or hooks is None:   # else still
+            again = True   # at once: the GPUs they left
+        if arrived or finished or acted or switched or crossed or again or hooks is None:
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
         if progress is not None and finished:
             progress(done, len(jobs))

@@ -152,7 +152,7 @@ def test_run_times_are_the_recent_finished_jobs_per_label(tmp_path):
         jobs.insert(c, "bob", JobSpec(script="/j.sh", workload="q"), 0.0)   # still queued
         got = jobs.run_times(c, since=500.0)
     # newest first; cancelled jobs and those that ended before `since` say nothing
-    assert got == [("w2", 300.0), ("w1", 200.0), ("w0", 100.0)]
+    assert got == [("w2", 300.0, "bob"), ("w1", 200.0, "bob"), ("w0", 100.0, "bob")]
 
 
 def test_requeue_drops_the_whole_attempt_and_counts_only_one_that_may_have_run(tmp_path):
