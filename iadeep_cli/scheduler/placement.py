@@ -49,7 +49,7 @@ from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, CautiousModel, Predictor  # noqa: F401  (re-exported)
 from .priority import effective_priority, order_queue, queue_key  # noqa: F401
-from .remaining import Durations, RuntimeEstimate, estimate_runtime
+from .remaining import Durations, RuntimeEstimate, estimate_runtime, gittins
 from .sharing import Pressure, best_share, completion_rate
 
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
@@ -71,6 +71,9 @@ LAS_LEVELS_GPU_S = (3600.0,)
 # a job is not preempted again before it has run this long in its current attempt (its
 # checkpoint and restart would cost more than the waiting job gains)
 MIN_ATTEMPT_S = 60.0
+# within a level: "fifo" (the usual order) or "gittins" (the job likeliest to finish per GPU
+# second first, from its owner's and label's run times: Tiresias's 2D-Gittins, learnt)
+LAS_ORDER = "fifo"
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -371,11 +374,11 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now, fairshare)
     las = policy.preemption == "las" and attained is not None
-    if las and attained is not None:
-        got_s = attained
-        ordered.sort(key=lambda j: _level(got_s.get(j.id, 0.0)))   # stable: order kept within
+    room = _Room(rnd, active, policy, now, fairshare, attained, history) \
+        if las and attained is not None else None
+    if room is not None:
+        ordered.sort(key=room.level)   # stable: the usual order kept within a level
     ests = _Estimates(history, now, active)
-    room = _Room(rnd, active, policy, now, fairshare, attained) if las and attained else None
     # under "las" with every running job requeueable, preemption stands in for reservations
     # (a job that waits long enough ranks before the jobs it waits for and takes their GPUs):
     # held GPUs cost 5-30% of the mean JCT on the tuning windows (docs/simulator.md)
@@ -514,7 +517,10 @@ class _Room:
     it), and its wait reason says whom it waits for."""
 
     def __init__(self, rnd: _Round, active: Sequence[Job], policy: Policy, now: float,
-                 fairshare: Mapping[str, float] | None, attained: Mapping[int, float]):
+                 fairshare: Mapping[str, float] | None, attained: Mapping[int, float],
+                 history: Durations | None = None):
+        self.history = history
+        self._index: dict[tuple, int] = {}
         self.rnd = rnd
         self.now = now
         self.policy = policy
@@ -524,9 +530,27 @@ class _Room:
         self.ranks = {j.id: self.rank(j) for j in active}
         self.victims: set[int] = set()
 
+    def level(self, j: Job) -> tuple:
+        """Its attained-service level; with ``LAS_ORDER`` "gittins" and history, then its
+        completion index from its owner's and label's run times (higher first, in 25% steps)."""
+        got = self.attained.get(j.id, 0.0)
+        lvl = _level(got)
+        if LAS_ORDER != "gittins" or self.history is None:
+            return (lvl,)
+        per_gpu = got / max(1, j.spec.gpus)
+        age = 0 if per_gpu < 60 else int(math.log(per_gpu / 60.0) / math.log(1.25)) + 1
+        key = (j.owner, j.spec.workload, j.spec.time_limit_s, age)
+        hit = self._index.get(key)
+        if hit is None:
+            d, _ = self.history.runtime_dist(j.owner, j.spec.workload)
+            lo = 0.0 if age == 0 else 60.0 * 1.25 ** (age - 1)
+            g = gittins(d, j.spec.time_limit_s, lo) / max(1, j.spec.gpus)
+            hit = self._index[key] = -round(math.log(g) / INDEX_STEP) if g > 0 else 10**6
+        return (lvl, hit)
+
     def rank(self, j: Job) -> tuple:
         """Its place in the queue's order (levels first), for running jobs as for queued."""
-        return (_level(self.attained.get(j.id, 0.0)), *queue_key(
+        return (*self.level(j), *queue_key(
             j.spec.priority, j.owner, j.submitted_at, j.id, self.now,
             self.policy.aging_per_hour, self.fairshare))
 
