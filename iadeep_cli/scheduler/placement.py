@@ -381,7 +381,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ests = _Estimates(history, now, active)
     # under "las" with every running job requeueable, preemption stands in for reservations
     # (a job that waits long enough ranks before the jobs it waits for and takes their GPUs):
-    # held GPUs cost 5-30% of the mean JCT on the tuning windows (docs/simulator.md)
+    # held GPUs cost 10% of the mean JCT on the 8-GPU tuning window (docs/simulator.md)
     reserving = room is None or not all(j.spec.requeue for j in active)
     mixed = _ModelRound.of(slots, ordered, speeds)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
