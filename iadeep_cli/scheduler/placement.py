@@ -378,7 +378,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         if las and attained is not None else None
     if room is not None:
         ordered.sort(key=room.level)   # stable: the usual order kept within a level
-    ests = _Estimates(history, now, active)
+    ests = _Estimates(history, now, active, queue)
     # under "las" with every running job requeueable, preemption stands in for reservations
     # (a job that waits long enough ranks before the jobs it waits for and takes their GPUs):
     # held GPUs cost 10% of the mean JCT on the 8-GPU tuning window (docs/simulator.md)
@@ -466,10 +466,12 @@ class _Estimates:
     """Run-time estimates for one round (``remaining.estimate_runtime``), memoised per job:
     how long a queued job would run, and when a running job is expected to end."""
 
-    def __init__(self, history: Durations | None, now: float, active: Sequence[Job]):
+    def __init__(self, history: Durations | None, now: float, active: Sequence[Job],
+                 queue: Sequence[Job] = ()):
         self.history = history
         self.now = now
         self.active = {j.id: j for j in active}
+        self.queued = {j.id: j for j in queue}   # placed this round: their whole run is left
         self._left: dict[int, float] = {}
         self.guessed: set[int] = set()   # jobs whose estimate is the stated default alone
 
@@ -491,7 +493,11 @@ class _Estimates:
         if hit is None:
             job = self.active.get(job_id)
             if job is None:   # placed this round: as a new job
-                hit = 0.0
+                new = self.queued.get(job_id)
+                est = self.estimate(new) if new is not None else None
+                hit = est.seconds if est is not None else 0.0
+                if est is not None and est.source == "default":
+                    self.guessed.add(job_id)
             else:
                 age = self.now - job.started_at if job.started_at is not None else 0.0
                 est = self.estimate(job, age)
