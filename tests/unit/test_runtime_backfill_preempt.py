@@ -217,3 +217,18 @@ def test_iadeep_with_las_preempts_only_jobs_that_declared_requeue_in_the_simulat
     assert every.preempt_cost_gpu_h == pytest.approx(90.0 / H)
     none = _sim(False, policy)
     assert none.preemptions == 0 and none.jcts == pytest.approx((10 * H, 8.5 * H))
+
+
+def test_requeueable_marks_that_fraction_of_the_jobs_and_refuses_a_bad_one():
+    from iadeep_cli.errors import InputError
+    from iadeep_cli.sim.run import mark_requeueable
+
+    jobs = [SimJob(i, float(i), "mlp", 60.0) for i in range(1, 41)]
+    half = mark_requeueable(jobs, 0.5, seed=3)
+    assert sum(j.requeue for j in half) == 20
+    assert [(j.id, j.submit_s, j.duration_s) for j in half] == \
+        [(j.id, j.submit_s, j.duration_s) for j in jobs]        # the trace itself unchanged
+    assert all(j.requeue for j in mark_requeueable(jobs, 1.0, seed=3))
+    assert not any(j.requeue for j in mark_requeueable(jobs, 0.0, seed=3))
+    with pytest.raises(InputError, match="--requeueable"):
+        mark_requeueable(jobs, 1.5, seed=3)
