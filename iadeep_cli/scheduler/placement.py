@@ -11,7 +11,12 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    ``scheduler/limits.py``). Jobs that cannot start do not block the ones behind them
    (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``,
    or not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or
-   join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
+   join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs;
+   the node held is the one expected to free first (its jobs' expected remaining run time,
+   ``scheduler/remaining.estimate_runtime``), and a job expected to end before the held GPUs
+   are needed may still use them. With ``Policy.preemption`` "las" the queue goes by
+   attained-service level first and requeueable jobs ranked after a waiting job are
+   preempted for it (``Plan.preempt``; ``_Room``).
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
