@@ -93,6 +93,14 @@ class Placement:
     gpu_indices: tuple[int, ...]
     predicted_speeds: dict[int, float] = field(default_factory=dict)
     note: str = ""   # why this GPU model, on a cluster of several ('' otherwise)
+    # a gang (``plan(..., gangs=True)``: a job larger than any node): its GPUs on the other
+    # nodes, (node, GPU indices) each; empty for a job on one node
+    gang: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def gpu_keys(self) -> list[tuple[str, int]]:
+        """Every (node, GPU index) it takes, the gang's other nodes included."""
+        return [(self.node, i) for i in self.gpu_indices] + [
+            (n, i) for n, idx in self.gang for i in idx]
 
 
 @dataclass(frozen=True)
@@ -297,7 +305,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          closed: Mapping[str, str] | None = None,
          speeds: ModelSpeeds | None = None,
          durations: Durations | None = None,
-         reservations: Sequence[reserve.Reservation] = ()) -> Plan:
+         reservations: Sequence[reserve.Reservation] = (),
+         gangs: bool = False) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -313,6 +322,9 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ``durations``: the lab's run times (``scheduler.remaining``) that ``sharing: jct`` judges
     a group by; None: a broad prior alone (how long each job has run still counts).
     ``reservations``: GPUs kept for one user over a window (``scheduler.reservations``).
+    ``gangs``: a job needing more GPUs than any node has runs on several whole empty nodes
+    (``Placement.gang``); the simulator's replay of real traces sets it. Off, such a job
+    waits with its reason (the controller launches a job on one node).
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -329,6 +341,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now, fairshare)
     mixed = _ModelRound.of(slots, ordered, speeds)
+    node_size = Counter(g.node for g in rnd.gpus) if gangs else Counter()
+    biggest = max(node_size.values(), default=0)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     pressure = Pressure(ordered, tasks_active, usage, user_limits,
                         lambda j: _could_run(rnd, j, profiles, policy))
@@ -362,7 +376,9 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 waits[job.id] = never
                 continue
             behind = rnd.behind = pressure.behind(i)
-            if mixed is not None:
+            if gangs and job.spec.gpus > biggest:
+                got, why = _place_gang(rnd, job, res, need, ok, node_size)
+            elif mixed is not None:
                 got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
             elif whole:
                 got, why = _place_whole(rnd, job, res, need, ok)
@@ -385,7 +401,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
-        charge(usage, job.owner, {(got.node, i) for i in got.gpu_indices})
+        charge(usage, job.owner, set(got.gpu_keys()))
     return Plan(tuple(placements), waits)
 
 
@@ -539,6 +555,37 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
     for g in best:
         rnd.add(g, res, need)
     return Placement(job.id, best[0].node, tuple(g.index for g in best), {job.id: 1.0}), ""
+
+
+def _place_gang(rnd: _Round, job: Job, res: _Res, need: float | None, ok: NodeRule,
+                node_size: Mapping[str, int]) -> tuple[Placement | None, str]:
+    """A job larger than any node (``plan(..., gangs=True)``): whole empty nodes, largest
+    first (then by name), until they hold its GPUs; all of each node but the last, whose
+    lowest GPUs make up the rest. Nothing shares with it; it never takes part of a busy node."""
+    k = job.spec.gpus
+    free = sorted((n for n, gpus in rnd.empty.items()
+                   if len(gpus) == node_size[n] and all(ok(g) and g.fits(need)
+                                                        for g in gpus.values())),
+                  key=lambda n: (-node_size[n], n))
+    taken: list[tuple[str, list[_Gpu]]] = []
+    left = k
+    for n in free:
+        if left <= 0:
+            break
+        gpus = sorted(rnd.empty[n].values(), key=lambda g: g.index)[:left]
+        taken.append((n, gpus))
+        left -= len(gpus)
+    if left > 0:
+        size = max(node_size.values(), default=0)
+        return None, (f"needs {k} GPUs on whole nodes (a gang of {math.ceil(k / size)} nodes "
+                      f"of {size}); {len(free)} node{'s' if len(free) != 1 else ''} wholly "
+                      "free")
+    for _, gpus in taken:
+        for g in gpus:
+            rnd.add(g, res, need)
+    (first, gpus0), rest = taken[0], taken[1:]
+    return Placement(job.id, first, tuple(g.index for g in gpus0), {job.id: 1.0},
+                     gang=tuple((n, tuple(g.index for g in gs)) for n, gs in rest)), ""
 
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,

@@ -55,6 +55,7 @@ class SimJob:
     # switches; what the scheduler believes does not, unless a policy notices)
     phase_at: float | None = None
     phase_to: str | None = None
+    name: str = ""         # its job name, where a real trace has one (sim/traces.py)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,11 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
                              hint=f"known workloads: {known} (or add it to --profiles)")
         submit = _num(p, lineno, row, "submit_s", 0.0)
         dur = _num(p, lineno, row, "duration_s", 1e-9)
-        g = int(_num(p, lineno, row, "gpus", 1.0, default=1.0))
+        raw = (row.get("gpus") or "").strip()
+        g = whole_gpus(p, lineno, "gpus", raw) if raw else 1
+        if g < 1:
+            raise InputError(f"{p}:{lineno}: gpus: expected at least 1 GPU, got {raw!r}",
+                             hint="fix that row of the trace")
         user = (row.get("user") or "").strip() or "sim"
         if any(c.isspace() or not c.isprintable() for c in user):
             raise InputError(f"{p}:{lineno}: user: expected a user name without spaces, "
@@ -182,6 +187,19 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
         jobs.append(SimJob(len(jobs) + 1, submit, w, dur, g, user))
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     return jobs
+
+
+def whole_gpus(p: Path | str, line: int, col: str, raw: str) -> int:
+    """A GPU count: a whole number >= 0; 1.7 is refused, never cut."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise InputError(f"{p}:{line}: {col}: expected a whole number of GPUs, got "
+                         f"{raw.strip()[:60]!r}", hint="GPUs come whole: fix that row "
+                         "(round it yourself if that is what you mean), or leave it out")
+    return int(value)
 
 
 def _num(p: Path, lineno: int, row: dict, col: str, minimum: float,
@@ -253,11 +271,13 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
 
         def speeds_on(key, names):
             return mixed.speeds(node_model[key[0]], names)
-    max_node = max((c for _, c in nodes), default=0)
-    for j in jobs:
-        if j.gpus > max_node:
-            raise InputError(f"job {j.id} needs {j.gpus} GPUs on one node; nodes have "
-                             f"at most {max_node}", hint="lower its gpus or raise --gpus")
+    for j in jobs:   # larger than a node: a gang of whole nodes; larger than all: never
+        if j.gpus > len(gpu_keys):
+            raise InputError(f"job {j.id} needs {j.gpus} GPUs; the cluster has "
+                             f"{len(gpu_keys)}", hint="lower its gpus or raise --gpus")
+    held: dict[int, list[tuple[str, int]]] = {}   # a running job's GPUs, a gang's included
+    off_since: dict[int, float] = {}   # a preempted job: when it left its GPUs
+    off_s: dict[int, float] = {}       # time spent preempted, before it ran again
     while nxt < len(arrivals) or queued or running:
         t_arr = arrivals[nxt].submit_s if nxt < len(arrivals) else math.inf
         ends = {i: t + remaining[i] / speed[i] for i in running if i not in phases.paused}
@@ -279,9 +299,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
         t = t_next
         finished = [i for i, end in ends.items() if end <= t + 1e-9 * max(1.0, t)]
         for i in finished:
-            job = running.pop(i)
-            for idx in job.gpu_indices:
-                on_gpu[(job.node, idx)].remove(i)
+            running.pop(i)
+            for key in held.pop(i):
+                on_gpu[key].remove(i)
             jct[i] = t - specs[i].submit_s
             done += 1
             if view is not None:
@@ -309,9 +329,10 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 job = running.pop(i)
                 if ledger is not None:
                     ledger.stop(i, t)
-                for idx in job.gpu_indices:
-                    on_gpu[(job.node, idx)].remove(i)
+                for key in held.pop(i):
+                    on_gpu[key].remove(i)
                 queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
+                off_since[i] = t
                 preemptions += 1
             for p in result.placements:
                 job = queued.pop(p.job_id)
@@ -324,13 +345,16 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                             gpu_indices=p.gpu_indices, started_at=t)
                 remaining.setdefault(p.job_id, specs[p.job_id].duration_s)  # kept if preempted
                 started.setdefault(p.job_id, t)
-                for idx in p.gpu_indices:
-                    on_gpu[(p.node, idx)].append(p.job_id)
+                if p.job_id in off_since:   # back from a preemption: that time was waiting
+                    off_s[p.job_id] = off_s.get(p.job_id, 0.0) + t - off_since.pop(p.job_id)
+                keys = held[p.job_id] = p.gpu_keys()
+                for key in keys:
+                    on_gpu[key].append(p.job_id)
         if arrived or finished or acted or switched or hooks is None:   # else nothing moved
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
         if progress is not None and finished:
             progress(done, len(jobs))
-    res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared)
+    res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared, off_s)
     work = sum(j.duration_s * j.gpus for j in jobs if j.id in jct)
     return replace(res, impact=work / busy_gpu_s if busy_gpu_s > 0 else 1.0,
                    preemptions=preemptions)
@@ -423,16 +447,24 @@ class _Phases:
         return switched
 
 
-def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared) -> PolicyResult:
+def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared,
+             off_s: Mapping[int, float] | None = None) -> PolicyResult:
+    """``off_s``: each preempted job's time off its GPUs before it ran again; a job's queue
+    wait is every period it was not running (first start - submission, plus that)."""
     values = sorted(jct.values())
     if not values:
         return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
-    waits = [started[j.id] - j.submit_s for j in jobs if j.id in started]
+    off = off_s or {}
+
+    def wait(j: SimJob) -> float:
+        w = started[j.id] - j.submit_s
+        return w + off[j.id] if j.id in off else w
+    waits = [wait(j) for j in jobs if j.id in started]
     by_user: dict[str, list[float]] = {}
     for j in jobs:
         if j.id in started:
-            by_user.setdefault(j.user, []).append(started[j.id] - j.submit_s)
+            by_user.setdefault(j.user, []).append(wait(j))
     return PolicyResult(
         name, sum(values) / len(values), p95, makespan,
         busy_gpu_s / (n_gpus * makespan) if makespan > 0 else 0.0,

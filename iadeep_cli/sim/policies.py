@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -172,7 +173,7 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
             slots = tuple(replace(s, max_jobs=1) for s in slots)
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
                     closed=hooks.closed if hooks is not None else None, speeds=speeds,
-                    durations=ctx.view.durations)
+                    durations=ctx.view.durations, gangs=True)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     return planner
@@ -290,8 +291,33 @@ def _multi_gpu(state: dict, job: Job, need: float, now: float, policy: Policy,
     for k in keys:
         _take(state[k], job, need, 100.0)
         state[k][2] = True
-    out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+    out.append(gang_placement(job.id, keys))
     return reserved
+
+
+def gang_placement(job_id: int, keys: Sequence[tuple[str, int]]) -> Placement:
+    """A placement on ``keys`` (node, GPU index), in order: the first node's GPUs, and a
+    gang's other nodes in ``Placement.gang``."""
+    nodes: dict[str, list[int]] = {}
+    for n, i in keys:
+        nodes.setdefault(n, []).append(i)
+    (first, idx), *rest = nodes.items()
+    return Placement(job_id, first, tuple(idx), gang=tuple((n, tuple(ix)) for n, ix in rest))
+
+
+def _gang(free: Mapping[str, Sequence], size: Mapping[str, int], k: int
+          ) -> list[tuple[str, int]] | None:
+    """A job larger than any node: whole free nodes (``free``: node -> its free GPU indices,
+    ``size``: node -> its GPUs), largest first then by name, all of each but the last, until
+    they hold ``k`` GPUs; None if the wholly free nodes hold too few."""
+    whole = sorted((n for n, idx in free.items() if len(idx) == size[n] and size[n] > 0),
+                   key=lambda n: (-size[n], n))
+    keys: list[tuple[str, int]] = []
+    for n in whole:
+        if len(keys) >= k:
+            break
+        keys += [(n, i) for i in sorted(free[n])[:k - len(keys)]]
+    return keys if len(keys) >= k else None
 
 
 def _take(st: list, job: Job, need: float, util: float) -> None:
@@ -306,6 +332,9 @@ def _whole_node(state: dict, k: int, need: float) -> list[tuple[str, int]] | Non
     for key, st in state.items():
         if st[0] == 0 and st[3] > 0 and st[1] >= need:
             by_node.setdefault(key[0], []).append(key)
+    size = Counter(key[0] for key in state)
+    if k > max(size.values(), default=0):   # larger than any node: a gang of whole nodes
+        return _gang({n: [key[1] for key in keys] for n, keys in by_node.items()}, size, k)
     ok = [keys for keys in by_node.values() if len(keys) >= k]
     if not ok:
         return None
@@ -319,6 +348,17 @@ def _reserve_baseline(state: dict, k: int) -> bool:
     for key, st in state.items():
         if st[3] > 0:
             by_node.setdefault(key[0], []).append(key)
+    if k > max((len(keys) for keys in by_node.values()), default=0):
+        # a gang: drain the least-busy whole nodes until they hold k GPUs
+        order = sorted(by_node, key=lambda n: (sum(state[key][0] for key in by_node[n]), n))
+        held = 0
+        for n in order:
+            if held >= k:
+                break
+            for key in by_node[n]:
+                state[key][3] = 0
+            held += len(by_node[n])
+        return held > 0
     best = None
     for node, keys in by_node.items():
         if len(keys) < k:
@@ -456,10 +496,21 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         for s in slots:
             if s.max_jobs > 0 and not [i for i in s.job_ids if i not in gone]:
                 free.setdefault(s.node, []).append(s.index)
+        size = Counter(s.node for s in slots if s.max_jobs > 0)
+        biggest = max(size.values(), default=0)
         out, waits = [], {}
         # chosen jobs first (in rank order), then backfill with the rest
         for job in sorted(queue, key=lambda j: (j.id not in chosen, rank(j))):
             k = job.spec.gpus
+            if k > biggest:   # a gang of whole free nodes
+                keys = _gang(free, size, k)
+                if keys is None:
+                    waits[job.id] = "no whole nodes free (least-attained-service order)"
+                    continue
+                for n, i in keys:
+                    free[n].remove(i)
+                out.append(gang_placement(job.id, keys))
+                continue
             nodes = [n for n, idx in free.items() if len(idx) >= k]
             if not nodes:
                 waits[job.id] = "no free GPUs (least-attained-service order)"
