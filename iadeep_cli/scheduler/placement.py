@@ -306,7 +306,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          speeds: ModelSpeeds | None = None,
          durations: Durations | None = None,
          reservations: Sequence[reserve.Reservation] = (),
-         gangs: bool = False) -> Plan:
+         gangs: bool = False, reasons: bool = True) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -325,6 +325,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ``gangs``: a job needing more GPUs than any node has runs on several whole empty nodes
     (``Placement.gang``); the simulator's replay of real traces sets it. Off, such a job
     waits with its reason (the controller launches a job on one node).
+    ``reasons``: False (the simulator) stops the round once no GPU has room for anyone, so
+    the jobs after that point get no wait reason; the placements are the same.
     """
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -351,12 +353,24 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ahead = 0     # startable jobs earlier in the order left waiting (``sharing: jct``'s wait)
     # reservations: which GPUs each holds this round (scheduler/reservations.py)
     kept_for = reserve.assign(reservations, slots, {j.id: j.owner for j in active}, now)
+    # ``reasons`` off, one GPU model, the threshold rule, no reservations: a one-GPU job
+    # like one that could not start (same workload, memory, floor, no node rule) cannot start
+    # either until something is placed; such jobs are passed over (long simulated queues)
+    failed: set[tuple] | None = set() if (not reasons and durations is None and mixed is None
+                                          and not reservations) else None
     for i, job in enumerate(ordered):
+        if not reasons and not rnd.has_room():
+            break   # nothing more can start this round (room only shrinks as jobs are placed)
         rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
         limit = array_limit_reason(job, tasks_active) or \
             user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
+            continue
+        spec = job.spec
+        like = (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
+                spec.constraint, spec.nodelist, spec.exclude) if failed is not None else ()
+        if failed is not None and like in failed:
             continue
         res = _resident(job, profiles, policy, durations, now)
         need = job_memory_mib(job, profiles, policy)
@@ -375,7 +389,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             if never:
                 waits[job.id] = never
                 continue
-            behind = rnd.behind = pressure.behind(i)
+            # only ``sharing: jct`` weighs how many GPUs are wanted behind; the threshold
+            # rule asks whether they are at least the empty GPUs (a lookahead that stops there)
+            behind = rnd.behind = pressure.behind(i) if durations is not None else \
+                pressure.at_least(i, rnd.n_empty())
             if gangs and job.spec.gpus > biggest:
                 got, why = _place_gang(rnd, job, res, need, ok, node_size)
             elif mixed is not None:
@@ -385,6 +402,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             else:
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
         if got is None:
+            held_by = holder
             if whole and total_gpus:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
                                             - (now - job.submitted_at), holder, ok)
@@ -396,8 +414,16 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 allowed = sorted({g.node for g in rnd.gpus if ok(g)})
                 why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
             waits[job.id] = why
-            ahead += pressure.wants(i) > 0
+            if durations is not None:   # only ``sharing: jct`` weighs the wait (rnd.rate)
+                ahead += pressure.wants(i) > 0
+            if failed is not None:
+                if holder != held_by:   # it reserved GPUs: the round changed
+                    failed.clear()
+                elif rule is _anywhere and (not whole or holder is not None):
+                    failed.add(like)   # (a whole job only once no other may reserve)
             continue
+        if failed is not None:
+            failed.clear()   # GPUs changed: every job may try again
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1

@@ -53,5 +53,14 @@ def order_queue(queue: Sequence[Job], policy: Policy, now: float,
                 fairshare: Mapping[str, float] | None = None) -> list[Job]:
     """``queue`` in the order the placer considers it (``queue_key``)."""
     per_hour = policy.aging_per_hour
+    if not fairshare and per_hour >= 0 and len({j.spec.priority for j in queue}) <= 1:
+        # one priority and no fair share: effective priority falls as submission time rises
+        # (ageing is monotonic), so the order is (submitted_at, id), without a key per job
+        # built from floats (the simulator ranks queues of thousands each event)
+        return sorted(queue, key=_submitted)
     return sorted(queue, key=lambda j: queue_key(j.spec.priority, j.owner, j.submitted_at,
                                                  j.id, now, per_hour, fairshare))
+
+
+def _submitted(j: Job) -> tuple[float, int]:
+    return (j.submitted_at, j.id)

@@ -173,7 +173,7 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
             slots = tuple(replace(s, max_jobs=1) for s in slots)
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
                     closed=hooks.closed if hooks is not None else None, speeds=speeds,
-                    durations=ctx.view.durations, gangs=True)
+                    durations=ctx.view.durations, gangs=True, reasons=False)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     return planner
@@ -241,6 +241,12 @@ def _gpu_state(slots, active: Sequence[Job], ctx: PolicyContext) -> dict:
             for s in slots}
 
 
+def _has_room(state: dict) -> bool:
+    """Whether any GPU could still take a job this round (fewer jobs than its cap; a reserved
+    GPU's cap is 0): once none can, nothing further in the queue starts."""
+    return any(st[0] < st[3] for st in state.values())
+
+
 def _util(profiles: Mapping[str, Profile], job: Job) -> float:
     prof = profiles.get(job.spec.workload or "")
     return prof.gpu_util if prof else 100.0
@@ -262,6 +268,8 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
         waits: dict[int, str] = {}
         reserved = False
         for job in order_queue(queue, policy, now, fairshare):
+            if not _has_room(state):
+                break   # no GPU takes another job: the rest of the queue waits ("full")
             need = mem[job.id]
             if job.spec.gpus > 1:
                 reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
@@ -439,6 +447,8 @@ def _lucid(ctx: PolicyContext) -> Planner:
         waits: dict[int, str] = {}
         reserved = False
         for i, job in enumerate(ordered):
+            if not _has_room(state):
+                break   # no GPU takes another job: the rest of the queue waits
             need = mem[job.id]
             if job.spec.gpus > 1:
                 reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
@@ -487,6 +497,8 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         chosen: set[int] = set()
         used = 0
         for j in sorted([*active, *queue], key=rank):
+            if used >= capacity:
+                break   # every GPU spoken for: no later job is chosen
             if used + j.spec.gpus <= capacity:
                 chosen.add(j.id)
                 used += j.spec.gpus
@@ -501,6 +513,8 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         out, waits = [], {}
         # chosen jobs first (in rank order), then backfill with the rest
         for job in sorted(queue, key=lambda j: (j.id not in chosen, rank(j))):
+            if not any(free.values()):
+                break   # no free GPU left: the rest wait
             k = job.spec.gpus
             if k > biggest:   # a gang of whole free nodes
                 keys = _gang(free, size, k)
