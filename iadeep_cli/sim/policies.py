@@ -267,20 +267,32 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
         out: list[Placement] = []
         waits: dict[int, str] = {}
         reserved = False
+        room = _has_room(state)
+        failed: set[float] = set()   # memory needs of one-GPU jobs that found no GPU
         for job in order_queue(queue, policy, now, fairshare):
-            if not _has_room(state):
+            if not room:
                 break   # no GPU takes another job: the rest of the queue waits ("full")
             need = mem[job.id]
             if job.spec.gpus > 1:
+                placed, was = len(out), reserved
                 reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                if len(out) > placed or reserved != was:   # the GPUs changed
+                    failed.clear()
+                    room = _has_room(state)
+                continue
+            if need in failed:   # GPUs unchanged since a job as big found none
+                waits[job.id] = "full"
                 continue
             fit = [k for k, st in state.items() if st[0] < st[3] and st[1] >= need and not st[2]]
             pick = choose(job, fit, state) if fit else None
             if pick is None:
                 waits[job.id] = "full"
+                failed.add(need)
                 continue
             _take(state[pick], job, need, _util(ctx.profiles, job))
             out.append(Placement(job.id, pick[0], (pick[1],)))
+            failed.clear()
+            room = _has_room(state)
         return Plan(tuple(out), waits)
     return planner
 
@@ -446,12 +458,25 @@ def _lucid(ctx: PolicyContext) -> Planner:
         out: list[Placement] = []
         waits: dict[int, str] = {}
         reserved = False
+        room = _has_room(state)
+        failed: set[tuple] = set()   # (workload, memory) of one-GPU jobs that found no GPU
         for i, job in enumerate(ordered):
-            if not _has_room(state):
+            if not room:
                 break   # no GPU takes another job: the rest of the queue waits
             need = mem[job.id]
             if job.spec.gpus > 1:
+                placed, was = len(out), reserved
                 reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                if len(out) > placed or reserved != was:   # the GPUs changed
+                    failed.clear()
+                    room = _has_room(state)
+                continue
+            # GPUs unchanged since a like job found neither partner nor empty GPU: nor will
+            # this one (pressure only falls further down the queue, and without it a job
+            # looks only for an empty GPU)
+            like = (job.spec.workload, need)
+            if like in failed:
+                waits[job.id] = "no compatible partner and no empty GPU"
                 continue
             empties = sum(1 for st in state.values() if st[0] == 0 and st[3] > 0)
             pressure = len(ordered) - i > empties       # prescient adaptive sharing
@@ -469,10 +494,13 @@ def _lucid(ctx: PolicyContext) -> Planner:
                 choice = _empty_first(fit, state) if fit else None
             if choice is None:
                 waits[job.id] = "no compatible partner and no empty GPU"
+                failed.add(like)
                 continue
             _take(state[choice], job, need, _util(ctx.profiles, job))
             started[job.id] = (now, job.id)
             out.append(Placement(job.id, choice[0], (choice[1],)))
+            failed.clear()
+            room = _has_room(state)
         return Plan(tuple(out), waits)
     return planner
 
