@@ -22,7 +22,8 @@ from iadeep_cli.sim.engine import DEFAULT_POLICIES
 from iadeep_cli.sim.run import SimSettings, load_inputs, run_sim
 
 PHILLY = Path("/work/shared/data/traces/philly-2017-sep-nov-dec.csv.gz")
-PHILLY_WINDOW = dict(trace_team="6214e9", trace_start="2017-11-07", trace_days=17.0, gpus=32)
+PHILLY_WINDOW = {"trace_team": "6214e9", "trace_start": "2017-11-07", "trace_days": 17.0,
+                 "gpus": 32}
 
 
 def timed(s: SimSettings, inputs, policies) -> tuple[dict[str, float], float, int]:
