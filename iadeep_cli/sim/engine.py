@@ -340,7 +340,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     hooks.placed(p.predicted_speeds)
                     hooks.start(p.job_id, job.spec.workload or "")
                 if ledger is not None:
-                    ledger.start(p.job_id, job.owner, len(p.gpu_indices), t)
+                    ledger.start(p.job_id, job.owner, len(p.gpu_keys()), t)
                 running[p.job_id] = replace(job, state=JobState.RUNNING, node=p.node,
                                             gpu_indices=p.gpu_indices, started_at=t)
                 remaining.setdefault(p.job_id, specs[p.job_id].duration_s)  # kept if preempted

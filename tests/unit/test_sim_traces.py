@@ -325,3 +325,37 @@ def test_queue_wait_counts_the_time_a_preempted_job_spends_off_its_gpu():
     assert r.preemptions == 1
     assert r.waits == pytest.approx((1000.0, 0.0))   # job 1 off its GPU 5000 s .. 6000 s
     assert r.jcts[0] == pytest.approx(8200.0)
+
+
+# --------------------------------------------------------------------------- speed, same plans
+@pytest.mark.parametrize("seed", range(6))
+def test_a_round_without_reasons_places_exactly_what_the_full_round_places(seed):
+    """plan(reasons=False), the simulator's round, stops when no GPU has room, looks ahead
+    only as far as pressure needs and passes over jobs like one that could not start: the
+    placements must be those of the full round the controller runs, on crowded and on
+    roomy clusters, with multi-GPU jobs, gangs, exclusive jobs and a reservation due."""
+    import random as rnd
+    rng = rnd.Random(seed)
+    names = sorted(PROFILES)
+    slots, active, next_id = [], [], 1000
+    for k in range(4):
+        for i in range(8):
+            here = []
+            for _ in range(rng.choice([0, 0, 1, 1, 1, 2])):
+                next_id += 1
+                here.append(next_id)
+                active.append(Job(next_id, "u", JobSpec("sim", workload=rng.choice(names)),
+                                  JobState.RUNNING, 0.0, node=f"n{k}", gpu_indices=(i,),
+                                  started_at=0.0))
+            slots.append(GpuSlot(f"n{k}", i, 143771.0, 143771.0 - 30000.0 * len(here),
+                                 tuple(here), 2))
+    queue = [Job(j, f"u{j % 3}", JobSpec("sim", workload=rng.choice(names),
+                                         gpus=rng.choice([1, 1, 1, 1, 2, 8, 16]),
+                                         exclusive=rng.random() < 0.1),
+                 JobState.QUEUED, float(rng.randrange(0, 20000)))
+             for j in range(1, 301)]
+    args = (queue, tuple(slots), active, PROFILES, TRUTH, Policy(), {}, 30000.0)
+    full = plan(*args, gangs=True)
+    fast = plan(*args, gangs=True, reasons=False)
+    assert fast.placements == full.placements
+    assert set(fast.waits) <= set(full.waits)
