@@ -540,7 +540,8 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         biggest = max(size.values(), default=0)
         out, waits = [], {}
         # chosen jobs first (in rank order), then backfill with the rest
-        for job in sorted(queue, key=lambda j: (j.id not in chosen, rank(j))):
+        for job in (sorted(queue, key=lambda j: (j.id not in chosen, rank(j)))
+                    if any(free.values()) else ()):   # no free GPU: nothing to sort
             if not any(free.values()):
                 break   # no free GPU left: the rest wait
             k = job.spec.gpus
