@@ -240,6 +240,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     reporting its model to the planner; empty: ``gpus`` H200s, as always."""
     view = planner.view if isinstance(planner, SimPlanner) else None
     hooks = getattr(planner, "hooks", None)   # a policy that acts at run time (policies.py)
+    full = getattr(planner, "full", None)     # certainly nothing to start on these GPUs
     preemptions = 0
     nodes = [(f"n{k}", min(gpus_per_node, gpus - k * gpus_per_node))
              for k in range(math.ceil(gpus / gpus_per_node))]
@@ -318,8 +319,11 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                 JobSpec("sim", workload=sj.workload, gpus=sj.gpus),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
-        if queued and (arrived or finished or acted):   # a switch or a quiet poll: no news
-            slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy)
+        # a switch or a quiet poll: no news; every GPU holding all the policy allows: the
+        # round would start nothing (``full``), so it is skipped
+        slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy) \
+            if queued and (arrived or finished or acted) else ()
+        if slots and (full is None or not full(slots)):
             points = None
             if ledger is not None and fair is not None:
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}

@@ -97,6 +97,10 @@ class SimPlanner:
         self.view = view
         # a policy that acts on running jobs (``adaptive.AdaptHooks``): the engine drives it
         self.hooks = getattr(fn, "hooks", None)
+        # ``full(slots)``: True when the planner certainly starts and stops nothing on these
+        # GPUs (each holds as many jobs as the policy allows): the engine then skips the
+        # round (its queue may be thousands long); None: always call it
+        self.full: Callable[[Sequence[GpuSlot]], bool] | None = getattr(fn, "full", None)
 
     def __call__(self, queue, slots, active, now, fairshare=None) -> Plan:
         return self.fn(queue, slots, active, now, fairshare)
@@ -176,7 +180,19 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
                     durations=ctx.view.durations, gangs=True, reasons=False)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
+    # plan() has room only on an empty GPU or one with fewer jobs than its max_jobs
+    planner.full = _full_at(1 if exclusive else None)   # type: ignore[attr-defined]
     return planner
+
+
+def _full_at(cap: int | None) -> Callable[[Sequence[GpuSlot]], bool]:
+    """Whether every GPU holds as many jobs as the policy lets it: ``cap`` its ceiling on a
+    GPU's own ``max_jobs`` (None: the GPU's, at least 1, as plan() reads it)."""
+    def full(slots: Sequence[GpuSlot]) -> bool:
+        if cap is None:
+            return all(len(s.job_ids) >= max(1, s.max_jobs) for s in slots)
+        return all(len(s.job_ids) >= min(s.max_jobs, cap) for s in slots)
+    return full
 
 
 @register("exclusive", "one job per GPU, priority/FIFO order with backfill (Slurm's default)")
@@ -294,6 +310,7 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
             failed.clear()
             room = _has_room(state)
         return Plan(tuple(out), waits)
+    planner.full = _full_at(PEER_MAX_JOBS)   # type: ignore[attr-defined]
     return planner
 
 
@@ -502,6 +519,7 @@ def _lucid(ctx: PolicyContext) -> Planner:
             failed.clear()
             room = _has_room(state)
         return Plan(tuple(out), waits)
+    planner.full = _full_at(PEER_MAX_JOBS)   # type: ignore[attr-defined]
     return planner
 
 
