@@ -42,9 +42,24 @@ def sim(
                                "serves with one job per GPU (1.0 = saturated)."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
     multi_gpu: float = typer.Option(0.1, "--multi-gpu", help="Fraction of 2-GPU jobs."),
-    trace: str | None = typer.Option(None, "--trace", help="CSV: submit_s,workload,"
-                                     "duration_s,gpus,user (instead of generated jobs; "
-                                     "gpus and user optional)."),
+    trace: str | None = typer.Option(None, "--trace", help="Replay a job trace instead of "
+                                     "generated jobs: the simulator's CSV (submit_s,workload,"
+                                     "duration_s[,gpus][,user]), the Philly extract "
+                                     "(timestamp,duration,num_gpus,gpu_time,cluster; gzip or "
+                                     "plain) or a 'sacct --allusers --parsable2' export; told "
+                                     "apart by the header. Workloads are drawn per seed where "
+                                     "the trace has none."),
+    trace_start: str | None = typer.Option(None, "--trace-start", help="With --trace: the "
+                                           "window's start, a date (2017-10-03, "
+                                           "'2017-10-03 08:00') or days after the trace's "
+                                           "first job (14)."),
+    trace_days: float | None = typer.Option(None, "--trace-days", help="With --trace: the "
+                                            "window's length in days (default: to the end)."),
+    trace_team: str | None = typer.Option(None, "--trace-team", help="With --trace: one "
+                                          "team's jobs (Philly's cluster column; Slurm's "
+                                          "partition or account; else the user)."),
+    trace_every: int = typer.Option(1, "--trace-every", help="With --trace: every k-th job "
+                                    "of the window (1st, k+1-th, ...)."),
     profiles: str | None = typer.Option(None, "--profiles", help="Workload profiles CSV "
                                         "(default: shipped H200 profiles)."),
     truth: str | None = typer.Option(None, "--truth", help="Measured pairs CSV used as "
@@ -116,6 +131,10 @@ def sim(
     if preempt_cost is not None and not 0.0 <= preempt_cost < float("inf"):
         raise InputError(f"--preempt-cost must be seconds >= 0, got {preempt_cost:g}",
                          hint="e.g. --preempt-cost 90 (0: free preemptions)")
+    if trace is None and (trace_start is not None or trace_days is not None
+                          or trace_team is not None or trace_every != 1):
+        raise InputError("--trace-start, --trace-days, --trace-team and --trace-every take "
+                         "a part of a trace", hint="add --trace FILE")
     names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
              else simrun.DEFAULT_POLICIES)
     inputs, per_node = None, 8
@@ -133,7 +152,9 @@ def sim(
                                   policy=Policy(preemption=preemption),
                                   requeueable=requeueable,
                                   preempt_cost_s=PREEMPT_COST_S if preempt_cost is None
-                                  else preempt_cost)
+                                  else preempt_cost,
+                                  trace_start=trace_start, trace_days=trace_days,
+                                  trace_team=trace_team, trace_every=trace_every)
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)

@@ -113,6 +113,14 @@ class Placement:
     gpu_indices: tuple[int, ...]
     predicted_speeds: dict[int, float] = field(default_factory=dict)
     note: str = ""   # why this GPU model, on a cluster of several ('' otherwise)
+    # a gang (``plan(..., gangs=True)``: a job larger than any node): its GPUs on the other
+    # nodes, (node, GPU indices) each; empty for a job on one node
+    gang: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def gpu_keys(self) -> list[tuple[str, int]]:
+        """Every (node, GPU index) it takes, the gang's other nodes included."""
+        return [(self.node, i) for i in self.gpu_indices] + [
+            (n, i) for n, idx in self.gang for i in idx]
 
 
 @dataclass(frozen=True)
@@ -340,7 +348,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          speeds: ModelSpeeds | None = None,
          durations: Durations | None = None,
          reservations: Sequence[reserve.Reservation] = (),
-         attained: Mapping[int, float] | None = None) -> Plan:
+         attained: Mapping[int, float] | None = None,
+         gangs: bool = False, reasons: bool = True) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -362,6 +371,11 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ``attained``: GPU-seconds each job has had over all its attempts (the caller's record);
     with ``Policy.preemption`` "las" the queue goes by its level first and ``Plan.preempt``
     names requeueable jobs to checkpoint for jobs that had less (docs/scheduling.md).
+    ``gangs``: a job needing more GPUs than any node has runs on several whole empty nodes
+    (``Placement.gang``); the simulator's replay of real traces sets it. Off, such a job
+    waits with its reason (the controller launches a job on one node).
+    ``reasons``: False (the simulator) stops the round once no GPU has room for anyone, so
+    the jobs after that point get no wait reason; the placements are the same.
     """
     history = durations
     predict = model.predict_group if isinstance(model, CachedModel) else \
@@ -389,6 +403,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     # held GPUs cost 10% of the mean JCT on the 8-GPU tuning window (docs/simulator.md)
     reserving = room is None or not all(j.spec.requeue for j in active)
     mixed = _ModelRound.of(slots, ordered, speeds)
+    node_size = Counter(g.node for g in rnd.gpus) if gangs else Counter()
+    biggest = max(node_size.values(), default=0)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     pressure = Pressure(ordered, tasks_active, usage, user_limits,
                         lambda j: _could_run(rnd, j, profiles, policy))
@@ -397,12 +413,27 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ahead = 0     # startable jobs earlier in the order left waiting (``sharing: jct``'s wait)
     # reservations: which GPUs each holds this round (scheduler/reservations.py)
     kept_for = reserve.assign(reservations, slots, {j.id: j.owner for j in active}, now)
+    # ``reasons`` off, one GPU model, the threshold rule, no reservations: a one-GPU job
+    # like one that could not start (same workload, memory, floor, no node rule) cannot start
+    # either until something is placed; such jobs are passed over (long simulated queues).
+    # Neither this nor the stop below holds while the round holds GPUs for a waiting job
+    # (``rnd.held``: each job may backfill them by its own estimate) or under "las" (``room``
+    # preempts for a job even when no GPU has room): both are off then
+    failed: set[tuple] | None = set() if (not reasons and durations is None and mixed is None
+                                          and not reservations and room is None) else None
     for i, job in enumerate(ordered):
+        if not reasons and room is None and not rnd.held and not rnd.has_room():
+            break   # nothing more can start this round (room only shrinks as jobs are placed)
         rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
         limit = array_limit_reason(job, tasks_active) or \
             user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
+            continue
+        spec = job.spec
+        like = (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
+                spec.constraint, spec.nodelist, spec.exclude) if failed is not None else ()
+        if failed is not None and not rnd.held and like in failed:
             continue
         res = _resident(job, profiles, policy, durations, now)
         need = job_memory_mib(job, profiles, policy)
@@ -416,7 +447,9 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         rule, (ok, kept) = ok, reserve.rule(reservations, kept_for, job, ok, now)
         # backfill: GPUs held for a waiting job are open to this one if it is expected to end
         # before they are needed
-        opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held else []
+        # (a gang never backfills: it takes only wholly empty nodes)
+        gang = gangs and job.spec.gpus > biggest
+        opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held and not gang else []
         if not rnd.has_room():
             got, why = None, _full_reason(job, total_gpus)
         else:
@@ -425,8 +458,13 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 rnd.close_held(opened)
                 waits[job.id] = never
                 continue
-            behind = rnd.behind = pressure.behind(i)
-            if mixed is not None:
+            # only ``sharing: jct`` weighs how many GPUs are wanted behind; the threshold
+            # rule asks whether they are at least the empty GPUs (a lookahead that stops there)
+            behind = rnd.behind = pressure.behind(i) if durations is not None else \
+                pressure.at_least(i, rnd.n_empty())
+            if gang:
+                got, why = _place_gang(rnd, job, res, need, ok, node_size)
+            elif mixed is not None:
                 got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
             elif whole:
                 got, why = _place_whole(rnd, job, res, need, ok)
@@ -441,6 +479,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 ahead += pressure.wants(i) > 0
                 continue
         if got is None:
+            held_by = holder
             if whole and total_gpus and reserving:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
                                             - (now - job.submitted_at), holder, ok, ests)
@@ -452,12 +491,20 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 allowed = sorted({g.node for g in rnd.gpus if ok(g)})
                 why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
             waits[job.id] = why
-            ahead += pressure.wants(i) > 0
+            if durations is not None:   # only ``sharing: jct`` weighs the wait (rnd.rate)
+                ahead += pressure.wants(i) > 0
+            if failed is not None:
+                if holder != held_by:   # it reserved GPUs: the round changed
+                    failed.clear()
+                elif rule is _anywhere and not rnd.held and (not whole or holder is not None):
+                    failed.add(like)   # (a whole job only once no other may reserve)
             continue
+        if failed is not None:
+            failed.clear()   # GPUs changed: every job may try again
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
-        charge(usage, job.owner, {(got.node, i) for i in got.gpu_indices})
+        charge(usage, job.owner, set(got.gpu_keys()))
     preempt = tuple(sorted(room.victims)) if room is not None else ()
     return Plan(tuple(placements), waits, preempt)
 
@@ -539,6 +586,9 @@ class _Room:
         self.attained = attained
         self.by_id = {j.id: j for j in active}
         self.ranks = {j.id: self.rank(j) for j in active}
+        # a gang (a job larger than any node, ``plan(..., gangs=True)``) is never preempted,
+        # and one left waiting never has jobs preempted for it (no node can hold it)
+        self.node_max = max(Counter(g.node for g in rnd.gpus).values(), default=0)
         self.victims: set[int] = set()
 
     def level(self, j: Job) -> tuple:
@@ -568,13 +618,16 @@ class _Room:
     def _movable(self, jid: int, mine: tuple) -> bool:
         j = self.by_id.get(jid)
         return (j is not None and j.spec.requeue and jid not in self.victims
+                and j.spec.gpus <= self.node_max
                 and self.ranks[jid] > mine
                 and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S)
 
     def make(self, job: Job) -> str:
         """Preempt for ``job`` if that makes room; its wait reason then, else ''."""
-        mine = self.rank(job)
         k = job.spec.gpus
+        if k > self.node_max:
+            return ""
+        mine = self.rank(job)
         ok = _node_rule(job)
         by_node: dict[str, list[_Gpu]] = {}
         for g in self.rnd.gpus:
@@ -759,6 +812,37 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
     for g in best:
         rnd.add(g, res, need)
     return Placement(job.id, best[0].node, tuple(g.index for g in best), {job.id: 1.0}), ""
+
+
+def _place_gang(rnd: _Round, job: Job, res: _Res, need: float | None, ok: NodeRule,
+                node_size: Mapping[str, int]) -> tuple[Placement | None, str]:
+    """A job larger than any node (``plan(..., gangs=True)``): whole empty nodes, largest
+    first (then by name), until they hold its GPUs; all of each node but the last, whose
+    lowest GPUs make up the rest. Nothing shares with it; it never takes part of a busy node."""
+    k = job.spec.gpus
+    free = sorted((n for n, gpus in rnd.empty.items()
+                   if len(gpus) == node_size[n] and all(ok(g) and g.fits(need)
+                                                        for g in gpus.values())),
+                  key=lambda n: (-node_size[n], n))
+    taken: list[tuple[str, list[_Gpu]]] = []
+    left = k
+    for n in free:
+        if left <= 0:
+            break
+        gpus = sorted(rnd.empty[n].values(), key=lambda g: g.index)[:left]
+        taken.append((n, gpus))
+        left -= len(gpus)
+    if left > 0:
+        size = max(node_size.values(), default=0)
+        return None, (f"needs {k} GPUs on whole nodes (a gang of {math.ceil(k / size)} nodes "
+                      f"of {size}); {len(free)} node{'s' if len(free) != 1 else ''} wholly "
+                      "free")
+    for _, gpus in taken:
+        for g in gpus:
+            rnd.add(g, res, need)
+    (first, gpus0), rest = taken[0], taken[1:]
+    return Placement(job.id, first, tuple(g.index for g in gpus0), {job.id: 1.0},
+                     gang=tuple((n, tuple(g.index for g in gs)) for n, gs in rest)), ""
 
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,

@@ -199,6 +199,71 @@ def test_the_gpus_a_preemption_frees_are_not_given_to_a_job_behind_in_the_same_r
     assert p.placements == ()      # a:1 stays for job 1, whose room is being made
 
 
+# ------------------------------------------------- the simulator's short rounds (reasons=False)
+def _sim_plan(queue, slots, active, durations=None, policy=Policy(), attained=None):
+    """plan() as the simulator calls it: gangs on, no wait reasons (its shortcuts on)."""
+    return plan(queue, slots, active, PROFILES, TRUTH, policy, {}, NOW, durations=durations,
+                attained=attained, gangs=True, reasons=False)
+
+
+def test_the_simulators_short_round_still_backfills_gpus_held_for_a_waiting_job():
+    # node a: GPU 0 empty, GPU 1 carol's transformer; node b: its one GPU busy. Job 1 (2 GPUs)
+    # holds a:0,1, so no GPU has room outside the held ones; bob's resnet18 runs 10 h (no
+    # backfill), ann's 10 minutes (backfills a:0): the same workload, told apart by the owner
+    runs = Durations([*[("resnet18", 600.0, "ann")] * 10, *[("resnet18", 10 * H, "bob")] * 10,
+                      *[("transformer", 5 * H, "carol")] * 10, *[("vgg16", 10 * H, "bob")] * 10])
+    slots = [_slot("a", 0), _slot("a", 1, jobs=(9,)), _slot("b", 0, jobs=(8,))]
+    active = [_job(9, "transformer", owner="carol", node="a", idx=(1,), started=NOW - H),
+              _job(8, "vgg16", owner="bob", node="b", idx=(0,), started=NOW - H)]
+    big = _job(1, "resnet50", owner="dan", gpus=2, submitted=0.0)
+    long = _job(2, "resnet18", owner="bob", submitted=NOW - 120)
+    short = _job(3, "resnet18", owner="ann", submitted=NOW - 60)
+    full = _plan([big, long, short], slots, active, runs)
+    assert [(x.job_id, x.node, x.gpu_indices) for x in full.placements] == [(3, "a", (0,))]
+    fast = _sim_plan([big, long, short], slots, active, runs)
+    assert fast.placements == full.placements
+
+
+def test_the_simulators_short_round_still_preempts_when_no_gpu_has_room():
+    queue, slots, active, attained = _las_case()
+    p = _sim_plan(queue, slots, active, HISTORY, LAS, attained)
+    assert p.preempt == (9,)
+
+
+def _gang_slots(job_ids):
+    """Two nodes of two GPUs, GPU by GPU (a:0, a:1, b:0, b:1) running ``job_ids``."""
+    keys = [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    return [_slot(n, i, jobs=(j,)) for (n, i), j in zip(keys, job_ids)]
+
+
+def test_las_never_preempts_a_gang():
+    # job 9 runs on all four GPUs of two nodes (a gang), requeueable, with far more service
+    slots = _gang_slots([9, 9, 9, 9])
+    active = [_job(9, "vgg16", owner="bob", gpus=4, node="a", idx=(0, 1), started=NOW - H,
+                   requeue=True)]
+    queued = _job(2, "resnet18", owner="ann", submitted=NOW - 60)
+    p = _sim_plan([queued], slots, active, HISTORY, LAS, {9: 40 * H, 2: 0.0})
+    assert p.preempt == () and p.placements == ()
+    # the same job on one node of four GPUs is no gang: it is preempted
+    one_node = [_slot("a", i, jobs=(9,)) for i in range(4)]
+    p = _sim_plan([queued], one_node, active, HISTORY, LAS, {9: 40 * H, 2: 0.0})
+    assert p.preempt == (9,)
+
+
+def test_las_preempts_nothing_for_a_gang_and_a_gang_starts_on_whole_empty_nodes():
+    slots = _gang_slots([5, 6, 7, 8])
+    active = [_job(j, "vgg16", owner="bob", node=n, idx=(i,), started=NOW - H, requeue=True)
+              for j, (n, i) in zip((5, 6, 7, 8), [("a", 0), ("a", 1), ("b", 0), ("b", 1)])]
+    gang = _job(1, "resnet50", owner="dan", gpus=4, submitted=NOW - 60)
+    attained = {5: 10 * H, 6: 10 * H, 7: 10 * H, 8: 10 * H, 1: 0.0}
+    p = _sim_plan([gang], slots, active, HISTORY, LAS, attained)
+    assert p.preempt == () and p.placements == ()
+    empty = [_slot(n, i) for n in "ab" for i in (0, 1)]
+    p = _sim_plan([gang], empty, [], HISTORY, LAS, {1: 0.0})
+    assert [(x.node, x.gpu_indices, x.gang) for x in p.placements] == \
+        [("a", (0, 1), (("b", (0, 1)),))]
+
+
 # --------------------------------------------------------------------------- in the engine
 def _sim(requeue: bool, policy: Policy):
     jobs = [SimJob(1, 0.0, "vgg16", 10 * H, requeue=requeue),
