@@ -2,9 +2,10 @@
 
 Each window is a slice of Microsoft's Philly trace (ATC'19; the Pollux authors' per-job extract,
 ../shared/data/traces/philly-2017-sep-nov-dec.csv.gz): real submission times, run times and GPU
-counts (capped at one 8-GPU node: jobs larger than a node are a gang of nodes, which the
-simulator's trace reader does on its own branch; here they run on one node), the team as the
-user. Each job is given one of the shipped workloads at random, ``--seeds`` draws (assignments)
+counts, the team as the user. A job larger than a node runs as a gang of whole empty nodes (as
+``iadeep sim --trace`` runs it); one larger than the window's cluster is left out (counted in
+the window's line). ``--node-cap`` instead caps every job at one 8-GPU node (the figures before
+gangs). Each job is given one of the shipped workloads at random, ``--seeds`` draws (assignments)
 per window, as Lucid's and Gavel's evaluations do.
 
 Policies: the peers (packing, Tiresias with the preemption cost, Gandiva, Lucid), Tiresias at
@@ -87,15 +88,21 @@ def load_philly(path: Path = PHILLY) -> list[tuple[float, float, int, str]]:
     return rows
 
 
-def window_jobs(rows, w: Window, workloads: list[str], seed: int) -> list[SimJob]:
+def window_jobs(rows, w: Window, workloads: list[str], seed: int,
+                node_cap: bool = False) -> list[SimJob]:
+    """The window's jobs; ``node_cap``: every job capped at one node, else a job larger than
+    a node kept (a gang of whole nodes) and one larger than the cluster left out. The workload
+    draws are the same either way (one per job of the window, in order)."""
     start = dt.datetime.strptime(w.start, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp()
     end = start + w.days * 86400
     picked = [r for r in rows if start <= r[0] < end and (w.team is None or r[3] == w.team)]
     picked = picked[::w.every]
     rng = random.Random(f"{w.name}:{seed}")
-    return [SimJob(i + 1, round(t - start, 3), rng.choice(workloads), max(1.0, d),
-                   min(NODE_GPUS, max(1, g)), user=team, requeue=True)
+    jobs = [SimJob(i + 1, round(t - start, 3), rng.choice(workloads), max(1.0, d),
+                   min(NODE_GPUS, max(1, g)) if node_cap else max(1, g), user=team,
+                   requeue=True)
             for i, (t, d, g, team) in enumerate(picked)]
+    return [j for j in jobs if j.gpus <= w.gpus]
 
 
 def load_of(jobs: list[SimJob], w: Window) -> float:
@@ -103,13 +110,15 @@ def load_of(jobs: list[SimJob], w: Window) -> float:
 
 
 def run_window(w: Window, rows, seeds: int, inputs, mine: Policy, cost_s: float,
-               names: tuple[str, ...]) -> dict:
+               names: tuple[str, ...], node_cap: bool = False) -> dict:
     profiles, truth, model = inputs
     workloads = sorted(set(profiles) & truth.workloads())
     out: dict = {"window": w.name, "seeds": []}
     for seed in range(seeds):
-        jobs = window_jobs(rows, w, workloads, seed)
+        jobs = window_jobs(rows, w, workloads, seed, node_cap)
         out["jobs"], out["load"] = len(jobs), round(load_of(jobs, w), 3)
+        out["gangs"] = sum(j.gpus > NODE_GPUS for j in jobs)
+        out["left_out"] = len(window_jobs(rows, w, workloads, seed, True)) - len(jobs)
         mem = {j.id: _mem_mib(j, profiles, mine) for j in jobs}
         res = {}
         for name in names:
@@ -139,7 +148,8 @@ def summarise(out: dict, names: tuple[str, ...]) -> list[str]:
     p95 = {n: [s[n]["p95"] / s["exclusive"]["p95"] for s in per] for n in names}
     peers = [n for n in PEERS if n in names]
     best = min(peers, key=lambda n: statistics.fmean(ratio[n])) if peers else None
-    lines = [f"{out['window']}: {out['jobs']} jobs, load {out['load']:.2f}, "
+    lines = [f"{out['window']}: {out['jobs']} jobs ({out['gangs']} gangs, "
+             f"{out['left_out']} larger than the cluster left out), load {out['load']:.2f}, "
              f"{len(per)} assignments"]
     for n in names:
         pre = statistics.fmean(s[n]["pre"] for s in per)
@@ -173,6 +183,8 @@ def main() -> None:
                     help="a Policy field of iadeep's (tuning; the others keep the defaults)")
     ap.add_argument("--const", action="append", default=[], metavar="NAME=VALUE",
                     help="a constant of scheduler/placement.py, a Python literal (tuning)")
+    ap.add_argument("--node-cap", action="store_true",
+                    help="cap every job at one 8-GPU node (no gangs; the figures before them)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     import ast
@@ -194,7 +206,7 @@ def main() -> None:
     inputs = load_inputs(SimSettings())
     for w in wins:
         t0 = time.perf_counter()
-        out = run_window(w, rows, a.seeds, inputs, policy, a.cost, names)
+        out = run_window(w, rows, a.seeds, inputs, policy, a.cost, names, a.node_cap)
         print("\n".join(summarise(out, names)) + f"  [{time.perf_counter() - t0:.0f} s]",
               flush=True)
         if a.json:
