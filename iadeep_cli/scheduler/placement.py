@@ -338,6 +338,11 @@ class _Round:
     def has_room(self) -> bool:
         return self.empty_count > 0 or any(self.shareable.values())
 
+    def held_room(self) -> bool:
+        """Whether a held GPU could take a job if opened to it (backfill): one with fewer
+        jobs than its ``max_jobs`` (a superset of what ``has_room`` would then find)."""
+        return any(len(g.residents) < g.max_jobs for g in self.held)
+
 
 # --------------------------------------------------------------------------- the policy
 def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
@@ -416,13 +421,16 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     # ``reasons`` off, one GPU model, the threshold rule, no reservations: a one-GPU job
     # like one that could not start (same workload, memory, floor, no node rule) cannot start
     # either until something is placed; such jobs are passed over (long simulated queues).
-    # Neither this nor the stop below holds while the round holds GPUs for a waiting job
-    # (``rnd.held``: each job may backfill them by its own estimate) or under "las" (``room``
-    # preempts for a job even when no GPU has room): both are off then
+    # Both this and the stop below assume that a job that could not start means that jobs
+    # like it cannot either. Under "las" that is false (``room`` preempts for a job even when
+    # no GPU has room): both are off. While the round holds GPUs for a waiting job
+    # (``rnd.held``) each job may backfill them by its own estimate: only jobs offered the
+    # same held GPUs (the same backfill horizon) are alike, and the round stops only once no
+    # held GPU could take a job either
     failed: set[tuple] | None = set() if (not reasons and durations is None and mixed is None
                                           and not reservations and room is None) else None
     for i, job in enumerate(ordered):
-        if not reasons and room is None and not rnd.held and not rnd.has_room():
+        if not reasons and room is None and not rnd.has_room() and not rnd.held_room():
             break   # nothing more can start this round (room only shrinks as jobs are placed)
         rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
         limit = array_limit_reason(job, tasks_active) or \
@@ -431,9 +439,12 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             waits[job.id] = limit
             continue
         spec = job.spec
+        # with GPUs held, a job like one that could not start may still backfill them by a
+        # shorter estimate: only a job that would be offered the same held GPUs is alike
         like = (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
-                spec.constraint, spec.nodelist, spec.exclude) if failed is not None else ()
-        if failed is not None and not rnd.held and like in failed:
+                spec.constraint, spec.nodelist, spec.exclude,
+                ests.backfill_s(job) if rnd.held else None) if failed is not None else ()
+        if failed is not None and like in failed:
             continue
         res = _resident(job, profiles, policy, durations, now)
         need = job_memory_mib(job, profiles, policy)
@@ -496,7 +507,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             if failed is not None:
                 if holder != held_by:   # it reserved GPUs: the round changed
                     failed.clear()
-                elif rule is _anywhere and not rnd.held and (not whole or holder is not None):
+                elif rule is _anywhere and (not whole or holder is not None):
                     failed.add(like)   # (a whole job only once no other may reserve)
             continue
         if failed is not None:
@@ -525,6 +536,7 @@ class _Estimates:
         self.active = {j.id: j for j in active}
         self.queued = {j.id: j for j in queue}   # placed this round: their whole run is left
         self._left: dict[int, float] = {}
+        self._backfill: dict[tuple, float] = {}
         self.guessed: set[int] = set()   # jobs whose estimate is the stated default alone
 
     def estimate(self, job: Job, age_s: float = 0.0) -> RuntimeEstimate:
@@ -533,11 +545,16 @@ class _Estimates:
                                 time_limit_s=spec.time_limit_s, age_s=age_s)
 
     def backfill_s(self, job: Job) -> float:
-        """How long ``job`` must be expected to run for backfill (inf: nothing known)."""
-        est = self.estimate(job)
-        if est.source == "default":
-            return math.inf
-        return float(getattr(est, BACKFILL_BY))
+        """How long ``job`` must be expected to run for backfill (inf: nothing known);
+        memoised per owner, label and time limit (all a new job's estimate reads)."""
+        spec = job.spec
+        key = (job.owner, spec.workload, spec.time_limit_s)
+        hit = self._backfill.get(key)
+        if hit is None:
+            est = self.estimate(job)
+            hit = math.inf if est.source == "default" else float(getattr(est, BACKFILL_BY))
+            self._backfill[key] = hit
+        return hit
 
     def left_s(self, job_id: int) -> float:
         """A running job's expected run time still to go (its median given its age)."""
