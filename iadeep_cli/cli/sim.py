@@ -42,9 +42,24 @@ def sim(
                                "serves with one job per GPU (1.0 = saturated)."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (same seed, same result)."),
     multi_gpu: float = typer.Option(0.1, "--multi-gpu", help="Fraction of 2-GPU jobs."),
-    trace: str | None = typer.Option(None, "--trace", help="CSV: submit_s,workload,"
-                                     "duration_s,gpus,user (instead of generated jobs; "
-                                     "gpus and user optional)."),
+    trace: str | None = typer.Option(None, "--trace", help="Replay a job trace instead of "
+                                     "generated jobs: the simulator's CSV (submit_s,workload,"
+                                     "duration_s[,gpus][,user]), the Philly extract "
+                                     "(timestamp,duration,num_gpus,gpu_time,cluster; gzip or "
+                                     "plain) or a 'sacct --allusers --parsable2' export; told "
+                                     "apart by the header. Workloads are drawn per seed where "
+                                     "the trace has none."),
+    trace_start: str | None = typer.Option(None, "--trace-start", help="With --trace: the "
+                                           "window's start, a date (2017-10-03, "
+                                           "'2017-10-03 08:00') or days after the trace's "
+                                           "first job (14)."),
+    trace_days: float | None = typer.Option(None, "--trace-days", help="With --trace: the "
+                                            "window's length in days (default: to the end)."),
+    trace_team: str | None = typer.Option(None, "--trace-team", help="With --trace: one "
+                                          "team's jobs (Philly's cluster column; Slurm's "
+                                          "partition or account; else the user)."),
+    trace_every: int = typer.Option(1, "--trace-every", help="With --trace: every k-th job "
+                                    "of the window (1st, k+1-th, ...)."),
     profiles: str | None = typer.Option(None, "--profiles", help="Workload profiles CSV "
                                         "(default: shipped H200 profiles)."),
     truth: str | None = typer.Option(None, "--truth", help="Measured pairs CSV used as "
@@ -74,6 +89,16 @@ def sim(
     phase_shift: float = typer.Option(0.0, "--phase-shift", help="Fraction of jobs (0-1) "
                                       "that switch to another workload partway (between 20% "
                                       "and 80% of their work; the true speeds switch too)."),
+    preemption: str = typer.Option("off", "--preemption", help="iadeep's lab setting "
+                                   "policy.preemption: off, or las (least attained service "
+                                   "first; preempts only --requeueable jobs)."),
+    requeueable: float = typer.Option(0.0, "--requeueable", help="Fraction of jobs (0-1) "
+                                      "that declared --requeue, so plan() may preempt them "
+                                      "(Tiresias preempts any job)."),
+    preempt_cost: float | None = typer.Option(None, "--preempt-cost", metavar="SECONDS",
+                                              help="Work one preemption costs the preempted "
+                                              "job (checkpoint, restart, lost progress); "
+                                              "default 90, 0 for free preemptions."),
     trace_from_db: bool = typer.Option(False, "--trace-from-db", help="Replay the lab's own "
                                        "jobs (the controller's database; its profiles, "
                                        "measured pairs and model) instead of generated jobs."),
@@ -88,7 +113,7 @@ def sim(
                                   "end, iadeep policy only (docs/simulator.md)."),
 ) -> None:
     """Simulate a queue of training jobs under each policy; compare job completion times."""
-    from ..settings import FairShare
+    from ..inventory import FairShare, Policy
     from ..sim import run as simrun
     from ..sim.mixed import parse_gpus
 
@@ -98,6 +123,22 @@ def sim(
     if not 0.0 <= phase_shift <= 1.0:
         raise InputError(f"--phase-shift must be a fraction between 0 and 1, got {phase_shift:g}",
                          hint="e.g. --phase-shift 0.3 (30% of the jobs change workload)")
+    from ..settings import PREEMPTION_RULES
+    from ..sim.engine import PREEMPT_COST_S
+
+    if preemption not in PREEMPTION_RULES:
+        raise InputError(f"--preemption must be one of {', '.join(PREEMPTION_RULES)}, "
+                         f"got {preemption!r}", hint="e.g. --preemption las --requeueable 1")
+    if not 0.0 <= requeueable <= 1.0:
+        raise InputError(f"--requeueable must be a fraction between 0 and 1, got "
+                         f"{requeueable:g}", hint="e.g. --requeueable 1 (every job)")
+    if preempt_cost is not None and not 0.0 <= preempt_cost < float("inf"):
+        raise InputError(f"--preempt-cost must be seconds >= 0, got {preempt_cost:g}",
+                         hint="e.g. --preempt-cost 90 (0: free preemptions)")
+    if trace is None and (trace_start is not None or trace_days is not None
+                          or trace_team is not None or trace_every != 1):
+        raise InputError("--trace-start, --trace-days, --trace-team and --trace-every take "
+                         "a part of a trace", hint="add --trace FILE")
     names = (tuple(p.strip() for p in policies.split(",") if p.strip()) if policies is not None
              else simrun.DEFAULT_POLICIES)
     inputs, per_node = None, 8
@@ -111,10 +152,13 @@ def sim(
                                   multi_gpu_frac=multi_gpu, trace=trace, profiles=profiles,
                                   truth=truth, triples=triples, model=model, policies=names,
                                   lowo=lowo, fairshare=FairShare() if fairshare else None,
-                                  phase_shift=phase_shift, gpus_per_node=per_node)
-    if forecast:
-        _forecast(settings, seeds, sweep, as_json, inputs)
-        return
+                                  phase_shift=phase_shift, gpus_per_node=per_node,
+                                  policy=Policy(preemption=preemption),
+                                  requeueable=requeueable,
+                                  preempt_cost_s=PREEMPT_COST_S if preempt_cost is None
+                                  else preempt_cost,
+                                  trace_start=trace_start, trace_days=trace_days,
+                                  trace_team=trace_team, trace_every=trace_every)
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)

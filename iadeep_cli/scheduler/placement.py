@@ -11,7 +11,12 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    ``scheduler/limits.py``). Jobs that cannot start do not block the ones behind them
    (backfill), except that the first job that needs *whole* GPUs (multi-GPU, ``exclusive``,
    or not yet profiled) and is blocked by busy GPUs reserves them: later jobs may not take or
-   join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs.
+   join those GPUs, so the GPUs drain and it cannot starve behind a stream of small jobs;
+   the node held is the one expected to free first (its jobs' expected remaining run time,
+   ``scheduler/remaining.estimate_runtime``), and a job expected to end before the held GPUs
+   are needed may still use them. With ``Policy.preemption`` "las" the queue goes by
+   attained-service level first and requeueable jobs ranked after a waiting job are
+   preempted for it (``Plan.preempt``; ``_Room``).
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
@@ -49,8 +54,8 @@ from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, Predict, Predictor
-from .priority import order_queue
-from .remaining import Durations, RuntimeEstimate, estimate_runtime
+from .priority import order_queue, queue_key
+from .remaining import Durations, RuntimeEstimate, estimate_runtime, gittins
 from .sharing import Pressure, best_share, completion_rate
 
 # A job whose memory is unknown (no profile, no --mem) starts only on an empty GPU with at least
@@ -68,10 +73,13 @@ BACKFILL_BY = "seconds"
 # Policy.preemption "las": levels of attained service (GPU-seconds over every attempt); a job
 # waits ahead of every job of a higher level, and may have requeueable jobs of a higher level
 # preempted for it (Tiresias's discretised least-attained-service queues, NSDI'19).
-LAS_LEVELS_GPU_S = (3600.0, 36000.0)
+LAS_LEVELS_GPU_S = (3600.0,)
 # a job is not preempted again before it has run this long in its current attempt (its
 # checkpoint and restart would cost more than the waiting job gains)
-MIN_ATTEMPT_S = 600.0
+MIN_ATTEMPT_S = 60.0
+# within a level: "fifo" (the usual order) or "gittins" (the job likeliest to finish per GPU
+# second first, from its owner's and label's run times: Tiresias's 2D-Gittins, learnt)
+LAS_ORDER = "fifo"
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -106,6 +114,14 @@ class Placement:
     gpu_indices: tuple[int, ...]
     predicted_speeds: dict[int, float] = field(default_factory=dict)
     note: str = ""   # why this GPU model, on a cluster of several ('' otherwise)
+    # a gang (``plan(..., gangs=True)``: a job larger than any node): its GPUs on the other
+    # nodes, (node, GPU indices) each; empty for a job on one node
+    gang: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def gpu_keys(self) -> list[tuple[str, int]]:
+        """Every (node, GPU index) it takes, the gang's other nodes included."""
+        return [(self.node, i) for i in self.gpu_indices] + [
+            (n, i) for n, idx in self.gang for i in idx]
 
 
 @dataclass(frozen=True)
@@ -323,6 +339,11 @@ class _Round:
     def has_room(self) -> bool:
         return self.empty_count > 0 or any(self.shareable.values())
 
+    def held_room(self) -> bool:
+        """Whether a held GPU could take a job if opened to it (backfill): one with fewer
+        jobs than its ``max_jobs`` (a superset of what ``has_room`` would then find)."""
+        return any(len(g.residents) < g.max_jobs for g in self.held)
+
 
 # --------------------------------------------------------------------------- the policy
 def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
@@ -333,7 +354,8 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
          speeds: ModelSpeeds | None = None,
          durations: Durations | None = None,
          reservations: Sequence[reserve.Reservation] = (),
-         attained: Mapping[int, float] | None = None) -> Plan:
+         attained: Mapping[int, float] | None = None,
+         gangs: bool = False, reasons: bool = True) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
     ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
@@ -355,6 +377,11 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ``attained``: GPU-seconds each job has had over all its attempts (the caller's record);
     with ``Policy.preemption`` "las" the queue goes by its level first and ``Plan.preempt``
     names requeueable jobs to checkpoint for jobs that had less (docs/scheduling.md).
+    ``gangs``: a job needing more GPUs than any node has runs on several whole empty nodes
+    (``Placement.gang``); the simulator's replay of real traces sets it. Off, such a job
+    waits with its reason (the controller launches a job on one node).
+    ``reasons``: False (the simulator) stops the round once no GPU has room for anyone, so
+    the jobs after that point get no wait reason; the placements are the same.
     """
     history = durations
     predict = model.predict_group if isinstance(model, CachedModel) else \
@@ -372,12 +399,18 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     holder: int | None = None     # the job this round's reservation is for (at most one)
     ordered = order_queue(queue, policy, now, fairshare)
     las = policy.preemption == "las" and attained is not None
-    if las and attained is not None:
-        got_s = attained
-        ordered.sort(key=lambda j: _level(got_s.get(j.id, 0.0)))   # stable: order kept within
-    ests = _Estimates(history, now, active)
-    starved: list[Job] = []   # jobs that wait for GPUs alone (preemption may make room)
+    room = _Room(rnd, active, policy, now, fairshare, attained, history) \
+        if las and attained is not None else None
+    if room is not None:
+        ordered.sort(key=room.level)   # stable: the usual order kept within a level
+    ests = _Estimates(history, now, active, queue)
+    # under "las" with every running job requeueable, preemption stands in for reservations
+    # (a job that waits long enough ranks before the jobs it waits for and takes their GPUs):
+    # held GPUs cost 10% of the mean JCT on the 8-GPU tuning window (docs/simulator.md)
+    reserving = room is None or not all(j.spec.requeue for j in active)
     mixed = _ModelRound.of(slots, ordered, speeds)
+    node_size = Counter(g.node for g in rnd.gpus) if gangs else Counter()
+    biggest = max(node_size.values(), default=0)
     tasks_active = Counter(j.array_id for j in active if j.array_id is not None)
     pressure = Pressure(ordered, tasks_active, usage, user_limits,
                         lambda j: _could_run(rnd, j, profiles, policy))
@@ -386,12 +419,34 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
     ahead = 0     # startable jobs earlier in the order left waiting (``sharing: jct``'s wait)
     # reservations: which GPUs each holds this round (scheduler/reservations.py)
     kept_for = reserve.assign(reservations, slots, {j.id: j.owner for j in active}, now)
+    # ``reasons`` off, one GPU model, the threshold rule, no reservations: a one-GPU job
+    # like one that could not start (same workload, memory, floor, no node rule) cannot start
+    # either until something is placed; such jobs are passed over (long simulated queues).
+    # Both this and the stop below assume that a job that could not start means that jobs
+    # like it cannot either. Under "las" that is false (``room`` preempts for a job even when
+    # no GPU has room): both are off. While the round holds GPUs for a waiting job
+    # (``rnd.held``) each job may backfill them by its own estimate: only jobs offered the
+    # same held GPUs (the same backfill horizon) are alike, and the round stops only once no
+    # held GPU could take a job either
+    failed: set[tuple[Any, ...]] | None = set() if (
+        not reasons and durations is None and mixed is None and not reservations
+        and room is None) else None
     for i, job in enumerate(ordered):
+        if not reasons and room is None and not rnd.has_room() and not rnd.held_room():
+            break   # nothing more can start this round (room only shrinks as jobs are placed)
         rnd.wait_s = (ahead + 1) / rnd.rate if rnd.rate > 0 else 0.0
         limit = array_limit_reason(job, tasks_active) or \
             user_limit_reason(job, usage, user_limits)
         if limit:
             waits[job.id] = limit
+            continue
+        spec = job.spec
+        # with GPUs held, a job like one that could not start may still backfill them by a
+        # shorter estimate: only a job that would be offered the same held GPUs is alike
+        like = (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
+                spec.constraint, spec.nodelist, spec.exclude,
+                ests.backfill_s(job) if rnd.held else None) if failed is not None else ()
+        if failed is not None and like in failed:
             continue
         res = _resident(job, profiles, policy, durations, now)
         need = job_memory_mib(job, profiles, policy)
@@ -403,28 +458,42 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
             continue
         # reservations: ``ok`` less GPUs held for others (``rule``: the job's own node rules)
         rule, (ok, kept) = ok, reserve.rule(reservations, kept_for, job, ok, now)
+        # backfill: GPUs held for a waiting job are open to this one if it is expected to end
+        # before they are needed
+        # (a gang never backfills: it takes only wholly empty nodes)
+        gang = gangs and job.spec.gpus > biggest
+        opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held and not gang else []
         if not rnd.has_room():
             got, why = None, _full_reason(job, total_gpus)
         else:
             never = _never_fits(rnd, need, rule)
             if never:
+                rnd.close_held(opened)
                 waits[job.id] = never
                 continue
-            behind = rnd.behind = pressure.behind(i)
-            # backfill: GPUs held for a waiting job are open to this one if it is expected to
-            # end before they are needed
-            opened = rnd.open_held(now + ests.backfill_s(job)) if rnd.held else []
-            if mixed is not None:
+            # only ``sharing: jct`` weighs how many GPUs are wanted behind; the threshold
+            # rule asks whether they are at least the empty GPUs (a lookahead that stops there)
+            behind = rnd.behind = pressure.behind(i) if durations is not None else \
+                pressure.at_least(i, rnd.n_empty())
+            if gang:
+                got, why = _place_gang(rnd, job, res, need, ok, node_size)
+            elif mixed is not None:
                 got, why = mixed.place(rnd, job, res, need, predict, policy, behind, ok, whole)
             elif whole:
                 got, why = _place_whole(rnd, job, res, need, ok)
             else:
                 got, why = _place_single(rnd, job, res, need, predict, policy, behind, ok)
-            if opened:   # held again, with the job that backfilled them if it did
-                rnd.close_held(opened)
+        if opened:   # held again, with the job that backfilled them if it did
+            rnd.close_held(opened)
+        if got is None and room is not None:
+            made = room.make(job)   # preempting jobs ranked after it, if that makes room
+            if made:
+                waits[job.id] = made
+                ahead += pressure.wants(i) > 0
+                continue
         if got is None:
-            starved.append(job)
-            if whole and total_gpus:
+            held_by = holder
+            if whole and total_gpus and reserving:
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
                                             - (now - job.submitted_at), holder, ok, ests)
                 why += note
@@ -435,15 +504,21 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 allowed = sorted({g.node for g in rnd.gpus if ok(g)})
                 why += f" (it may run only on {', '.join(allowed)}: {node_rules(job.spec)})"
             waits[job.id] = why
-            ahead += pressure.wants(i) > 0
+            if durations is not None:   # only ``sharing: jct`` weighs the wait (rnd.rate)
+                ahead += pressure.wants(i) > 0
+            if failed is not None:
+                if holder != held_by:   # it reserved GPUs: the round changed
+                    failed.clear()
+                elif rule is _anywhere and (not whole or holder is not None):
+                    failed.add(like)   # (a whole job only once no other may reserve)
             continue
+        if failed is not None:
+            failed.clear()   # GPUs changed: every job may try again
         placements.append(got)
         if job.array_id is not None:
             tasks_active[job.array_id] += 1
-        charge(usage, job.owner, {(got.node, i) for i in got.gpu_indices})
-    preempt: tuple[int, ...] = ()
-    if las and attained is not None and starved:
-        preempt = _preempt_las(rnd, starved, active, attained, now, waits, holder)
+        charge(usage, job.owner, set(got.gpu_keys()))
+    preempt = tuple(sorted(room.victims)) if room is not None else ()
     return Plan(tuple(placements), waits, preempt)
 
 
@@ -456,11 +531,14 @@ class _Estimates:
     """Run-time estimates for one round (``remaining.estimate_runtime``), memoised per job:
     how long a queued job would run, and when a running job is expected to end."""
 
-    def __init__(self, history: Durations | None, now: float, active: Sequence[Job]):
+    def __init__(self, history: Durations | None, now: float, active: Sequence[Job],
+                 queue: Sequence[Job] = ()):
         self.history = history
         self.now = now
         self.active = {j.id: j for j in active}
+        self.queued = {j.id: j for j in queue}   # placed this round: their whole run is left
         self._left: dict[int, float] = {}
+        self._backfill: dict[tuple[Any, ...], float] = {}
         self.guessed: set[int] = set()   # jobs whose estimate is the stated default alone
 
     def estimate(self, job: Job, age_s: float = 0.0) -> RuntimeEstimate:
@@ -469,11 +547,16 @@ class _Estimates:
                                 time_limit_s=spec.time_limit_s, age_s=age_s)
 
     def backfill_s(self, job: Job) -> float:
-        """How long ``job`` must be expected to run for backfill (inf: nothing known)."""
-        est = self.estimate(job)
-        if est.source == "default":
-            return math.inf
-        return float(getattr(est, BACKFILL_BY))
+        """How long ``job`` must be expected to run for backfill (inf: nothing known);
+        memoised per owner, label and time limit (all a new job's estimate reads)."""
+        spec = job.spec
+        key = (job.owner, spec.workload, spec.time_limit_s)
+        hit = self._backfill.get(key)
+        if hit is None:
+            est = self.estimate(job)
+            hit = math.inf if est.source == "default" else float(getattr(est, BACKFILL_BY))
+            self._backfill[key] = hit
+        return hit
 
     def left_s(self, job_id: int) -> float:
         """A running job's expected run time still to go (its median given its age)."""
@@ -481,7 +564,11 @@ class _Estimates:
         if hit is None:
             job = self.active.get(job_id)
             if job is None:   # placed this round: as a new job
-                hit = 0.0
+                new = self.queued.get(job_id)
+                est = self.estimate(new) if new is not None else None
+                hit = est.seconds if est is not None else 0.0
+                if est is not None and est.source == "default":
+                    self.guessed.add(job_id)
             else:
                 age = self.now - job.started_at if job.started_at is not None else 0.0
                 est = self.estimate(job, age)
@@ -496,62 +583,102 @@ class _Estimates:
         return max((self.left_s(r.job_id) for r in g.residents), default=0.0)
 
 
-def _preempt_las(rnd: _Round, starved: Sequence[Job], active: Sequence[Job],
-                 attained: Mapping[int, float], now: float, waits: dict[int, str],
-                 holder: int | None) -> tuple[int, ...]:
-    """``Policy.preemption: las``: for each job left waiting for GPUs (in queue order), the
-    requeueable running jobs of a higher attained-service level whose GPUs, with the empty
-    ones, make room for it on one node; the fewest such, most attained first. A job is
-    preempted only after ``MIN_ATTEMPT_S`` in its attempt. Their GPUs wait for the next round
-    (they must checkpoint and leave first); each waiting job's reason says so."""
-    by_id = {j.id: j for j in active}
-    taken: set[int] = set()      # GPUs promised this round (id of the working copy)
-    out: list[int] = []
-    victims: set[int] = set()
+class _Room:
+    """``Policy.preemption: las`` for one round. A job left waiting for GPUs (in queue order)
+    may have running requeueable jobs preempted for it: those that rank after it (a higher
+    attained-service level, or the same level and later in the queue's order, i.e. they
+    started by backfill) and whose GPUs, with the empty ones, make room for it on one node;
+    the fewest GPUs, the latest-ranked first. A job is preempted only after ``MIN_ATTEMPT_S``
+    in its attempt. The GPUs made room on are held for the rest of the round (no job behind it
+    takes them: the preempted jobs must checkpoint and leave first, and the next round places
+    it), and its wait reason says whom it waits for."""
 
-    def movable(jid: int, level: int) -> bool:
-        j = by_id.get(jid)
-        return (j is not None and j.spec.requeue and jid not in victims
-                and _level(attained.get(jid, 0.0)) > level
-                and j.started_at is not None and now - j.started_at >= MIN_ATTEMPT_S)
+    def __init__(self, rnd: _Round, active: Sequence[Job], policy: Policy, now: float,
+                 fairshare: Mapping[str, float] | None, attained: Mapping[int, float],
+                 history: Durations | None = None):
+        self.history = history
+        self._index: dict[tuple[Any, ...], int] = {}
+        self.rnd = rnd
+        self.now = now
+        self.policy = policy
+        self.fairshare = fairshare
+        self.attained = attained
+        self.by_id = {j.id: j for j in active}
+        self.ranks = {j.id: self.rank(j) for j in active}
+        # a gang (a job larger than any node, ``plan(..., gangs=True)``) is never preempted,
+        # and one left waiting never has jobs preempted for it (no node can hold it)
+        self.node_max = max(Counter(g.node for g in rnd.gpus).values(), default=0)
+        self.victims: set[int] = set()
 
-    for job in starved:
-        level = _level(attained.get(job.id, 0.0))
+    def level(self, j: Job) -> tuple[Any, ...]:
+        """Its attained-service level; with ``LAS_ORDER`` "gittins" and history, then its
+        completion index from its owner's and label's run times (higher first, in 25% steps)."""
+        got = self.attained.get(j.id, 0.0)
+        lvl = _level(got)
+        if LAS_ORDER != "gittins" or self.history is None:
+            return (lvl,)
+        per_gpu = got / max(1, j.spec.gpus)
+        age = 0 if per_gpu < 60 else int(math.log(per_gpu / 60.0) / math.log(1.25)) + 1
+        key = (j.owner, j.spec.workload, j.spec.time_limit_s, age)
+        hit = self._index.get(key)
+        if hit is None:
+            d, _ = self.history.runtime_dist(j.owner, j.spec.workload)
+            lo = 0.0 if age == 0 else 60.0 * 1.25 ** (age - 1)
+            g = gittins(d, j.spec.time_limit_s, lo) / max(1, j.spec.gpus)
+            hit = self._index[key] = -round(math.log(g) / INDEX_STEP) if g > 0 else 10**6
+        return (lvl, hit)
+
+    def rank(self, j: Job) -> tuple[Any, ...]:
+        """Its place in the queue's order (levels first), for running jobs as for queued."""
+        return (*self.level(j), *queue_key(
+            j.spec.priority, j.owner, j.submitted_at, j.id, self.now,
+            self.policy.aging_per_hour, self.fairshare))
+
+    def _movable(self, jid: int, mine: tuple[Any, ...]) -> bool:
+        j = self.by_id.get(jid)
+        return (j is not None and j.spec.requeue and jid not in self.victims
+                and j.spec.gpus <= self.node_max
+                and self.ranks[jid] > mine
+                and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S)
+
+    def make(self, job: Job) -> str:
+        """Preempt for ``job`` if that makes room; its wait reason then, else ''."""
         k = job.spec.gpus
+        if k > self.node_max:
+            return ""
+        mine = self.rank(job)
         ok = _node_rule(job)
-        best: tuple[tuple[int, int, str], list[_Gpu], set[int]] | None = None
         by_node: dict[str, list[_Gpu]] = {}
-        for g in rnd.gpus:
-            if id(g) in taken or not ok(g) or (g.reserved and holder != job.id):
+        for g in self.rnd.gpus:
+            if g.reserved or not ok(g):
                 continue
-            if all(movable(r.job_id, level) for r in g.residents):
+            if all(self._movable(r.job_id, mine) for r in g.residents):
                 by_node.setdefault(g.node, []).append(g)
+        best: tuple[tuple[Any, ...], list[_Gpu], set[int]] | None = None
         for node, gs in by_node.items():
             if len(gs) < k:
                 continue
-            # cheapest GPUs first: empty ones, then those whose jobs had the most service
-            gs.sort(key=lambda g: (len(g.residents),
-                                   -max((attained.get(r.job_id, 0.0) for r in g.residents),
-                                        default=0.0)))
+            # cheapest GPUs first: empty ones, then those of the latest-ranked jobs
+            gs.sort(key=lambda g: (len(g.residents), [-x for x in max(
+                (self.ranks[r.job_id] for r in g.residents), default=())]))
             chosen = gs[:k]
             jobs = {r.job_id for g in chosen for r in g.residents}
-            # a victim on several GPUs frees them all: count the GPUs it spans elsewhere too
-            cost = (sum(by_id[j].spec.gpus for j in jobs), len(jobs), node)
+            cost = (sum(self.by_id[j].spec.gpus for j in jobs), len(jobs), node)
             if best is None or cost < best[0]:
                 best = (cost, chosen, jobs)
         if best is None or not best[2]:
-            continue
+            return ""
         _, chosen, jobs = best
-        spans = {id(g) for g in rnd.gpus for r in g.residents if r.job_id in jobs}
-        taken.update(id(g) for g in chosen)
-        taken.update(spans)
-        victims.update(jobs)
-        out.extend(sorted(jobs))
+        # a victim on several GPUs frees them all: hold every GPU it leaves, for this job
+        held = [g for g in self.rnd.gpus if not g.reserved and (
+            g in chosen or any(r.job_id in jobs for r in g.residents))]
+        self.rnd.reserve(held, self.now)   # need_at now: nobody backfills them
+        self.victims.update(jobs)
         names = ", ".join(str(j) for j in sorted(jobs))
-        waits[job.id] = (f"preempting job{'s' if len(jobs) > 1 else ''} {names} (requeueable, "
-                         f"more GPU time so far: least-attained-service first); starts once "
-                         f"{'they checkpoint' if len(jobs) > 1 else 'it checkpoints'}")
-    return tuple(sorted(set(out)))
+        many = len(jobs) > 1
+        return (f"preempting job{'s' if many else ''} {names} (requeueable, ranked after it: "
+                f"least attained service first); starts once "
+                f"{'they have' if many else 'it has'} checkpointed")
 
 
 NodeRule = Callable[["_Gpu"], bool]
@@ -704,6 +831,37 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
     for g in best:
         rnd.add(g, res, need)
     return Placement(job.id, best[0].node, tuple(g.index for g in best), {job.id: 1.0}), ""
+
+
+def _place_gang(rnd: _Round, job: Job, res: _Res, need: float | None, ok: NodeRule,
+                node_size: Mapping[str, int]) -> tuple[Placement | None, str]:
+    """A job larger than any node (``plan(..., gangs=True)``): whole empty nodes, largest
+    first (then by name), until they hold its GPUs; all of each node but the last, whose
+    lowest GPUs make up the rest. Nothing shares with it; it never takes part of a busy node."""
+    k = job.spec.gpus
+    free = sorted((n for n, gpus in rnd.empty.items()
+                   if len(gpus) == node_size[n] and all(ok(g) and g.fits(need)
+                                                        for g in gpus.values())),
+                  key=lambda n: (-node_size[n], n))
+    taken: list[tuple[str, list[_Gpu]]] = []
+    left = k
+    for n in free:
+        if left <= 0:
+            break
+        gpus = sorted(rnd.empty[n].values(), key=lambda g: g.index)[:left]
+        taken.append((n, gpus))
+        left -= len(gpus)
+    if left > 0:
+        size = max(node_size.values(), default=0)
+        return None, (f"needs {k} GPUs on whole nodes (a gang of {math.ceil(k / size)} nodes "
+                      f"of {size}); {len(free)} node{'s' if len(free) != 1 else ''} wholly "
+                      "free")
+    for _, gpus in taken:
+        for g in gpus:
+            rnd.add(g, res, need)
+    (first, gpus0), rest = taken[0], taken[1:]
+    return Placement(job.id, first, tuple(g.index for g in gpus0), {job.id: 1.0},
+                     gang=tuple((n, tuple(g.index for g in gs)) for n, gs in rest)), ""
 
 
 def _place_single(rnd: _Round, job: Job, res: _Res, need: float | None,

@@ -11,6 +11,7 @@ fair share is off), so the controller, the simulator and a reader rank a queue a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from ..jobs import Job
 from ..settings import Policy
@@ -54,5 +55,14 @@ def order_queue(queue: Sequence[Job], policy: Policy, now: float,
                 fairshare: Mapping[str, float] | None = None) -> list[Job]:
     """``queue`` in the order the placer considers it (``queue_key``)."""
     per_hour = policy.aging_per_hour
+    if not fairshare and per_hour >= 0 and len(set(map(_priority, queue))) <= 1:
+        # one priority and no fair share: effective priority falls as submission time rises
+        # (ageing is monotonic), so the order is (submitted_at, id), without a key per job
+        # built from floats (the simulator ranks queues of thousands each event)
+        return sorted(queue, key=_submitted)
     return sorted(queue, key=lambda j: queue_key(j.spec.priority, j.owner, j.submitted_at,
                                                  j.id, now, per_hour, fairshare))
+
+
+_submitted = attrgetter("submitted_at", "id")
+_priority = attrgetter("spec.priority")

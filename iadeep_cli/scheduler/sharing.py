@@ -46,53 +46,77 @@ QUEUE_WEIGHT = 1.0
 # --------------------------------------------------------------------------- pressure
 class Pressure:
     """For each position in the round's queue order, how many GPUs the jobs after it could
-    take now: a pass over the queue at the round's start with each array's and each user's
+    take now: a pass over the queue in queue order with each array's and each user's
     room (``--array %N``, ``users:`` limits) spent in queue order, and jobs no GPU here could
-    ever hold left out. ``behind(i)`` is then a lookup."""
+    ever hold left out. The pass is lazy: it goes only as far into the queue as the questions
+    asked need (``at_least``: a few jobs past the one being placed; ``behind``: to the end),
+    with the same answers as a whole pass, so a round that stops early costs no more than
+    the jobs it looked at (the simulator's long queues: benchmarks/bench_sim_scale.py)."""
 
     def __init__(self, ordered: Sequence[Job], tasks_active: Mapping[int, int],
                  usage: Usage, limits: Mapping[str, UserLimit],
                  could_run: Callable[[Job], bool]):
-        room: dict[int, int | None] = {}          # array id -> tasks it may still start
-        gpus_left: dict[str, float] = {}
-        jobs_left: dict[str, float] = {}
+        self._ordered = ordered
+        self._tasks_active = tasks_active
+        self._could_run = could_run
+        self._room: dict[int, int | None] = {}          # array id -> tasks it may still start
+        self._gpus_left: dict[str, float] = {}
+        self._jobs_left: dict[str, float] = {}
         for user, lim in limits.items():
             held, n = usage.get(user, (frozenset(), 0))   # each GPU once, shared or not
-            gpus_left[user] = math.inf if lim.max_gpus is None else lim.max_gpus - len(held)
-            jobs_left[user] = math.inf if lim.max_jobs is None else lim.max_jobs - n
-        want = [0] * len(ordered)
-        for i, job in enumerate(ordered):
+            self._gpus_left[user] = math.inf if lim.max_gpus is None else lim.max_gpus - len(held)
+            self._jobs_left[user] = math.inf if lim.max_jobs is None else lim.max_jobs - n
+        self._want: list[int] = []
+        self._prefix = [0]     # _prefix[k]: GPUs wanted by the first k jobs
+
+    def _scan(self, upto: int) -> None:
+        """Work out ``want`` for the jobs before position ``upto`` (in order, once each)."""
+        ordered, room = self._ordered, self._room
+        gpus_left, jobs_left = self._gpus_left, self._jobs_left
+        for i in range(len(self._want), min(upto, len(ordered))):
+            self._want.append(0)
+            self._prefix.append(self._prefix[-1])
+            job = ordered[i]
             k = job.spec.gpus
             if job.array_id is not None and job.spec.array is not None:
                 if job.array_id not in room:
                     limit = _array_limit(job.spec.array)
                     room[job.array_id] = None if limit is None else \
-                        limit - tasks_active.get(job.array_id, 0)
+                        limit - self._tasks_active.get(job.array_id, 0)
                 left = room[job.array_id]
                 if left is not None and left <= 0:
                     continue
             if job.owner in gpus_left and (gpus_left[job.owner] < k
                                            or jobs_left[job.owner] < 1):
                 continue
-            if not could_run(job):
+            if not self._could_run(job):
                 continue
             if job.array_id is not None and room.get(job.array_id) is not None:
                 room[job.array_id] -= 1   # type: ignore[operator]
             if job.owner in gpus_left:
                 gpus_left[job.owner] -= k
                 jobs_left[job.owner] -= 1
-            want[i] = k
-        self._want = want
-        self._after = [0] * (len(ordered) + 1)
-        for i in range(len(ordered) - 1, -1, -1):
-            self._after[i] = self._after[i + 1] + want[i]
+            self._want[i] = k
+            self._prefix[-1] += k
 
     def behind(self, i: int) -> int:
         """GPUs wanted by the startable jobs after queue position ``i``."""
-        return self._after[i + 1]
+        self._scan(len(self._ordered))
+        return self._prefix[-1] - self._prefix[i + 1]
+
+    def at_least(self, i: int, cap: int) -> int:
+        """``min(behind(i), cap)``, looking only as far past ``i`` as it takes."""
+        n = len(self._ordered)
+        self._scan(i + 1)
+        while True:
+            have = self._prefix[-1] - self._prefix[i + 1]
+            if have >= cap or len(self._want) >= n:
+                return min(have, cap)
+            self._scan(len(self._want) + max(1, cap - have))   # each startable job wants >= 1
 
     def wants(self, i: int) -> int:
         """GPUs the job at position ``i`` could take now (0: it cannot start this round)."""
+        self._scan(i + 1)
         return self._want[i]
 
 

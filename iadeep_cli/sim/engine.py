@@ -62,6 +62,7 @@ class SimJob:
     # it declared --requeue: plan() (Policy.preemption) may checkpoint and requeue it; the
     # published peers that preempt (Tiresias) assume every job can, whatever this says
     requeue: bool = False
+    name: str = ""         # its job name, where a real trace has one (sim/traces.py)
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,11 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
                              hint=f"known workloads: {known} (or add it to --profiles)")
         submit = _num(p, lineno, row, "submit_s", 0.0)
         dur = _num(p, lineno, row, "duration_s", 1e-9)
-        g = int(_num(p, lineno, row, "gpus", 1.0, default=1.0))
+        raw = (row.get("gpus") or "").strip()
+        g = whole_gpus(p, lineno, "gpus", raw) if raw else 1
+        if g < 1:
+            raise InputError(f"{p}:{lineno}: gpus: expected at least 1 GPU, got {raw!r}",
+                             hint="fix that row of the trace")
         user = (row.get("user") or "").strip() or "sim"
         if any(c.isspace() or not c.isprintable() for c in user):
             raise InputError(f"{p}:{lineno}: user: expected a user name without spaces, "
@@ -193,6 +198,19 @@ def load_trace(path: str | Path, profiles: Mapping[str, Profile]) -> list[SimJob
         jobs.append(SimJob(len(jobs) + 1, submit, w, dur, g, user))
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     return jobs
+
+
+def whole_gpus(p: Path | str, line: int, col: str, raw: str) -> int:
+    """A GPU count: a whole number >= 0; 1.7 is refused, never cut."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise InputError(f"{p}:{line}: {col}: expected a whole number of GPUs, got "
+                         f"{raw.strip()[:60]!r}", hint="GPUs come whole: fix that row "
+                         "(round it yourself if that is what you mean), or leave it out")
+    return int(value)
 
 
 def _num(p: Path, lineno: int, row: dict, col: str, minimum: float,
@@ -239,6 +257,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     thresholds = tuple(sorted(getattr(getattr(planner, "fn", planner), "thresholds", ())))
     if view is None:
         thresholds = ()
+    # certainly nothing to start on these GPUs; never for a planner that preempts (it may
+    # make room on full GPUs)
+    full = None if thresholds else getattr(planner, "full", None)
     preemptions = 0
     cost_gpu_s = 0.0
     ran: dict[int, float] = {}   # seconds each job held GPUs (its wait is the rest of its JCT)
@@ -272,11 +293,11 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
 
         def speeds_on(key, names):
             return mixed.speeds(node_model[key[0]], names)
-    max_node = max((c for _, c in nodes), default=0)
-    for j in jobs:
-        if j.gpus > max_node:
-            raise InputError(f"job {j.id} needs {j.gpus} GPUs on one node; nodes have "
-                             f"at most {max_node}", hint="lower its gpus or raise --gpus")
+    for j in jobs:   # larger than a node: a gang of whole nodes; larger than all: never
+        if j.gpus > len(gpu_keys):
+            raise InputError(f"job {j.id} needs {j.gpus} GPUs; the cluster has "
+                             f"{len(gpu_keys)}", hint="lower its gpus or raise --gpus")
+    held: dict[int, list[tuple[str, int]]] = {}   # a running job's GPUs, a gang's included
     while nxt < len(arrivals) or queued or running:
         t_arr = arrivals[nxt].submit_s if nxt < len(arrivals) else math.inf
         ends = {i: t + remaining[i] / speed[i] for i in running if i not in phases.paused}
@@ -302,9 +323,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
         t = t_next
         finished = [i for i, end in ends.items() if end <= t + 1e-9 * max(1.0, t)]
         for i in finished:
-            job = running.pop(i)
-            for idx in job.gpu_indices:
-                on_gpu[(job.node, idx)].remove(i)
+            running.pop(i)
+            for key in held.pop(i):
+                on_gpu[key].remove(i)
             jct[i] = t - specs[i].submit_s
             done += 1
             if view is not None:   # its run time, as the controller records it, and its owner
@@ -323,13 +344,15 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                         requeue=sj.requeue),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
-        rounds = 0
-        preempted = False   # a plan preempted: news, as if everything had happened at once
+        rounds, again = 0, False
         # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
-        # that places the jobs it made room for (the controller's next round)
-        while queued and (arrived or finished or acted or crossed or preempted) and rounds < 3:
+        # that places the jobs it made room for (the controller's next round); every GPU
+        # holding all the policy allows: the round would start nothing (``full``), skipped
+        while queued and (arrived or finished or acted or crossed or again) and rounds < 3:
             rounds += 1
             slots = _slots(gpu_keys, node_model, memory_mib, on_gpu, mem, policy)
+            if full is not None and full(slots):
+                break
             points = None
             if ledger is not None and fair is not None:
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
@@ -339,8 +362,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 job = running.pop(i)
                 if ledger is not None:
                     ledger.stop(i, t)
-                for idx in job.gpu_indices:
-                    on_gpu[(job.node, idx)].remove(i)
+                for key in held.pop(i):
+                    on_gpu[key].remove(i)
                 queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
                 preemptions += 1
                 remaining[i] += preempt_cost_s
@@ -351,20 +374,20 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     hooks.placed(p.predicted_speeds)
                     hooks.start(p.job_id, job.spec.workload or "")
                 if ledger is not None:
-                    ledger.start(p.job_id, job.owner, len(p.gpu_indices), t)
+                    ledger.start(p.job_id, job.owner, len(p.gpu_keys()), t)
                 running[p.job_id] = replace(job, state=JobState.RUNNING, node=p.node,
                                             gpu_indices=p.gpu_indices, started_at=t)
                 remaining.setdefault(p.job_id, specs[p.job_id].duration_s)  # kept if preempted
                 started.setdefault(p.job_id, t)
-                for idx in p.gpu_indices:
-                    on_gpu[(p.node, idx)].append(p.job_id)
+                keys = held[p.job_id] = p.gpu_keys()
+                for key in keys:
+                    on_gpu[key].append(p.job_id)
             if not result.preempt:
                 break
-            preempted = True   # at once: the GPUs they left
-        # else nothing moved
-        if arrived or finished or acted or switched or preempted or hooks is None:
+            again = True   # at once: the GPUs they left
+        if arrived or finished or acted or switched or crossed or again or hooks is None:
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
-        if progress is not None and (finished or preempted):
+        if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared, ran)
     work = sum(j.duration_s * j.gpus for j in jobs if j.id in jct)
@@ -481,7 +504,7 @@ def _metrics(name, jobs, jct, started, busy_gpu_s, n_gpus, makespan, shared,
         return PolicyResult(name, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     p95 = values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
 
-    def wait(j) -> float:
+    def wait(j: SimJob) -> float:
         if ran is not None and j.id in jct:
             return max(0.0, jct[j.id] - ran.get(j.id, 0.0))
         return started[j.id] - j.submit_s

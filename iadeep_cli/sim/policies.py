@@ -39,14 +39,16 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
 from ..jobs import Job
 from ..profiles import Profile
+from ..scheduler import placement
 from ..scheduler.gpumodels import ModelSpeeds
-from ..scheduler.placement import LAS_LEVELS_GPU_S, GpuSlot, Placement, Plan, plan
+from ..scheduler.placement import GpuSlot, Placement, Plan, plan
 from ..scheduler.prediction import CachedModel, CautiousModel, Predictor
 from ..scheduler.priority import order_queue
 from ..scheduler.remaining import Durations
@@ -87,6 +89,10 @@ class SimPlanner:
         self.view = view
         # a policy that acts on running jobs (``adaptive.AdaptHooks``): the engine drives it
         self.hooks = getattr(fn, "hooks", None)
+        # ``full(slots)``: True when the planner certainly starts and stops nothing on these
+        # GPUs (each holds as many jobs as the policy allows): the engine then skips the
+        # round (its queue may be thousands long); None: always call it
+        self.full: Callable[[Sequence[GpuSlot]], bool] | None = getattr(fn, "full", None)
 
     def __call__(self, queue, slots, active, now, fairshare=None) -> Plan:
         return self.fn(queue, slots, active, now, fairshare)
@@ -166,12 +172,24 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
         return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
                     closed=hooks.closed if hooks is not None else None, speeds=speeds,
                     durations=None if exclusive else ctx.view.durations,
-                    attained=ctx.view.attained)
+                    attained=ctx.view.attained, gangs=True, reasons=False)
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     if pol.preemption != "off":   # re-planned as a job crosses a level (sim/engine.py)
-        planner.thresholds = LAS_LEVELS_GPU_S   # type: ignore[attr-defined]
+        planner.thresholds = placement.LAS_LEVELS_GPU_S   # type: ignore[attr-defined]
+    else:   # plan() has room only on an empty GPU or one with fewer jobs than its max_jobs
+        planner.full = _full_at(1 if exclusive else None)   # type: ignore[attr-defined]
     return planner
+
+
+def _full_at(cap: int | None) -> Callable[[Sequence[GpuSlot]], bool]:
+    """Whether every GPU holds as many jobs as the policy lets it: ``cap`` its ceiling on a
+    GPU's own ``max_jobs`` (None: the GPU's, at least 1, as plan() reads it)."""
+    def full(slots: Sequence[GpuSlot]) -> bool:
+        if cap is None:
+            return all(len(s.job_ids) >= max(1, s.max_jobs) for s in slots)
+        return all(len(s.job_ids) >= min(s.max_jobs, cap) for s in slots)
+    return full
 
 
 @register("exclusive", "one job per GPU, priority/FIFO order with backfill (Slurm's default)")
@@ -236,6 +254,12 @@ def _gpu_state(slots, active: Sequence[Job], ctx: PolicyContext) -> dict:
             for s in slots}
 
 
+def _has_room(state: dict) -> bool:
+    """Whether any GPU could still take a job this round (fewer jobs than its cap; a reserved
+    GPU's cap is 0): once none can, nothing further in the queue starts."""
+    return any(st[0] < st[3] for st in state.values())
+
+
 def _util(profiles: Mapping[str, Profile], job: Job) -> float:
     prof = profiles.get(job.spec.workload or "")
     return prof.gpu_util if prof else 100.0
@@ -256,19 +280,34 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
         out: list[Placement] = []
         waits: dict[int, str] = {}
         reserved = False
+        room = _has_room(state)
+        failed: set[float] = set()   # memory needs of one-GPU jobs that found no GPU
         for job in order_queue(queue, policy, now, fairshare):
+            if not room:
+                break   # no GPU takes another job: the rest of the queue waits ("full")
             need = mem[job.id]
             if job.spec.gpus > 1:
+                placed, was = len(out), reserved
                 reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                if len(out) > placed or reserved != was:   # the GPUs changed
+                    failed.clear()
+                    room = _has_room(state)
+                continue
+            if need in failed:   # GPUs unchanged since a job as big found none
+                waits[job.id] = "full"
                 continue
             fit = [k for k, st in state.items() if st[0] < st[3] and st[1] >= need and not st[2]]
             pick = choose(job, fit, state) if fit else None
             if pick is None:
                 waits[job.id] = "full"
+                failed.add(need)
                 continue
             _take(state[pick], job, need, _util(ctx.profiles, job))
             out.append(Placement(job.id, pick[0], (pick[1],)))
+            failed.clear()
+            room = _has_room(state)
         return Plan(tuple(out), waits)
+    planner.full = _full_at(PEER_MAX_JOBS)   # type: ignore[attr-defined]
     return planner
 
 
@@ -286,8 +325,33 @@ def _multi_gpu(state: dict, job: Job, need: float, now: float, policy: Policy,
     for k in keys:
         _take(state[k], job, need, 100.0)
         state[k][2] = True
-    out.append(Placement(job.id, keys[0][0], tuple(k[1] for k in keys)))
+    out.append(gang_placement(job.id, keys))
     return reserved
+
+
+def gang_placement(job_id: int, keys: Sequence[tuple[str, int]]) -> Placement:
+    """A placement on ``keys`` (node, GPU index), in order: the first node's GPUs, and a
+    gang's other nodes in ``Placement.gang``."""
+    nodes: dict[str, list[int]] = {}
+    for n, i in keys:
+        nodes.setdefault(n, []).append(i)
+    (first, idx), *rest = nodes.items()
+    return Placement(job_id, first, tuple(idx), gang=tuple((n, tuple(ix)) for n, ix in rest))
+
+
+def _gang(free: Mapping[str, Sequence], size: Mapping[str, int], k: int
+          ) -> list[tuple[str, int]] | None:
+    """A job larger than any node: whole free nodes (``free``: node -> its free GPU indices,
+    ``size``: node -> its GPUs), largest first then by name, all of each but the last, until
+    they hold ``k`` GPUs; None if the wholly free nodes hold too few."""
+    whole = sorted((n for n, idx in free.items() if len(idx) == size[n] and size[n] > 0),
+                   key=lambda n: (-size[n], n))
+    keys: list[tuple[str, int]] = []
+    for n in whole:
+        if len(keys) >= k:
+            break
+        keys += [(n, i) for i in sorted(free[n])[:k - len(keys)]]
+    return keys if len(keys) >= k else None
 
 
 def _take(st: list, job: Job, need: float, util: float) -> None:
@@ -302,6 +366,9 @@ def _whole_node(state: dict, k: int, need: float) -> list[tuple[str, int]] | Non
     for key, st in state.items():
         if st[0] == 0 and st[3] > 0 and st[1] >= need:
             by_node.setdefault(key[0], []).append(key)
+    size = Counter(key[0] for key in state)
+    if k > max(size.values(), default=0):   # larger than any node: a gang of whole nodes
+        return _gang({n: [key[1] for key in keys] for n, keys in by_node.items()}, size, k)
     ok = [keys for keys in by_node.values() if len(keys) >= k]
     if not ok:
         return None
@@ -315,6 +382,17 @@ def _reserve_baseline(state: dict, k: int) -> bool:
     for key, st in state.items():
         if st[3] > 0:
             by_node.setdefault(key[0], []).append(key)
+    if k > max((len(keys) for keys in by_node.values()), default=0):
+        # a gang: drain the least-busy whole nodes until they hold k GPUs
+        order = sorted(by_node, key=lambda n: (sum(state[key][0] for key in by_node[n]), n))
+        held = 0
+        for n in order:
+            if held >= k:
+                break
+            for key in by_node[n]:
+                state[key][3] = 0
+            held += len(by_node[n])
+        return held > 0
     best = None
     for node, keys in by_node.items():
         if len(keys) < k:
@@ -394,10 +472,25 @@ def _lucid(ctx: PolicyContext) -> Planner:
         out: list[Placement] = []
         waits: dict[int, str] = {}
         reserved = False
+        room = _has_room(state)
+        failed: set[tuple] = set()   # (workload, memory) of one-GPU jobs that found no GPU
         for i, job in enumerate(ordered):
+            if not room:
+                break   # no GPU takes another job: the rest of the queue waits
             need = mem[job.id]
             if job.spec.gpus > 1:
+                placed, was = len(out), reserved
                 reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                if len(out) > placed or reserved != was:   # the GPUs changed
+                    failed.clear()
+                    room = _has_room(state)
+                continue
+            # GPUs unchanged since a like job found neither partner nor empty GPU: nor will
+            # this one (pressure only falls further down the queue, and without it a job
+            # looks only for an empty GPU)
+            like = (job.spec.workload, need)
+            if like in failed:
+                waits[job.id] = "no compatible partner and no empty GPU"
                 continue
             empties = sum(1 for st in state.values() if st[0] == 0 and st[3] > 0)
             pressure = len(ordered) - i > empties       # prescient adaptive sharing
@@ -415,11 +508,15 @@ def _lucid(ctx: PolicyContext) -> Planner:
                 choice = _empty_first(fit, state) if fit else None
             if choice is None:
                 waits[job.id] = "no compatible partner and no empty GPU"
+                failed.add(like)
                 continue
             _take(state[choice], job, need, _util(ctx.profiles, job))
             started[job.id] = (now, job.id)
             out.append(Placement(job.id, choice[0], (choice[1],)))
+            failed.clear()
+            room = _has_room(state)
         return Plan(tuple(out), waits)
+    planner.full = _full_at(PEER_MAX_JOBS)   # type: ignore[attr-defined]
     return planner
 
 
@@ -443,6 +540,8 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         chosen: set[int] = set()
         used = 0
         for j in sorted([*active, *queue], key=rank):
+            if used >= capacity:
+                break   # every GPU spoken for: no later job is chosen
             if used + j.spec.gpus <= capacity:
                 chosen.add(j.id)
                 used += j.spec.gpus
@@ -452,10 +551,24 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         for s in slots:
             if s.max_jobs > 0 and not [i for i in s.job_ids if i not in gone]:
                 free.setdefault(s.node, []).append(s.index)
+        size = Counter(s.node for s in slots if s.max_jobs > 0)
+        biggest = max(size.values(), default=0)
         out, waits = [], {}
         # chosen jobs first (in rank order), then backfill with the rest
-        for job in sorted(queue, key=lambda j: (j.id not in chosen, rank(j))):
+        for job in (sorted(queue, key=lambda j: (j.id not in chosen, rank(j)))
+                    if any(free.values()) else ()):   # no free GPU: nothing to sort
+            if not any(free.values()):
+                break   # no free GPU left: the rest wait
             k = job.spec.gpus
+            if k > biggest:   # a gang of whole free nodes
+                keys = _gang(free, size, k)
+                if keys is None:
+                    waits[job.id] = "no whole nodes free (least-attained-service order)"
+                    continue
+                for n, i in keys:
+                    free[n].remove(i)
+                out.append(gang_placement(job.id, keys))
+                continue
             nodes = [n for n, idx in free.items() if len(idx) >= k]
             if not nodes:
                 waits[job.id] = "no free GPUs (least-attained-service order)"

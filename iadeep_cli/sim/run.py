@@ -17,16 +17,17 @@ from ..text import pyplot, save_plot
 from .engine import (
     DEFAULT_POLICIES,
     POLICIES,
+    PREEMPT_COST_S,
     PolicyResult,
     SimJob,
     _mem_mib,
     add_phase_shifts,
     generate_jobs,
-    load_trace,
     make_planner,
     simulate,
 )
 from .policies import REGISTRY
+from .traces import Trace, TraceWindow, assign_workloads, read_trace
 from .truth import TruthModel
 
 
@@ -53,6 +54,20 @@ class SimSettings:
     # empty: ``gpus`` H200s. ``gpus`` is always the total.
     layout: tuple[tuple[str, int], ...] = ()
     phase_shift: float = 0.0         # fraction of jobs that switch workload partway
+    # preemption (docs/simulator.md "Preemption"): the fraction of jobs that declared
+    # --requeue (plan() with policy.preemption may preempt only those; Tiresias preempts any
+    # job, as its paper assumes), and what each preemption costs the preempted job
+    requeueable: float = 0.0
+    preempt_cost_s: float = PREEMPT_COST_S
+    # a part of a real trace (sim/traces.py): start (a date, or days after its first job),
+    # length in days, one team (Philly's cluster, Slurm's partition or account), every k-th job
+    trace_start: str | None = None
+    trace_days: float | None = None
+    trace_team: str | None = None
+    trace_every: int = 1
+
+    def window(self) -> TraceWindow:
+        return TraceWindow(self.trace_start, self.trace_days, self.trace_team, self.trace_every)
 
     def gpus_text(self) -> str:
         return ",".join(f"{m}:{c}" for m, c in self.layout) if self.layout else str(self.gpus)
@@ -66,6 +81,7 @@ class SimReport:
     n_jobs: int
     users: dict[str, tuple[int, float]] = field(default_factory=dict)   # jobs, solo GPU-hours
     mean_duration_s: float = math.nan   # the trace's mean solo duration (run_seeds' bound)
+    trace: dict | None = None   # --trace: the real jobs, window and GPUs (Trace.summary)
 
     def baseline(self) -> PolicyResult | None:
         return next((r for r in self.results if r.name == "exclusive"), None)
@@ -81,12 +97,24 @@ class SimReport:
                 d["makespan_vs_exclusive"] = r.makespan_s / base.makespan_s
             out[r.name] = d
         settings = {k: v for k, v in asdict(self.settings).items() if k != "policy"}
+        if self.trace is None:   # the trace options mean nothing for generated jobs
+            for k in TRACE_KEYS:
+                settings.pop(k, None)
+        else:   # the generator's settings mean nothing for a trace: report the trace's own
+            for k in GENERATOR_KEYS:
+                settings.pop(k, None)
+            settings["trace_summary"] = self.trace
         settings["policies"] = list(self.settings.policies)
         settings["policy"] = asdict(self.settings.policy)
         settings["model"] = self.settings.model or "fitted on profiles + truth"
         settings["model_note"] = self.model_note
         settings["jobs_simulated"] = self.n_jobs
         return {"policies": out, "settings": settings}
+
+
+TRACE_KEYS = ("trace_start", "trace_days", "trace_team", "trace_every")
+GENERATOR_KEYS = ("jobs", "load", "multi_gpu_frac")
+TOO_BIG = "needs more GPUs than the cluster has"
 
 
 def _check_path(path: str | None, what: str) -> None:
@@ -152,10 +180,20 @@ class HeldOutModel:
         return (lo_a, lo_b), (hi_a, hi_b)
 
 
+def read_settings_trace(s: SimSettings, profiles) -> Trace:
+    """The trace the settings name, cut to their window (read once, then cached)."""
+    assert s.trace is not None
+    return read_trace(s.trace, profiles, s.window())
+
+
 def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
     usable = sorted(set(profiles) & truth.workloads())   # profiled, and with measured truth
     if s.trace:
-        jobs = load_trace(s.trace, profiles)
+        tr = read_settings_trace(s, profiles)
+        jobs = list(tr.jobs) if tr.has_workloads else assign_workloads(tr.jobs, usable, s.seed)
+        # a job larger than the whole cluster could never start: left out (and counted),
+        # never aborting the run; one larger than a node runs as a gang of whole nodes
+        jobs = [j for j in jobs if j.gpus <= s.gpus]
     else:
         size: float = s.gpus
         if s.layout:   # load relative to the mixed cluster's H200-equivalent capacity
@@ -164,6 +202,7 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
         jobs = generate_jobs(usable, s.jobs, size, s.load, s.seed,  # type: ignore[arg-type]
                              s.multi_gpu_frac)
     jobs = add_phase_shifts(jobs, usable, s.phase_shift, s.seed)
+    jobs = mark_requeueable(jobs, s.requeueable, s.seed)
     missing = truth.missing_pairs({j.workload for j in jobs}
                                   | {j.phase_to for j in jobs if j.phase_to})
     if missing:
@@ -172,6 +211,37 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
                          f"({len(missing)} pair(s) missing)",
                          hint="add those pairs to --truth PAIRS.csv or drop the workloads")
     return jobs
+
+
+def mark_requeueable(jobs: Sequence[SimJob], frac: float, seed: int) -> list[SimJob]:
+    """``--requeueable F``: that fraction of the jobs (drawn with a random of its own, so the
+    trace is the same as without) declared --requeue; 1 is every job, 0 none."""
+    if not (math.isfinite(frac) and 0.0 <= frac <= 1.0):
+        raise InputError(f"--requeueable must be a fraction between 0 and 1, got {frac:g}",
+                         hint="e.g. --requeueable 1 (every job may be preempted)")
+    if frac == 0.0:
+        return list(jobs)
+    import random
+    rng = random.Random(f"requeue:{seed}")
+    chosen = set(rng.sample([j.id for j in jobs], round(frac * len(jobs))))
+    return [replace(j, requeue=j.id in chosen) for j in jobs]
+
+
+def trace_summary(s: SimSettings, profiles) -> dict | None:
+    """What a trace run reports about its trace: real jobs, window, GPUs (None: no trace)."""
+    if not s.trace:
+        return None
+    tr = read_settings_trace(s, profiles)
+    kept = Trace(tr.path, tr.format, tuple(j for j in tr.jobs if j.gpus <= s.gpus),
+                 tr.has_workloads, tr.start_s, tr.days, tr.start_text, tr.rows,
+                 dict(tr.left_out))
+    too_big = len(tr.jobs) - len(kept.jobs)
+    if too_big:
+        kept.left_out[TOO_BIG] = too_big
+    out = kept.summary(s.gpus)
+    out["cluster_gpus"] = s.gpus
+    out["gpus_per_node"] = s.gpus_per_node
+    return out
 
 
 def check_settings(s: SimSettings) -> None:
@@ -210,7 +280,7 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
             cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
             r = simulate(jobs, planner, truth, gpus=s.gpus, gpus_per_node=s.gpus_per_node,
                          policy=pol, profiles=profiles, name=label, progress=cb,
-                         layout=s.layout, mixed=mixed)
+                         layout=s.layout, mixed=mixed, preempt_cost_s=s.preempt_cost_s)
             if best is None or r.avg_jct_s < best.avg_jct_s:
                 best = r
         assert best is not None        # tries is never empty
@@ -221,7 +291,8 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
         users[j.user] = (n + 1, gpu_h + j.gpus * j.duration_s / 3600.0)
     return SimReport(s, tuple(results), getattr(model, "note", ""), len(jobs),
                      dict(sorted(users.items())),
-                     sum(j.duration_s for j in jobs) / len(jobs) if jobs else math.nan)
+                     sum(j.duration_s for j in jobs) / len(jobs) if jobs else math.nan,
+                     trace_summary(s, profiles))
 
 
 def format_table(report: SimReport) -> str:
@@ -237,14 +308,40 @@ def format_table(report: SimReport) -> str:
                      f"{r.makespan_s / 3600:8.1f}h {r.gpu_busy:8.0%} {r.shared_frac:7.0%} "
                      f"{r.impact:7.2f} {ratio:>11}")
     s = report.settings
-    src = f"trace {s.trace}" if s.trace else (f"{report.n_jobs} jobs, load {s.load:g}, "
-                                            f"seed {s.seed}")
+    src = _trace_line(report.trace, s.seed) if report.trace else (
+        f"{report.n_jobs} jobs, load {s.load:g}, seed {s.seed}")
     lines.append(f"{src}; {s.gpus_text()} GPUs" + (f"; phase shift {s.phase_shift:g}"
                                                    if s.phase_shift else "")
                  + f"; model: {report.model_note}")
+    lines.append(_preemptions(report))
     lines.append(_verdict(report))
     lines.extend(_user_waits(report))
     return "\n".join(line for line in lines if line)
+
+
+def _preemptions(report: SimReport) -> str:
+    """'preemptions (90 s of work each): tiresias 291 (7.3 GPU-h), iadeep 40 (1.0 GPU-h)'."""
+    parts = [f"{r.name} {r.preemptions} ({r.preempt_cost_gpu_h:.1f} GPU-h)"
+             for r in report.results if r.preemptions]
+    if not parts:
+        return ""
+    s = report.settings
+    who = (f"; iadeep may preempt {s.requeueable:.0%} of the jobs (--requeueable), "
+           f"Tiresias any" if s.policy.preemption != "off" else "")
+    return (f"preemptions ({s.preempt_cost_s:g} s of work each, --preempt-cost): "
+            f"{', '.join(parts)}{who}")
+
+
+def _trace_line(tr: dict, seed: int) -> str:
+    """'trace FILE (philly): 1,044 jobs, 7 days from 2017-10-03 00:00:00, load 1.26,
+    workloads drawn (seed 0)' for a run's settings line."""
+    start = tr["window_start"]
+    when = f"from {start}" if isinstance(start, str) and start else "from its first job"
+    drawn = "" if tr["workloads"] == "from the trace" else f", workloads drawn (seed {seed})"
+    left = tr.get("left_out") or {}
+    out = "; left out: " + ", ".join(f"{n} {why}" for why, n in left.items()) if left else ""
+    return (f"trace {tr['path']} ({tr['format']}): {tr['jobs']:,} jobs, "
+            f"{tr['window_days']:g} days {when}, load {tr['offered_load']:.2f}{drawn}{out}")
 
 
 def _user_waits(report: SimReport) -> list[str]:
@@ -379,14 +476,15 @@ def run_seeds(s: SimSettings, seeds: int, label: str = "", inputs=None,
     """Run every policy on seeds s.seed .. s.seed+seeds-1 (one trace per seed)."""
     if seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {seeds}", hint="e.g. --seeds 10")
-    if s.trace:
-        raise InputError("--seeds and --sweep draw new jobs per seed; they do not apply to "
-                         "--trace", hint="drop --trace, or run one seed")
     if "exclusive" not in s.policies:
         raise InputError("--seeds reports ratios to 'exclusive'; include it in --policies",
                          hint=f"e.g. --policies exclusive,{','.join(s.policies)}")
     check_settings(s)
     inputs = inputs if inputs is not None else load_inputs(s)
+    if s.trace and read_settings_trace(s, inputs[0]).has_workloads:
+        raise InputError("--seeds and --sweep draw new workloads per seed; this trace names "
+                         "each job's workload", hint="drop --seeds, or give a trace without "
+                         "workloads (Philly's extract, a sacct export)")
     runs, bounds = [], []
     for k in range(seeds):
         rep = run_sim(replace(s, seed=s.seed + k), progress, inputs)
@@ -425,6 +523,9 @@ def parse_sweep(text: str) -> tuple[str, tuple[float, ...]]:
 def run_sweep(s: SimSettings, key: str, values: Sequence[float], seeds: int,
               progress: Callable[[str, int, int], None] | None = None) -> list[SeedReport]:
     check_settings(s)
+    if key == "load" and s.trace:
+        raise InputError("--sweep load= draws generated jobs; a trace has its own load",
+                         hint="sweep gpus= instead (e.g. --sweep gpus=8,16)")
     if key == "gpus" and s.layout:
         raise InputError("--sweep gpus= takes plain GPU counts; it cannot be combined with "
                          f"--gpus {s.gpus_text()}", hint="sweep load= instead, or give --gpus N")
@@ -445,8 +546,10 @@ def format_seeds(rep: SeedReport) -> str:
             f"{'impact':>7} {'wins':>5}")
     lines = []
     title = rep.label or f"load {s.load:g}"
+    n = f"{s.jobs} jobs" if not s.trace else (
+        f"{rep.runs[0].n_jobs} jobs of trace {s.trace}" if rep.runs else f"trace {s.trace}")
     lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
-                 f"{s.jobs} jobs, {s.gpus_text()} GPUs"
+                 f"{n}, {s.gpus_text()} GPUs"
                  + ("; leave-one-workload-out" if s.lowo else "")
                  + (f"; phase shift {s.phase_shift:g}" if s.phase_shift else ""))
     lines += [head, "-" * len(head)]

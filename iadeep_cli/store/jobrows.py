@@ -428,8 +428,8 @@ def run_times(conn: sqlite3.Connection, since: float, limit: int = 5000
               ) -> list[tuple[str | None, float, str]]:
     """(workload label, seconds from its start to its end, owner) of the jobs that ran to an
     end (succeeded, failed, stopped at --time) after ``since``, newest first, at most
-    ``limit``: the lab's run times per label and per user, which placement learns job lengths
-    from (``scheduler.remaining.Durations``: ``sharing: jct``, ``estimate_runtime``)."""
+    ``limit``: the lab's run times, which placement's ``sharing: jct`` and the run-time
+    estimates (``scheduler.remaining.estimate_runtime``, per user and label) learn from."""
     rows = conn.execute(
         "SELECT workload, ended_at - started_at AS d, owner FROM jobs WHERE ended_at > ? "
         "AND started_at IS NOT NULL AND ended_at >= started_at "
