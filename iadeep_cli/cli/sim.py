@@ -159,6 +159,9 @@ def sim(
                                   else preempt_cost,
                                   trace_start=trace_start, trace_days=trace_days,
                                   trace_team=trace_team, trace_every=trace_every)
+    if forecast:
+        _forecast(settings, seeds, sweep, as_json, inputs)
+        return
     if seeds != 1 or sweep:
         if sweep:
             key, values = simrun.parse_sweep(sweep)

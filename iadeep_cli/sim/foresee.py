@@ -98,6 +98,9 @@ class Scorer(SimPlanner):
                  limits: Mapping[int, float], seed: int, policy: Policy,
                  solo: Mapping[int, float] | None = None):
         super().__init__(inner.fn, inner.view)
+        # every submission is forecast, so no round may be skipped as "every GPU full" (the
+        # engine's shortcut): the plan is the same either way, the forecast needs the call
+        self.full = None
         self.work = _Work(inner.hooks) if inner.hooks is not None else None
         self.hooks = self.work if self.work is not None else inner.hooks
         # job id -> its solo run time (the trace's): what a job reporting its total knows
