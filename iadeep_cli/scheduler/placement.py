@@ -268,6 +268,7 @@ class _Round:
         # (GPU model, resident signature) -> id(gpu) -> gpu: GPUs whose residents predict the
         # same speeds, per model so a job trying one model skips the others' wholesale
         self.shareable: dict[tuple[Any, ...], dict[int, _Gpu]] = {}
+        self.shareable_count = 0   # GPUs in ``shareable`` (has_room asks once per job)
         self.empty_count = 0
         # the largest GPU memory anywhere: fixed for the round, so whether a job could ever
         # fit is one comparison, not a pass over every GPU (that pass was 60% of a round at
@@ -292,7 +293,9 @@ class _Round:
             self.empty_count += 1
         elif len(g.residents) < g.max_jobs and id(g) not in self._closed_ids and all(
                 r.profile is not None and not r.solo_only for r in g.residents):
-            self.shareable.setdefault((g.model, _sig(g.residents)), {})[id(g)] = g
+            same = self.shareable.setdefault((g.model, _sig(g.residents)), {})
+            self.shareable_count += id(g) not in same
+            same[id(g)] = g
 
     def _unindex(self, g: _Gpu) -> None:
         if not g.residents:
@@ -302,7 +305,8 @@ class _Round:
             if not gpus:
                 self.empty.pop(g.node, None)
         else:
-            self.shareable.get((g.model, _sig(g.residents)), {}).pop(id(g), None)
+            if self.shareable.get((g.model, _sig(g.residents)), {}).pop(id(g), None) is not None:
+                self.shareable_count -= 1
 
     def add(self, g: _Gpu, res: _Res, need: float | None) -> None:
         self._unindex(g)
@@ -337,7 +341,7 @@ class _Round:
         return self.empty_count
 
     def has_room(self) -> bool:
-        return self.empty_count > 0 or any(self.shareable.values())
+        return self.empty_count > 0 or self.shareable_count > 0
 
     def held_room(self) -> bool:
         """Whether a held GPU could take a job if opened to it (backfill): one with fewer

@@ -545,7 +545,7 @@ def format_seeds(rep: SeedReport) -> str:
     head = (f"{'policy':<{w}} {'avg JCT vs excl (95% CI)':>25} {'p95 JCT':>8} {'makespan':>9} "
             f"{'impact':>7} {'wins':>5}")
     lines = []
-    title = rep.label or f"load {s.load:g}"
+    title = rep.label or ("workload draws" if s.trace else f"load {s.load:g}")
     n = f"{s.jobs} jobs" if not s.trace else (
         f"{rep.runs[0].n_jobs} jobs of trace {s.trace}" if rep.runs else f"trace {s.trace}")
     lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
