@@ -64,9 +64,12 @@ def test_members_update_only_their_own_jobs_within_the_caps_and_admins_extend_ru
     with shared_dir("iadeep-update-") as top, fake_gpu_lab(sshd_cluster, top) as lab:
         home = lab.home
         long = sh_script(top, "long.sh", "sleep 600")
-        hers = submitted(cli_as(ALICE, home, "queue", "add", long, "--time", "1:00:00"))
+        # exclusive: the same program may share a GPU with itself once profiled; this one waits
+        hers = submitted(cli_as(ALICE, home, "queue", "add", long, "--time", "1:00:00",
+                                "--exclusive"))
         wait_jobs(home, lambda js: js[hers]["state"] == "running")
-        waiting = submitted(cli_as(ALICE, home, "queue", "add", long, "--name", "w"))
+        waiting = submitted(cli_as(ALICE, home, "queue", "add", long, "--name", "w",
+                                   "--exclusive"))
 
         other = cli_as(BOB, home, "queue", "update", str(waiting), "--name", "mine")
         assert other["rc"] == 1 and f"{BOB} may not change it" in other["err"], other

@@ -263,7 +263,8 @@ def test_dash_w_is_the_nodelist_never_a_workload(queued, tmp_path):
     assert "--nodelist: no node named ttnusa1" in proc.stderr
     job = shown(queued, submit(queued, _script(tmp_path, "#!/bin/sh\n"), "-w",
                                "gone").stdout.strip())
-    assert (job["nodelist"], job["workload"]) == (["gone"], None)
+    # the node list, never the workload (that is its program's label, `name@user:digest`)
+    assert job["nodelist"] == ["gone"] and job["workload"].startswith("job.sh@")
 
 
 def test_dash_e_is_the_error_file_and_name_value_is_the_old_env_with_a_warning(queued,
