@@ -180,11 +180,10 @@ DIRECTIVE = "#IADEEP"
 MAX_DIRECTIVE_SCAN = 64 * 1024     # bytes of a script's top read for directives
 
 
-def directives(text: str) -> list[tuple[int, list[str]]]:
-    """The ``#IADEEP`` lines at the top of a script, as sbatch reads ``#SBATCH``: after the
-    ``#!`` line, up to the first line that is neither blank nor a comment; each as (its line
-    number, its words split as a shell would, a trailing ``# comment`` left out). A line whose
-    quotes do not close is an InputError naming it."""
+def directive_lines(text: str, prefix: str) -> list[tuple[int, str]]:
+    """The ``prefix`` lines (``#IADEEP``, ``#SBATCH``) at a script's top, as sbatch reads them:
+    after the ``#!`` line, up to the first line neither blank nor a comment; each as (its line
+    number, the rest of the line)."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -192,13 +191,22 @@ def directives(text: str) -> list[tuple[int, list[str]]]:
             continue
         if not stripped.startswith("#"):
             break
-        rest = stripped[len(DIRECTIVE):]
-        if not stripped.startswith(DIRECTIVE) or (rest and not rest[0].isspace()):
-            continue
+        rest = stripped[len(prefix):]
+        if stripped.startswith(prefix) and (not rest or rest[0].isspace()):
+            found.append((number, rest))
+    return found
+
+
+def directives(text: str) -> list[tuple[int, list[str]]]:
+    """The ``#IADEEP`` lines at the top of a script (``directive_lines``), each as (its line
+    number, its words split as a shell would, a trailing ``# comment`` left out). A line whose
+    quotes do not close is an InputError naming it."""
+    found = []
+    for number, rest in directive_lines(text, DIRECTIVE):
         try:
             words = shlex.split(rest, comments=True)
         except ValueError as exc:
-            raise InputError(f"line {number}: {stripped[:120]}: {exc}",
+            raise InputError(f"line {number}: {(DIRECTIVE + rest)[:120]}: {exc}",
                              hint="quote #IADEEP values as on a command line") from None
         found.append((number, words))
     return found

@@ -77,6 +77,15 @@ def _refs(value: str | list[str]) -> str | list[str]:
 IDS = typer.Argument(..., help="One or more job ids; an array's id means all its tasks, "
                      "ID_INDEX (12_3) one task.", callback=_refs, autocompletion=complete.job_ids)
 JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
+# the dependencies, as `queue add` and `queue update` both take them
+AFTER = typer.Option(None, "--after", metavar="ID[,ID...]",
+                     help="Start only once these jobs succeeded (cancelled if one ends "
+                          "otherwise); an array's id: all its tasks.")
+AFTER_ANY = typer.Option(None, "--after-any", metavar="ID[,ID...]",
+                         help="Start once these jobs ended, in any state.")
+AFTER_FAIL = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
+                          help="Start only once these jobs ended other than succeeded "
+                               "(cancelled if one succeeds).")
 
 
 def _script_path(script: str) -> str:
@@ -161,14 +170,9 @@ def add(
                                         help="Only on one of these nodes."),
     exclude: str | None = typer.Option(None, "--exclude", "-x", metavar="NODE[,NODE]",
                                        help="Never on these nodes."),
-    after: str | None = typer.Option(None, "--after", metavar="ID[,ID...]",
-                                     help="Start only once these jobs succeeded (cancelled if "
-                                          "one ends otherwise); an array's id: all its tasks."),
-    after_any: str | None = typer.Option(None, "--after-any", metavar="ID[,ID...]",
-                                         help="Start once these jobs ended, in any state."),
-    after_fail: str | None = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
-                                          help="Start only once these jobs ended other than "
-                                               "succeeded (cancelled if one succeeds)."),
+    after: str | None = AFTER,
+    after_any: str | None = AFTER_ANY,
+    after_fail: str | None = AFTER_FAIL,
     array: str | None = typer.Option(None, "--array", "-a", metavar="INDICES[%N]",
                                      help="One task per index: 0-99, 1,3,5, 0-99:2; %8 runs "
                                           "at most 8 at once. Each gets IADEEP_ARRAY_INDEX."),
@@ -1031,17 +1035,13 @@ def update(job_id: str = typer.Argument(..., help="Job id (or ID_INDEX).", callb
                                                       "an admin also raise it)."),
            priority_: int | None = typer.Option(None, "--priority", help="A new priority "
                                                 "(members: up to lab.max_priority)."),
-           after: str | None = typer.Option(None, "--after", metavar="ID[,ID...]",
-                                            help="Start only once these older jobs "
-                                                 "succeeded (replaces the list)."),
-           after_any: str | None = typer.Option(None, "--after-any", metavar="ID[,ID...]",
-                                                help="... once they ended, in any state."),
-           after_fail: str | None = typer.Option(None, "--after-fail", metavar="ID[,ID...]",
-                                                 help="... once they ended other than "
-                                                      "succeeded."),
+           after: str | None = AFTER,
+           after_any: str | None = AFTER_ANY,
+           after_fail: str | None = AFTER_FAIL,
            ) -> None:
     """Change a job after submitting it (as `scontrol update`): its name, time limit, priority
-    or dependencies; a running job only its time limit. Same checks and caps as `queue add`."""
+    or dependencies (a new --after list replaces the old one, and names only older jobs); a
+    running job only its time limit. Same checks and caps as `queue add`."""
     r = client.ask(m.UpdateRequest(
         _job_id(job_id), name=name,
         time_limit_s=None if time_limit is None else parse_time_limit(time_limit),

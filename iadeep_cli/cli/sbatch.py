@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..jobopts import directive_lines
 from ..jobs import MAX_GPUS_PER_JOB, NOTIFY_WHEN, parse_array, parse_job_ids, parse_signal
 from ..text import parse_duration
 
@@ -155,19 +156,9 @@ class SbatchProblems(InputError):
 
 
 def lines(text: str, prefix: str = SBATCH) -> list[tuple[int, str]]:
-    """The ``prefix`` lines at a script's top (as sbatch reads them: after the ``#!`` line, up
-    to the first line neither blank nor a comment): (line number, the rest of the line)."""
-    found = []
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if (number == 1 and stripped.startswith("#!")) or not stripped:
-            continue
-        if not stripped.startswith("#"):
-            break
-        rest = stripped[len(prefix):]
-        if stripped.startswith(prefix) and (not rest or rest[0].isspace()):
-            found.append((number, rest))
-    return found
+    """The ``prefix`` lines at a script's top, as sbatch reads them: (line number, the rest of
+    the line); the same scan as ``#IADEEP`` lines (``jobopts.directive_lines``)."""
+    return directive_lines(text, prefix)
 
 
 def read_script(path: str, text: str) -> Reading:
