@@ -276,14 +276,17 @@ class SshConnection:
                             f"{target.user}@{target.hostname}:{target.port}: {exc}",
                             hint="check the node's identity_file / ssh-agent and the remote "
                                  "authorized_keys (passwords are not supported)") from None
-        except TimeoutError:
+        except TimeoutError as exc:
             client.close()
+            if sock is not None and target.proxy_command and not target.proxy_jump:
+                raise _connect_error(self.node.name, target, exc) from None   # its command's
             raise NodeError(f"node {self.node.name}: no answer from {target.hostname}:"
                             f"{target.port} within {t:g} s",
                             hint="check that the node is up and sshd is running") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             client.close()
-            if time.monotonic() - began >= 0.9 * t:   # it never said anything in time
+            proxied = sock is not None and target.proxy_command and not target.proxy_jump
+            if time.monotonic() - began >= 0.9 * t and not proxied:   # silent all along
                 raise NodeError(f"node {self.node.name}: no answer from {target.hostname}:"
                                 f"{target.port} within {t:g} s",
                                 hint="check that the node is up and sshd is running") from None
