@@ -36,6 +36,7 @@ from ...jobs import (
     JobSpec,
     JobState,
     StopReason,
+    SubmitSpec,
     check_priority,
     checkpoint_signal_of,
     dependencies,
@@ -148,14 +149,7 @@ class Service(views.StoreReader):
     def op_add(self, user: str, req: m.AddRequest) -> m.AddResult:
         """Queue a job. The script's content travels with the request and is kept with the
         job, like sbatch does: editing the file later does not change a queued job."""
-        if self.degraded is not None:
-            raise self.degraded
-        job_spec = req.spec.resolve(retries=self.inventory.default_retries,
-                                    notify=self.inventory.notify.default)
-        validate_spec(job_spec)
-        admission.check_priority(self.inventory, user, job_spec.priority)
-        admission.check_idle_after(self.inventory, user, job_spec.idle_after_s)
-        job_spec = self._with_time_limit(job_spec)
+        job_spec = self._admitted_spec(user, req.spec)
         if (req.spec.gave("notify") and job_spec.notify != "none"
                 and not self.inventory.notify.reaches(user)):
             # Asked for, so said at once; the lab's default is applied without this check (a
@@ -184,16 +178,22 @@ class Service(views.StoreReader):
         self.wake()
         return m.AddResult(job_id, created)
 
+    def _admitted_spec(self, user: str, spec: SubmitSpec) -> JobSpec:
+        """A submission's spec with the lab's defaults, checked as `queue add` checks it (and
+        `--test-only`, so a dry run refuses what the real submission would)."""
+        if self.degraded is not None:
+            raise self.degraded
+        job_spec = spec.resolve(retries=self.inventory.default_retries,
+                                notify=self.inventory.notify.default)
+        validate_spec(job_spec)
+        admission.check_priority(self.inventory, user, job_spec.priority)
+        admission.check_idle_after(self.inventory, user, job_spec.idle_after_s)
+        return self._with_time_limit(job_spec)
+
     def op_test_only(self, user: str, req: m.TrialRequest) -> m.TrialResult:
         """``queue add --test-only``: the submission's checks, then plan() and the forecast
         over the queue as the last round had it with this job added; nothing is written."""
-        if self.degraded is not None:
-            raise self.degraded
-        job_spec = req.spec.resolve(retries=self.inventory.default_retries,
-                                    notify=self.inventory.notify.default)
-        validate_spec(job_spec)
-        admission.check_priority(self.inventory, user, job_spec.priority)
-        job_spec = self._with_time_limit(job_spec)
+        job_spec = self._admitted_spec(user, req.spec)
         with self.store.read() as conn:
             self._check_runnable(conn, user, job_spec)
         if dependencies(job_spec):
