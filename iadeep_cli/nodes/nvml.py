@@ -65,7 +65,7 @@ def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-    util = _process_util(nv, h)
+    per_proc = _process_util(nv, h)
     raw = {
         "memory.total": _mib(mem.total) if mem else None,
         "memory.used": _mib(mem.used) if mem else None,
@@ -85,8 +85,9 @@ def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
             (GpuProcess(pid=p.pid, used_memory_mib=bounded(
                         _mib(getattr(p, "usedGpuMemory", None)), "used_memory"),
                         name=_proc_name(p.pid), job_id=jobs.get(p.pid),
-                        sm_util=bounded(util.get(p.pid, (None, None))[0], "utilization.gpu"),
-                        mem_util=bounded(util.get(p.pid, (None, None))[1], "utilization.gpu"))
+                        sm_util=bounded(per_proc.get(p.pid, (None, None))[0], "utilization.gpu"),
+                        mem_util=bounded(per_proc.get(p.pid, (None, None))[1],
+                                         "utilization.gpu"))
              for p in procs[:MAX_APPS]),
             key=lambda p: p.pid)),
     )

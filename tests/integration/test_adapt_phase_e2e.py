@@ -135,5 +135,6 @@ def test_over_ssh_a_sharing_jobs_phase_change_is_found_while_it_shares(sshd_clus
         assert jobs[a]["state"] == jobs[b]["state"] == "running"   # still sharing
         assert jobs[a]["gpu_indices"] == jobs[b]["gpu_indices"]
         assert phase_events(b) == []
-        [sample] = [s for s in _samples(home) if s["job_id"] == a]
-        assert sample["kind"] == "held" and 50 <= json.loads(sample["data"])["gpu_util"]
+        samples = [s for s in _samples(home) if s["job_id"] == a]
+        assert samples and all(s["kind"] == "held" for s in samples)
+        assert json.loads(samples[0]["data"])["gpu_util"] >= 50   # was 20
