@@ -105,8 +105,12 @@ def test_over_ssh_a_sharing_jobs_phase_change_is_found_while_it_shares(sshd_clus
     rate alone). pmon gives each 5% of the SMs (EMU's 20% alone at that speed), then job A's
     rises to 20%, that of an 80% workload: A's estimate alone (share over speed) moves from
     20% to about 80% while B still shares with it; the controller records A's phase change
-    with its numbers and gives B none. The GPU reports EMU's 20% alone, A's start."""
-    adapt = "{observe_s: 0, polls: 3, window_s: 1.0, phase_threshold: 0.5, phase_persist_s: 1}"
+    with its numbers and gives B none. The GPU reports EMU's 20% alone, A's start. A move of
+    25 points is a phase change: B's estimate, against the lab's solo rate, would move that
+    far only below speed 0.11 (a machine loaded past what its iterations show), A's at any
+    speed under 0.44."""
+    adapt = ("{observe_s: 0, polls: 3, window_s: 1.0, phase_threshold: 0.5, phase_util: 25, "
+             "phase_persist_s: 1}")
     with emulator_lab(sshd_cluster, tmp_path, adapt, util=20) as ctl:
         home, node = ctl.home, ctl.cluster.nodes[ctl.node]
         node.set_pmon({"*": (5, 1)})
