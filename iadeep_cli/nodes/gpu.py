@@ -37,7 +37,8 @@ APP_QUERY = f"nvidia-smi --query-compute-apps={','.join(APP_FIELDS)} --format=cs
 # Per-process utilisation: one sample (``-c 1``) of utilisation (``u``: sm, mem, enc, dec, and on
 # current drivers jpg, ofa) and frame-buffer memory (``m``: fb, and ccpm) per process. pmon
 # watches at most PMON_GPUS devices a run (its documented limit), so more are asked in groups
-# with ``-i``. It samples for about a second, so it runs only when the node has GPU processes.
+# with ``-i``. It answers after one collection interval (1 s by default, its help says), so it
+# runs only when the node has GPU processes.
 PMON_QUERY = "nvidia-smi pmon -c 1 -s um"
 PMON_GPUS = 4
 MARK = "@@iadeep"
@@ -260,7 +261,7 @@ def parse_pmon(text: str) -> dict[tuple[int, int], ProcessUtil]:
         if words[0].startswith("#"):
             names = [w.lower() for w in (words[1:] if words[0] == "#" else
                                          [words[0][1:], *words[1:]])]
-            if "pid" in names and "gpu" in names:
+            if "pid" in names[:-1] and "gpu" in names[:-1]:   # the last is the command
                 columns = names
             continue
         if not columns or len(words) < len(columns) - 1 or len(out) >= MAX_APPS:

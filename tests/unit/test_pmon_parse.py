@@ -93,7 +93,9 @@ def test_garbage_figures_and_rows_are_skipped_without_failing_the_node(smi_fixtu
         "    0  garbage",
         "No running processes found",
         "# some other table",
-        "    0    1005     C     10    10"])
+        "    0    1005     C     10    10",
+        "# sm mem gpu pid",                                          # no command column
+        "    0    1006     1    1007"])
     assert parse_pmon(garbage) == {(0, 1001): ProcessUtil(None, None),
                                    (0, 1002): ProcessUtil(None, None),
                                    (0, 1004): ProcessUtil(None, None)}
