@@ -132,11 +132,14 @@ def believed_profiles(profiles: Mapping[str, Profile], jobs: Sequence[SimJob],
 
 class LabelledTruth:
     """The truth for a policy that may look at it (the oracle), asked by label: a new
-    program's label (and its provisional profile's name) is the workload it is."""
+    program's label (and its provisional profile's name) is the workload it is; a coarse or
+    wrong label names a workload, whose truth it gets (plan() asks by label, so even the
+    oracle cannot tell two programs under one label apart)."""
 
     def __init__(self, truth, jobs: Sequence[SimJob]):
         self.truth = truth
-        self.alias = {j.label: j.workload for j in jobs if j.label}
+        named = truth.workloads()
+        self.alias = {j.label: j.workload for j in jobs if j.label and j.label not in named}
         self.alias.update({k + PRIOR: v for k, v in list(self.alias.items())})
 
     def speeds(self, names: Sequence[str]) -> tuple[float, ...]:

@@ -175,7 +175,7 @@ class HeldOutModel:
                      "family's pairs")
 
     def _for(self, p):
-        from ..model.data import family_of   # a new program's label: its family's model
+        from ..model.data import family_of  # a new program's label: its family's model
         return self.models[self.family.get(p.workload) or family_of(p.workload)]
 
     def predict_group(self, profiles):
