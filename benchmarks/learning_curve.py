@@ -43,13 +43,17 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--ks", default="0,1,3,10")
     ap.add_argument("--only", choices=("h200", "lucid"))
+    ap.add_argument("--lucid", type=Path, default=SHARED / "lucid-part",
+                    help="the lucid-part folder (default: ../shared/data/lucid-part)")
     a = ap.parse_args()
     ks = [int(k) for k in a.ks.split(",")]
     if a.only != "lucid":
         run("shipped H200", ROOT / "iadeep_cli" / "data" / "h200" / "profiles.csv",
             ROOT / "iadeep_cli" / "data" / "h200" / "pairs.csv", ks, a.draws)
-    lucid = SHARED / "lucid-part"
-    if a.only != "h200" and (lucid / "pairs.csv").exists():
+    lucid = a.lucid
+    if a.only != "h200":
+        if not (lucid / "pairs.csv").exists():
+            ap.error(f"{lucid}: no pairs.csv there (give --lucid DIR)")
         run("lucid-part", lucid / "profiles.csv", lucid / "pairs.csv", ks, a.draws)
 
 
