@@ -12,7 +12,7 @@ without one gets). Three scenarios set labels apart from workloads:
   GPU, nothing joins it, and a job of it blocked past ``reserve_after_s`` reserves GPUs.
   ``Profiler`` mirrors ``controller/round/steps/profile.py``: every ``POLL_S`` a running
   one-GPU job without a profile that is alone on its GPU is sampled, and after
-  ``PROFILE_SAMPLES`` such polls its label gets a profile (the workload's own, each figure
+  ``PROFILE_SAMPLES`` such polls (a minute) its label gets a profile (the workload's own, each figure
   with the +-2% spread of the measurements), which every policy sees from then on.
 - ``--cold-start share``: the shortened path. Where the poll carries per-process figures
   (NVML, or ``nvidia-smi pmon`` over SSH), a new job need not be alone to be profiled, so it
@@ -36,9 +36,13 @@ from dataclasses import replace
 from ..errors import InputError
 from ..jobs import Job
 from ..profiles import Profile
+from ..settings import Inventory
 from .engine import SimJob
 
-POLL_S = 60.0          # virtual seconds between the profiler's polls (as sim/adaptive.py)
+# virtual seconds between the profiler's polls: a lab's default poll interval
+# (Inventory.poll_interval_s), so a new job is profiled in its first minute, as in the
+# controller (sim/adaptive.py polls every 60 s: its detectors wait minutes anyway)
+POLL_S = Inventory.poll_interval_s
 PROFILE_SAMPLES = 6    # polls before a label is profiled: the controller's (steps/profile.py)
 JITTER = 0.02          # the +-2% spread of the shipped measurements
 COLD_START_MODES = ("alone", "share")
