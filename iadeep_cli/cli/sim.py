@@ -174,6 +174,10 @@ def sim(
                                   trace_start=trace_start, trace_days=trace_days,
                                   trace_team=trace_team, trace_every=trace_every)
     if forecast:
+        if new_workloads or coarse_labels or wrong_labels:
+            raise InputError("--forecast scores forecasts with every job's label known; it "
+                             "cannot be combined with --new-workloads, --coarse-labels or "
+                             "--wrong-labels", hint="drop one of them")
         _forecast(settings, seeds, sweep, as_json, inputs)
         return
     if seeds != 1 or sweep:

@@ -12,8 +12,8 @@ without one gets). Three scenarios set labels apart from workloads:
   GPU, nothing joins it, and a job of it blocked past ``reserve_after_s`` reserves GPUs.
   ``Profiler`` mirrors ``controller/round/steps/profile.py``: every ``POLL_S`` a running
   one-GPU job without a profile that is alone on its GPU is sampled, and after
-  ``PROFILE_SAMPLES`` such polls (a minute) its label gets a profile (the workload's own, each figure
-  with the +-2% spread of the measurements), which every policy sees from then on.
+  ``PROFILE_SAMPLES`` such polls (a minute) its label gets a profile (the workload's own, each
+  figure with the +-2% spread of the measurements), which every policy sees from then on.
 - ``--cold-start share``: the shortened path. Where the poll carries per-process figures
   (NVML, or ``nvidia-smi pmon`` over SSH), a new job need not be alone to be profiled, so it
   starts under a *provisional* profile (``prior_profile``: the lab's heaviest figures, so
