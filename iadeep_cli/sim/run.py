@@ -314,8 +314,8 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
 
 def _labels(s: SimSettings) -> str:
     """'; new workloads 0.3 (profiled alone)' and the like, for a table's settings line."""
-    out = f"; new workloads {s.new_workloads:g} (profiled {s.cold_start})" \
-        if s.new_workloads else ""
+    how = "profiled while sharing" if s.cold_start == "share" else "profiled alone"
+    out = f"; new workloads {s.new_workloads:g} ({how})" if s.new_workloads else ""
     out += "; coarse labels" if s.coarse_labels else ""
     return out + (f"; wrong labels {s.wrong_labels:g}" if s.wrong_labels else "")
 
