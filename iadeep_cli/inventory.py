@@ -20,6 +20,7 @@ from .errors import ConfigError
 from .jobs import NOTIFY_WHEN
 from .paths import inventory_path
 from .settings import (  # the values parse_inventory makes
+    COLD_START_RULES,
     IDLE_ACTIONS,
     PREEMPTION_RULES,
     SHARING_RULES,
@@ -257,6 +258,9 @@ _POLICY_FIELDS = {
     # a checkpoint of a large model takes minutes; a day would keep a waiting job waiting
     "preempt_grace": lambda ctx, n, w: _within(_duration, lambda v: 1 <= v <= 86400,
                                                "a duration from 1 s to 1 day")(ctx, n, w),
+    "cold_start": _within(_str, lambda v: v in COLD_START_RULES,
+                          f"one of {', '.join(COLD_START_RULES)} (how a program with no "
+                          "profile yet is profiled)"),
 }
 TUNABLE_KEYS = ("max_jobs_per_gpu", "min_speed", "sharing")   # sim/whatif.py tries these
 

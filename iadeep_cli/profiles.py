@@ -17,7 +17,7 @@ normal run-to-run noise.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from statistics import median
 from typing import Any
@@ -52,6 +52,30 @@ class CoLocation:
     jobs: tuple[str, ...]
     speeds: tuple[float, ...]
     samples: int = 1
+
+
+# Suffix of a provisional profile's name (``provisional_profile``): its predictions are cached
+# apart from the measured profile's of the same label.
+PROVISIONAL = "#prior"
+
+
+def provisional_profile(known: Mapping[str, Profile], label: str) -> Profile | None:
+    """A provisional profile for a program never profiled, under which it may share a GPU
+    while it is profiled from its own per-process figures (the controller's and the
+    simulator's ``cold_start: share``): each figure the largest among ``known`` (as heavy as
+    the heaviest job the lab knows, its memory the largest), so placement shares it only where
+    even a heavy job pays. Named ``label#prior``; None when nothing is known to take it from."""
+    ps = list(known.values())
+    if not ps:
+        return None
+
+    def top(attr: str) -> float | None:
+        vals = [getattr(p, attr) for p in ps if getattr(p, attr) is not None]
+        return max(vals) if vals else None
+    base = max(ps, key=lambda p: (p.gpu_util, p.workload))
+    return replace(base, workload=label + PROVISIONAL, gpu_util=top("gpu_util") or 100.0,
+                   mem_util=top("mem_util") or 0.0, peak_mem_gib=top("peak_mem_gib") or 0.0,
+                   power_w=top("power_w"))
 
 
 # a measured co-located speed a fit accepts: (0, MAX_MEASURED_SPEED] (0: no progress at all)

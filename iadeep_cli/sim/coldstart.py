@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from ..errors import InputError
 from ..jobs import Job
-from ..profiles import Profile
+from ..profiles import PROVISIONAL, Profile, provisional_profile
 from ..settings import Inventory
 from .engine import SimJob
 
@@ -46,7 +46,7 @@ POLL_S = Inventory.poll_interval_s
 PROFILE_SAMPLES = 6    # polls before a label is profiled: the controller's (steps/profile.py)
 JITTER = 0.02          # the +-2% spread of the shipped measurements
 COLD_START_MODES = ("alone", "share")
-PRIOR = "#prior"       # suffix of a provisional profile's name (its predictions cached apart)
+PRIOR = PROVISIONAL     # suffix of a provisional profile's name (its predictions cached apart)
 
 
 def _fraction(flag: str, frac: float, example: str) -> None:
@@ -99,21 +99,15 @@ def mark_labels(jobs: Sequence[SimJob], workloads: Sequence[str], *, coarse: boo
 
 
 def prior_profile(known: Mapping[str, Profile], label: str) -> Profile:
-    """A provisional profile for a program never profiled: each figure the largest among the
-    lab's profiles (as heavy as the heaviest job the lab knows, its memory the largest), named
-    ``label#prior`` so its predictions are cached apart from the measured profile's."""
-    ps = list(known.values())
-    if not ps:
+    """A provisional profile for a program never profiled (``profiles.provisional_profile``,
+    which the controller's ``cold_start: share`` uses too): each figure the largest among the
+    lab's profiles, named ``label#prior`` so its predictions are cached apart from the measured
+    profile's."""
+    prior = provisional_profile(known, label)
+    if prior is None:
         raise InputError("no profile to take a provisional one from",
                          hint="give --profiles with at least one workload")
-
-    def top(attr: str) -> float | None:
-        vals = [getattr(p, attr) for p in ps if getattr(p, attr) is not None]
-        return max(vals) if vals else None
-    base = max(ps, key=lambda p: (p.gpu_util, p.workload))
-    return replace(base, workload=label + PRIOR, gpu_util=top("gpu_util") or 100.0,
-                   mem_util=top("mem_util") or 0.0, peak_mem_gib=top("peak_mem_gib") or 0.0,
-                   power_w=top("power_w"))
+    return prior
 
 
 def believed_profiles(profiles: Mapping[str, Profile], jobs: Sequence[SimJob],

@@ -85,6 +85,10 @@ class Round:
     profiles: dict[str, Profile] = dataclasses.field(default_factory=dict)
     lab: dict[str, Profile] = dataclasses.field(default_factory=dict)
     speeds: dict[int, float] = dataclasses.field(default_factory=dict)
+    # labels with no profile yet that plan() places under a provisional one this round
+    # (steps/profile.py, ``policy.cold_start: share``), and what such a job does (its reason)
+    provisional: dict[str, Profile] = dataclasses.field(default_factory=dict)
+    cold_start: str = ""
 
 
 class RoundStep(Protocol):

@@ -1,5 +1,14 @@
 """Step: profile new workloads: a running job without a profile, sampled while it runs alone
-on its GPU, gives its workload a profile after PROFILE_SAMPLES polls."""
+on its GPU, gives its workload a profile after PROFILE_SAMPLES polls.
+
+With ``policy.cold_start: share`` (the default) a new program need not wait for an empty GPU
+where the poll gives each process's figures (NVML on the controller's own machine,
+``nvidia-smi pmon`` over SSH): its label gets a provisional profile (``Round.provisional``,
+``profiles.provisional_profile``: as heavy as the heaviest the lab knows, so placement shares
+it only where even such a job pays), and while it shares it is sampled from its own processes'
+SM and memory utilisation and memory. Whether a node gives those figures is learnt from its
+polls (``figures``): a node whose iadeep jobs' processes carry none (MIG, pmon failed, an old
+driver) keeps the old rule for every new program, as does a lab with no profile at all."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +17,7 @@ from pathlib import Path
 from ....errors import IadeepError
 from ....jobs import Job, JobState
 from ....model.data import shipped_profiles
-from ....profiles import Profile
+from ....profiles import Profile, provisional_profile
 from ....snapshot import ClusterSnapshot, GpuSample
 from ....store import jobrows, profiles as profrows
 from ..context import Context, Round, Step
@@ -16,6 +25,8 @@ from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
+# plan()'s reason for a job with no profile under ``cold_start: alone`` (scheduler/placement)
+ALONE_REASON = "no profile yet: waits for an empty GPU to profile on"
 
 
 class Profiler(Step):
@@ -23,9 +34,63 @@ class Profiler(Step):
         super().__init__(ctx)
         self.observer = observer   # controller/round/observer.SpeedObserver: a job's solo rate
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
+        # node -> whether its poll gives per-process figures: learnt from the last poll that
+        # showed iadeep jobs' processes there (a node never seen with one is not known)
+        self.figures: dict[str, bool] = {}
 
     def run(self, r: Round) -> None:
+        self._learn_figures(r.snapshot)
         r.profiles, r.lab = self.profiles(r.snapshot)
+        r.provisional, r.cold_start = self.provisional(r.snapshot, r.profiles)
+
+    def share_new(self, snapshot: ClusterSnapshot) -> tuple[bool, str]:
+        """Whether a program with no profile may start beside others this round, and why
+        (a clause for ``queue why``): ``cold_start: share``, at least one node known to give
+        per-process figures, and none that placement may use known to lack them."""
+        if self.inventory.policy.cold_start != "share":
+            return False, "the lab's policy.cold_start is alone"
+        usable = {n.name for n in snapshot.nodes if n.placeable}
+        lacking = sorted(n for n in usable if self.figures.get(n) is False)
+        if lacking:
+            return False, (f"node {lacking[0]}'s poll gives no per-process figures (MIG, "
+                           "nvidia-smi pmon failing, or an old driver)")
+        if not any(self.figures.get(n) for n in usable):
+            return False, "no node has shown per-process figures yet"
+        return True, ""
+
+    def provisional(self, snapshot: ClusterSnapshot, known: dict[str, Profile]
+                    ) -> tuple[dict[str, Profile], str]:
+        """Provisional profiles for the labels of queued and running one-GPU jobs without a
+        profile, where new programs may share this round (``share_new``), else none; and
+        what such a job does, for its waiting reason."""
+        labels = sorted({j.spec.workload for j in self.jobs({JobState.QUEUED,
+                                                             JobState.RUNNING})
+                         if j.spec.workload and j.spec.workload not in known
+                         and j.spec.gpus == 1})
+        if not labels:
+            return {}, ""
+        share, why = self.share_new(snapshot)
+        if share and known:
+            out = {}
+            for label in labels:
+                prior = provisional_profile(known, label)
+                if prior is not None:
+                    out[label] = prior
+            return out, ("no profile yet: starts beside others under a provisional profile "
+                         "(the heaviest the lab knows) and is profiled from its own figures "
+                         "while it shares")
+        return {}, f"{ALONE_REASON} ({why or 'the lab has no profile to start it under'})"
+
+    def _learn_figures(self, snapshot: ClusterSnapshot) -> None:
+        """Note, for each node whose poll shows iadeep jobs' processes, whether any carries
+        its SM utilisation (pmon prints ``-`` for a process with no sample in its interval, so
+        one figure among them is enough)."""
+        for node in snapshot.nodes:
+            if not node.ok:
+                continue
+            ours = [p for g in node.gpus for p in g.processes if p.job_id is not None]
+            if ours:
+                self.figures[node.name] = any(p.sm_util is not None for p in ours)
 
     def profiles(self, snapshot: ClusterSnapshot
                  ) -> tuple[dict[str, Profile], dict[str, Profile]]:
@@ -46,14 +111,18 @@ class Profiler(Step):
 
     def _profile_new_workloads(self, snapshot: ClusterSnapshot,
                                known: dict[str, Profile]) -> dict[str, Profile]:
-        """Sample the GPU of each running job without a profile while it runs alone; after
+        """Sample the GPU of each running job without a profile while it runs alone (with
+        ``cold_start: share``, also while it shares, from its own processes' figures); after
         PROFILE_SAMPLES polls record its profile, so later jobs of the kind can share.
         Returns the profiles recorded this round."""
         recorded: dict[str, Profile] = {}
+        sharing = self.inventory.policy.cold_start == "share"
         for job in self.jobs({JobState.RUNNING}):
             if job.spec.workload in known or len(job.gpu_indices) != 1:
                 continue
             sample = _alone_on_gpu(job, snapshot)
+            if sample is None and sharing:
+                sample = own_figures(job, snapshot)
             if sample is None:
                 continue
             samples = self._samples.setdefault(job.id, [])
@@ -97,3 +166,25 @@ def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float
     known = [m for m in mine if m is not None]
     return gpu, (max(known) if mine and len(known) == len(mine) else gpu.memory_used_mib)
 
+
+
+def own_figures(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float | None] | None:
+    """The job's own figures on a GPU it shares, as a sample of the GPU alone: utilisation its
+    processes' summed SM share, memory utilisation their memory-interface share, memory their
+    own; power and the rest, which belong to the whole GPU, left out. None unless every one of
+    its processes reports its memory and at least one its SM share (NVML, pmon). Its SM share
+    while sharing is at most what it would use alone (a saturated GPU slices its time), so a
+    profile taken so leans light; a later sample alone is merged with it (``learn``)."""
+    gpu = snapshot.gpu(job.node, job.gpu_indices[0])
+    mine = [p for p in (gpu.processes if gpu else ()) if p.job_id == job.id]
+    sm = [p.sm_util for p in mine if p.sm_util is not None]
+    if gpu is None or not sm or any(p.used_memory_mib is None for p in mine):
+        return None
+    mem = [p.mem_util for p in mine if p.mem_util is not None]
+    own = GpuSample(index=gpu.index, uuid=gpu.uuid, name=gpu.name,
+                    memory_total_mib=gpu.memory_total_mib,
+                    memory_used_mib=sum(p.used_memory_mib or 0.0 for p in mine),
+                    utilization_gpu=min(100.0, sum(sm)),
+                    utilization_memory=min(100.0, sum(mem)) if mem else None,
+                    power_limit_w=gpu.power_limit_w, processes=tuple(mine))
+    return own, own.memory_used_mib

@@ -24,6 +24,7 @@ from ..context import Context, Round, Step
 from .adaptation import Adapter
 from .backoff import Backoff
 from .launch import Launches
+from .profile import ALONE_REASON
 
 if TYPE_CHECKING:
     from ....scheduler.placement import Plan
@@ -61,11 +62,16 @@ class Schedule(Step):
 
     def run(self, r: Round) -> None:
         self.progress_left = self._work_left()   # for the forecast
-        self.place(r.snapshot, r.profiles)
+        self.place(r.snapshot, r.profiles, r.provisional, r.cold_start)
 
-    def place(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile]) -> None:
+    def place(self, snapshot: ClusterSnapshot, profiles: dict[str, Profile],
+              provisional: dict[str, Profile] | None = None, cold_start: str = "") -> None:
         """Place the queued jobs whose dependencies are met (``plan()``), and start each
-        placement; record why each other queued job waits."""
+        placement; record why each other queued job waits. ``provisional``: profiles plan()
+        places the labels with none yet by (steps/profile.py, ``cold_start: share``);
+        ``cold_start``: what a job with no profile does, said in its waiting reason."""
+        measured = profiles
+        profiles = {**(provisional or {}), **profiles}
         from ....scheduler.placement import GpuSlot, plan, slots_from_snapshot
         from ....scheduler.prediction import CautiousModel
 
@@ -128,7 +134,9 @@ class Schedule(Step):
             self._offer(queue, slots, self.adapt.residents(active), now, inventory, profiles,
                         fair, durations, closed=closed, reservations=reserved,
                         speeds=speeds.get(tuple(dict.fromkeys(s.gpu_model for s in slots))))
-        waits.update(self._with_skipped_nodes(_with_drained(decided.waits, drained)))
+        waits.update(self._with_skipped_nodes(_with_drained(
+            _with_cold_start(decided.waits, queue, measured, provisional or {}, cold_start),
+            drained)))
         waits.update({i: why for i, why in host_waits.items() if i in waits})
         if decided.preempt and inventory.policy.preemption != "off":
             self._preempt(decided, [j for j in queue if j.id in decided.waits], active, now)
@@ -291,6 +299,27 @@ class Schedule(Step):
             return waits
         return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
                 for i, why in waits.items()}
+
+
+def _with_cold_start(waits: dict[int, str], queue: Sequence[Job],
+                     measured: dict[str, Profile], provisional: dict[str, Profile],
+                     cold_start: str) -> dict[int, str]:
+    """Waiting reasons that say what a job with no profile yet does: starts beside others
+    under a provisional profile, or waits for an empty GPU to profile on, and why
+    (``cold_start``, steps/profile.Profiler.provisional)."""
+    if not cold_start:
+        return waits
+    out = dict(waits)
+    for job in queue:
+        why = waits.get(job.id)
+        label = job.spec.workload
+        if why is None or not label or label in measured:
+            continue
+        if label in provisional:
+            out[job.id] = f"{cold_start}; {why}"
+        elif why.startswith(ALONE_REASON):
+            out[job.id] = cold_start + why[len(ALONE_REASON):]
+    return out
 
 
 def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, str]:
