@@ -164,6 +164,9 @@ def _node(**fields) -> str:
      "3: lab.policy.preempt_grace: expected a duration from 1 s to 1 day, got 0"),
     ("lab:\n  policy:\n    preempt_grace: 2d\n",
      "3: lab.policy.preempt_grace: expected a duration from 1 s to 1 day, got 172800"),
+    ("lab:\n  policy:\n    cold_start: sometimes\n",
+     "3: lab.policy.cold_start: expected one of share, alone (how a program with no profile "
+     "yet is profiled), got"),
     ("lab:\n  user_limits:\n    'a b': {max_gpus: 1}\n",
      "3: lab.user_limits: expected a non-empty value without spaces"),
     ("lab:\n  user_limits:\n    alice: {max_gpus: -1}\n",
@@ -198,6 +201,14 @@ def test_preemption_is_off_by_default_and_read_as_written():
         assert (policy.preemption, policy.preempt_grace_s) == (expected[0], 90.0)
     example = load_inventory(ROOT / "nodes.yaml.example").policy
     assert (example.preemption, example.preempt_grace_s) == ("off", 300.0)
+
+
+def test_cold_start_shares_by_default_and_alone_is_read_as_written():
+    default = parse_inventory("lab: {}\nnodes: []\n", Path("n.yaml")).policy
+    assert default.cold_start == "share"
+    alone = parse_inventory("lab:\n  policy:\n    cold_start: alone\nnodes: []\n",
+                            Path("n.yaml")).policy
+    assert alone.cold_start == "alone"
 
 
 def test_missing_file_says_how_to_fix(tmp_path):

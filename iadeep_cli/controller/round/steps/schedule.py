@@ -317,7 +317,7 @@ def _with_cold_start(waits: dict[int, str], queue: Sequence[Job],
             continue
         if label in provisional:
             out[job.id] = f"{cold_start}; {why}"
-        elif why.startswith(ALONE_REASON):
+        elif why.startswith(ALONE_REASON) and cold_start.startswith(ALONE_REASON):
             out[job.id] = cold_start + why[len(ALONE_REASON):]
     return out
 
