@@ -18,8 +18,9 @@ without one gets). Three scenarios set labels apart from workloads:
   (NVML, or ``nvidia-smi pmon`` over SSH), a new job need not be alone to be profiled, so it
   starts under a *provisional* profile (``prior_profile``: the lab's heaviest figures, so
   ``plan()`` shares it only where even a heavy job pays, and its memory counted as the largest
-  known) and is profiled while it shares; ``--cold-start alone`` (the default) is the
-  controller today.
+  known) and is profiled while it shares: the controller's ``policy.cold_start: share``
+  (``controller/round/steps/profile.py``); ``--cold-start alone`` (the default here) is its
+  ``cold_start: alone``, and what it does where the poll has no per-process figures.
 - ``--coarse-labels``: two programs under one label (every member's ``train.py``): the
   workloads are paired (in name order) and both of a pair carry the first one's name, whose
   profile the label has (the second program's samples are rejected as outliers, as the
