@@ -116,6 +116,19 @@ def test_new_programs_share_only_where_every_node_shown_with_jobs_gives_figures(
     assert alone.profiler.share_new(empty) == (False, "the lab's policy.cold_start is alone")
 
 
+def test_a_node_that_gave_figures_loses_them_only_after_polls_in_a_row_without(tmp_path):
+    lab = Lab(tmp_path)
+    lab.round(snapshot(n1=(gpu(proc(1, 60.0)),)))
+    loading = snapshot(n1=(gpu(proc(1, None, None)),))   # pmon: no sample of it this time
+    for _ in range(PROFILE_SAMPLES - 1):
+        lab.round(loading)
+        assert lab.profiler.share_new(loading)[0]
+    lab.round(loading)
+    assert not lab.profiler.share_new(loading)[0]
+    lab.round(snapshot(n1=(gpu(proc(1, 60.0)),)))   # one figure again: it gives them
+    assert lab.profiler.share_new(loading)[0]
+
+
 def test_a_queued_new_program_gets_a_provisional_profile_as_heavy_as_the_heaviest(tmp_path):
     lab = Lab(tmp_path)
     lab.submit("resnet50", running_on=("n1", 0))

@@ -34,9 +34,11 @@ class Profiler(Step):
         super().__init__(ctx)
         self.observer = observer   # controller/round/observer.SpeedObserver: a job's solo rate
         self._samples: dict[int, list[tuple[GpuSample, float | None]]] = {}
-        # node -> whether its poll gives per-process figures: learnt from the last poll that
-        # showed iadeep jobs' processes there (a node never seen with one is not known)
+        # node -> whether its poll gives per-process figures: learnt from its polls that
+        # showed iadeep jobs' processes (a node never seen with one is not known), and the
+        # polls in a row since such a poll last carried a figure
         self.figures: dict[str, bool] = {}
+        self._misses: dict[str, int] = {}
 
     def run(self, r: Round) -> None:
         self._learn_figures(r.snapshot)
@@ -83,14 +85,22 @@ class Profiler(Step):
 
     def _learn_figures(self, snapshot: ClusterSnapshot) -> None:
         """Note, for each node whose poll shows iadeep jobs' processes, whether any carries
-        its SM utilisation (pmon prints ``-`` for a process with no sample in its interval, so
-        one figure among them is enough)."""
+        its SM utilisation. pmon prints ``-`` for a process with no sample in its interval (a
+        job loading its data), so one figure among them is enough, and a node that has given
+        figures is taken to lack them only after PROFILE_SAMPLES polls in a row without any
+        (a node never seen with one lacks them from its first such poll: MIG, no pmon)."""
         for node in snapshot.nodes:
             if not node.ok:
                 continue
             ours = [p for g in node.gpus for p in g.processes if p.job_id is not None]
-            if ours:
-                self.figures[node.name] = any(p.sm_util is not None for p in ours)
+            if not ours:
+                continue
+            if any(p.sm_util is not None for p in ours):
+                self.figures[node.name], self._misses[node.name] = True, 0
+                continue
+            misses = self._misses[node.name] = self._misses.get(node.name, 0) + 1
+            if not self.figures.get(node.name) or misses >= PROFILE_SAMPLES:
+                self.figures[node.name] = False
 
     def profiles(self, snapshot: ClusterSnapshot
                  ) -> tuple[dict[str, Profile], dict[str, Profile]]:
