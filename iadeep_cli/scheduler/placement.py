@@ -497,9 +497,12 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 continue
         if got is None:
             held_by = holder
-            if whole and total_gpus and reserving:
+            # a gang holds whole nodes even where preemption stands in for reservations
+            # (nothing is ever preempted for a gang, so only holding bounds its wait)
+            if whole and total_gpus and (reserving or gang):
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
-                                            - (now - job.submitted_at), holder, ok, ests)
+                                            - (now - job.submitted_at), holder, ok, ests,
+                                            node_size if gang else None)
                 why += note
             if not whole and rnd.closed:
                 why += _closed_note(rnd, ok)
@@ -947,18 +950,23 @@ def _largest(gpus: Sequence[_Gpu]) -> float | None:
 
 def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
                  holder: int | None, ok: NodeRule = _anywhere,
-                 ests: _Estimates | None = None) -> tuple[str, int | None]:
+                 ests: _Estimates | None = None,
+                 node_size: Mapping[str, int] | None = None) -> tuple[str, int | None]:
     """For a blocked whole-GPU job: what its reason adds about reserving GPUs (so a user knows
-    when it stops waiting behind small jobs), and the job holding this round's reservation."""
+    when it stops waiting behind small jobs), and the job holding this round's reservation.
+    ``node_size`` (GPUs per node): the job is a gang, and holds whole nodes."""
     if left_s > 0:
-        what = "GPUs" if job.spec.gpus > 1 else "a GPU"
+        what = "whole nodes" if node_size else "GPUs" if job.spec.gpus > 1 else "a GPU"
         return f"; will reserve {what} in {_eta(left_s)}", holder
     if holder is not None:
         return f"; job {holder} reserves GPUs first", holder
-    gpus = _reserve(rnd, job, need, ok, ests)
+    gpus = _reserve_gang(rnd, job, need, ok, ests, node_size) if node_size \
+        else _reserve(rnd, job, need, ok, ests)
     if not gpus:
         return "", None
-    where = gpus_at(gpus[0].node, (g.index for g in gpus))
+    nodes = sorted({g.node for g in gpus})
+    where = (f"nodes {', '.join(nodes)}" if len(nodes) > 1
+             else gpus_at(gpus[0].node, (g.index for g in gpus)))
     eta = ""
     if ests is not None and gpus[0].need_at > ests.now and not any(
             r.job_id in ests.guessed for g in gpus for r in g.residents):
@@ -1002,5 +1010,42 @@ def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
     _, gs = min(cands, key=readiness)
     held = sorted(first_k(gs), key=lambda g: g.index)
     need_at = ests.now + max(free_in(g) for g in held) if ests is not None else 0.0
+    rnd.reserve(held, need_at)
+    return held
+
+
+def _reserve_gang(rnd: _Round, job: Job, need: float | None, ok: NodeRule,
+                  ests: _Estimates | None, node_size: Mapping[str, int]) -> list[_Gpu]:
+    """Hold whole nodes for a blocked gang (a job larger than any node) so it cannot starve
+    behind smaller jobs: the nodes expected to empty first (a node empties when its last job
+    ends, by expected remaining run time; without ``ests``, by how many jobs it holds), until
+    they hold its GPUs; only nodes of which every GPU could take it and none is held already.
+    Every GPU of those nodes is held (a gang takes only whole empty nodes), recording when the
+    last of them is expected to empty: until then shorter jobs may use them (backfill)."""
+    by_node: dict[str, list[_Gpu]] = {}
+    for g in rnd.gpus:
+        by_node.setdefault(g.node, []).append(g)
+    cands = [(n, gs) for n, gs in by_node.items()
+             if len(gs) == node_size[n] and all(
+                 not g.reserved and ok(g) and g.could_ever_fit(need) for g in gs)]
+
+    def free_in(g: _Gpu) -> float:
+        return ests.free_in(g) if ests is not None else float(len(g.residents))
+
+    def readiness(item: tuple[str, list[_Gpu]]) -> tuple[float, int, int, str]:
+        n, gs = item
+        return (max(free_in(g) for g in gs), sum(len(g.residents) for g in gs),
+                -node_size[n], n)
+    left = job.spec.gpus
+    chosen: list[tuple[float, list[_Gpu]]] = []
+    for _n, gs in sorted(cands, key=readiness):
+        if left <= 0:
+            break
+        chosen.append((max(free_in(g) for g in gs), sorted(gs, key=lambda g: g.index)))
+        left -= len(gs)
+    if left > 0:
+        return []   # not enough nodes it could ever run on (it waits with its reason)
+    held = [g for _, gs in chosen for g in gs]
+    need_at = ests.now + max(t for t, _ in chosen) if ests is not None else 0.0
     rnd.reserve(held, need_at)
     return held

@@ -6,6 +6,8 @@ the numbers written here, not from the code under test.
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import replace
 
 import pytest
 
@@ -297,3 +299,97 @@ def test_requeueable_marks_that_fraction_of_the_jobs_and_refuses_a_bad_one():
     assert not any(j.requeue for j in mark_requeueable(jobs, 0.0, seed=3))
     with pytest.raises(InputError, match="--requeueable"):
         mark_requeueable(jobs, 1.5, seed=3)
+
+
+# --------------------------------------------------------------------------- gangs hold nodes
+def _gang_plan(queue, slots, active, policy=Policy(), attained=None, durations=HISTORY):
+    """The full round (every wait reason) with gangs on, as the simulator replays a trace."""
+    return plan(queue, slots, active, PROFILES, TRUTH, policy, {}, NOW, durations=durations,
+                attained=attained, gangs=True)
+
+
+def _three_nodes():
+    """Nodes a, b, c of two GPUs: a runs two of bob's ten-hour jobs, b two of ann's
+    ten-minute jobs (5 minutes in), c one of carol's five-hour jobs (1 h in) beside an empty
+    GPU. A gang of four GPUs has waited for days."""
+    slots = [_slot("a", 0, jobs=(5,)), _slot("a", 1, jobs=(6,)), _slot("b", 0, jobs=(7,)),
+             _slot("b", 1, jobs=(8,)), _slot("c", 0, jobs=(9,)), _slot("c", 1)]
+    active = [_job(5, "vgg16", owner="bob", node="a", idx=(0,), started=NOW - 300),
+              _job(6, "vgg16", owner="bob", node="a", idx=(1,), started=NOW - 300),
+              _job(7, "resnet18", owner="ann", node="b", idx=(0,), started=NOW - 300),
+              _job(8, "resnet18", owner="ann", node="b", idx=(1,), started=NOW - 300),
+              _job(9, "transformer", owner="carol", node="c", idx=(0,), started=NOW - H)]
+    gang = _job(1, "resnet50", owner="dan", gpus=4, submitted=0.0)
+    return slots, active, gang
+
+
+def test_a_waiting_gang_holds_the_whole_nodes_expected_to_empty_first():
+    slots, active, gang = _three_nodes()
+    p = _gang_plan([gang], slots, active)
+    # b empties in ~5 minutes, c in ~4 hours, a in ~10 hours: b and c are held, not a
+    assert p.placements == ()
+    assert re.search(r"reserving nodes b, c while they drain, expected free in [34]h\d\dm",
+                     p.waits[1])
+
+
+def test_a_long_job_does_not_take_a_node_held_for_a_gang_and_a_short_one_may():
+    slots, active, gang = _three_nodes()
+    long = _job(2, "vgg16", owner="bob", submitted=NOW - 60)
+    short = _job(3, "resnet18", owner="ann", submitted=NOW - 30)
+    p = _gang_plan([gang, long, short], slots, active)
+    # c:1 is empty but held: bob's ten hours would keep the gang waiting, ann's ten minutes not
+    assert [(x.job_id, x.node, x.gpu_indices) for x in p.placements] == [(3, "c", (1,))]
+    assert 2 in p.waits
+    # without the gang waiting, bob's job takes the empty GPU
+    p = _gang_plan([long], slots, active)
+    assert [(x.job_id, x.node) for x in p.placements] == [(2, "c")]
+
+
+def test_a_gang_holds_nodes_only_after_waiting_the_reservation_delay():
+    slots, active, _ = _three_nodes()
+    recent = _job(1, "resnet50", owner="dan", gpus=4, submitted=NOW - 60)
+    long = _job(2, "vgg16", owner="bob", submitted=NOW - 30)
+    p = _gang_plan([recent, long], slots, active)
+    assert "will reserve whole nodes in 59m" in p.waits[1]
+    assert [(x.job_id, x.node) for x in p.placements] == [(2, "c")]
+
+
+def test_a_gang_holds_nodes_under_las_where_preemption_stands_in_for_reservations():
+    # every running job requeueable: a one-node job holds nothing under las (it preempts),
+    # but nothing is preempted for a gang, so the gang holds nodes all the same
+    slots, active, gang = _three_nodes()
+    active = [replace(j, spec=replace(j.spec, requeue=True)) for j in active]
+    attained = {j.id: 600.0 for j in active} | {1: 0.0, 2: 0.0}
+    long = _job(2, "vgg16", owner="bob", submitted=NOW - 60, requeue=True)
+    p = _gang_plan([gang, long], slots, active, LAS, attained)
+    assert p.preempt == () and p.placements == ()
+    assert "reserving nodes b, c" in p.waits[1]
+    one_node = _job(4, "resnet50", owner="dan", gpus=2, submitted=0.0)
+    p = _gang_plan([one_node, long], slots, active, LAS, attained)
+    assert "reserving" not in p.waits[4]
+
+
+def test_a_gang_holds_nothing_when_too_few_nodes_could_ever_take_it():
+    slots, active, _ = _three_nodes()
+    huge = _job(1, "resnet50", owner="dan", gpus=8, submitted=0.0)   # 6 GPUs in all
+    long = _job(2, "vgg16", owner="bob", submitted=NOW - 60)
+    p = _gang_plan([huge, long], slots, active)
+    assert "reserving" not in p.waits[1]
+    assert [(x.job_id, x.node) for x in p.placements] == [(2, "c")]
+
+
+def test_a_gang_behind_a_stream_of_small_jobs_starts_once_its_held_nodes_drain():
+    # two nodes of two GPUs; one-GPU jobs of 2 h arrive every 30 minutes for two days, so
+    # the nodes are never both empty by chance; the gang arrives at 1 h and holds them
+    # after an hour's wait: it starts once their jobs end, not after the stream
+    stream = [SimJob(i, (i - 1) * 0.5 * H, "resnet18", 2 * H) for i in range(1, 97)]
+    gang = SimJob(200, 1 * H, "vgg16", H, gpus=4)
+    jobs = [*stream, gang]
+    policy = Policy(max_jobs_per_gpu=1)
+    mem = {j.id: 0.0 for j in jobs}
+    r = simulate(jobs, make_planner("iadeep", PROFILES, TRUTH, TRUTH, policy, mem, 0),
+                 TRUTH, gpus=4, gpus_per_node=2, profiles=PROFILES, name="iadeep",
+                 policy=policy)
+    jct = dict(zip(sorted(j.id for j in jobs), r.jcts))
+    # an hour before it may hold, at most 2 h for the held nodes to drain, its own hour
+    assert jct[200] <= 4 * H + 1.0
