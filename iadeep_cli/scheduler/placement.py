@@ -80,6 +80,21 @@ MIN_ATTEMPT_S = 60.0
 # within a level: "fifo" (the usual order) or "gittins" (the job likeliest to finish per GPU
 # second first, from its owner's and label's run times: Tiresias's 2D-Gittins, learnt)
 LAS_ORDER = "fifo"
+# under "las", a gang (a job larger than any node, ``plan(..., gangs=True)``) is ranked like
+# any job: requeueable jobs ranked after it are preempted for it on whole nodes, and once it
+# has had more service it may be preempted in turn (Tiresias does both). False: a gang is
+# never preempted and nothing is preempted for it (it waits for whole nodes to drain)
+GANG_LAS = True
+# under "las": a running job is preempted for a waiting one only if it is expected to run
+# longer than the waiting job (the median of each estimate, the running job's given the
+# service it has had), unless nothing is known of the waiting job's run time (then LAS's
+# bet that a new job is short stands); False: by levels alone, as Tiresias
+PREEMPT_SHORTER = True
+# a gang that has waited ``Policy.reserve_after_s`` holds the whole nodes expected to empty
+# first (``_reserve_gang``), as a one-node job holds GPUs, when plan() is given run times
+# (``durations``): with nothing known of run times no job could backfill the held nodes,
+# and a gang could idle a whole cluster for days. False: it holds nothing
+GANG_HOLD = True
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -497,9 +512,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 continue
         if got is None:
             held_by = holder
-            # a gang holds whole nodes even where preemption stands in for reservations
-            # (nothing is ever preempted for a gang, so only holding bounds its wait)
-            if whole and total_gpus and (reserving or gang):
+            # (a gang holds whole nodes; under "las" with every job requeueable it makes
+            # room by preemption instead, like any job: ``GANG_LAS``)
+            if whole and total_gpus and reserving and (
+                    not gang or (GANG_HOLD and history is not None)):
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
                                             - (now - job.submitted_at), holder, ok, ests,
                                             node_size if gang else None)
@@ -612,10 +628,12 @@ class _Room:
         self.attained = attained
         self.by_id = {j.id: j for j in active}
         self.ranks = {j.id: self.rank(j) for j in active}
-        # a gang (a job larger than any node, ``plan(..., gangs=True)``) is never preempted,
-        # and one left waiting never has jobs preempted for it (no node can hold it)
+        # a gang (a job larger than any node, ``plan(..., gangs=True)``): with ``GANG_LAS``
+        # preempted and preempted for on whole nodes, else neither
         self.node_max = max(Counter(g.node for g in rnd.gpus).values(), default=0)
         self.victims: set[int] = set()
+        self._left: dict[int, float] = {}
+        self.for_s = math.inf
 
     def level(self, j: Job) -> tuple[Any, ...]:
         """Its attained-service level; with ``LAS_ORDER`` "gittins" and history, then its
@@ -644,15 +662,36 @@ class _Room:
     def _movable(self, jid: int, mine: tuple[Any, ...]) -> bool:
         j = self.by_id.get(jid)
         return (j is not None and j.spec.requeue and jid not in self.victims
-                and j.spec.gpus <= self.node_max
+                and (GANG_LAS or j.spec.gpus <= self.node_max)
                 and self.ranks[jid] > mine
-                and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S)
+                and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S
+                and self._outlasts(j))
+
+    def _outlasts(self, j: Job) -> bool:
+        """Whether running job ``j`` is expected to run longer than the job preempting for
+        (``self.for_s``; ``PREEMPT_SHORTER``)."""
+        if not PREEMPT_SHORTER or self.for_s == math.inf:
+            return True
+        hit = self._left.get(j.id)
+        if hit is None:
+            age = self.attained.get(j.id, 0.0) / max(1, j.spec.gpus)
+            hit = self._left[j.id] = estimate_runtime(
+                self.history, user=j.owner, workload=j.spec.workload,
+                time_limit_s=j.spec.time_limit_s, age_s=age).left_s(age)
+        return hit > self.for_s
+
+    def _for(self, job: Job) -> None:
+        """The waiting job's expected run time (inf: nothing known), for ``_outlasts``."""
+        est = estimate_runtime(self.history, user=job.owner, workload=job.spec.workload,
+                               time_limit_s=job.spec.time_limit_s) if PREEMPT_SHORTER else None
+        self.for_s = math.inf if est is None or est.source == "default" else est.seconds
 
     def make(self, job: Job) -> str:
         """Preempt for ``job`` if that makes room; its wait reason then, else ''."""
         k = job.spec.gpus
+        self._for(job)
         if k > self.node_max:
-            return ""
+            return self._make_gang(job) if GANG_LAS else ""
         mine = self.rank(job)
         ok = _node_rule(job)
         by_node: dict[str, list[_Gpu]] = {}
@@ -676,6 +715,38 @@ class _Room:
         if best is None or not best[2]:
             return ""
         _, chosen, jobs = best
+        return self._take(chosen, jobs)
+
+    def _make_gang(self, job: Job) -> str:
+        """For a gang: whole nodes whose every job ranks after it (and may be preempted), the
+        cheapest first (fewest GPUs of jobs to preempt, then the larger node), until they
+        hold its GPUs; '' if there are not enough."""
+        mine = self.rank(job)
+        ok = _node_rule(job)
+        by_node: dict[str, list[_Gpu]] = {}
+        for g in self.rnd.gpus:
+            by_node.setdefault(g.node, []).append(g)
+        cands: list[tuple[tuple[Any, ...], list[_Gpu], set[int]]] = []
+        for node, gs in by_node.items():
+            if all(not g.reserved and ok(g) and all(self._movable(r.job_id, mine)
+                                                    for r in g.residents) for g in gs):
+                jobs = {r.job_id for g in gs for r in g.residents}
+                cost = sum(self.by_id[j].spec.gpus for j in jobs)
+                cands.append(((cost, -len(gs), node), gs, jobs))
+        cands.sort(key=lambda c: c[0])
+        left, chosen, victims = job.spec.gpus, [], set()
+        for _, gs, jobs in cands:
+            if left <= 0:
+                break
+            chosen += gs
+            victims |= jobs
+            left -= len(gs)
+        if left > 0 or not victims:
+            return ""
+        return self._take(chosen, victims)
+
+    def _take(self, chosen: list[_Gpu], jobs: set[int]) -> str:
+        """Preempt ``jobs`` and hold ``chosen`` and every GPU they leave for the job."""
         # a victim on several GPUs frees them all: hold every GPU it leaves, for this job
         held = [g for g in self.rnd.gpus if not g.reserved and (
             g in chosen or any(r.job_id in jobs for r in g.residents))]

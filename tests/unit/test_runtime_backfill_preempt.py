@@ -238,32 +238,55 @@ def _gang_slots(job_ids):
     return [_slot(n, i, jobs=(j,)) for (n, i), j in zip(keys, job_ids)]
 
 
-def test_las_never_preempts_a_gang():
-    # job 9 runs on all four GPUs of two nodes (a gang), requeueable, with far more service
+def test_las_preempts_a_gang_like_any_job_once_it_has_had_more_service():
+    # job 9 runs on all four GPUs of two nodes (a gang), requeueable, with far more service;
+    # ann's job (ten minutes) is expected to end long before bob's ten hours
     slots = _gang_slots([9, 9, 9, 9])
     active = [_job(9, "vgg16", owner="bob", gpus=4, node="a", idx=(0, 1), started=NOW - H,
                    requeue=True)]
     queued = _job(2, "resnet18", owner="ann", submitted=NOW - 60)
     p = _sim_plan([queued], slots, active, HISTORY, LAS, {9: 40 * H, 2: 0.0})
-    assert p.preempt == () and p.placements == ()
-    # the same job on one node of four GPUs is no gang: it is preempted
-    one_node = [_slot("a", i, jobs=(9,)) for i in range(4)]
-    p = _sim_plan([queued], one_node, active, HISTORY, LAS, {9: 40 * H, 2: 0.0})
-    assert p.preempt == (9,)
+    assert p.preempt == (9,) and p.placements == ()
+    # the constant off: a gang is never preempted
+    placement.GANG_LAS = False
+    try:
+        p = _sim_plan([queued], slots, active, HISTORY, LAS, {9: 40 * H, 2: 0.0})
+    finally:
+        placement.GANG_LAS = True
+    assert p.preempt == ()
 
 
-def test_las_preempts_nothing_for_a_gang_and_a_gang_starts_on_whole_empty_nodes():
+def test_las_preempts_whole_nodes_for_a_gang_and_a_gang_starts_on_whole_empty_nodes():
     slots = _gang_slots([5, 6, 7, 8])
     active = [_job(j, "vgg16", owner="bob", node=n, idx=(i,), started=NOW - H, requeue=True)
               for j, (n, i) in zip((5, 6, 7, 8), [("a", 0), ("a", 1), ("b", 0), ("b", 1)])]
     gang = _job(1, "resnet50", owner="dan", gpus=4, submitted=NOW - 60)
     attained = {5: 10 * H, 6: 10 * H, 7: 10 * H, 8: 10 * H, 1: 0.0}
     p = _sim_plan([gang], slots, active, HISTORY, LAS, attained)
-    assert p.preempt == () and p.placements == ()
+    assert p.preempt == (5, 6, 7, 8) and p.placements == ()
+    # one job that may not be requeued keeps its node: too few whole nodes, nothing preempted
+    stays = [replace(active[3], spec=replace(active[3].spec, requeue=False)), *active[:3]]
+    assert _sim_plan([gang], slots, stays, HISTORY, LAS, attained).preempt == ()
     empty = [_slot(n, i) for n in "ab" for i in (0, 1)]
     p = _sim_plan([gang], empty, [], HISTORY, LAS, {1: 0.0})
     assert [(x.node, x.gpu_indices, x.gang) for x in p.placements] == \
         [("a", (0, 1), (("b", (0, 1)),))]
+
+
+def test_las_does_not_preempt_a_job_expected_to_end_before_the_waiting_one():
+    # the running job (bob's vgg16, ten hours, 9 h in, more service) is expected to end
+    # within the hour; bob's new vgg16 would run ten hours: preempting would not pay
+    slots = [_slot("a", 0, jobs=(9,))]
+    active = [_job(9, "vgg16", owner="bob", node="a", idx=(0,), started=NOW - 9 * H,
+                   requeue=True)]
+    long = _job(2, "vgg16", owner="bob", submitted=NOW - 60)
+    p = _plan([long], slots, active, HISTORY, LAS, {9: 9 * H, 2: 0.0})
+    assert p.preempt == ()
+    # ann's ten minutes would end first: preempted for her
+    short = _job(3, "resnet18", owner="ann", submitted=NOW - 60)
+    assert _plan([short], slots, active, HISTORY, LAS, {9: 9 * H, 3: 0.0}).preempt == (9,)
+    # nothing known of the waiting job: least attained service's bet that it is short stands
+    assert _plan([long], slots, active, Durations(), LAS, {9: 9 * H, 2: 0.0}).preempt == (9,)
 
 
 # --------------------------------------------------------------------------- in the engine
@@ -354,19 +377,25 @@ def test_a_gang_holds_nodes_only_after_waiting_the_reservation_delay():
     assert [(x.job_id, x.node) for x in p.placements] == [(2, "c")]
 
 
-def test_a_gang_holds_nodes_under_las_where_preemption_stands_in_for_reservations():
-    # every running job requeueable: a one-node job holds nothing under las (it preempts),
-    # but nothing is preempted for a gang, so the gang holds nodes all the same
+def test_under_las_with_every_job_requeueable_a_gang_preempts_instead_of_holding():
+    # jobs ranked after the gang (it was submitted first) on whole nodes are preempted for it,
+    # the cheapest nodes first, but not ann's jobs, which end within minutes: nodes a and c
     slots, active, gang = _three_nodes()
     active = [replace(j, spec=replace(j.spec, requeue=True)) for j in active]
-    attained = {j.id: 600.0 for j in active} | {1: 0.0, 2: 0.0}
-    long = _job(2, "vgg16", owner="bob", submitted=NOW - 60, requeue=True)
-    p = _gang_plan([gang, long], slots, active, LAS, attained)
-    assert p.preempt == () and p.placements == ()
-    assert "reserving nodes b, c" in p.waits[1]
-    one_node = _job(4, "resnet50", owner="dan", gpus=2, submitted=0.0)
-    p = _gang_plan([one_node, long], slots, active, LAS, attained)
-    assert "reserving" not in p.waits[4]
+    attained = {j.id: 600.0 for j in active} | {1: 0.0}
+    p = _gang_plan([gang], slots, active, LAS, attained)
+    assert p.preempt == (5, 6, 9) and p.placements == ()
+    assert p.waits[1].startswith("preempting jobs 5, 6, 9") and "reserving" not in p.waits[1]
+
+
+def test_a_gang_holds_no_nodes_without_run_times_to_backfill_them_by():
+    # plan() given no durations (the simulator's 'exclusive'): nobody could backfill the
+    # held nodes, so the gang holds none and a long job takes the empty GPU
+    slots, active, gang = _three_nodes()
+    long = _job(2, "vgg16", owner="bob", submitted=NOW - 60)
+    p = _gang_plan([gang, long], slots, active, durations=None)
+    assert "reserving" not in p.waits[1]
+    assert [(x.job_id, x.node) for x in p.placements] == [(2, "c")]
 
 
 def test_a_gang_holds_nothing_when_too_few_nodes_could_ever_take_it():
