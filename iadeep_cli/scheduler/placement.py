@@ -15,8 +15,9 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    the node held is the one expected to free first (its jobs' expected remaining run time,
    ``scheduler/remaining.estimate_runtime``), and a job expected to end before the held GPUs
    are needed may still use them. With ``Policy.preemption`` "las" the queue goes by
-   attained-service level first and requeueable jobs ranked after a waiting job are
-   preempted for it (``Plan.preempt``; ``_Room``).
+   attained-service level first and requeueable jobs ranked after a waiting job, and expected
+   to run longer than it, are preempted for it (``Plan.preempt``; ``_Room``). A gang
+   (``gangs=True``: a job larger than any node) holds, or has preempted for it, whole nodes.
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
