@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..jobs import Job, JobState
 from ..profiles import Profile
-from ..settings import Policy, UserLimit
+from ..settings import Policy
+from .inputs import PlanInputs
 from .placement import GpuSlot, Plan, plan
 from .prediction import CachedModel, Predictor
 from .priority import order_queue
@@ -333,17 +333,15 @@ _DEFAULT_POLICY = Policy()
 
 
 # --------------------------------------------------------------------------- the usual inputs
-def planner(profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
-            user_limits: Mapping[str, UserLimit] | None = None, **kwargs: Any) -> Decide:
-    """``decide`` for ``forecast``: plan() with these settings (``kwargs``: plan()'s keyword
-    arguments: fairshare, closed, speeds, durations, reservations), the predictor memoised
-    across the forecast's steps."""
-    cached = model if isinstance(model, CachedModel) else CachedModel(model)
-    limits = dict(user_limits or {})
+def planner(inputs: PlanInputs) -> Decide:
+    """``decide`` for ``forecast``: plan() with these inputs (the caller's, built once), the
+    predictor memoised across the forecast's steps."""
+    if not isinstance(inputs.model, CachedModel):
+        inputs = replace(inputs, model=CachedModel(inputs.model))
 
     def decide(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                t: float) -> Plan:
-        return plan(queue, slots, active, profiles, cached, policy, limits, t, **kwargs)
+        return plan(queue, slots, active, t, inputs)
     return decide
 
 
