@@ -66,7 +66,7 @@ def _sample(nv: Any, index: int, h: Any, procs: list[Any], jobs: dict[int, int])
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-    sm = _process_sm(nv, h)
+    per_proc = _process_util(nv, h)
     raw = {
         "memory.total": _mib(mem.total) if mem else None,
         "memory.used": _mib(mem.used) if mem else None,
@@ -86,20 +86,24 @@ def _sample(nv: Any, index: int, h: Any, procs: list[Any], jobs: dict[int, int])
             (GpuProcess(pid=p.pid, used_memory_mib=bounded(
                         _mib(getattr(p, "usedGpuMemory", None)), "used_memory"),
                         name=_proc_name(p.pid), job_id=jobs.get(p.pid),
-                        sm_util=bounded(sm.get(p.pid), "utilization.gpu"))
+                        sm_util=bounded(per_proc.get(p.pid, (None, None))[0], "utilization.gpu"),
+                        mem_util=bounded(per_proc.get(p.pid, (None, None))[1],
+                                         "utilization.gpu"))
              for p in procs[:MAX_APPS]),
             key=lambda p: p.pid)),
     )
 
 
-def _process_sm(nv: Any, h: Any) -> dict[int, float]:
-    """pid -> SM utilisation (%) from the latest per-process sample NVML keeps: the speed proxy
-    for jobs that do not report progress. Not found / not supported: no figures."""
-    latest: dict[int, tuple[int, float]] = {}
+def _process_util(nv: Any, h: Any) -> dict[int, tuple[float, float]]:
+    """pid -> (SM, memory) utilisation (%) from the latest per-process sample NVML keeps: the
+    speed proxy for jobs that do not report progress (what ``nvidia-smi pmon`` prints for a
+    remote node). Not found / not supported: no figures."""
+    latest: dict[int, tuple[int, float, float]] = {}
     for sample in _try(lambda: nv.nvmlDeviceGetProcessUtilization(h, 0)) or []:
         if sample.pid not in latest or sample.timeStamp >= latest[sample.pid][0]:
-            latest[sample.pid] = (sample.timeStamp, float(sample.smUtil))
-    return {pid: util for pid, (_, util) in latest.items()}
+            latest[sample.pid] = (sample.timeStamp, float(sample.smUtil),
+                                  float(sample.memUtil))
+    return {pid: (sm, mem) for pid, (_, sm, mem) in latest.items()}
 
 
 def _proc_name(pid: int) -> str:

@@ -334,6 +334,7 @@ class _CappedServer(ThreadingMixIn, WSGIServer):
     """prometheus_client's threaded WSGI server, with the caps above."""
 
     daemon_threads = True
+    request_queue_size = 128   # socketserver's 5 makes a burst of connects wait for SYN retries
     total = METRICS_CONNECTIONS
     idle_s = METRICS_IDLE_S
 

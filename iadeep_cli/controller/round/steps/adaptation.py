@@ -144,7 +144,7 @@ class Adapter:
         workload's profile in effect, and refresh the profile of each phase change it reports.
         A job alone on its GPU: its progress rate (from the observer) and its GPU's
         utilisation (from the poll). A job sharing it: its utilisation alone estimated from
-        its own SM share (where the poll has per-process figures: NVML) over its speed
+        its own SM share (where the poll has per-process figures: NVML, pmon) over its speed
         measured from progress (``solo_util``); no estimate, no signature this round."""
         jobs = self.loop.jobs(ACTIVE)
         per_gpu: dict[str, list[Job]] = {}
