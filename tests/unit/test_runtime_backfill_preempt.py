@@ -329,8 +329,9 @@ def test_requeueable_marks_that_fraction_of_the_jobs_and_refuses_a_bad_one():
 # --------------------------------------------------------------------------- gangs hold nodes
 def _gang_plan(queue, slots, active, policy=Policy(), attained=None, durations=HISTORY):
     """The full round (every wait reason) with gangs on, as the simulator replays a trace."""
-    return plan(queue, slots, active, PROFILES, TRUTH, policy, {}, NOW, durations=durations,
-                attained=attained, gangs=True)
+    return plan(queue, slots, active, NOW,
+                PlanInputs(PROFILES, TRUTH, policy, durations=durations, attained=attained,
+                           gangs=True))
 
 
 def _three_nodes():
