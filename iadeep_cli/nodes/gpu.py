@@ -124,7 +124,7 @@ MAX_TEXT = 256                    # characters kept of a name, uuid or path
 _CONTROL = dict.fromkeys((*range(0x20), *range(0x7F, 0xA0)), "?")
 
 
-def bounded(value, field: str) -> float | None:
+def bounded(value: Any, field: str) -> float | None:
     """``value`` as a float if it is a finite number in [0, LIMITS[field]], else None."""
     try:
         v = float(value)

@@ -177,7 +177,7 @@ class Detector:
 
 def closed_gpus(findings: Mapping[str, Finding], now: float, policy: AdaptPolicy
                 ) -> dict[str, str]:
-    """GPU name -> why it takes no new partners (``plan(closed=...)``): every GPU with a
+    """GPU name -> why it takes no new partners (``PlanInputs.closed``): every GPU with a
     finding, while ``stop_partners`` is on."""
     if not (policy.enabled and policy.stop_partners):
         return {}
