@@ -140,7 +140,7 @@ def test_a_queued_new_program_gets_a_provisional_profile_as_heavy_as_the_heavies
     assert prior.workload == "brand-new" + PROVISIONAL
     assert prior.gpu_util == max(p.gpu_util for p in known.values())
     assert prior.peak_mem_gib == max(p.peak_mem_gib for p in known.values())
-    assert r.cold_start.startswith("no profile yet: starts beside others under a provisional")
+    assert r.cold_start.startswith("no profile yet: may start beside others under a provisional")
 
 
 def test_without_figures_a_new_program_keeps_the_old_rule_and_says_why(tmp_path):
@@ -185,8 +185,8 @@ def test_waiting_reasons_say_what_a_new_program_does():
              2: "exclusive: waits for an empty GPU", 3: ALONE_REASON}
     prior = replace(shipped_profiles()["resnet50"], workload="new" + PROVISIONAL)
     said = _with_cold_start(waits, queue, {"resnet50": prior}, {"new": prior},
-                            "no profile yet: starts beside others")
-    assert said == {1: "no profile yet: starts beside others; all 8 GPUs are busy or reserved; "
+                            "no profile yet: may start beside others")
+    assert said == {1: "no profile yet: may start beside others; all 8 GPUs are busy or reserved; "
                        "waiting for a job to finish",
                     2: "exclusive: waits for an empty GPU",
                     3: ALONE_REASON}   # (a label with none, which cannot happen: left)

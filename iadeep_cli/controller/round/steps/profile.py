@@ -78,7 +78,7 @@ class Profiler(Step):
                 prior = provisional_profile(known, label)
                 if prior is not None:
                     out[label] = prior
-            return out, ("no profile yet: starts beside others under a provisional profile "
+            return out, ("no profile yet: may start beside others under a provisional profile "
                          "(the heaviest the lab knows) and is profiled from its own figures "
                          "while it shares")
         return {}, f"{ALONE_REASON} ({why or 'the lab has no profile to start it under'})"
