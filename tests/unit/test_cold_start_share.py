@@ -32,7 +32,7 @@ pytestmark = pytest.mark.unit
 H200 = 143771.0
 
 
-def gpu(*procs: GpuProcess, util: float = 97.0, index: int = 0) -> GpuSample:
+def gpu(*procs: GpuProcess, util: float | None = 60.0, index: int = 0) -> GpuSample:
     used = sum(p.used_memory_mib or 0.0 for p in procs)
     return GpuSample(index=index, uuid=f"GPU-{index}", name="NVIDIA H200", memory_total_mib=H200,
                      memory_used_mib=used, memory_free_mib=H200 - used, utilization_gpu=util,
@@ -97,6 +97,15 @@ def test_a_shared_gpu_without_per_process_figures_gives_no_sample():
     mig = snapshot(n1=(gpu(proc(1, None, None), proc(2, None, None)),))
     no_memory = snapshot(n1=(gpu(proc(1, 60.0), proc(2, 25.0, mib=None)),))
     assert own_figures(job, mig) is None and own_figures(job, no_memory) is None
+
+
+def test_a_new_job_on_a_saturated_gpu_is_not_sampled_from_its_share():
+    """The jobs slice a busy GPU's time: its share is less than it would use alone."""
+    job = sharing_job()
+    figures = (proc(1, 60.0, 30.0, 20000.0), proc(2, 35.0, 12.0, 6000.0))
+    assert own_figures(job, snapshot(n1=(gpu(*figures, util=97.0),))) is None
+    assert own_figures(job, snapshot(n1=(gpu(*figures, util=None),))) is None
+    assert own_figures(job, snapshot(n1=(gpu(*figures, util=89.0),))) is not None
 
 
 def test_new_programs_share_only_where_every_node_shown_with_jobs_gives_figures(tmp_path):

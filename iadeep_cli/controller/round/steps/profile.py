@@ -25,6 +25,11 @@ from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
+# A new job sharing its GPU is sampled from its own figures only while the GPU is less busy
+# than this (%): with time to spare nobody's kernels wait, so its SM share is what it would use
+# alone; on a saturated GPU the jobs slice its time and the share would read light (and a
+# light first sample would have the label's later samples alone rejected as outliers).
+SHARED_SAMPLE_BELOW_UTIL = 90.0
 # plan()'s reason for a job with no profile under ``cold_start: alone`` (scheduler/placement)
 ALONE_REASON = "no profile yet: waits for an empty GPU to profile on"
 
@@ -182,13 +187,14 @@ def own_figures(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float |
     """The job's own figures on a GPU it shares, as a sample of the GPU alone: utilisation its
     processes' summed SM share, memory utilisation their memory-interface share, memory their
     own; power and the rest, which belong to the whole GPU, left out. None unless every one of
-    its processes reports its memory and at least one its SM share (NVML, pmon). Its SM share
-    while sharing is at most what it would use alone (a saturated GPU slices its time), so a
-    profile taken so leans light; a later sample alone is merged with it (``learn``)."""
+    its processes reports its memory and at least one its SM share (NVML, pmon), and unless
+    the GPU is less busy than SHARED_SAMPLE_BELOW_UTIL (saturated, the jobs slice its time and
+    its share is less than it would use alone)."""
     gpu = snapshot.gpu(job.node, job.gpu_indices[0])
     mine = [p for p in (gpu.processes if gpu else ()) if p.job_id == job.id]
     sm = [p.sm_util for p in mine if p.sm_util is not None]
-    if gpu is None or not sm or any(p.used_memory_mib is None for p in mine):
+    if gpu is None or not sm or any(p.used_memory_mib is None for p in mine) \
+            or gpu.utilization_gpu is None or gpu.utilization_gpu >= SHARED_SAMPLE_BELOW_UTIL:
         return None
     mem = [p.mem_util for p in mine if p.mem_util is not None]
     own = GpuSample(index=gpu.index, uuid=gpu.uuid, name=gpu.name,
