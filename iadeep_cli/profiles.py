@@ -57,6 +57,12 @@ class CoLocation:
 # Suffix of a provisional profile's name (``provisional_profile``): its predictions are cached
 # apart from the measured profile's of the same label.
 PROVISIONAL = "#prior"
+# A new job sharing its GPU is profiled from its own per-process figures only while the GPU is
+# less busy than this (%): with time to spare nobody's kernels wait, so its SM share is what it
+# would use alone; on a saturated GPU the jobs slice its time and the share would read light
+# (and a light first sample would have the label's later samples alone rejected as outliers).
+# The controller's profile step and the simulator's ``Profiler`` both go by it.
+SHARED_SAMPLE_BELOW_UTIL = 90.0
 
 
 def provisional_profile(known: Mapping[str, Profile], label: str) -> Profile | None:

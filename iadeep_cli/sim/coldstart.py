@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from ..errors import InputError
 from ..jobs import Job
-from ..profiles import PROVISIONAL, Profile, provisional_profile
+from ..profiles import PROVISIONAL, SHARED_SAMPLE_BELOW_UTIL, Profile, provisional_profile
 from ..settings import Inventory
 from .engine import SimJob
 
@@ -154,7 +154,8 @@ class LabelledTruth:
 class Profiler:
     """The controller's profile step in the simulator (``steps/profile.py``): polled every
     ``poll_s`` of virtual time while a job of a label still to profile runs; such a one-GPU
-    job alone on its GPU (or, with ``share``, sharing it: per-process figures) is sampled, and
+    job alone on its GPU (or, with ``share``, sharing it where its jobs' solo utilisations sum
+    to less than ``SHARED_SAMPLE_BELOW_UTIL``: per-process figures) is sampled, and
     after ``samples`` polls its label's profile in ``known`` (the dict the policies read) is the
     workload's own, with the measurements' spread. ``learnt``: label -> virtual time."""
 
@@ -194,11 +195,16 @@ class Profiler:
         learnt = False
         for ids in on_gpu.values():
             alone = len([i for i in ids if i not in paused]) == 1
+            # shared: sampled only with headroom on the GPU (its utilisation taken as its
+            # jobs' solo utilisations summed), as the controller (SHARED_SAMPLE_BELOW_UTIL)
+            headroom = self.share and not alone and sum(
+                self.truth_profiles[now[i]].gpu_util for i in ids
+                if i not in paused and i in now) < SHARED_SAMPLE_BELOW_UTIL
             for i in ids:
                 job = running.get(i)
                 label = job.spec.workload if job is not None else None
                 if job is None or label not in self.todo or len(job.gpu_indices) != 1 \
-                        or i in paused or not (alone or self.share):
+                        or i in paused or not (alone or headroom):
                     continue
                 n = self.counts[i] = self.counts.get(i, 0) + 1
                 if n >= self.samples:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from iadeep_cli.errors import InputError
+from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.settings import Policy
 from iadeep_cli.sim import coldstart as cs
@@ -63,6 +64,27 @@ def test_with_cold_start_share_a_new_program_shares_at_once_and_is_profiled_shar
     assert alone.shared_frac == 0.0
     assert share.shared_frac == 1.0 and share.jcts[1] < alone.jcts[1]
     assert "mlp-new2" in learner.learnt and not believed["mlp-new2"].workload.endswith("#prior")
+
+
+def test_with_cold_start_share_a_new_program_is_profiled_sharing_only_with_headroom():
+    """As the controller: on a GPU its jobs would keep busier than SHARED_SAMPLE_BELOW_UTIL
+    (lstm 84% + mlp 11%) its share would read light, so it is not sampled there; beside
+    resnet18 (43% + 11%) it is, after PROFILE_SAMPLES polls."""
+    def learnt(partner: str) -> dict[str, float]:
+        jobs = [SimJob(1, 0.0, partner, 1e5), SimJob(2, 0.0, "mlp", 1e5, label="mlp-new2")]
+        profiler = cs.Profiler(cs.believed_profiles(PROFILES, jobs, "share"), PROFILES, jobs,
+                               seed=0, share=True)
+        running = {j.id: Job(id=j.id, owner="a", spec=JobSpec("x", workload=j.label or
+                                                               j.workload),
+                             submitted_at=0.0, state=JobState.RUNNING, node="n",
+                             gpu_indices=(0,)) for j in jobs}
+        t = 0.0
+        for _ in range(cs.PROFILE_SAMPLES + 1):
+            t = profiler.next_poll(t, running)
+            profiler.step(t, running, {("n", 0): [1, 2]}, {1: partner, 2: "mlp"})
+        return profiler.learnt
+    assert list(learnt("resnet18")) == ["mlp-new2"]
+    assert learnt("lstm") == {}
 
 
 def test_the_provisional_profile_is_as_heavy_as_the_heaviest_known():

@@ -17,7 +17,7 @@ from pathlib import Path
 from ....errors import IadeepError
 from ....jobs import Job, JobState
 from ....model.data import shipped_profiles
-from ....profiles import Profile, provisional_profile
+from ....profiles import SHARED_SAMPLE_BELOW_UTIL, Profile, provisional_profile
 from ....snapshot import ClusterSnapshot, GpuSample
 from ....store import jobrows, profiles as profrows
 from ..context import Context, Round, Step
@@ -25,11 +25,6 @@ from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
-# A new job sharing its GPU is sampled from its own figures only while the GPU is less busy
-# than this (%): with time to spare nobody's kernels wait, so its SM share is what it would use
-# alone; on a saturated GPU the jobs slice its time and the share would read light (and a
-# light first sample would have the label's later samples alone rejected as outliers).
-SHARED_SAMPLE_BELOW_UTIL = 90.0
 # plan()'s reason for a job with no profile under ``cold_start: alone`` (scheduler/placement)
 ALONE_REASON = "no profile yet: waits for an empty GPU to profile on"
 
