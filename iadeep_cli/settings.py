@@ -172,7 +172,8 @@ class Policy:
     # start beside others under a provisional profile as heavy as the heaviest the lab knows,
     # and is profiled from its own figures while it shares (elsewhere as "alone"); "alone", it
     # waits for an empty GPU and is profiled there. The simulator's cold-start scenario (30%
-    # new programs): share 0.468 vs alone 0.491 mean JCT relative to exclusive.
+    # new programs, 10 seeds): share 0.481 vs alone 0.491 of exclusive's mean JCT at load 1.2,
+    # 0.485 vs 0.509 at 1.5 (docs/simulator.md "Cold start and labels").
     cold_start: str = "share"
 
 
