@@ -289,8 +289,7 @@ class Schedule(Step):
             if h.until > now)
         if not skipped:
             return waits
-        return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
-                for i, why in waits.items()}
+        return {i: _cause_first(why, skipped) for i, why in waits.items()}
 
 
 def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, str]:
@@ -299,4 +298,17 @@ def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, s
     if not drained:
         return waits
     said = "; ".join(f"node {n} is {why}" for n, why in sorted(drained.items()))
-    return {i: f"{why}; {said}" for i, why in waits.items()}
+    return {i: _cause_first(why, said) for i, why in waits.items()}
+
+
+def _cause_first(why: str, cause: str) -> str:
+    """``why`` (plan()'s waiting reason) with ``cause`` (nodes drained or skipped, which the
+    round knows and plan() does not): the cause alone where plan() saw no GPUs at all, the
+    cause first and without plan()'s guess where it saw the job's nodes offer none ("down, or
+    not in the inventory"), else after plan()'s own reason."""
+    from ....scheduler.placement import NO_GPUS, UNOFFERED
+    if why == NO_GPUS:
+        return cause
+    if why.endswith(f" {UNOFFERED}"):
+        return f"{cause}; {why[:-len(UNOFFERED) - 1]}"
+    return f"{why}; {cause}"
