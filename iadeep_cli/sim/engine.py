@@ -63,6 +63,9 @@ class SimJob:
     # published peers that preempt (Tiresias) assume every job can, whatever this says
     requeue: bool = False
     name: str = ""         # its job name, where a real trace has one (sim/traces.py)
+    # the --time its user asked for, where one is assumed (``sim --forecast``: foresee.py);
+    # only the run-time history learns from it (the schedule does not stop jobs at it)
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -329,7 +332,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             jct[i] = t - specs[i].submit_s
             done += 1
             if view is not None:   # its run time, as the controller records it, and its owner
-                view.durations.add(specs[i].workload, ran.get(i, 0.0), specs[i].user)
+                view.durations.add(specs[i].workload, ran.get(i, 0.0), specs[i].user,
+                                   specs[i].time_limit_s)
             if ledger is not None:
                 ledger.stop(i, t)
         switched = phases.switch(running, remaining, t)
