@@ -693,13 +693,11 @@ class Service(views.StoreReader):
                                  f"the job (technical detail: {exc.message})") from None
 
     def _node_silent_since(self, node: str) -> float | None:
-        """When ``node`` stopped answering the round's polls, None if its last poll answered."""
+        """When ``node`` stopped answering the round's polls (its GPU query failing is not
+        that), None if its last poll answered."""
         with self.store.tx() as conn:
-            seen = {n.name: (n, since) for n, since in cluster.load_nodes(conn)}
-        snap, since = seen.get(node, (None, None))
-        if since is not None:
-            return since
-        return snap.taken_at if snap is not None and not snap.ok else None
+            return next((since for n, since in cluster.load_nodes(conn) if n.name == node),
+                        None)
 
     def _meanwhile(self, job: Job, silent: float | None) -> str:
         """What happens to ``job`` while its node stays silent, as its owner needs to know."""
