@@ -19,7 +19,8 @@ from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.model.predictor import default_model
 from iadeep_cli.scheduler import forecast as fc
-from iadeep_cli.scheduler.placement import CautiousModel, GpuSlot, plan, spec_memory_mib
+from iadeep_cli.scheduler.placement import GpuSlot, plan, spec_memory_mib
+from iadeep_cli.scheduler.prediction import CautiousModel
 from iadeep_cli.scheduler.remaining import Durations
 from iadeep_cli.settings import Policy
 
