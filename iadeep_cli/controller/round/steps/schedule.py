@@ -181,7 +181,10 @@ class Schedule(Step):
             lambda jobs, t: order_queue(jobs, policy, t, fair), key,
             # from a job's end to the next one running on its GPU: the round that notices the
             # end, the round that places, the launch (LAG_ROUNDS of them, slowest seen)
-            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s)))
+            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s),
+            # `queue add --test-only`'s plan() gives its waiting reason
+            fc.planner(profiles, model, policy, self.inventory.user_limits, fairshare=fair,
+                       durations=durations, reasons=True, **kwargs)))
 
     def _preempt(self, decided: Plan, waiting: list[Job], active: list[Job], now: float) -> None:
         """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
