@@ -49,11 +49,6 @@ class Inputs:
     explain: fc.Decide | None = None
 
 
-def view_of(f: fc.JobForecast, made_at: float) -> ForecastView:
-    return ForecastView(f.start, f.start_low, f.start_high, f.end, f.end_low, f.end_high,
-                        f.node, f.gpus, f.beside, f.speed, f.source, made_at)
-
-
 class Foresight:
     """The latest forecast, made in a thread of its own (``start``; ``close`` stops it)."""
 
@@ -89,7 +84,7 @@ class Foresight:
         if got is None:
             return None
         f = got.jobs.get(job_id)
-        return None if f is None else view_of(f, got.made_at)
+        return None if f is None else f.at(got.made_at)
 
     def starts(self) -> Mapping[int, fc.JobForecast]:
         got = self.latest()
@@ -116,7 +111,7 @@ class Foresight:
                           group_speed=inputs.group_speed, memory=inputs.memory,
                           order=inputs.order, lag_s=inputs.lag_s)
         f = got.jobs.get(TRIAL_ID)
-        view = None if f is None else view_of(f, got.made_at)
+        view = None if f is None else f.at(got.made_at)
         return TrialResult(not reason and f is not None and f.start == inputs.now, reason,
                            view)
 

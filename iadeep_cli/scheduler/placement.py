@@ -47,13 +47,14 @@ from typing import Any
 from ..jobopts import node_allowed, node_rules
 from ..jobs import Job, JobSpec
 from ..profiles import Profile, gpu_model_key
-from ..settings import Inventory, Policy, UserLimit
+from ..settings import Inventory, Policy
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib, gpus_at
 from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
+from .inputs import PlanInputs
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
-from .prediction import CachedModel, Predict, Predictor
+from .prediction import CachedModel, Predict
 from .priority import order_queue, queue_key
 from .remaining import Durations, RuntimeEstimate, estimate_runtime, gittins
 from .sharing import Pressure, best_share, completion_rate
@@ -350,43 +351,19 @@ class _Round:
 
 
 # --------------------------------------------------------------------------- the policy
-def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
-         profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
-         user_limits: Mapping[str, UserLimit], now: float,
-         fairshare: Mapping[str, float] | None = None,
-         closed: Mapping[str, str] | None = None,
-         speeds: ModelSpeeds | None = None,
-         durations: Durations | None = None,
-         reservations: Sequence[reserve.Reservation] = (),
-         attained: Mapping[int, float] | None = None,
-         gangs: bool = False, reasons: bool = True) -> Plan:
+def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], now: float,
+         inputs: PlanInputs) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
-    ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
-    ``fairshare``: priority points per user (``scheduler.fairshare``), worked out by the caller
-    from what ran, so plan() stays a function of its arguments; None: fair share off.
-    ``closed``: GPU name ("node:index") -> why it takes no new partners (run-time adaptation
-    found its jobs running worse than predicted); a job that waits while one of these would
-    otherwise have room for it says so.
-    ``speeds``: each workload's solo speed per GPU model (``scheduler.gpumodels``), built by the
-    caller once per round; used only when the slots hold more than one GPU model (None there:
-    every model counts as equally fast, the 'blind' reading). One model: ignored, so a
-    one-model lab's rounds are exactly what they were.
-    ``durations``: the lab's run times (``scheduler.remaining``) that ``sharing: jct`` judges
-    a group by; None: a broad prior alone (how long each job has run still counts).
-    ``reservations``: GPUs kept for one user over a window (``scheduler.reservations``).
-    ``durations`` also gives the run-time estimates (``remaining.estimate_runtime``) that
-    backfill on held GPUs and the choice of the node to hold go by (with or without
-    ``sharing: jct``).
-    ``attained``: GPU-seconds each job has had over all its attempts (the caller's record);
-    with ``Policy.preemption`` "las" the queue goes by its level first and ``Plan.preempt``
-    names requeueable jobs to checkpoint for jobs that had less (docs/scheduling.md).
-    ``gangs``: a job needing more GPUs than any node has runs on several whole empty nodes
-    (``Placement.gang``); the simulator's replay of real traces sets it. Off, such a job
-    waits with its reason (the controller launches a job on one node).
-    ``reasons``: False (the simulator) stops the round once no GPU has room for anyone, so
-    the jobs after that point get no wait reason; the placements are the same.
+    ``queue``, ``slots``, ``active``, ``now``: the state the round sees; ``inputs``: what it
+    decides by (``scheduler/inputs.PlanInputs``: profiles, predictor, policy, limits, fair
+    share, closed GPUs, speeds per GPU model, run times, reservations, attained service,
+    gangs, reasons), built once by the caller.
     """
+    profiles, model, policy = inputs.profiles, inputs.model, inputs.policy
+    user_limits, fairshare, closed = inputs.user_limits, inputs.fairshare, inputs.closed
+    speeds, durations, reservations = inputs.speeds, inputs.durations, inputs.reservations
+    attained, gangs, reasons = inputs.attained, inputs.gangs, inputs.reasons
     history = durations
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group

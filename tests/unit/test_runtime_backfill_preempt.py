@@ -12,6 +12,7 @@ import pytest
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler import placement
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.remaining import (
     DEFAULT_RUNTIME_S,
@@ -110,8 +111,8 @@ def _slot(node, index, jobs=()):
 
 
 def _plan(queue, slots, active, durations=None, policy=Policy(), attained=None):
-    return plan(queue, slots, active, PROFILES, TRUTH, policy, {}, NOW,
-                durations=durations, attained=attained)
+    return plan(queue, slots, active, NOW,
+                PlanInputs(PROFILES, TRUTH, policy, durations=durations, attained=attained))
 
 
 # ann's resnet18 runs 10 minutes, bob's vgg16 ten hours, carol's transformer five hours
@@ -224,8 +225,9 @@ def test_the_gpus_a_preemption_frees_are_not_given_to_a_job_behind_in_the_same_r
 # ------------------------------------------------- the simulator's short rounds (reasons=False)
 def _sim_plan(queue, slots, active, durations=None, policy=Policy(), attained=None):
     """plan() as the simulator calls it: gangs on, no wait reasons (its shortcuts on)."""
-    return plan(queue, slots, active, PROFILES, TRUTH, policy, {}, NOW, durations=durations,
-                attained=attained, gangs=True, reasons=False)
+    return plan(queue, slots, active, NOW,
+                PlanInputs(PROFILES, TRUTH, policy, durations=durations, attained=attained,
+                           gangs=True, reasons=False))
 
 
 def test_the_simulators_short_round_still_backfills_gpus_held_for_a_waiting_job():
