@@ -45,6 +45,8 @@ class Inputs:
     order: Callable[[Sequence[Job], float], list[Job]]
     key: tuple = ()   # what changed means a new forecast (queue, placements, progress)
     lag_s: float = 0.0   # from a GPU freeing to the next job running there (forecast())
+    # plan() with waiting reasons (``decide`` gives none: fc.planner), for ``trial``'s reason
+    explain: fc.Decide | None = None
 
 
 class Foresight:
@@ -98,7 +100,8 @@ class Foresight:
             return None
         job = Job(TRIAL_ID, owner, spec, JobState.QUEUED, max(now, inputs.now))
         queue = [*inputs.queue, job]
-        decided = inputs.decide(queue, inputs.slots, inputs.active, inputs.now)
+        decided = (inputs.explain or inputs.decide)(queue, inputs.slots, inputs.active,
+                                                    inputs.now)
         if any(p.job_id == TRIAL_ID for p in decided.placements):
             reason = ""
         else:

@@ -16,10 +16,12 @@ freed starts within that GPU's bounds), not by simulating three times.
 
 Bounded in cost (a 1,000-job queue on 512 GPUs well under a second, benchmarks/
 bench_forecast.py): ends that fall close together are taken as one step (within ``QUANTUM``
-of the forecast's elapsed time, at least ``MIN_STEP_S``), each step's ``plan()`` sees only the
-head of the queue (the ``WINDOW`` first jobs in queue order, at least twice the GPUs that just
-freed), and the forecast stops after ``MAX_STEPS`` steps or ``HORIZON_S``: a job not placed
-by then has no forecast ("not within the horizon"). These are approximations, stated in
+of the forecast's elapsed time, at least ``MIN_STEP_S``), each step's ``plan()`` runs as the
+simulator's does (``reasons=False``: it stops once no GPU has room, and gives no waiting
+reasons, which the forecast does not read) over the whole queue (``window`` can bound it to
+the head; the whole queue is what lets a small job forecast to backfill past a long head), and
+the forecast stops after ``MAX_STEPS`` steps or ``HORIZON_S``: a job not placed by then has no
+forecast ("not within the horizon"). These are approximations, stated in
 docs/scheduling.md: jobs not yet submitted are not foreseen (they may jump ahead with a higher
 priority), nor are failures, cancellations, holds or nodes going down.
 """
@@ -41,7 +43,7 @@ from .remaining import Durations, RuntimeEstimate, estimate_runtime
 
 QUANTUM = 0.03        # ends within 3% of the time forecast so far are one step ...
 MIN_STEP_S = 60.0     # ... and ends within a minute
-WINDOW = 32           # queued jobs each step's plan() sees, at least (the head of the queue)
+WINDOW: int | None = None   # queued jobs each step's plan() sees, at least (None: all)
 MAX_STEPS = 400
 HORIZON_S = 30 * 86400.0
 
@@ -114,7 +116,7 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
              memory: Callable[[Job], float | None],
              order: Callable[[Sequence[Job], float], list[Job]] | None = None,
              max_steps: int = MAX_STEPS, horizon_s: float = HORIZON_S,
-             window: int = WINDOW, lag_s: float = 0.0) -> Forecast:
+             window: int | None = WINDOW, lag_s: float = 0.0) -> Forecast:
     """Forecast ``queue`` (the jobs ``plan()`` may place: dependencies met) from the GPUs
     ``slots`` with ``active`` on them, at ``now``.
 
@@ -157,8 +159,9 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
             cut = True
             break
         steps += 1
-        # plan() over the head of the queue, on the GPUs as the forecast has them at t
-        size = max(window, 2 * opened)
+        # plan() over the queue (its head with a ``window``; the first step over all of it,
+        # as the round itself sees it), on the GPUs as the forecast has them at t
+        size = len(head) if window is None or steps == 1 else max(window, 2 * opened)
         view = [j for j in head if j.id in waiting][:size]
         cur = tuple(replace(s, memory_free_mib=free[k], job_ids=tuple(sorted(on[k])))
                     for k, s in slot_by.items())
@@ -306,9 +309,12 @@ _DEFAULT_POLICY = Policy()
 
 
 # --------------------------------------------------------------------------- the usual inputs
-def planner(inputs: PlanInputs) -> Decide:
+def planner(inputs: PlanInputs, reasons: bool = False) -> Decide:
     """``decide`` for ``forecast``: plan() with these inputs (the caller's, built once), the
-    predictor memoised across the forecast's steps."""
+    predictor memoised across the forecast's steps; without waiting reasons by default
+    (``reasons=False``, as the simulator plans: the same placements, found faster; the
+    forecast reads only the placements; `queue add --test-only` asks for them)."""
+    inputs = replace(inputs, reasons=reasons)
     if not isinstance(inputs.model, CachedModel):
         inputs = replace(inputs, model=CachedModel(inputs.model))
 

@@ -451,7 +451,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
         ok = _node_rule(job)
         if ok is not _anywhere and not any(ok(g) for g in rnd.gpus):
             waits[job.id] = (f"no node it may run on ({node_rules(job.spec)}) has GPUs to "
-                             "offer now (down, or not in the inventory)")
+                             f"offer now {UNOFFERED}")
             continue
         # reservations: ``ok`` less GPUs held for others (``rule``: the job's own node rules)
         rule, (ok, kept) = ok, reserve.rule(reservations, kept_for, job, ok, now)
@@ -839,9 +839,16 @@ def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy,
     return _Res(job.id, prof, floor, solo, index, bucket, age, left)
 
 
+# plan()'s guesses at why nodes offer no GPUs, where it sees only that they offer none: the
+# round, which knows the cause (a node drained, or skipped while its launches fail), says it
+# instead (controller/round/steps/schedule.py)
+UNOFFERED = "(down, or not in the inventory)"
+NO_GPUS = "no GPUs available (no node answered, or the inventory lists none)"
+
+
 def _full_reason(job: Job, total: int) -> str:
     if total == 0:
-        return "no GPUs available (no node answered, or the inventory lists none)"
+        return NO_GPUS
     if job.spec.gpus > 1:
         return f"needs {job.spec.gpus} free GPUs on one node; all {total} GPUs are busy"
     return f"all {total} GPUs are busy or reserved; waiting for a job to finish"

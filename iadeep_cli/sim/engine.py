@@ -67,6 +67,9 @@ class SimJob:
     # what the scheduler is told it is (sim/coldstart.py: a new program's own label, a
     # coarse or wrong one); "": its workload
     label: str = ""
+    # the --time its user asked for, where one is assumed (``sim --forecast``: foresee.py);
+    # only the run-time history learns from it (the schedule does not stop jobs at it)
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -336,7 +339,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             done += 1
             if view is not None:   # its run time, as the controller records it, and its owner
                 view.durations.add(specs[i].label or specs[i].workload, ran.get(i, 0.0),
-                                   specs[i].user)
+                                   specs[i].user, specs[i].time_limit_s)
             if ledger is not None:
                 ledger.stop(i, t)
         switched = phases.switch(running, remaining, t)

@@ -40,7 +40,8 @@ def inputs(queue, key=("a",)) -> Inputs:
                   NOW, fc.planner(PlanInputs(PROFILES, TRUTH, POLICY)), fc.lefts_of(None, NOW),
                   fc.runtimes_of(None), fc.speeds_of(PROFILES, TRUTH),
                   lambda j: spec_memory_mib(j.spec, PROFILES, POLICY),
-                  lambda jobs, t: order_queue(jobs, POLICY, t, None), key)
+                  lambda jobs, t: order_queue(jobs, POLICY, t, None), key,
+                  explain=fc.planner(PlanInputs(PROFILES, TRUTH, POLICY), reasons=True))
 
 
 def waiting(job_id: int) -> Job:

@@ -52,6 +52,28 @@ def test_a_time_limit_caps_every_figure_of_the_estimate():
     assert "--time" in est.source and "history" in est.source
 
 
+def test_a_user_who_asks_for_about_twice_what_they_need_is_estimated_from_their_time_limit():
+    """ann's jobs run from 10 minutes to 20 hours (the label says little), but each ran about
+    half its --time: her next job's estimate is about half its --time, within a narrow range.
+    A job without --time, or a history without limits, is estimated as before."""
+    lengths = [600.0, 2 * H, 20 * H, 1 * H, 5 * H, 3 * H]
+    runs = Durations([("bert", d, "ann", 2.0 * d * (1.1 if k % 2 else 0.9))
+                      for k, d in enumerate(lengths)])
+    est = estimate_runtime(runs, user="ann", workload="bert", time_limit_s=8 * H)
+    assert est.source == "--time x history"
+    assert est.seconds == pytest.approx(4 * H, rel=0.1)
+    assert 3 * H < est.low_s < est.seconds < est.high_s < 5.5 * H
+    # ... and given it has already run 5 h, it is expected to run past that, within its --time
+    later = estimate_runtime(runs, user="ann", workload="bert", time_limit_s=8 * H,
+                             age_s=5 * H)
+    assert 5 * H < later.seconds <= 8 * H and later.source == "--time x history"
+    assert estimate_runtime(runs, user="ann", workload="bert").source == "user+label history"
+    plain = Durations([(w, d, u) for w, d, u, _ in
+                       [("bert", d, "ann", None) for d in lengths]])
+    assert "x history" not in estimate_runtime(plain, user="ann", workload="bert",
+                                               time_limit_s=8 * H).source
+
+
 def test_the_users_runs_of_the_label_come_before_the_labels_and_the_users():
     runs = Durations([*[("bert", 600.0, "ann")] * MIN_HISTORY,      # ann's bert: 10 min
                       *[("bert", 10 * H, "bob")] * 20,               # everyone else's: 10 h

@@ -183,7 +183,8 @@ class Schedule(Step):
         policy, profiles = inventory.policy, inputs.profiles
         fair, durations = inputs.fairshare, inputs.durations
         model = CachedModel(inputs.model)
-        decide = fc.planner(dataclasses.replace(inputs, model=model))
+        bound = dataclasses.replace(inputs, model=model)
+        decide = fc.planner(bound)
         key = (tuple(j.id for j in queue),
                tuple((j.id, j.node, j.gpu_indices) for j in active),
                # work left by progress, to the minute (a new forecast when that moves)
@@ -196,7 +197,9 @@ class Schedule(Step):
             lambda jobs, t: order_queue(jobs, policy, t, fair), key,
             # from a job's end to the next one running on its GPU: the round that notices the
             # end, the round that places, the launch (LAG_ROUNDS of them, slowest seen)
-            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s)))
+            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s),
+            # `queue add --test-only`'s plan() gives its waiting reason
+            fc.planner(bound, reasons=True)))
 
     def _preempt(self, decided: Plan, waiting: list[Job], active: list[Job], now: float) -> None:
         """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
@@ -304,8 +307,7 @@ class Schedule(Step):
             if h.until > now)
         if not skipped:
             return waits
-        return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
-                for i, why in waits.items()}
+        return {i: _cause_first(why, skipped) for i, why in waits.items()}
 
 
 def _with_cold_start(waits: dict[int, str], queue: Sequence[Job],
@@ -335,4 +337,17 @@ def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, s
     if not drained:
         return waits
     said = "; ".join(f"node {n} is {why}" for n, why in sorted(drained.items()))
-    return {i: f"{why}; {said}" for i, why in waits.items()}
+    return {i: _cause_first(why, said) for i, why in waits.items()}
+
+
+def _cause_first(why: str, cause: str) -> str:
+    """``why`` (plan()'s waiting reason) with ``cause`` (nodes drained or skipped, which the
+    round knows and plan() does not): the cause alone where plan() saw no GPUs at all, the
+    cause first and without plan()'s guess where it saw the job's nodes offer none ("down, or
+    not in the inventory"), else after plan()'s own reason."""
+    from ....scheduler.placement import NO_GPUS, UNOFFERED
+    if why == NO_GPUS:
+        return cause
+    if why.endswith(f" {UNOFFERED}"):
+        return f"{cause}; {why[:-len(UNOFFERED) - 1]}"
+    return f"{why}; {cause}"
