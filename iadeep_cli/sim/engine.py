@@ -387,6 +387,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             again = True   # at once: the GPUs they left
         if arrived or finished or acted or switched or crossed or again or hooks is None:
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
+            if hooks is not None:
+                hooks.changed()   # its next poll looks again (a quiet one only draws)
         if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared, ran)
