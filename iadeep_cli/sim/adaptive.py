@@ -157,8 +157,12 @@ class AdaptHooks:
         reach: list[_Reach] = []
         changed = self._phase(t, running, groups, phases, observed, reach)
         acted = changed or acted
-        if (self.skip_quiet and not acted and not findings
-                and all(self._no_symptom(pairs) for pairs in raw.values())
+        # the sharing detector's findings act only through closed GPUs and suspensions: with
+        # both off (the default) what it finds changes nothing, whatever the jitter
+        findings_act = self.policy.stop_partners or self.policy.suspend
+        if (self.skip_quiet and not acted
+                and (not findings_act or (not findings and all(
+                    self._no_symptom(pairs) for pairs in raw.values())))
                 and (not self.policy.phase or all(self._no_shift(*r) for r in reach))):
             self._quiet_draws = self._draws - draws
         return acted
