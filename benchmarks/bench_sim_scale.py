@@ -2,8 +2,8 @@
 default policy (target: near-linear, 10,000 jobs in about a minute on a 2-core machine), and a
 real trace's busiest weeks under exclusive and iadeep (target: under 60 s). Philly's busiest
 team (6214e9): its busiest 7 days hold 5,704 jobs (no 7-day window of one team in this
-extract holds the 8,289 the issue counted; docs/simulator.md "Speed"), its busiest 17 days
-8,393, the stand-in for the issue's 8,289.
+extract holds the 8,289 the goal names; docs/simulator.md "Speed"), its busiest 17 days
+8,393, the stand-in for that week.
 
 Each size runs every default policy in this process on the same generated trace (8 GPUs,
 load 1.2, seed 0, as ``iadeep sim --jobs N``); the time is CPU seconds of this process
