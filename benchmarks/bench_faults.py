@@ -12,9 +12,14 @@ The "none" row is the same run without a fault: the baseline the others compare 
 ``--refit-obs`` (5,000) observations for the whole window (see ``Refits``). Nor is
 "self-tuning": the controller's database gets 14 days of history (1,000 finished jobs) and its
 policy ``tune_every: 1``, so its own replay child (nice 10) runs back to back; the share of the
-window's samples that found one running is printed.
+window's samples that found one running is printed. Nor is "forecasting": the controller's
+queue gets ``--queue`` (1,000) waiting jobs behind the two running ones (every GPU busy, as in
+bench_forecast.py) and one more every 2 s of the window, so its forecast thread
+(controller/foresight.py) forecasts the whole queue as often as it ever does (every
+``MIN_GAP_S``, 5 s); the forecasts made during the window (a waiting job's ``made_at``, read
+with `queue show`) are printed.
 Usage: .venv/bin/python benchmarks/bench_faults.py [--fault-s 15] [--poll 1] [--grace 5]
-       [--scenarios none,"model refit"] [--refit-obs 5000]
+       [--scenarios none,"model refit"] [--refit-obs 5000] [--queue 1000]
 """
 from __future__ import annotations
 
@@ -33,7 +38,44 @@ from helpers.controllers import ControllerProcess, attempt_processes, cli, jobs_
 from helpers.sshd import Cluster  # noqa: E402
 
 SCENARIOS = ("none", "nvidia-smi failing", "nvidia-smi hanging", "sshd SIGSTOP",
-             "network gone", "node rebooted", "model refit", "self-tuning")
+             "network gone", "node rebooted", "model refit", "self-tuning", "forecasting")
+
+
+class Queue:
+    """The "forecasting" scenario: waiting jobs written into the running controller's
+    database (as `queue add` would leave them, the script aside: none is ever placed while the
+    two exclusive jobs hold both GPUs), ``n`` at once and then one at a time (``more``)."""
+
+    def __init__(self, db: Path, n: int):
+        import getpass
+
+        from iadeep_cli.model.data import shipped_profiles
+        from iadeep_cli.store import Store
+
+        self.labels = sorted(shipped_profiles())
+        self.owner = getpass.getuser()
+        self.store = Store(db)
+        self.ids: list[int] = []
+        self.more(n)
+
+    def more(self, n: int = 1) -> None:
+        from iadeep_cli.jobs import JobSpec
+        from iadeep_cli.store import jobrows
+
+        with self.store.tx() as conn:
+            for _ in range(n):
+                spec = JobSpec(script="/bin/true",
+                               workload=self.labels[len(self.ids) % len(self.labels)])
+                self.ids.append(jobrows.insert(conn, self.owner, spec, time.time())[0])
+
+    def made_at(self, home: Path) -> float | None:
+        """When the forecast a `queue show` of the first waiting job reads was made."""
+        got = json.loads(cli(home, "queue", "show", str(self.ids[0]), "--json",
+                             check=True).stdout).get("forecast")
+        return None if not got else got.get("made_at")
+
+    def close(self) -> None:
+        self.store.close()
 
 
 class Refits:
@@ -156,6 +198,10 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             sys.path.insert(0, str(HERE))
             from bench_selftune import seed
             seed(next(state.rglob("iadeep.db")), 1000, time.time(), nodes=False)
+        elif name == "forecasting":
+            queue = Queue(next(state.rglob("iadeep.db")), args.queue)
+            made: set[float] = set()
+            next_add = time.monotonic() + 2.0
         else:
             inject(cluster, name, where)
         replaying = []
@@ -171,6 +217,10 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
             healthy = {n["name"]: n for n in status["nodes"]}["node02"]
             ages.append((status["now"] - healthy["taken_at"]) / args.poll)
             replaying.append(_replay_running())
+            if name == "forecasting" and time.monotonic() >= next_add:
+                queue.more()
+                made.add(queue.made_at(state) or 0.0)
+                next_add = time.monotonic() + 2.0
             time.sleep(0.2)
         if refits is not None:
             refits.stop.set()
@@ -181,6 +231,12 @@ def run(cluster, tmp: Path, name: str, args) -> dict:
         elif name == "self-tuning":
             print(f"self-tuning: a replay ran during {sum(replaying)} of {len(replaying)} "
                   "samples", file=sys.stderr)
+        elif name == "forecasting":
+            made.add(queue.made_at(state) or 0.0)
+            made.discard(0.0)
+            print(f"forecasting: {len(queue.ids)} jobs waiting at the end; {len(made)} "
+                  f"forecasts seen made during the {args.fault_s:g} s window", file=sys.stderr)
+            queue.close()
         else:
             clear(cluster, name, where, state)
         deadline = time.monotonic() + 60
@@ -207,6 +263,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--refit-obs", type=int, default=5000,
                     help="co-location measurements the 'model refit' scenario refits over")
+    ap.add_argument("--queue", type=int, default=1000,
+                    help="waiting jobs the 'forecasting' scenario queues up front")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS),
                     help="comma-separated subset of: " + ", ".join(SCENARIOS))
     args = ap.parse_args()

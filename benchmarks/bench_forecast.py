@@ -19,7 +19,9 @@ from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.model.predictor import default_model
 from iadeep_cli.scheduler import forecast as fc
-from iadeep_cli.scheduler.placement import CautiousModel, GpuSlot, plan, spec_memory_mib
+from iadeep_cli.scheduler.inputs import PlanInputs
+from iadeep_cli.scheduler.placement import GpuSlot, plan, spec_memory_mib
+from iadeep_cli.scheduler.prediction import CautiousModel
 from iadeep_cli.scheduler.remaining import Durations
 from iadeep_cli.settings import Policy
 
@@ -67,15 +69,16 @@ def main() -> None:
     def one_forecast() -> fc.Forecast:
         cautious = CautiousModel(model)
         return fc.forecast(queue, slots, active, now=NOW,
-                           decide=fc.planner(profiles, cautious, policy, durations=history),
+                           decide=fc.planner(PlanInputs(profiles, cautious, policy,
+                                                        durations=history)),
                            left=fc.lefts_of(history, NOW), runtime=fc.runtimes_of(history),
                            group_speed=fc.speeds_of(profiles, cautious),
                            memory=lambda j: spec_memory_mib(j.spec, profiles, policy),
                            order=lambda jobs, t: fc.order_queue(jobs, policy, t, None))
 
     def one_round() -> None:
-        plan(queue, slots, active, profiles, CautiousModel(model), policy, {}, NOW,
-             durations=history)
+        plan(queue, slots, active, NOW,
+             PlanInputs(profiles, CautiousModel(model), policy, durations=history))
 
     def cpu(fn) -> float:
         times = []

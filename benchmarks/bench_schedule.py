@@ -17,6 +17,7 @@ from dataclasses import replace
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.model.predictor import default_model
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.prediction import CachedModel, CautiousModel
 from iadeep_cli.scheduler.priority import order_queue
@@ -75,11 +76,12 @@ def main() -> None:
     profiles, active, slots, queue = scenario()
     model = default_model()
     policy = Policy()
-    result = plan(queue, slots, active, profiles, CachedModel(model), policy, {}, 86400.0)
-    ours = median_ms(lambda: plan(queue, slots, active, profiles, CachedModel(model), policy,
-                                  {}, 86400.0))
-    cautious = median_ms(lambda: plan(queue, slots, active, profiles, CautiousModel(model),
-                                      policy, {}, 86400.0))
+    result = plan(queue, slots, active, 86400.0,
+                  PlanInputs(profiles, CachedModel(model), policy))
+    ours = median_ms(lambda: plan(queue, slots, active, 86400.0,
+                                  PlanInputs(profiles, CachedModel(model), policy)))
+    cautious = median_ms(lambda: plan(queue, slots, active, 86400.0,
+                                      PlanInputs(profiles, CautiousModel(model), policy)))
     base = median_ms(lambda: naive_first_fit(queue, slots, policy))
     print(f"plan(): {QUEUE} queued jobs, {NODES}x{GPUS_PER_NODE} GPUs, {len(active)} running")
     print(f"  placed {len(result.placements)}, waiting {len(result.waits)}")
@@ -90,8 +92,9 @@ def main() -> None:
     print(f"  ratio plan()/first-fit   {cautious / base:8.2f}x")
     # CPU time of this process: on a shared, overloaded machine wall time mostly measures the
     # other processes; CPU time is what the round costs.
-    cpu = median_ms(lambda: plan(queue, slots, active, profiles, CautiousModel(model), policy,
-                                 {}, 86400.0), time.process_time)
+    cpu = median_ms(lambda: plan(queue, slots, active, 86400.0,
+                                 PlanInputs(profiles, CautiousModel(model), policy)),
+                    time.process_time)
     cpu_base = median_ms(lambda: naive_first_fit(queue, slots, policy), time.process_time)
     print(f"  CPU time: plan() {cpu:.2f} ms, first-fit {cpu_base:.2f} ms "
           f"({cpu / cpu_base:.2f}x)")
@@ -100,8 +103,9 @@ def main() -> None:
     mixed = tuple(replace(s, gpu_model="a100" if int(s.node[1:]) >= NODES // 2 else "h200")
                   for s in slots)
     speeds = sim_speeds(profiles, (("h200", len(slots) // 2), ("a100", len(slots) // 2)))
-    two = median_ms(lambda: plan(queue, mixed, active, profiles, CautiousModel(model), policy,
-                                 {}, 86400.0, speeds=speeds), time.process_time)
+    two = median_ms(lambda: plan(queue, mixed, active, 86400.0,
+                                 PlanInputs(profiles, CautiousModel(model), policy,
+                                            speeds=speeds)), time.process_time)
     print(f"  two GPU models (half A100): plan() {two:.2f} ms CPU "
           f"({two / cpu_base:.2f}x first-fit; {two / cpu:.2f}x the one-model round)")
 

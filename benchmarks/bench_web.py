@@ -48,7 +48,7 @@ def _browser_ms(bodies: dict[str, str], repeats: int) -> dict[str, float] | None
         from selenium.webdriver.chrome.service import Service
     except ImportError:
         return None
-    from iadeep_cli.cli.webserver import serve
+    from iadeep_cli.web.server import serve
 
     server = serve("127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -87,8 +87,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     from helpers import seed
-    from iadeep_cli.cli import webview
     from iadeep_cli.tui import viewmodel as vm
+    from iadeep_cli.web import view as webview
 
     large, empty = _seeded("large"), _seeded("empty")
     print(f"{len(large.status.nodes)} nodes, "

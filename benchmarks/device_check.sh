@@ -23,13 +23,17 @@
 #      (speed next to the other / speed alone), then cancels both. While they share it also
 #      prints each one's SM share (NVML's per-process figure, through the poll) over its speed,
 #      the estimate of its utilisation alone that sharing jobs' phase changes are judged by
-#      (scheduler/detectors.solo_util; A's utilisation alone is its profile's), and saves
-#      `nvidia-smi pmon -c 1 -s um` (pmon.txt: per-process figures as nvidia-smi prints them,
-#      the real output a remote poll of them would need as its test fixture).
+#      (scheduler/detectors.solo_util; A's utilisation alone is its profile's), and runs the
+#      command a remote poll runs for them, `nvidia-smi pmon -c 1 -s um -i GPU`, timed (the
+#      poll waits for it), saved byte for byte as pmon.txt (pmon.cmd: the command, its exit
+#      code and seconds; both belong in tests/fixtures/nvidia-smi as the real capture the
+#      stand-in's derived pmon fixture stands in for) and read by the poll's parser
+#      (nodes/gpu.parse_pmon), its figures for both jobs printed next to NVML's.
 #
 # Environment: DEVICE_CHECK_DIR (work dir, default a new /tmp/iadeep-device.*),
 # DEVICE_CHECK_PYTHON (the interpreter to build the venv from; default python3), OUT (if set,
-# summary.json, status.json, nodes-check.json, pmon.txt and controller.log are copied there),
+# summary.json, status.json, nodes-check.json, pmon.txt, pmon.cmd and controller.log are copied
+# there),
 # DEVICE_CHECK_DRY=1 (rehearsal without a GPU: the fake pynvml and jobs/steps_progress.sh
 # instead of NVML and PyTorch; proves the script's plumbing only, not the GPU path).
 set -uo pipefail
@@ -146,7 +150,7 @@ cleanup() {
             kill -TERM -- "-$(cat "$pidfile")" 2>/dev/null
     done
     [ -n "$CTL_PID" ] && kill -TERM "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
-    [ -n "${OUT:-}" ] && cp "$WORK"/{summary.json,status.json,nodes-check.json,pmon.txt} \
+    [ -n "${OUT:-}" ] && cp "$WORK"/{summary.json,status.json,nodes-check.json,pmon.txt,pmon.cmd} \
         "$WORK/state/controller.log" "$OUT"/ 2>/dev/null
     true
 }
@@ -213,14 +217,33 @@ for n in status["nodes"]:
                                 "util_alone_estimate": round(sm / speed, 1)
                                 if sm is not None and speed else None}
 print("SM share / speed while sharing:", estimates)
+pmon_check = None
 if shutil.which("nvidia-smi"):
-    pmon = subprocess.run(["nvidia-smi", "pmon", "-c", "1", "-s", "um"], capture_output=True,
-                          text=True, timeout=30)
-    (work / "pmon.txt").write_text(f"$ nvidia-smi pmon -c 1 -s um  (exit {pmon.returncode})\n"
-                                   + pmon.stdout + pmon.stderr)
+    # the command a remote poll runs (nodes/gpu.PMON_QUERY, -i its GPUs), timed: the poll
+    # waits for it; saved byte for byte (pmon.txt, stdout only, as the fixtures are) with its
+    # command and exit code beside it, and read by the poll's own parser
+    from iadeep_cli.nodes.gpu import PMON_QUERY, parse_pmon
+    gpu = jobs[a]["gpu_indices"][0] if jobs[a]["gpu_indices"] else 0
+    cmd = [*PMON_QUERY.split(), "-i", str(gpu)]
+    t0 = time.monotonic()
+    pmon = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    took = time.monotonic() - t0
+    (work / "pmon.txt").write_text(pmon.stdout)
+    (work / "pmon.cmd").write_text(f"{' '.join(cmd)}\t{pmon.returncode}\t{took:.2f}s\n"
+                                   + pmon.stderr)
+    print(f"$ {' '.join(cmd)}  (exit {pmon.returncode}, {took:.2f} s)")
     print(pmon.stdout + pmon.stderr)
+    figures = parse_pmon(pmon.stdout)
+    pids = {p["pid"]: p["job_id"] for n in status["nodes"] for g in n["gpus"]
+            for p in g["processes"] if p["job_id"] in (a, b)}
+    pmon_check = {"seconds": round(took, 2), "exit": pmon.returncode,
+                  "jobs": {pids[pid]: {"pmon_sm": u.sm, "pmon_mem": u.mem}
+                           for (i, pid), u in figures.items() if pid in pids}}
+    print("pmon's figures for the jobs, as the remote poll reads them:", pmon_check)
+    if not pmon_check["jobs"]:
+        print("WARNING: pmon gave no figure for either job's process")
 summary = {"elapsed_s": round(time.time() - start, 1), "seen_on_gpu": seen,
-           "sharing_estimates": estimates,
+           "sharing_estimates": estimates, "pmon": pmon_check,
            "jobs": {i: {k: jobs[i][k] for k in ("state", "node", "gpu_indices",
                                                  "observed_speed", "predicted_speed", "reason")}
                     for i in (a, b)},

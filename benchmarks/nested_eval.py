@@ -5,15 +5,16 @@ picked by looking at the held-out scores themselves reports an optimistic figure
 
 Variants (the first wins ties):
 
-* ``additive correction``: the model before the log-speed correction (the correction is
-  added to the prior's speed, ``fit_model(..., log_correction=False)``);
-* ``log-speed correction``: the correction multiplies the prior's speed
-  (``log_correction=True``, the shipped default).
+* ``rule first``: the model as shipped: the one-standard-error rule of the fit's inner
+  cross-validation takes the base rule itself as the simplest prior, then the rule times one
+  fitted factor (the scaled rule);
+* ``scaled rule first``: the scaled rule taken as the simplest (``fit_model(...,
+  scaled_first=True)``).
 
-Both consider the base rule times one fitted factor among the prior's candidates (the scaled
-rule, chosen by this script over the model before it at commit 8fc976c). (Each known
-workload's offset as the partner was rejected by this script at that commit and its code
-removed since: docs/scheduling.md has its figures.)
+Both use the correction on the log-speed scale (chosen by this script over the additive one
+at commit 7bc9913) and consider the scaled rule (chosen over the model before it at commit
+8fc976c). (Each known workload's offset as the partner was rejected by this script at that
+commit and its code removed since: docs/scheduling.md has its figures.)
 
 For each data set it prints every variant alone (no choice: ``model eval``'s figure for that
 variant) and the nested choice among them, with the variant each outer fold chose.
@@ -38,8 +39,8 @@ def variants():
 
     def with_options(**options):
         return lambda groups: (lambda p, o: fit_model(p, o, groups=groups, **options))
-    return {"additive correction": with_options(log_correction=False),
-            "log-speed correction": with_options(log_correction=True)}
+    return {"rule first": with_options(scaled_first=False),
+            "scaled rule first": with_options(scaled_first=True)}
 
 
 def run(label: str, profiles_csv: Path, pairs_csv: Path) -> None:
@@ -71,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", type=Path)
     ap.add_argument("--pairs", type=Path)
+    ap.add_argument("--lucid", type=Path, default=SHARED / "lucid-part",
+                    help="the lucid-part folder (default: ../shared/data/lucid-part)")
     a = ap.parse_args()
     if a.profiles or a.pairs:
         if not (a.profiles and a.pairs):
@@ -79,7 +82,7 @@ def main() -> None:
         return
     run("shipped H200", ROOT / "iadeep_cli" / "data" / "h200" / "profiles.csv",
         ROOT / "iadeep_cli" / "data" / "h200" / "pairs.csv")
-    lucid = SHARED / "lucid-part"
+    lucid = a.lucid
     if (lucid / "pairs.csv").exists():
         run("lucid-part", lucid / "profiles.csv", lucid / "pairs.csv")
 

@@ -213,6 +213,12 @@ class ForecastView(Message):
     source: str = ""
     made_at: float = 0.0
 
+    def at(self, made_at: float) -> ForecastView:
+        """These figures as a reply carries them, made at ``made_at`` (a
+        ``scheduler.forecast.JobForecast`` is one, with its job's id beside)."""
+        figures = {f.name: getattr(self, f.name) for f in dataclasses.fields(ForecastView)}
+        return ForecastView(**{**figures, "made_at": made_at})
+
 
 @dataclass(frozen=True)
 class JobDetail(Message):

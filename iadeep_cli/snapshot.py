@@ -17,13 +17,17 @@ from typing import Any
 @dataclass(frozen=True)
 class GpuProcess:
     """One compute process on a GPU; ``job_id`` is set when iadeep launched it, else foreign.
-    ``sm_util``: its share of the GPU's SM time (%), where the poll can see it (NVML)."""
+    ``sm_util``, ``mem_util``: its share of the GPU's SM time and of its memory interface's (%),
+    where the poll sees them (NVML on the controller's own machine, ``nvidia-smi pmon`` over
+    SSH; None where the driver has no sample of the process or does not support it, as in MIG
+    mode)."""
 
     pid: int
     used_memory_mib: float | None
     name: str = ""
     job_id: int | None = None
     sm_util: float | None = None
+    mem_util: float | None = None
 
     @property
     def foreign(self) -> bool:

@@ -156,6 +156,30 @@ def _check(head: int | None, tail: int | None, all_: bool, follow: bool) -> None
                              hint=f"e.g. {name} 50")
 
 
+def _first_read(log: _Log, follow: bool) -> None:
+    """The log's first byte (its size and the job's state). A job on a node that does not
+    answer: said (the controller says what happens to the job meanwhile); with --follow, said
+    once and waited out for up to ``NODE_PATIENCE_S``, as ``iadeep run`` waits."""
+    since: float | None = None
+    while True:
+        try:
+            log.read(0, 1)
+            if since is not None:
+                print(f"note: job {log.job_id}'s node answers again", file=sys.stderr)
+            return
+        except NodeError as exc:
+            if not follow:
+                raise
+            now = time.monotonic()
+            if since is None:
+                since = now
+                print(f"note: {exc.message}; waiting for the node (up to "
+                      f"{NODE_PATIENCE_S / 60:.0f} min)", file=sys.stderr)
+            elif now - since > NODE_PATIENCE_S:
+                raise
+            time.sleep(1.0)
+
+
 def _not_started(log: _Log, follow: bool) -> None:
     """A job still waiting has no log yet: say so, rather than print nothing."""
     if log.size or log.state not in (m.JobState.QUEUED, m.JobState.HELD):
@@ -192,7 +216,7 @@ def logs(job_id: int = typer.Argument(..., help="Job id.", autocompletion=comple
     --error file): by default its end (the CLI never opens SSH itself; the controller does)."""
     _check(head, tail, all_, follow)
     log = _Log(job_id, "error" if stderr else "output", raw=raw)
-    log.read(0, 1)                   # learns the size and the job's state
+    _first_read(log, follow)         # learns the size and the job's state
     _not_started(log, follow)
     end, skip, keep = log.size, 0, head
     if head is not None or all_:

@@ -89,6 +89,18 @@ def sim(
     phase_shift: float = typer.Option(0.0, "--phase-shift", help="Fraction of jobs (0-1) "
                                       "that switch to another workload partway (between 20% "
                                       "and 80% of their work; the true speeds switch too)."),
+    new_workloads: float = typer.Option(0.0, "--new-workloads", help="Fraction of jobs (0-1) "
+                                        "of programs the lab has never run: no profile until "
+                                        "profiled, as the controller does (cold start)."),
+    cold_start: str = typer.Option("alone", "--cold-start", help="How a new program is "
+                                   "profiled: alone (on an empty GPU, as the controller "
+                                   "today) or share (under a provisional profile, while it "
+                                   "shares: per-process figures)."),
+    coarse_labels: bool = typer.Option(False, "--coarse-labels", help="Two programs under "
+                                       "one label (workloads paired in name order; the label "
+                                       "has the first one's profile)."),
+    wrong_labels: float = typer.Option(0.0, "--wrong-labels", help="Fraction of jobs (0-1) "
+                                       "labelled as another workload, drawn at random."),
     preemption: str = typer.Option("off", "--preemption", help="iadeep's lab setting "
                                    "policy.preemption: off, or las (least attained service "
                                    "first; preempts only --requeueable jobs)."),
@@ -154,12 +166,18 @@ def sim(
                                   lowo=lowo, fairshare=FairShare() if fairshare else None,
                                   phase_shift=phase_shift, gpus_per_node=per_node,
                                   policy=Policy(preemption=preemption),
-                                  requeueable=requeueable,
+                                  requeueable=requeueable, new_workloads=new_workloads,
+                                  cold_start=cold_start, coarse_labels=coarse_labels,
+                                  wrong_labels=wrong_labels,
                                   preempt_cost_s=PREEMPT_COST_S if preempt_cost is None
                                   else preempt_cost,
                                   trace_start=trace_start, trace_days=trace_days,
                                   trace_team=trace_team, trace_every=trace_every)
     if forecast:
+        if new_workloads or coarse_labels or wrong_labels:
+            raise InputError("--forecast scores forecasts with every job's label known; it "
+                             "cannot be combined with --new-workloads, --coarse-labels or "
+                             "--wrong-labels", hint="drop one of them")
         _forecast(settings, seeds, sweep, as_json, inputs)
         return
     if seeds != 1 or sweep:

@@ -1,7 +1,8 @@
 """`iadeep web`: the monitor as a read-only web page.
 
-The server (``webserver``, the standard library's HTTP server) and the page (``webview``) are
-imported inside the command only, so no other command pays for them at start-up.
+The server (``web/server.py``, the standard library's HTTP server) and the page
+(``web/view.py``, its files under ``web/static/``) are imported inside the command only, so no
+other command pays for them at start-up.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def web(listen: str = typer.Option(DEFAULT_LISTEN, "--listen", metavar="HOST:POR
                                                  "addresses and localhost always are, any "
                                                  "other name gets 421. Repeatable.")) -> None:
     """Serve the monitor as a read-only web page (nodes, GPUs, queue, impact, users)."""
-    from .webserver import serve
+    from ..web.server import serve
 
     host, port = parse_listen(listen)
     names = list(host_name)

@@ -45,11 +45,8 @@ class Inputs:
     order: Callable[[Sequence[Job], float], list[Job]]
     key: tuple = ()   # what changed means a new forecast (queue, placements, progress)
     lag_s: float = 0.0   # from a GPU freeing to the next job running there (forecast())
-
-
-def view_of(f: fc.JobForecast, made_at: float) -> ForecastView:
-    return ForecastView(f.start, f.start_low, f.start_high, f.end, f.end_low, f.end_high,
-                        f.node, f.gpus, f.beside, f.speed, f.source, made_at)
+    # plan() with waiting reasons (``decide`` gives none: fc.planner), for ``trial``'s reason
+    explain: fc.Decide | None = None
 
 
 class Foresight:
@@ -87,7 +84,7 @@ class Foresight:
         if got is None:
             return None
         f = got.jobs.get(job_id)
-        return None if f is None else view_of(f, got.made_at)
+        return None if f is None else f.at(got.made_at)
 
     def starts(self) -> Mapping[int, fc.JobForecast]:
         got = self.latest()
@@ -103,7 +100,8 @@ class Foresight:
             return None
         job = Job(TRIAL_ID, owner, spec, JobState.QUEUED, max(now, inputs.now))
         queue = [*inputs.queue, job]
-        decided = inputs.decide(queue, inputs.slots, inputs.active, inputs.now)
+        decided = (inputs.explain or inputs.decide)(queue, inputs.slots, inputs.active,
+                                                    inputs.now)
         if any(p.job_id == TRIAL_ID for p in decided.placements):
             reason = ""
         else:
@@ -113,7 +111,7 @@ class Foresight:
                           group_speed=inputs.group_speed, memory=inputs.memory,
                           order=inputs.order, lag_s=inputs.lag_s)
         f = got.jobs.get(TRIAL_ID)
-        view = None if f is None else view_of(f, got.made_at)
+        view = None if f is None else f.at(got.made_at)
         return TrialResult(not reason and f is not None and f.start == inputs.now, reason,
                            view)
 

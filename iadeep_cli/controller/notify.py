@@ -10,7 +10,8 @@ An array's tasks send nothing of their own: its first start and its end (no task
 unfinished) are one message each for the whole array (``build_array``), as Slurm does.
 
 The lab's admins are told the same way about a GPU process iadeep did not start that holds a
-GPU idle (``steps/foreign.py`` queues it in ``store/foreign.py``; ``deliver_foreign``).
+GPU idle (``steps/foreign.py`` queues it in the same outbox, ``outbox.enqueue_spell``): one
+delivery loop (``Notifier.deliver``) sends both kinds.
 
 How they are sent: one thread per channel, never the scheduling loop's. A send that fails (the
 SMTP server refuses, the webhook answers 500 or does not answer within SEND_TIMEOUT_S) is
@@ -33,11 +34,11 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import IadeepError, StoreError
 from ..jobs import FINISHED, Job, JobState
@@ -436,10 +437,9 @@ class Notifier:
         while not self._stop.is_set():
             try:
                 self.collect()
-                self.deliver(channel)
-                self.deliver_foreign(channel)   # the admins' messages (steps/foreign.py)
+                self.deliver(channel)   # the owners' and the admins' messages (one outbox)
                 with self.store.tx() as conn:
-                    due = outbox.next_due(conn, channel)   # the sooner of both outboxes
+                    due = outbox.next_due(conn, channel)
             except StoreError as exc:   # the runtime reports a sick state directory
                 log.debug("notifications wait: %s", exc.message)
                 due = None
@@ -512,28 +512,18 @@ class Notifier:
 
     # -------------------------------------------------------------- deliver
     def deliver(self, channel: str) -> int:
-        """Try every due notification of ``channel`` once; returns how many were sent."""
+        """The one delivery loop: every due message of ``channel`` (a job's notification or
+        the admins' message about a foreign idle spell) sent once, marked sent, or retried
+        after ``backoff_s`` and given up past it or when its channel is gone
+        (``_Unsendable``). How many were sent."""
         with self.store.tx() as conn:
             due = outbox.due(conn, self.clock(), channel)
-
-        def prepare(note: outbox.Pending) -> tuple[Callable[[], str], _Failed]:
-            with self.store.tx() as conn:
-                job = jobrows.get(conn, note.job_id)
-            return (lambda: self._send(note, job),
-                    lambda error, tries, give_up: self._failed(note, job, error, tries, give_up))
-        return self._deliver(channel, outbox.JOBS, due, prepare)
-
-    def _deliver(self, channel: str, box: str, due: Sequence[_Due],
-                 prepare: Callable[[Any], tuple[Callable[[], str], _Failed]]) -> int:
-        """The one delivery loop, whichever outbox (``box``) the messages are in: each due
-        message sent once (``prepare(note)``: its send, which returns the line logged once it
-        went, and what logs its failure), marked sent, or retried after ``backoff_s`` and given
-        up past it or when its channel is gone (``_Unsendable``). How many were sent."""
         sent = 0
         for note in due:
             if self._stop.is_set():
                 break
-            send, failed = prepare(note)
+            send, failed = self._spell_message(note) if note.foreign_id is not None \
+                else self._job_message(note)
             try:
                 said = send()
             except Exception as exc:   # every way a channel can fail: retried, then given up
@@ -544,42 +534,56 @@ class Notifier:
                 give_up = isinstance(exc, _Unsendable) or tries > len(self.backoff_s)
                 retry_at = None if give_up else self.clock() + self.backoff_s[tries - 1]
                 with self.store.tx() as conn:
-                    outbox.mark_failed(conn, note.id, self.clock(), error, retry_at, box)
+                    outbox.mark_failed(conn, note.id, self.clock(), error, retry_at)
                 failed(error, tries, give_up)
                 if not give_up:
                     self._failing[channel] = error
                 continue
             with self.store.tx() as conn:
-                outbox.mark_sent(conn, note.id, self.clock(), box)
+                outbox.mark_sent(conn, note.id, self.clock())
             sent += 1
             log.info("%s", said)
             if self._failing.pop(channel, None) is not None:
                 log.info("notifications by %s get through again", channel)
         return sent
 
+    def _job_message(self, note: outbox.Pending) -> tuple[Callable[[], str], _Failed]:
+        """A job's notification: its send (which returns the line logged once it went) and
+        what logs its failure."""
+        assert note.job_id is not None
+        with self.store.tx() as conn:
+            job = jobrows.get(conn, note.job_id)
+        return (lambda: self._send(note, job),
+                lambda error, tries, give_up: self._failed(note, job, error, tries, give_up))
+
     def _send(self, note: outbox.Pending, job: Job) -> str:
         # the log's tail goes by e-mail to its owner only, never to the lab's webhook
         if note.kind.startswith("array_"):
             with self.store.tx() as conn:
-                tasks = jobrows.array_tasks(conn, note.job_id)
+                tasks = jobrows.array_tasks(conn, job.id)
             notice = build_array(tasks or [job], note.kind, note.state)
         else:
             tail, why = self._tail(job) if note.kind == "end" and note.channel == "email" \
                 else (None, "")
             notice = build(job, note.kind, note.state, tail, why)
-        if note.channel == "email":
-            to = self.settings.email_for(job.owner)
+        self._post(note.channel, job.owner, "user", notice)
+        return (f"notified {job.owner} of {'array' if note.kind.startswith('array_') else 'job'}"
+                f" {job.id} {'start' if note.kind.endswith('start') else note.state} "
+                f"({note.channel})")
+
+    def _post(self, channel: str, user: str, who: str, notice: Notice) -> None:
+        """Send ``notice`` by ``channel``: to the e-mail address of ``user`` (a ``who``: user
+        or admin), or to the lab's webhook; ``_Unsendable`` when that channel is gone."""
+        if channel == "email":
+            to = self.settings.email_for(user)
             if to is None:
-                raise _Unsendable("e-mail is no longer set up for this user")
+                raise _Unsendable(f"e-mail is no longer set up for this {who}")
             send_email(self.settings, to, notice, self.timeout_s)
         else:
             if self.settings.webhook is None:
                 raise _Unsendable("no webhook is set up any more")
             send_webhook(self.settings.webhook, notice, self.timeout_s,
                          webhook_format(self.settings))
-        return (f"notified {job.owner} of {'array' if note.kind.startswith('array_') else 'job'}"
-                f" {job.id} {'start' if note.kind.endswith('start') else note.state} "
-                f"({note.channel})")
 
     def _failed(self, note: outbox.Pending, job: Job, error: str, tries: int,
                 give_up: bool) -> None:
@@ -612,37 +616,24 @@ class Notifier:
 
 
     # -------------------------------------------------------------- foreign idle GPU holders
-    def deliver_foreign(self, channel: str) -> int:
-        """Try every due message to the admins about a process iadeep did not start holding
-        a GPU idle (round/steps/foreign.py) once; retried and given up as a job's are."""
+    def _spell_message(self, note: outbox.Pending) -> tuple[Callable[[], str], _Failed]:
+        """The admins' message about a process iadeep did not start holding a GPU idle
+        (round/steps/foreign.py): its send and what logs its failure."""
+        assert note.foreign_id is not None
+        channel = note.channel
         with self.store.tx() as conn:
-            due = foreign.due(conn, self.clock(), channel)
+            spell = foreign.get(conn, note.foreign_id)
 
-        def prepare(note: foreign.Note) -> tuple[Callable[[], str], _Failed]:
-            with self.store.tx() as conn:
-                spell = foreign.get(conn, note.foreign_id)
+        def send() -> str:
+            self._post(channel, note.recipient, "admin", build_foreign(spell))
+            return (f"notified the admins of foreign pid {spell.pid} on "
+                    f"{spell.node}:{spell.gpu} ({channel})")
 
-            def send() -> str:
-                notice = build_foreign(spell)
-                if channel == "email":
-                    to = self.settings.email_for(note.recipient)
-                    if to is None:
-                        raise _Unsendable("e-mail is no longer set up for this admin")
-                    send_email(self.settings, to, notice, self.timeout_s)
-                else:
-                    if self.settings.webhook is None:
-                        raise _Unsendable("no webhook is set up any more")
-                    send_webhook(self.settings.webhook, notice, self.timeout_s,
-                                 webhook_format(self.settings))
-                return (f"notified the admins of foreign pid {spell.pid} on "
-                        f"{spell.node}:{spell.gpu} ({channel})")
-
-            def failed(error: str, tries: int, give_up: bool) -> None:
-                (log.error if give_up else log.warning)(
-                    "notifying the admins of foreign pid %d by %s failed (try %d)%s: %s",
-                    spell.pid, channel, tries, "; given up" if give_up else "", error)
-            return send, failed
-        return self._deliver(channel, outbox.FOREIGN, due, prepare)
+        def failed(error: str, tries: int, give_up: bool) -> None:
+            (log.error if give_up else log.warning)(
+                "notifying the admins of foreign pid %d by %s failed (try %d)%s: %s",
+                spell.pid, channel, tries, "; given up" if give_up else "", error)
+        return send, failed
 
 
 def build_foreign(spell: foreign.Spell) -> Notice:
@@ -663,16 +654,6 @@ def build_foreign(spell: foreign.Spell) -> Notice:
     return Notice(subject=f"[iadeep] GPU {spell.node}:{spell.gpu} held idle by pid "
                           f"{spell.pid}"[:200],
                   headline=headline, summary="", text="\n".join(body) + "\n", fields=fields)
-
-
-class _Due(Protocol):
-    """A due message of either outbox, as the delivery loop needs it."""
-
-    @property
-    def id(self) -> int: ...
-
-    @property
-    def attempts(self) -> int: ...
 
 
 # What logs a failed try: (the error, which try it was, given up?)

@@ -226,3 +226,71 @@ def triple_composition_error(model, profiles: Mapping[str, Profile],
         raise InputError("no triple whose workloads are all profiled",
                          hint="check the triples file against the profiles file")
     return float(np.mean(errs))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The held-out error on a new workload (or family) after its first ``k`` observed pairs."""
+
+    k: int
+    mae_model: float
+    mae_util_sum: float       # the utilisation-sum rule on the same held-out speeds
+    n_predictions: int
+    n_groups: int             # held-out groups with enough pairs for every k asked
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def learning_curve(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+                   groups: Mapping[str, str], ks: Sequence[int] = (0, 1, 3, 10), *,
+                   draws: int = 5, seed: int = 0, fit: Fitter | None = None
+                   ) -> list[CurvePoint]:
+    """How fast a new workload's error falls as its first pairs are observed.
+
+    For every group (a workload, or a family with ``groups``) hold out every pair touching it,
+    as ``cross_validate`` does; then, ``draws`` times, shuffle its pairs: the first ``k`` are
+    "observed" (added to the training pairs, as the controller's refit adds a lab's
+    measurements) and the pairs after the largest ``k`` are scored, the same ones for every
+    ``k`` of a draw. A ``k`` larger than a group's pairs allow (at least one left to score) is
+    skipped for that group; ``n_groups`` says how many groups each point rests on."""
+    import random
+
+    inner = {w: groups.get(w, w) for w in profiles}
+    fit = fit or (lambda p, o: fit_model(p, o, groups=inner))
+    pairs = _pairs_of(profiles, observations)
+    workloads = sorted({j for o in pairs for j in o.jobs})
+    if len(workloads) < 3:
+        raise InputError(f"a learning curve needs pairs of at least 3 workloads, got "
+                         f"{len(workloads)}", hint="give a pairs file with more workloads")
+    if not ks or any(k < 0 for k in ks) or draws < 1:
+        raise InputError("observed pairs must be >= 0 and draws >= 1",
+                         hint="e.g. ks 0,1,3,10 and 5 draws")
+    ks = sorted(set(ks))
+    rng = random.Random(f"learning-curve:{seed}")
+    errs: dict[int, list[float]] = defaultdict(list)
+    base: dict[int, list[float]] = defaultdict(list)
+    used: dict[int, set[str]] = defaultdict(set)
+    for g in sorted({groups.get(w, w) for w in workloads}):
+        members = {w for w in workloads if groups.get(w, w) == g}
+        train = [o for o in pairs if not members & set(o.jobs)]
+        mine = [o for o in pairs if members & set(o.jobs)]
+        fits = [k for k in ks if k < len(mine)]
+        if not fits:
+            continue
+        for _ in range(draws):
+            order = rng.sample(mine, len(mine))
+            test = order[max(fits):]
+            for k in fits:
+                model = fit(profiles, train + order[:k])
+                for o in test:
+                    a, b = (profiles[j] for j in o.jobs)
+                    pred = model.predict_pair(a, b)
+                    ua, ub = a.gpu_util / 100.0, b.gpu_util / 100.0
+                    for got, y, us in ((pred.speed_a, o.speeds[0], util_sum_speed(ua, ub)),
+                                       (pred.speed_b, o.speeds[1], util_sum_speed(ub, ua))):
+                        errs[k].append(abs(got - y))
+                        base[k].append(abs(us - y))
+                used[k].add(g)
+    return [CurvePoint(k, float(np.mean(errs[k])), float(np.mean(base[k])), len(errs[k]),
+                       len(used[k])) for k in ks if errs[k]]

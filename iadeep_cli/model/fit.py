@@ -45,6 +45,7 @@ from .terms import (
     RULE_ITSELF,
     RULE_SCALE,
     SCALE_GRID,
+    SCALED_FIRST,
     SCALED_RULE,
     PriorForm,
     PriorKind,
@@ -297,7 +298,8 @@ Setting = tuple[str, PriorForm, float, float]
 
 
 def _inner_cv(d: _Data, groups: Mapping[str, str],
-              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE
+              scales: Sequence[float] = OFFSET_SCALE_GRID, rule_scale: bool = RULE_SCALE,
+              scaled_first: bool = SCALED_FIRST
               ) -> tuple[Setting, np.ndarray, np.ndarray, np.ndarray]:
     """Choose (base rule, prior form, GP amplitude, offset scale among ``scales``) by grouped
     cross-validation on the training rows; return it and its held-out |errors|, confidences
@@ -309,8 +311,9 @@ def _inner_cv(d: _Data, groups: Mapping[str, str],
     n_folds = min(INNER_FOLDS, len(names))
     fs, fo = np.array([fold_of[g] for g in sg]), np.array([fold_of[g] for g in og])
     many = len(set(d.self_names)) >= MIN_PRIOR_WORKLOADS
+    rules = (RULE_ITSELF, *((SCALED_RULE,) if rule_scale else ()))
     priors: tuple[PriorForm, ...] = (
-        RULE_ITSELF, *((SCALED_RULE,) if rule_scale else ()),
+        *(rules[::-1] if scaled_first else rules),
         *(PriorForm(PriorKind.RIDGE, r) for r in (PRIOR_RIDGE_GRID if many else ())))
     errors: dict[Setting, list[np.ndarray]] = defaultdict(list)
     confs: dict[Setting, list[np.ndarray]] = defaultdict(list)
@@ -414,13 +417,15 @@ def fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                    previous: Mapping | None = None,
                    offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
                    rule_scale: bool = RULE_SCALE,
-                   log_correction: bool = LOG_CORRECTION) -> dict:
+                   log_correction: bool = LOG_CORRECTION,
+                   scaled_first: bool = SCALED_FIRST) -> dict:
     """The model as plain numbers (see ``_fit_parameters``), fitted with one BLAS thread."""
     with _one_blas_thread():
         return _fit_parameters(profiles, observations, gpu_model, extra_profiles=extra_profiles,
                                extra_observations=extra_observations, groups=groups,
                                previous=previous, offset_scales=offset_scales,
-                               rule_scale=rule_scale, log_correction=log_correction)
+                               rule_scale=rule_scale, log_correction=log_correction,
+                               scaled_first=scaled_first)
 
 
 # An incremental refit reuses the previous fit's selected setting and calibration while the
@@ -470,7 +475,8 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
                     previous: Mapping | None = None,
                     offset_scales: Sequence[float] = OFFSET_SCALE_GRID,
                     rule_scale: bool = RULE_SCALE,
-                    log_correction: bool = LOG_CORRECTION) -> dict:
+                    log_correction: bool = LOG_CORRECTION,
+                    scaled_first: bool = SCALED_FIRST) -> dict:
     """Fit on pair measurements of one GPU model (triples are not used for fitting).
 
     ``extra_*`` (the lab's own measurements) override the given ones per gpu_model+workload.
@@ -482,7 +488,8 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
     ``offset_scales``: the shares of the workloads' own offsets the inner cross-validation
     chooses among (the first preferred on a tie; ``(0.0,)``: no offsets). ``rule_scale``: the
     inner cross-validation also considers the base rule times one fitted factor (SCALED_RULE).
-    ``log_correction``: the correction's scale (``terms.LOG_CORRECTION``).
+    ``log_correction``: the correction's scale (``terms.LOG_CORRECTION``). ``scaled_first``:
+    the one-standard-error rule takes the scaled rule as simpler than the rule itself.
     """
     if not offset_scales or any(not 0.0 <= s <= 1.0 for s in offset_scales):
         raise InputError(f"offset scales {tuple(offset_scales)} must be one or more numbers "
@@ -508,7 +515,7 @@ def _fit_parameters(profiles: Mapping[str, Profile], observations: Sequence[CoLo
         (base_name, prior, amp, scale), calibration, selected_rows, selected_workloads = reuse
     else:
         (base_name, prior, amp, scale), held_out, held_conf, held_w = _inner_cv(
-            d, grouping, offset_scales, rule_scale)
+            d, grouping, offset_scales, rule_scale, scaled_first)
         calibration = _calibration(held_out, held_conf, held_w)
         selected_rows, selected_workloads = len(rows), len(trained)
     theta, offsets, gps = _fit_structure(d, np.arange(len(rows)), BASE_RULES[base_name],

@@ -65,6 +65,7 @@ from .terms import (
     OFFSET_SCALE_GRID,
     PRIOR_TERMS,
     RULE_SCALE,
+    SCALED_FIRST,
     ResidualGP,
     _analytic_calibration,
     corrected,
@@ -300,7 +301,8 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
               groups: Mapping[str, str] | None = None,
               offset_scales: Sequence[float] | None = None,
               rule_scale: bool | None = None,
-              log_correction: bool | None = None) -> InterferenceModel:
+              log_correction: bool | None = None,
+              scaled_first: bool | None = None) -> InterferenceModel:
     """Fit on pair measurements of one GPU model (see ``model.fit.fit_parameters``;
     ``offset_scales`` default: ``terms.OFFSET_SCALE_GRID``, ``rule_scale``:
     ``terms.RULE_SCALE``, ``log_correction``: ``terms.LOG_CORRECTION``)."""
@@ -311,7 +313,8 @@ def fit_model(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
         extra_observations=extra_observations, groups=groups,
         offset_scales=OFFSET_SCALE_GRID if offset_scales is None else tuple(offset_scales),
         rule_scale=RULE_SCALE if rule_scale is None else rule_scale,
-        log_correction=LOG_CORRECTION if log_correction is None else log_correction),
+        log_correction=LOG_CORRECTION if log_correction is None else log_correction,
+        scaled_first=SCALED_FIRST if scaled_first is None else scaled_first),
         "fitted model")
 
 

@@ -86,6 +86,11 @@ PRIOR_RIDGE_GRID: tuple[float, ...] = (3.0, 0.3, 0.03)
 # nested leave-one-family-out on lucid-part chose it in 4 of 5 outer folds (0.0662 -> 0.0647,
 # benchmarks/nested_eval.py); on the H200 data the rule itself is kept (the same model).
 RULE_SCALE = True
+# Whether the one-standard-error rule takes the scaled rule as the simplest prior (before the
+# rule itself: it is one parameter more, but the rule's scale of 1 is a guess too): see
+# docs/scheduling.md "How fast a new workload is learnt" for what nested cross-validation
+# said of it (``fit_model(scaled_first=...)``).
+SCALED_FIRST = False
 GP_AMPLITUDE_GRID: tuple[float, ...] = (0.0, 0.01, GP_AMPLITUDE)
 # The scale the correction works on: "log speed" (the default: it multiplies the prior's
 # speed, ``prior x exp(correction)``) or "speed" (it is added to it; every model file written

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import IadeepError, NotFoundError
 from ..settings import Inventory
 from ..snapshot import ClusterSnapshot
+
+if TYPE_CHECKING:
+    from .ssh import ScannedKey
 
 
 def check_nodes(inventory: Inventory, connect_timeout: float = 5.0,
@@ -39,7 +43,8 @@ def check_run_as(inventory: Inventory, connect_timeout: float = 5.0,
         return out
 
 
-def scan_node_key(inventory: Inventory, name: str, connect_timeout: float = 5.0):
+def scan_node_key(inventory: Inventory, name: str, connect_timeout: float = 5.0
+                  ) -> ScannedKey:
     """The host key a node offers now, compared with the known_hosts files (a ScannedKey)."""
     from .ssh import SshConnection
 
@@ -53,7 +58,7 @@ def scan_node_key(inventory: Inventory, name: str, connect_timeout: float = 5.0)
     return SshConnection(node, connect_timeout=connect_timeout).scan_host_key()
 
 
-def trust_key(scanned, path: Path | None = None) -> Path:
+def trust_key(scanned: ScannedKey, path: Path | None = None) -> Path:
     from .ssh import record_host_key
 
     return record_host_key(scanned, path)

@@ -4,8 +4,11 @@ parser.
 A remote poll is ONE ``exec_command`` running a small POSIX ``sh`` script that prints, between
 marker lines, (1) ``nvidia-smi --query-gpu`` (2) ``--query-compute-apps`` (3) for every GPU pid
 its session id and ``IADEEP_JOB_ID`` (so iadeep's own processes are told apart from foreign load)
-and (4) the per-job pid files in the node's job directory (the job-state part, written by the
-shell backend: ``shell/jobstate.py``, whose ``poll_script`` joins both).  One round trip keeps a
+(4) ``nvidia-smi pmon``: each process's SM and memory utilisation, asked only when there are
+GPU processes (what the controller's own machine reads through NVML: the sharing jobs' speed
+proxy and phase estimates need it) and (5) the per-job pid files in the node's job directory
+(the job-state part, written by the shell backend: ``shell/jobstate.py``, whose
+``poll_script`` joins both).  One round trip keeps a
 cycle of many nodes cheap; parsing here is pure so it is tested against the real H200 output
 byte for byte.
 
@@ -31,6 +34,13 @@ GPU_FIELDS = (
 APP_FIELDS = ("pid", "gpu_uuid", "gpu_bus_id", "used_memory", "process_name")
 GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"
 APP_QUERY = f"nvidia-smi --query-compute-apps={','.join(APP_FIELDS)} --format=csv,noheader,nounits"
+# Per-process utilisation: one sample (``-c 1``) of utilisation (``u``: sm, mem, enc, dec, and on
+# current drivers jpg, ofa) and frame-buffer memory (``m``: fb, and ccpm) per process. pmon
+# watches at most PMON_GPUS devices a run (its documented limit), so more are asked in groups
+# with ``-i``. It answers after one collection interval (1 s by default, its help says), so it
+# runs only when the node has GPU processes.
+PMON_QUERY = "nvidia-smi pmon -c 1 -s um"
+PMON_GPUS = 4
 MARK = "@@iadeep"
 NO_DEVICES = "No devices were found"
 
@@ -62,6 +72,8 @@ def gpu_script(timeout_s: float = SMI_TIMEOUT_S) -> str:
     stderr is kept out of the parsed output (a driver warning there must not make the node
     look broken) and fetched again only when the command failed, for the error message.
     A hung nvidia-smi is killed after ``timeout_s`` (exit 124) and the apps query is skipped.
+    pmon runs only after a successful apps query that listed processes; whatever it prints (or
+    fails to) costs only the per-process figures, never the node's GPU data.
     """
     to = f"timeout -k 2 {float(timeout_s):g}"
     return f"""\
@@ -82,6 +94,17 @@ if [ "$r" -eq 0 ]; then
     echo "$p $s ${{j:--}} $(stat -c %U /proc/$p 2>/dev/null)"
   done
 fi
+echo "{MARK} pmon"
+if [ "$r" -eq 0 ] && [ -n "$a" ]; then
+  n=0; l=""
+  for i in $(printf '%s\\n' "$g" | cut -d, -f1); do
+    case $i in ''|*[!0-9]*) continue;; esac
+    l="${{l:+$l,}}$i"; n=$((n + 1))
+    [ "$n" -lt {PMON_GPUS} ] && continue
+    $t {PMON_QUERY} -i "$l" 2>/dev/null; n=0; l=""
+  done
+  [ -z "$l" ] || $t {PMON_QUERY} -i "$l" 2>/dev/null
+fi
 """
 
 
@@ -101,7 +124,7 @@ MAX_TEXT = 256                    # characters kept of a name, uuid or path
 _CONTROL = dict.fromkeys((*range(0x20), *range(0x7F, 0xA0)), "?")
 
 
-def bounded(value, field: str) -> float | None:
+def bounded(value: Any, field: str) -> float | None:
     """``value`` as a float if it is a finite number in [0, LIMITS[field]], else None."""
     try:
         v = float(value)
@@ -155,10 +178,12 @@ def _rows(text: str, fields: tuple[str, ...], limit: int) -> list[dict[str, str]
 
 @dataclass(frozen=True)
 class GpuRow:
-    """One GPU as parsed (before processes are attached); ``driver`` goes on the node."""
+    """One GPU as parsed (before processes are attached); ``driver`` goes on the node; ``mig``:
+    MIG mode is on (per-process utilisation is not supported there: its figures are ignored)."""
 
     sample: GpuSample
     driver: str | None
+    mig: bool = False
 
 
 # GpuSample attribute -> nvidia-smi field, for the numeric ones
@@ -179,7 +204,8 @@ def parse_gpu_query(text: str) -> list[GpuRow]:
         values: dict[str, Any] = {a: _value(row[f], f) for a, f in SAMPLE_FIELDS.items()}
         sample = GpuSample(index=index, uuid=_text(row["uuid"]) or "",
                            name=_text(row["name"]) or "", **values)
-        out.append(GpuRow(sample, _text(row["driver_version"])))
+        mig = (_text(row["mig.mode.current"]) or "").lower() == "enabled"
+        out.append(GpuRow(sample, _text(row["driver_version"]), mig))
     return out
 
 
@@ -193,6 +219,62 @@ def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
         out.append((_text(row["gpu_uuid"]) or "", GpuProcess(
             pid=pid, used_memory_mib=_value(row["used_memory"], "used_memory"),
             name=_text(row["process_name"]) or "")))
+    return out
+
+
+@dataclass(frozen=True)
+class ProcessUtil:
+    """One process's utilisation on one GPU as pmon sampled it (%): ``sm`` its share of the
+    SMs' time, ``mem`` of the memory interface's; None where pmon printed ``-`` (no sample in
+    its window, or not supported)."""
+
+    sm: float | None
+    mem: float | None
+
+
+def _pmon_value(raw: str) -> float | None:
+    return None if raw == "-" else _value(raw, "utilization.gpu")
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return min(100.0, a + b)
+
+
+def parse_pmon(text: str) -> dict[tuple[int, int], ProcessUtil]:
+    """``nvidia-smi pmon -c 1 -s um`` output (one or more runs) -> (GPU index, pid) -> figures.
+
+    The columns are read from each run's header (``# gpu pid type sm mem ...``: current drivers
+    add ``jpg ofa`` and, with ``m``, ``fb ccpm``; older ones print fewer), so a driver's extra
+    column moves nothing; the unit line (``# Idx # C/G % ...``) and a GPU's row of ``-`` (no
+    process) are skipped; the command (the last column) may hold spaces or be missing. A
+    process listed twice on one GPU (a ``C`` and a ``G`` row) has its figures summed. Never
+    raises: a row that does not fit its header is skipped (per-process figures are a bonus the
+    node's GPU data never depends on), as is everything after MAX_APPS rows."""
+    out: dict[tuple[int, int], ProcessUtil] = {}
+    columns: list[str] = []
+    for line in text.splitlines()[: 4 * MAX_APPS]:
+        words = line.split()
+        if not words:
+            continue
+        if words[0].startswith("#"):
+            names = [w.lower() for w in (words[1:] if words[0] == "#" else
+                                         [words[0][1:], *words[1:]])]
+            if "pid" in names[:-1] and "gpu" in names[:-1]:   # the last is the command
+                columns = names
+            continue
+        if not columns or len(words) < len(columns) - 1 or len(out) >= MAX_APPS:
+            continue
+        row = dict(zip(columns[:-1], words))
+        index, pid = _whole(row["gpu"], "index"), _whole(row["pid"], "pid")
+        if index is None or not pid:
+            continue
+        util = ProcessUtil(_pmon_value(row.get("sm", "-")), _pmon_value(row.get("mem", "-")))
+        if (index, pid) in out:
+            before = out[(index, pid)]
+            util = ProcessUtil(_add(before.sm, util.sm), _add(before.mem, util.mem))
+        out[(index, pid)] = util
     return out
 
 

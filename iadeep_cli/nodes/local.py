@@ -69,7 +69,7 @@ class LocalConnection:
                             hint="raise command_timeout if it is just slow") from None
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
-    def put(self, local, remote: str, mode: int = 0o700) -> None:
+    def put(self, local: str | os.PathLike[str], remote: str, mode: int = 0o700) -> None:
         try:
             shutil.copyfile(local, on_node(remote))
             os.chmod(on_node(remote), mode)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from ..snapshot import GpuProcess, GpuSample, NodeSnapshot, RemoteJob, RemoteSta
 from .gpu import (
     MAX_APPS,
     SAMPLE_FIELDS,
+    Expect,
     bounded,
     clean,
     job_map,
@@ -44,7 +45,7 @@ def _mib(nbytes: Any) -> float | None:
     return None if nbytes is None else nbytes / (1024 * 1024)
 
 
-def _memory(nv, h) -> Any:
+def _memory(nv: Any, h: Any) -> Any:
     """Memory info as nvidia-smi reports it, so a local node reads like a remote one.
 
     NVML's v1 struct counts the driver's reserved memory as used (an idle H200: 615 MiB "used",
@@ -56,7 +57,7 @@ def _memory(nv, h) -> Any:
     return mem if mem is not None else _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
 
 
-def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
+def _sample(nv: Any, index: int, h: Any, procs: list[Any], jobs: dict[int, int]) -> GpuSample:
     """One GPU's sample.  ``procs`` is the process listing the job map was built from: listing
     again here would show a process that started in between as foreign (the job map never saw
     it), so a poll lists each GPU's processes exactly once.  Values are bounded like a remote
@@ -65,7 +66,7 @@ def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
     limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-    sm = _process_sm(nv, h)
+    per_proc = _process_util(nv, h)
     raw = {
         "memory.total": _mib(mem.total) if mem else None,
         "memory.used": _mib(mem.used) if mem else None,
@@ -85,20 +86,24 @@ def _sample(nv, index: int, h, procs: list, jobs: dict[int, int]) -> GpuSample:
             (GpuProcess(pid=p.pid, used_memory_mib=bounded(
                         _mib(getattr(p, "usedGpuMemory", None)), "used_memory"),
                         name=_proc_name(p.pid), job_id=jobs.get(p.pid),
-                        sm_util=bounded(sm.get(p.pid), "utilization.gpu"))
+                        sm_util=bounded(per_proc.get(p.pid, (None, None))[0], "utilization.gpu"),
+                        mem_util=bounded(per_proc.get(p.pid, (None, None))[1],
+                                         "utilization.gpu"))
              for p in procs[:MAX_APPS]),
             key=lambda p: p.pid)),
     )
 
 
-def _process_sm(nv, h) -> dict[int, float]:
-    """pid -> SM utilisation (%) from the latest per-process sample NVML keeps: the speed proxy
-    for jobs that do not report progress. Not found / not supported: no figures."""
-    latest: dict[int, tuple[int, float]] = {}
+def _process_util(nv: Any, h: Any) -> dict[int, tuple[float, float]]:
+    """pid -> (SM, memory) utilisation (%) from the latest per-process sample NVML keeps: the
+    speed proxy for jobs that do not report progress (what ``nvidia-smi pmon`` prints for a
+    remote node). Not found / not supported: no figures."""
+    latest: dict[int, tuple[int, float, float]] = {}
     for sample in _try(lambda: nv.nvmlDeviceGetProcessUtilization(h, 0)) or []:
         if sample.pid not in latest or sample.timeStamp >= latest[sample.pid][0]:
-            latest[sample.pid] = (sample.timeStamp, float(sample.smUtil))
-    return {pid: util for pid, (_, util) in latest.items()}
+            latest[sample.pid] = (sample.timeStamp, float(sample.smUtil),
+                                  float(sample.memUtil))
+    return {pid: (sm, mem) for pid, (_, sm, mem) in latest.items()}
 
 
 def _proc_name(pid: int) -> str:
@@ -129,7 +134,7 @@ def local_job_map(pids: list[int], known: set[int], sessions: dict[int, int]
     return job_map("\n".join(procs), known, sessions), {int(p.split()[0]) for p in procs}
 
 
-def _still_there(nv, h, procs: list, alive: set[int]) -> list:
+def _still_there(nv: Any, h: Any, procs: list[Any], alive: set[int]) -> list[Any]:
     """The listed processes minus those that exited since the listing.  A pid missing from
     our /proc is not proof: NVML also lists processes of other PID namespaces (containers).
     Only a pid that NVML itself no longer lists is gone (else a job's process that just ended
@@ -140,7 +145,8 @@ def _still_there(nv, h, procs: list, alive: set[int]) -> list:
     return [p for p in procs if p.pid in alive or p.pid in again]
 
 
-def local_job_states(workdir: str, expect, progress=None) -> str:
+def local_job_states(workdir: str, expect: Expect,
+                     progress: Mapping[int, int] | None = None) -> str:
     """The expected jobs' states (and new progress) on this machine: the same shell as a remote
     poll's, bounded in time by its own ``timeout``, and here too (its whole process group is
     killed)."""
@@ -152,7 +158,7 @@ def local_job_states(workdir: str, expect, progress=None) -> str:
 
 
 def poll_local(name: str, workdir: str = "~/.iadeep", only: tuple[int, ...] | None = None,
-               expect=(), progress=None) -> NodeSnapshot:
+               expect: Expect = (), progress: Mapping[int, int] | None = None) -> NodeSnapshot:
     """Read every GPU on this machine through NVML, and the expected jobs' states and new
     progress (``progress``: job id -> offset); an NVML failure is the node's GPU error (its
     jobs are still known, as for a remote node)."""

@@ -54,8 +54,9 @@ class NodePool:
             for node in inventory.nodes}
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self._conns)),
                                             thread_name_prefix="iadeep-poll")
-        self._inflight: dict[str, Future] = {}     # each node's latest poll
-        self._consumed: set[Future] = set()        # polls whose result was already returned
+        self._inflight: dict[str, Future[NodeSnapshot]] = {}   # each node's latest poll
+        # polls whose result was already returned
+        self._consumed: set[Future[NodeSnapshot]] = set()
         self._since: dict[str, float] = {}         # when a node's unfinished poll began
         self._lock = threading.Lock()
         self._user_errors: dict[str, dict[str, str]] = {}   # node -> user -> why (logged)
@@ -73,7 +74,7 @@ class NodePool:
         from .shell import ShellBackend
         return ShellBackend(self, name)
 
-    def run(self, node_name: str, cmd, timeout: float | None = None,
+    def run(self, node_name: str, cmd: str | Sequence[str], timeout: float | None = None,
             stdin: bytes | None = None) -> tuple[int, str, str]:
         """Run a command on a node over its pooled connection: (rc, stdout, stderr)."""
         return self.connection(node_name).run(cmd, timeout=timeout, stdin=stdin)
@@ -175,8 +176,8 @@ class NodePool:
         expect = expect or {}
         wait_s = self.connect_timeout + self.command_timeout + 1 if wait_s is None else wait_s
         started = time.time()
-        futures: dict[str, Future] = {}
-        fresh: list[Future] = []
+        futures: dict[str, Future[NodeSnapshot]] = {}
+        fresh: list[Future[NodeSnapshot]] = []
         with self._lock:
             for name in self._conns:
                 prev = self._inflight.get(name)
@@ -210,5 +211,5 @@ class NodePool:
     def __enter__(self) -> NodePool:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -28,9 +28,11 @@ from ..settings import Node
 from .connection import NodeAccess, as_command
 
 REFUSED, SUDO_REFUSED, NO_HOME = 90, 91, 92
+ACCOUNT_MARK = "iadeep-runas-account: "   # GUARD's line naming the SSH account (for sudoers)
 
 # Runs as the SSH account: $1 user, $2 group to check (empty: the user is in allowed_users),
-# $3 the script.  sudo's own message (a password is required, unknown user...) is passed on.
+# $3 the script.  sudo's own message (a password is required, unknown user...) is passed on,
+# and where sudo refuses, the SSH account's name (for the sudoers line to add: ``refusal``).
 GUARD = r"""u=$1; g=$2; s=$3
 fail() { c=$1; shift; echo "iadeep-runas: $*" >&2; exit "$c"; }
 i=$(id -u -- "$u" 2>/dev/null) || fail 90 "user $u does not exist on this node"
@@ -40,9 +42,10 @@ if [ -n "$g" ]; then
   id -Gn -- "$u" | tr ' ' '\n' | grep -qxF -- "$g" ||
     fail 90 "user $u is neither in allowed_users nor in group $g on this node"
 fi
-command -v sudo >/dev/null 2>&1 || fail 91 "sudo is not installed on this node"
+nosudo() { echo "iadeep-runas-account: $(id -un)" >&2; fail 91 "$*"; }
+command -v sudo >/dev/null 2>&1 || nosudo "sudo is not installed on this node"
 e=$(sudo -n -u "$u" -- /bin/sh -c : 2>&1 </dev/null) ||
-  fail 91 "sudo -n -u $u refused: $(printf '%s\n' "$e" | tail -n 1)"
+  nosudo "sudo -n -u $u refused: $(printf '%s\n' "$e" | tail -n 1)"
 exec sudo -n -u "$u" -- /bin/sh -c "$s"
 """
 # Runs as the user first: HOME from the password database (not from whatever sudo keeps),
@@ -93,18 +96,34 @@ def run(pool: NodeAccess, node: str, user: str, script: str, timeout: float | No
     rc, out, err = pool.run(node, command(pool.node(node), user, script), timeout=timeout,
                             stdin=stdin)
     if rc in (REFUSED, SUDO_REFUSED, NO_HOME):
-        raise refusal(node, user, rc, err)
+        raise refusal(pool.node(node), user, rc, err)
     return rc, out, err
 
 
-def refusal(node: str, user: str, rc: int, err: str) -> RunAsRefused:
-    why = next((ln[len("iadeep-runas: "):] for ln in reversed(err.splitlines())
+def sudoers_line(account: str, node: Node) -> str:
+    """The sudoers line (docs/security.md) that lets ``account``, the node's SSH account, run
+    /bin/sh as the users ``node`` allows (its group's members and the listed names), never as
+    root."""
+    runas = ([f"%{node.allowed_group}"] if node.allowed_group else []) + list(node.allowed_users)
+    return f"{account} ALL=({','.join([*runas, '!root'])}) NOPASSWD: /bin/sh"
+
+
+def refusal(node: Node, user: str, rc: int, err: str) -> RunAsRefused:
+    """What ``GUARD``'s exit status ``rc`` and its stderr ``err`` mean for ``node``: a sudo
+    refusal names the sudoers line to add there (with the SSH account the node said it runs
+    as, else the inventory's ``user``)."""
+    lines = err.splitlines()
+    why = next((ln[len("iadeep-runas: "):] for ln in reversed(lines)
                 if ln.startswith("iadeep-runas: ")), err.strip()[-200:] or f"exit {rc}")
     if rc == SUDO_REFUSED:
-        return RunAsRefused(f"node {node} cannot run jobs as their submitters: {why}",
-                            hint="add the sudoers line from docs/security.md on the node "
-                                 "(check with `iadeep nodes check`)", node_wide=True)
-    return RunAsRefused(f"cannot run a job as {user} on node {node}: {why}",
+        said = [ln[len(ACCOUNT_MARK):].strip() for ln in lines if ln.startswith(ACCOUNT_MARK)]
+        account = next((a for a in said if ACCOUNT_NAME.fullmatch(a)), node.user or "ACCOUNT")
+        return RunAsRefused(
+            f"node {node.name} cannot run jobs as their submitters: {why}; add "
+            f"`{sudoers_line(account, node)}` there (visudo -f /etc/sudoers.d/iadeep)",
+            hint="docs/security.md explains the line; check with `iadeep nodes check`",
+            node_wide=True)
+    return RunAsRefused(f"cannot run a job as {user} on node {node.name}: {why}",
                         hint="ask an admin to create the account (with its home directory) on "
                              "the node, or to allow it in nodes.yaml")
 

@@ -26,14 +26,21 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ..errors import HostKeyError, NodeError
 from ..paths import StateDir
 from ..settings import Node
 from .connection import as_command
+
+if TYPE_CHECKING:
+    import paramiko
+
+    # what a connection's stream may be: a ProxyJump hop's channel or a ProxyCommand
+    _Sock = paramiko.Channel | paramiko.ProxyCommand
 
 
 def default_known_hosts() -> tuple[Path, ...]:
@@ -41,7 +48,7 @@ def default_known_hosts() -> tuple[Path, ...]:
     return (Path("~/.ssh/known_hosts").expanduser(), StateDir.default().known_hosts)
 
 
-def fingerprint(key) -> str:
+def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH-style ``SHA256:...`` fingerprint, so users can compare with ``ssh-keygen -lf``."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
@@ -66,7 +73,7 @@ class SshTarget:
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
 
-def _ssh_config(path: Path | None = None):
+def _ssh_config(path: Path | None = None) -> paramiko.SSHConfig:
     import paramiko
 
     path = path or Path("~/.ssh/config").expanduser()
@@ -117,7 +124,7 @@ def _parse_hop(hop: str) -> tuple[str, str | None, int | None]:
 
 
 # --------------------------------------------------------------------------- host keys
-def _load_host_keys(files: Sequence[Path]):
+def _load_host_keys(files: Sequence[Path]) -> paramiko.HostKeys:
     """known_hosts entries from ``files``, line by line. Lines with a marker (@cert-authority,
     @revoked) or that paramiko cannot parse are skipped: their keys stay untrusted, and one odd
     line must not stop every connection (paramiko's own loader raises on them)."""
@@ -148,7 +155,7 @@ def _load_host_keys(files: Sequence[Path]):
 
 
 def _changed_key_error(node_name: str, target: SshTarget, files: Sequence[Path],
-                       key) -> HostKeyError:
+                       key: paramiko.PKey) -> HostKeyError:
     name = target.known_hosts_name
     holder = next((f for f in files if Path(f).is_file() and _load_host_keys([f]).lookup(name)),
                   files[0] if files else "known_hosts")
@@ -160,18 +167,19 @@ def _changed_key_error(node_name: str, target: SshTarget, files: Sequence[Path],
              f"{node_name}`; otherwise someone may be intercepting the connection")
 
 
-def _unknown_key_error(node_name: str, name: str, key) -> HostKeyError:
+def _unknown_key_error(node_name: str, name: str, key: paramiko.PKey) -> HostKeyError:
     return HostKeyError(
         f"node {node_name}: unknown host key for {name} ({key.get_name()} {fingerprint(key)})",
         hint=f"if that fingerprint is the node's, run `iadeep nodes trust {node_name}`")
 
 
-def _refusing_policy(node_name: str):
+def _refusing_policy(node_name: str) -> paramiko.MissingHostKeyPolicy:
     """A RejectPolicy whose refusal says how to trust the key (never adds it)."""
     import paramiko
 
     class Refuse(paramiko.RejectPolicy):
-        def missing_host_key(self, client, hostname, key):
+        def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                             key: paramiko.PKey) -> NoReturn:
             raise _unknown_key_error(node_name, hostname, key)
 
     return Refuse()
@@ -198,7 +206,17 @@ _KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISDI
           (stat.S_ISSOCK, "socket"))
 
 
-def regular_size(node: str, path: str, st) -> int:
+class StatLike(Protocol):
+    """What ``regular_size`` reads of a stat result (``os.stat_result``, ``_Stat``)."""
+
+    @property
+    def st_mode(self) -> int | None: ...
+
+    @property
+    def st_size(self) -> int | None: ...
+
+
+def regular_size(node: str, path: str, st: StatLike) -> int:
     """The size ``st`` (an lstat/fstat result) gives, if it is a regular file's; else NodeError.
 
     Files on a node are the jobs' to shape: a FIFO blocks whoever opens it, a device never
@@ -234,14 +252,15 @@ class SshConnection:
         self.ssh_config_path = ssh_config_path
         self._lock = threading.Lock()
         self._sftp_slots = threading.BoundedSemaphore(MAX_SFTP_SESSIONS)
-        self._client = None
-        self._jumps: list = []
+        self._client: paramiko.SSHClient | None = None
+        self._jumps: list[paramiko.SSHClient] = []
         self._failures = 0
         self._retry_at = 0.0
         self._last_error: NodeError | None = None
 
     # -- connecting
-    def _open_client(self, target: SshTarget, sock=None, hostkey_node: str | None = None):
+    def _open_client(self, target: SshTarget, sock: _Sock | None = None,
+                     hostkey_node: str | None = None) -> paramiko.SSHClient:
         import paramiko
 
         # paramiko logs a failed handshake with a traceback at ERROR; our NodeError says it
@@ -293,9 +312,9 @@ class SshConnection:
             raise _connect_error(self.node.name, target, exc) from None
         return client
 
-    def _sock_via(self, jump: str, target: SshTarget):
+    def _sock_via(self, jump: str, target: SshTarget) -> paramiko.Channel | None:
         """Open a channel to ``target`` through each ProxyJump hop (left to right)."""
-        sock = None
+        sock: paramiko.Channel | None = None
         hops = [h.strip() for h in jump.split(",") if h.strip()]
         for i, hop in enumerate(hops):
             host, user, port = _parse_hop(hop)
@@ -309,7 +328,7 @@ class SshConnection:
                 h2, u2, p2 = _parse_hop(hops[i + 1])
                 nxt = resolve_target(h2, port=p2, user=u2, ssh_config_path=self.ssh_config_path)
             try:
-                sock = client.get_transport().open_channel(
+                sock = _transport(client).open_channel(
                     "direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0),
                     timeout=self.connect_timeout)
             except Exception as exc:
@@ -318,8 +337,9 @@ class SshConnection:
                                 hint="check ProxyJump in ~/.ssh/config") from None
         return sock
 
-    def _connect(self):
+    def _connect(self) -> paramiko.SSHClient:
         target = node_target(self.node, self.ssh_config_path)
+        sock: _Sock | None
         if target.proxy_jump:
             sock = self._sock_via(target.proxy_jump, target)
         elif target.proxy_command:
@@ -328,7 +348,7 @@ class SshConnection:
             sock = None
         return self._open_client(target, sock=sock)
 
-    def _proxy_command(self, target: SshTarget):
+    def _proxy_command(self, target: SshTarget) -> paramiko.ProxyCommand:
         """The connection's stream through ~/.ssh/config's ProxyCommand (a child process whose
         stdin/stdout carry the SSH session, as OpenSSH runs it)."""
         import paramiko
@@ -341,11 +361,10 @@ class SshConnection:
                             hint="check ProxyCommand in ~/.ssh/config (try it with "
                                  f"`ssh -G {self.node.host}`)") from None
 
-    def client(self):
+    def client(self) -> paramiko.SSHClient:
         """The live paramiko client, (re)connecting if needed; honours the backoff."""
         with self._lock:
-            if self._client is not None and self._client.get_transport() is not None \
-                    and self._client.get_transport().is_active():
+            if self._client is not None and _active(self._client):
                 return self._client
             self._drop_locked()
             now = time.monotonic()
@@ -365,7 +384,7 @@ class SshConnection:
             self._failures, self._retry_at, self._last_error = 0, 0.0, None
             return self._client
 
-    def _drop_locked(self):
+    def _drop_locked(self) -> None:
         for c in [self._client, *reversed(self._jumps)]:
             if c is not None:
                 try:
@@ -381,7 +400,7 @@ class SshConnection:
     @property
     def connected(self) -> bool:
         c = self._client
-        return c is not None and c.get_transport() is not None and c.get_transport().is_active()
+        return c is not None and _active(c)
 
     # -- commands
     def run(self, command: str | Sequence[str], timeout: float | None = None,
@@ -421,7 +440,7 @@ class SshConnection:
             out = _read_all(chan.recv, chan, deadline)
             err = _read_all(chan.recv_stderr, chan, deadline)
             while not chan.status_event.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
-                if not client.get_transport().is_active():
+                if not _active(client):
                     break
                 if time.monotonic() >= deadline:
                     raise TimeoutError()
@@ -450,7 +469,7 @@ class SshConnection:
                             hint="it is retried automatically on the next poll")
         return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
-    def _open_channel(self, client, timeout: float):
+    def _open_channel(self, client: paramiko.SSHClient, timeout: float) -> paramiko.Channel:
         """A new session channel. sshd refusing one (past its MaxSessions, counting channels
         still closing) leaves the connection up: tried again twice after a moment, then this
         command's NodeError, never a reconnect that would cut every command in flight. So does
@@ -460,6 +479,9 @@ class SshConnection:
         import paramiko
 
         transport = client.get_transport()
+        if transport is None:   # closed since client() handed it out
+            self.close()
+            raise _Stale("the connection is closed")
         for attempt in range(3):
             try:
                 return transport.open_session(timeout=max(self.connect_timeout, timeout))
@@ -471,7 +493,7 @@ class SshConnection:
                                          "in the node's sshd_config if this persists") from None
                 time.sleep(0.2 * (attempt + 1))
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                if transport is not None and transport.is_active():
+                if transport.is_active():
                     raise NodeError(f"node {self.node.name}: sshd did not open a session in "
                                     f"time ({exc or type(exc).__name__})",
                                     hint="the node is overloaded; it is retried on the next "
@@ -490,7 +512,7 @@ class SshConnection:
                             hint="try again in a moment")
 
     @contextlib.contextmanager
-    def _sftp(self, what: str):
+    def _sftp(self, what: str) -> Iterator[paramiko.SFTPClient]:
         """One SFTP session for one operation; every failure inside is this node's NodeError.
 
         Bounded, because what is read is the jobs' to shape: at most ``MAX_SFTP_SESSIONS`` at
@@ -505,7 +527,7 @@ class SshConnection:
         self._take_slot(what)
         chan = None
         try:
-            chan = self.client().get_transport().open_session(timeout=self.connect_timeout)
+            chan = _transport(self.client()).open_session(timeout=self.connect_timeout)
             chan.settimeout(t)
             chan.invoke_subsystem("sftp")
             yield paramiko.SFTPClient(chan)
@@ -525,7 +547,7 @@ class SshConnection:
                 chan.close()
             self._sftp_slots.release()
 
-    def put(self, local: str | os.PathLike, remote: str, mode: int = 0o700) -> None:
+    def put(self, local: str | os.PathLike[str], remote: str, mode: int = 0o700) -> None:
         with self._sftp(f"cannot upload {local} to {remote}") as sftp:
             sftp.put(str(local), remote)
             sftp.chmod(remote, mode)
@@ -580,7 +602,8 @@ class SshConnection:
         target = node_target(self.node, self.ssh_config_path)
         known = _load_host_keys(self.known_hosts).lookup(target.known_hosts_name)
         try:
-            sock = self._sock_via(target.proxy_jump, target) if target.proxy_jump else \
+            hop = self._sock_via(target.proxy_jump, target) if target.proxy_jump else None
+            sock = hop if hop is not None else \
                 socket.create_connection((target.hostname, target.port), self.connect_timeout)
             t = paramiko.Transport(sock)
             if known:
@@ -608,6 +631,21 @@ class SshConnection:
         line = f"{target.known_hosts_name} {key.get_name()} {key.get_base64()}"
         return ScannedKey(self.node.name, target.known_hosts_name, key.get_name(),
                           fingerprint(key), line, status)
+
+
+def _active(client: paramiko.SSHClient) -> bool:
+    """Whether the client's connection is up."""
+    transport = client.get_transport()
+    return transport is not None and transport.is_active()
+
+
+def _transport(client: paramiko.SSHClient) -> paramiko.Transport:
+    """The client's transport; a client whose connection is gone has none: an EOFError, as
+    paramiko says a connection ended."""
+    transport = client.get_transport()
+    if transport is None:
+        raise EOFError("the connection is closed")
+    return transport
 
 
 def _check_identity_files(node: str, target: SshTarget) -> None:
@@ -678,7 +716,7 @@ class _TooMuchOutput(Exception):
     pass
 
 
-def _shutdown_write(chan) -> None:
+def _shutdown_write(chan: paramiko.Channel) -> None:
     """``chan.shutdown_write()``, with the EOF sent while the channel's lock is held.
 
     paramiko builds the EOF under the lock but sends it after releasing it. A command that
@@ -698,7 +736,7 @@ def _shutdown_write(chan) -> None:
             transport._send_user_message(m)
 
 
-def _read_all(recv, chan, deadline: float) -> bytes:
+def _read_all(recv: Callable[[int], bytes], chan: paramiko.Channel, deadline: float) -> bytes:
     """A stream until EOF, bounded in time (``deadline``) and size (MAX_OUTPUT): what a node
     prints is untrusted, and a job or a broken driver can print without end."""
     chunks: list[bytes] = []

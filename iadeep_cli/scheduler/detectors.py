@@ -21,8 +21,8 @@ A *phase change* (``PhaseDetector``) is about one job's own behaviour: its progr
 or memory utilisation moved by more than ``phase_threshold`` (rate, relative) or
 ``phase_util`` (percentage points) away from how it started and from its workload's profile,
 for ``phase_persist_s`` and ``polls`` polls. Alone on its GPU, the GPU's figures are the job's;
-sharing it, only its own SM share is (where the poll has per-process figures: NVML), and that
-share over the job's observed speed estimates its utilisation alone (``solo_util``). The
+sharing it, only its own SM share is (where the poll has per-process figures: NVML or pmon), and
+that share over the job's observed speed estimates its utilisation alone (``solo_util``). The
 controller then gives the workload a "phase" profile sample, which replaces the profile
 instead of being averaged in.
 
@@ -177,7 +177,7 @@ class Detector:
 
 def closed_gpus(findings: Mapping[str, Finding], now: float, policy: AdaptPolicy
                 ) -> dict[str, str]:
-    """GPU name -> why it takes no new partners (``plan(closed=...)``): every GPU with a
+    """GPU name -> why it takes no new partners (``PlanInputs.closed``): every GPU with a
     finding, while ``stop_partners`` is on."""
     if not (policy.enabled and policy.stop_partners):
         return {}
@@ -200,8 +200,9 @@ SPEED_CAP = 1.5
 
 def solo_util(sm_share: float | None, speed: float | None) -> float | None:
     """A sharing job's GPU utilisation alone (%), estimated from its own SM share of the GPU
-    (NVML's per-process figure) and its observed speed relative to alone: time-sliced, a job
-    doing ``speed`` of its solo work keeps the SMs busy about ``speed`` times as long as alone.
+    (NVML's or pmon's per-process figure) and its observed speed relative to alone:
+    time-sliced, a job doing ``speed`` of its solo work keeps the SMs busy about ``speed``
+    times as long as alone.
     None where either is missing, the job nearly stalled (the quotient is then noise) or its
     speed is at the observer's cap (``SPEED_CAP``: not a measurement)."""
     if sm_share is None or speed is None or not MIN_SHARED_SPEED <= speed < SPEED_CAP:

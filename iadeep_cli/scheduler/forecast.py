@@ -16,10 +16,12 @@ freed starts within that GPU's bounds), not by simulating three times.
 
 Bounded in cost (a 1,000-job queue on 512 GPUs well under a second, benchmarks/
 bench_forecast.py): ends that fall close together are taken as one step (within ``QUANTUM``
-of the forecast's elapsed time, at least ``MIN_STEP_S``), each step's ``plan()`` sees only the
-head of the queue (the ``WINDOW`` first jobs in queue order, at least twice the GPUs that just
-freed), and the forecast stops after ``MAX_STEPS`` steps or ``HORIZON_S``: a job not placed
-by then has no forecast ("not within the horizon"). These are approximations, stated in
+of the forecast's elapsed time, at least ``MIN_STEP_S``), each step's ``plan()`` runs as the
+simulator's does (``reasons=False``: it stops once no GPU has room, and gives no waiting
+reasons, which the forecast does not read) over the whole queue (``window`` can bound it to
+the head; the whole queue is what lets a small job forecast to backfill past a long head), and
+the forecast stops after ``MAX_STEPS`` steps or ``HORIZON_S``: a job not placed by then has no
+forecast ("not within the horizon"). These are approximations, stated in
 docs/scheduling.md: jobs not yet submitted are not foreseen (they may jump ahead with a higher
 priority), nor are failures, cancellations, holds or nodes going down.
 """
@@ -27,12 +29,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from ..jobs import Job, JobState
+from ..messages import ForecastView
 from ..profiles import Profile
-from ..settings import Policy, UserLimit
+from ..settings import Policy
+from .inputs import PlanInputs
 from .placement import GpuSlot, Plan, plan
 from .prediction import CachedModel, Predictor
 from .priority import order_queue
@@ -40,7 +43,7 @@ from .remaining import Durations, RuntimeEstimate, estimate_runtime
 
 QUANTUM = 0.03        # ends within 3% of the time forecast so far are one step ...
 MIN_STEP_S = 60.0     # ... and ends within a minute
-WINDOW = 32           # queued jobs each step's plan() sees, at least (the head of the queue)
+WINDOW: int | None = None   # queued jobs each step's plan() sees, at least (None: all)
 MAX_STEPS = 400
 HORIZON_S = 30 * 86400.0
 
@@ -59,49 +62,21 @@ class Left:
 
 
 @dataclass(frozen=True)
-class JobForecast:
-    """One job's forecast (times are epoch seconds). ``start`` None: a queued job not placed
-    within the horizon. ``node``/``gpus``: where it would start; ``beside``: the jobs already
-    on those GPUs then; ``speed``: its predicted speed there (1.0 alone). A running job has
-    ``start`` = its real start and only the end forecast."""
+class JobForecast(ForecastView):
+    """One job's forecast: the figures a reader is shown (``messages.ForecastView``: times are
+    epoch seconds; ``start`` None: a queued job not placed within the horizon; ``node``/
+    ``gpus``: where it would start; ``beside``: the jobs already on those GPUs then;
+    ``speed``: its predicted speed there, 1.0 alone; ``source``: what its run time rests on)
+    and whose it is. A running job has ``start`` = its real start and only the end forecast.
+    ``ForecastView.at(made_at)`` is what a reply carries; JSON by the same codec."""
 
-    job_id: int
-    start: float | None
-    start_low: float | None
-    start_high: float | None
-    end: float | None
-    end_low: float | None
-    end_high: float | None
-    node: str | None = None
-    gpus: tuple[int, ...] = ()
-    beside: tuple[int, ...] = ()
-    speed: float | None = None
-    source: str = ""          # what its run time rests on
+    job_id: int = field(kw_only=True)
 
     @property
     def where(self) -> str:
         if self.node is None:
             return ""
         return f"{self.node}:{','.join(str(i) for i in self.gpus)}"
-
-    def to_dict(self) -> dict[str, object]:
-        return {"job_id": self.job_id, "start": self.start, "start_low": self.start_low,
-                "start_high": self.start_high, "end": self.end, "end_low": self.end_low,
-                "end_high": self.end_high, "node": self.node, "gpus": list(self.gpus),
-                "beside": list(self.beside), "speed": self.speed, "source": self.source}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> JobForecast:
-        def num(key: str) -> float | None:
-            v = d.get(key)
-            return None if v is None else float(v)  # type: ignore[arg-type]
-        node = d.get("node")
-        return cls(int(d["job_id"]), num("start"), num("start_low"),  # type: ignore[call-overload]
-                   num("start_high"), num("end"), num("end_low"), num("end_high"),
-                   None if node is None else str(node),
-                   tuple(int(i) for i in d.get("gpus") or ()),  # type: ignore[attr-defined]
-                   tuple(int(i) for i in d.get("beside") or ()),  # type: ignore[attr-defined]
-                   num("speed"), str(d.get("source") or ""))
 
 
 @dataclass(frozen=True)
@@ -141,7 +116,7 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
              memory: Callable[[Job], float | None],
              order: Callable[[Sequence[Job], float], list[Job]] | None = None,
              max_steps: int = MAX_STEPS, horizon_s: float = HORIZON_S,
-             window: int = WINDOW, lag_s: float = 0.0) -> Forecast:
+             window: int | None = WINDOW, lag_s: float = 0.0) -> Forecast:
     """Forecast ``queue`` (the jobs ``plan()`` may place: dependencies met) from the GPUs
     ``slots`` with ``active`` on them, at ``now``.
 
@@ -184,8 +159,9 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
             cut = True
             break
         steps += 1
-        # plan() over the head of the queue, on the GPUs as the forecast has them at t
-        size = max(window, 2 * opened)
+        # plan() over the queue (its head with a ``window``; the first step over all of it,
+        # as the round itself sees it), on the GPUs as the forecast has them at t
+        size = len(head) if window is None or steps == 1 else max(window, 2 * opened)
         view = [j for j in head if j.id in waiting][:size]
         cur = tuple(replace(s, memory_free_mib=free[k], job_ids=tuple(sorted(on[k])))
                     for k, s in slot_by.items())
@@ -220,9 +196,9 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
             if t > now:   # noticing the end and launching take the scheduler a while
                 run.start, run.start_hi = t + lag_s, hi + 3 * lag_s
                 hi = run.start_hi
-            out[job.id] = JobForecast(job.id, run.start, lo, hi, None, None, None, p.node,
+            out[job.id] = JobForecast(run.start, lo, hi, None, None, None, p.node,
                                       tuple(p.gpu_indices), beside,
-                                      p.predicted_speeds.get(job.id), est.source)
+                                      p.predicted_speeds.get(job.id), est.source, job_id=job.id)
         if touched:
             _speeds(running, on, group_speed, touched)
         if not waiting:
@@ -269,14 +245,14 @@ def forecast(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Jo
         else:
             out[i] = _running_end(r, end, lo, hi)
     for i in waiting:
-        out[i] = JobForecast(i, None, None, None, None, None, None)
+        out[i] = JobForecast(None, None, None, None, None, None, job_id=i)
     return Forecast(now, out, steps, cut)
 
 
 def _running_end(r: _Run, end: float, lo: float, hi: float) -> JobForecast:
     job = r.job
-    return JobForecast(job.id, r.start, r.start, r.start, end, lo, hi, job.node,
-                       tuple(job.gpu_indices), (), None, "")
+    return JobForecast(r.start, r.start, r.start, end, lo, hi, job.node,
+                       tuple(job.gpu_indices), (), None, "", job_id=job.id)
 
 
 def _bounds(r: _Run, end: float) -> tuple[float, float]:
@@ -333,17 +309,18 @@ _DEFAULT_POLICY = Policy()
 
 
 # --------------------------------------------------------------------------- the usual inputs
-def planner(profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
-            user_limits: Mapping[str, UserLimit] | None = None, **kwargs: Any) -> Decide:
-    """``decide`` for ``forecast``: plan() with these settings (``kwargs``: plan()'s keyword
-    arguments: fairshare, closed, speeds, durations, reservations), the predictor memoised
-    across the forecast's steps."""
-    cached = model if isinstance(model, CachedModel) else CachedModel(model)
-    limits = dict(user_limits or {})
+def planner(inputs: PlanInputs, reasons: bool = False) -> Decide:
+    """``decide`` for ``forecast``: plan() with these inputs (the caller's, built once), the
+    predictor memoised across the forecast's steps; without waiting reasons by default
+    (``reasons=False``, as the simulator plans: the same placements, found faster; the
+    forecast reads only the placements; `queue add --test-only` asks for them)."""
+    inputs = replace(inputs, reasons=reasons)
+    if not isinstance(inputs.model, CachedModel):
+        inputs = replace(inputs, model=CachedModel(inputs.model))
 
     def decide(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                t: float) -> Plan:
-        return plan(queue, slots, active, profiles, cached, policy, limits, t, **kwargs)
+        return plan(queue, slots, active, t, inputs)
     return decide
 
 

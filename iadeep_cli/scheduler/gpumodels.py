@@ -3,7 +3,7 @@
 Pure arithmetic, no I/O: the controller and the simulator build a ``ModelSpeeds`` once per
 round from the profiles they hold (one per workload *and* GPU model: a profile records the
 model it was measured on and, when known, its solo throughput ``solo_it_per_s``) and pass it to
-``plan(..., speeds=...)``. A cluster with one GPU model never needs it: ``plan()`` then decides
+``PlanInputs.speeds``. A cluster with one GPU model never needs it: ``plan()`` then decides
 exactly as it always did.
 
 **A job's speed on a model** (``ModelSpeeds.factor``) is its solo throughput there relative to

@@ -15,8 +15,9 @@ How a round decides (docs/scheduling.md 'How placement decides'):
    the node held is the one expected to free first (its jobs' expected remaining run time,
    ``scheduler/remaining.estimate_runtime``), and a job expected to end before the held GPUs
    are needed may still use them. With ``Policy.preemption`` "las" the queue goes by
-   attained-service level first and requeueable jobs ranked after a waiting job are
-   preempted for it (``Plan.preempt``; ``_Room``).
+   attained-service level first and requeueable jobs ranked after a waiting job, and expected
+   to run longer than it, are preempted for it (``Plan.preempt``; ``_Room``). A gang
+   (``gangs=True``: a job larger than any node) holds, or has preempted for it, whole nodes.
 2. Memory: a job needs ``--mem`` (JobSpec.mem_gib) or its profile's peak plus
    ``memory_margin_gib`` free on the GPU; the free figure already counts foreign processes.
 3. Sharing pays only when the predictor says so: the combined predicted speed of the GPU's jobs
@@ -47,13 +48,14 @@ from typing import Any
 from ..jobopts import node_allowed, node_rules
 from ..jobs import Job, JobSpec
 from ..profiles import Profile, gpu_model_key
-from ..settings import Inventory, Policy, UserLimit
+from ..settings import Inventory, Policy
 from ..snapshot import ClusterSnapshot
 from ..text import MIB_PER_GIB, gib, gpus_at
 from . import reservations as reserve
 from .gpumodels import ModelSpeeds, preference, queue_means
+from .inputs import PlanInputs
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
-from .prediction import CachedModel, Predict, Predictor
+from .prediction import CachedModel, Predict
 from .priority import order_queue, queue_key
 from .remaining import Durations, RuntimeEstimate, estimate_runtime, gittins
 from .sharing import Pressure, best_share, completion_rate
@@ -80,6 +82,21 @@ MIN_ATTEMPT_S = 60.0
 # within a level: "fifo" (the usual order) or "gittins" (the job likeliest to finish per GPU
 # second first, from its owner's and label's run times: Tiresias's 2D-Gittins, learnt)
 LAS_ORDER = "fifo"
+# under "las", a gang (a job larger than any node, ``plan(..., gangs=True)``) is ranked like
+# any job: requeueable jobs ranked after it are preempted for it on whole nodes, and once it
+# has had more service it may be preempted in turn (Tiresias does both). False: a gang is
+# never preempted and nothing is preempted for it (it waits for whole nodes to drain)
+GANG_LAS = True
+# under "las": a running job is preempted for a waiting one only if it is expected to run
+# longer than the waiting job (the median of each estimate, the running job's given the
+# service it has had), unless nothing is known of the waiting job's run time (then LAS's
+# bet that a new job is short stands); False: by levels alone, as Tiresias
+PREEMPT_SHORTER = True
+# a gang that has waited ``Policy.reserve_after_s`` holds the whole nodes expected to empty
+# first (``_reserve_gang``), as a one-node job holds GPUs, when plan() is given run times
+# (``durations``): with nothing known of run times no job could backfill the held nodes,
+# and a gang could idle a whole cluster for days. False: it holds nothing
+GANG_HOLD = True
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -350,43 +367,19 @@ class _Round:
 
 
 # --------------------------------------------------------------------------- the policy
-def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
-         profiles: Mapping[str, Profile], model: Predictor, policy: Policy,
-         user_limits: Mapping[str, UserLimit], now: float,
-         fairshare: Mapping[str, float] | None = None,
-         closed: Mapping[str, str] | None = None,
-         speeds: ModelSpeeds | None = None,
-         durations: Durations | None = None,
-         reservations: Sequence[reserve.Reservation] = (),
-         attained: Mapping[int, float] | None = None,
-         gangs: bool = False, reasons: bool = True) -> Plan:
+def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], now: float,
+         inputs: PlanInputs) -> Plan:
     """Decide which queued jobs start where; every job left waiting gets a readable reason.
 
-    ``model``: any ``Predictor``; wrap it in ``CachedModel`` to keep its answers across rounds.
-    ``fairshare``: priority points per user (``scheduler.fairshare``), worked out by the caller
-    from what ran, so plan() stays a function of its arguments; None: fair share off.
-    ``closed``: GPU name ("node:index") -> why it takes no new partners (run-time adaptation
-    found its jobs running worse than predicted); a job that waits while one of these would
-    otherwise have room for it says so.
-    ``speeds``: each workload's solo speed per GPU model (``scheduler.gpumodels``), built by the
-    caller once per round; used only when the slots hold more than one GPU model (None there:
-    every model counts as equally fast, the 'blind' reading). One model: ignored, so a
-    one-model lab's rounds are exactly what they were.
-    ``durations``: the lab's run times (``scheduler.remaining``) that ``sharing: jct`` judges
-    a group by; None: a broad prior alone (how long each job has run still counts).
-    ``reservations``: GPUs kept for one user over a window (``scheduler.reservations``).
-    ``durations`` also gives the run-time estimates (``remaining.estimate_runtime``) that
-    backfill on held GPUs and the choice of the node to hold go by (with or without
-    ``sharing: jct``).
-    ``attained``: GPU-seconds each job has had over all its attempts (the caller's record);
-    with ``Policy.preemption`` "las" the queue goes by its level first and ``Plan.preempt``
-    names requeueable jobs to checkpoint for jobs that had less (docs/scheduling.md).
-    ``gangs``: a job needing more GPUs than any node has runs on several whole empty nodes
-    (``Placement.gang``); the simulator's replay of real traces sets it. Off, such a job
-    waits with its reason (the controller launches a job on one node).
-    ``reasons``: False (the simulator) stops the round once no GPU has room for anyone, so
-    the jobs after that point get no wait reason; the placements are the same.
+    ``queue``, ``slots``, ``active``, ``now``: the state the round sees; ``inputs``: what it
+    decides by (``scheduler/inputs.PlanInputs``: profiles, predictor, policy, limits, fair
+    share, closed GPUs, speeds per GPU model, run times, reservations, attained service,
+    gangs, reasons), built once by the caller.
     """
+    profiles, model, policy = inputs.profiles, inputs.model, inputs.policy
+    user_limits, fairshare, closed = inputs.user_limits, inputs.fairshare, inputs.closed
+    speeds, durations, reservations = inputs.speeds, inputs.durations, inputs.reservations
+    attained, gangs, reasons = inputs.attained, inputs.gangs, inputs.reasons
     history = durations
     predict = model.predict_group if isinstance(model, CachedModel) else \
         CachedModel(model).predict_group
@@ -458,7 +451,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
         ok = _node_rule(job)
         if ok is not _anywhere and not any(ok(g) for g in rnd.gpus):
             waits[job.id] = (f"no node it may run on ({node_rules(job.spec)}) has GPUs to "
-                             "offer now (down, or not in the inventory)")
+                             f"offer now {UNOFFERED}")
             continue
         # reservations: ``ok`` less GPUs held for others (``rule``: the job's own node rules)
         rule, (ok, kept) = ok, reserve.rule(reservations, kept_for, job, ok, now)
@@ -497,9 +490,13 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job],
                 continue
         if got is None:
             held_by = holder
-            if whole and total_gpus and reserving:
+            # (a gang holds whole nodes; under "las" with every job requeueable it makes
+            # room by preemption instead, like any job: ``GANG_LAS``)
+            if whole and total_gpus and reserving and (
+                    not gang or (GANG_HOLD and history is not None)):
                 note, holder = _reservation(rnd, job, need, policy.reserve_after_s
-                                            - (now - job.submitted_at), holder, ok, ests)
+                                            - (now - job.submitted_at), holder, ok, ests,
+                                            node_size if gang else None)
                 why += note
             if not whole and rnd.closed:
                 why += _closed_note(rnd, ok)
@@ -612,10 +609,12 @@ class _Room:
         self.attained = attained
         self.by_id = {j.id: j for j in active}
         self.ranks = {j.id: self.rank(j) for j in active}
-        # a gang (a job larger than any node, ``plan(..., gangs=True)``) is never preempted,
-        # and one left waiting never has jobs preempted for it (no node can hold it)
+        # a gang (a job larger than any node, ``plan(..., gangs=True)``): with ``GANG_LAS``
+        # preempted and preempted for on whole nodes, else neither
         self.node_max = max(Counter(g.node for g in rnd.gpus).values(), default=0)
         self.victims: set[int] = set()
+        self._left: dict[int, float] = {}
+        self.for_s = math.inf
 
     def level(self, j: Job) -> tuple[Any, ...]:
         """Its attained-service level; with ``LAS_ORDER`` "gittins" and history, then its
@@ -644,15 +643,36 @@ class _Room:
     def _movable(self, jid: int, mine: tuple[Any, ...]) -> bool:
         j = self.by_id.get(jid)
         return (j is not None and j.spec.requeue and jid not in self.victims
-                and j.spec.gpus <= self.node_max
+                and (GANG_LAS or j.spec.gpus <= self.node_max)
                 and self.ranks[jid] > mine
-                and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S)
+                and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S
+                and self._outlasts(j))
+
+    def _outlasts(self, j: Job) -> bool:
+        """Whether running job ``j`` is expected to run longer than the job preempting for
+        (``self.for_s``; ``PREEMPT_SHORTER``)."""
+        if not PREEMPT_SHORTER or self.for_s == math.inf:
+            return True
+        hit = self._left.get(j.id)
+        if hit is None:
+            age = self.attained.get(j.id, 0.0) / max(1, j.spec.gpus)
+            hit = self._left[j.id] = estimate_runtime(
+                self.history, user=j.owner, workload=j.spec.workload,
+                time_limit_s=j.spec.time_limit_s, age_s=age).left_s(age)
+        return hit > self.for_s
+
+    def _for(self, job: Job) -> None:
+        """The waiting job's expected run time (inf: nothing known), for ``_outlasts``."""
+        est = estimate_runtime(self.history, user=job.owner, workload=job.spec.workload,
+                               time_limit_s=job.spec.time_limit_s) if PREEMPT_SHORTER else None
+        self.for_s = math.inf if est is None or est.source == "default" else est.seconds
 
     def make(self, job: Job) -> str:
         """Preempt for ``job`` if that makes room; its wait reason then, else ''."""
         k = job.spec.gpus
+        self._for(job)
         if k > self.node_max:
-            return ""
+            return self._make_gang(job) if GANG_LAS else ""
         mine = self.rank(job)
         ok = _node_rule(job)
         by_node: dict[str, list[_Gpu]] = {}
@@ -676,6 +696,38 @@ class _Room:
         if best is None or not best[2]:
             return ""
         _, chosen, jobs = best
+        return self._take(chosen, jobs)
+
+    def _make_gang(self, job: Job) -> str:
+        """For a gang: whole nodes whose every job ranks after it (and may be preempted), the
+        cheapest first (fewest GPUs of jobs to preempt, then the larger node), until they
+        hold its GPUs; '' if there are not enough."""
+        mine = self.rank(job)
+        ok = _node_rule(job)
+        by_node: dict[str, list[_Gpu]] = {}
+        for g in self.rnd.gpus:
+            by_node.setdefault(g.node, []).append(g)
+        cands: list[tuple[tuple[Any, ...], list[_Gpu], set[int]]] = []
+        for node, gs in by_node.items():
+            if all(not g.reserved and ok(g) and all(self._movable(r.job_id, mine)
+                                                    for r in g.residents) for g in gs):
+                jobs = {r.job_id for g in gs for r in g.residents}
+                cost = sum(self.by_id[j].spec.gpus for j in jobs)
+                cands.append(((cost, -len(gs), node), gs, jobs))
+        cands.sort(key=lambda c: c[0])
+        left, chosen, victims = job.spec.gpus, [], set()
+        for _, gs, jobs in cands:
+            if left <= 0:
+                break
+            chosen += gs
+            victims |= jobs
+            left -= len(gs)
+        if left > 0 or not victims:
+            return ""
+        return self._take(chosen, victims)
+
+    def _take(self, chosen: list[_Gpu], jobs: set[int]) -> str:
+        """Preempt ``jobs`` and hold ``chosen`` and every GPU they leave for the job."""
         # a victim on several GPUs frees them all: hold every GPU it leaves, for this job
         held = [g for g in self.rnd.gpus if not g.reserved and (
             g in chosen or any(r.job_id in jobs for r in g.residents))]
@@ -790,9 +842,16 @@ def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy,
     return _Res(job.id, prof, floor, solo, index, bucket, age, left)
 
 
+# plan()'s guesses at why nodes offer no GPUs, where it sees only that they offer none: the
+# round, which knows the cause (a node drained, or skipped while its launches fail), says it
+# instead (controller/round/steps/schedule.py)
+UNOFFERED = "(down, or not in the inventory)"
+NO_GPUS = "no GPUs available (no node answered, or the inventory lists none)"
+
+
 def _full_reason(job: Job, total: int) -> str:
     if total == 0:
-        return "no GPUs available (no node answered, or the inventory lists none)"
+        return NO_GPUS
     if job.spec.gpus > 1:
         return f"needs {job.spec.gpus} free GPUs on one node; all {total} GPUs are busy"
     return f"all {total} GPUs are busy or reserved; waiting for a job to finish"
@@ -950,18 +1009,23 @@ def _largest(gpus: Sequence[_Gpu]) -> float | None:
 
 def _reservation(rnd: _Round, job: Job, need: float | None, left_s: float,
                  holder: int | None, ok: NodeRule = _anywhere,
-                 ests: _Estimates | None = None) -> tuple[str, int | None]:
+                 ests: _Estimates | None = None,
+                 node_size: Mapping[str, int] | None = None) -> tuple[str, int | None]:
     """For a blocked whole-GPU job: what its reason adds about reserving GPUs (so a user knows
-    when it stops waiting behind small jobs), and the job holding this round's reservation."""
+    when it stops waiting behind small jobs), and the job holding this round's reservation.
+    ``node_size`` (GPUs per node): the job is a gang, and holds whole nodes."""
     if left_s > 0:
-        what = "GPUs" if job.spec.gpus > 1 else "a GPU"
+        what = "whole nodes" if node_size else "GPUs" if job.spec.gpus > 1 else "a GPU"
         return f"; will reserve {what} in {_eta(left_s)}", holder
     if holder is not None:
         return f"; job {holder} reserves GPUs first", holder
-    gpus = _reserve(rnd, job, need, ok, ests)
+    gpus = _reserve_gang(rnd, job, need, ok, ests, node_size) if node_size \
+        else _reserve(rnd, job, need, ok, ests)
     if not gpus:
         return "", None
-    where = gpus_at(gpus[0].node, (g.index for g in gpus))
+    nodes = sorted({g.node for g in gpus})
+    where = (f"nodes {', '.join(nodes)}" if len(nodes) > 1
+             else gpus_at(gpus[0].node, (g.index for g in gpus)))
     eta = ""
     if ests is not None and gpus[0].need_at > ests.now and not any(
             r.job_id in ests.guessed for g in gpus for r in g.residents):
@@ -1005,5 +1069,42 @@ def _reserve(rnd: _Round, job: Job, need: float | None, ok: NodeRule = _anywhere
     _, gs = min(cands, key=readiness)
     held = sorted(first_k(gs), key=lambda g: g.index)
     need_at = ests.now + max(free_in(g) for g in held) if ests is not None else 0.0
+    rnd.reserve(held, need_at)
+    return held
+
+
+def _reserve_gang(rnd: _Round, job: Job, need: float | None, ok: NodeRule,
+                  ests: _Estimates | None, node_size: Mapping[str, int]) -> list[_Gpu]:
+    """Hold whole nodes for a blocked gang (a job larger than any node) so it cannot starve
+    behind smaller jobs: the nodes expected to empty first (a node empties when its last job
+    ends, by expected remaining run time; without ``ests``, by how many jobs it holds), until
+    they hold its GPUs; only nodes of which every GPU could take it and none is held already.
+    Every GPU of those nodes is held (a gang takes only whole empty nodes), recording when the
+    last of them is expected to empty: until then shorter jobs may use them (backfill)."""
+    by_node: dict[str, list[_Gpu]] = {}
+    for g in rnd.gpus:
+        by_node.setdefault(g.node, []).append(g)
+    cands = [(n, gs) for n, gs in by_node.items()
+             if len(gs) == node_size[n] and all(
+                 not g.reserved and ok(g) and g.could_ever_fit(need) for g in gs)]
+
+    def free_in(g: _Gpu) -> float:
+        return ests.free_in(g) if ests is not None else float(len(g.residents))
+
+    def readiness(item: tuple[str, list[_Gpu]]) -> tuple[float, int, int, str]:
+        n, gs = item
+        return (max(free_in(g) for g in gs), sum(len(g.residents) for g in gs),
+                -node_size[n], n)
+    left = job.spec.gpus
+    chosen: list[tuple[float, list[_Gpu]]] = []
+    for _n, gs in sorted(cands, key=readiness):
+        if left <= 0:
+            break
+        chosen.append((max(free_in(g) for g in gs), sorted(gs, key=lambda g: g.index)))
+        left -= len(gs)
+    if left > 0:
+        return []   # not enough nodes it could ever run on (it waits with its reason)
+    held = [g for _, gs in chosen for g in gs]
+    need_at = ests.now + max(t for t, _ in chosen) if ests is not None else 0.0
     rnd.reserve(held, need_at)
     return held

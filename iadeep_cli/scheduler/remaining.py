@@ -24,7 +24,10 @@ newcomer, and one that probably ends within minutes (high index) is left alone t
 how long will this job run in all, with a low and a high figure (the 10% and 90% quantiles)
 and where that came from: its ``--time`` (a cap: it stops then at the latest), else the lab's
 history of the same user and label, of the user, of the label, of the whole lab, else
-``DEFAULT_RUNTIME_S``.
+``DEFAULT_RUNTIME_S``; or, for a job with a ``--time`` whose user (else the lab) has a history
+of runs with one, its ``--time`` times the learnt ratio of run time to ``--time`` (users
+tend to ask for about the same multiple of what they need), when that ratio spreads less than
+the run times do.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ _SQRT2 = math.sqrt(2.0)
 LOW_Q, HIGH_Q = 0.10, 0.90
 DEFAULT_RUNTIME_S = PRIOR_MEDIAN_S
 MIN_HISTORY = 3   # runs of a user (or user and label) before their own history is used
+RATIO_SOURCE = "--time x history"   # estimate_runtime: --time times the learnt ratio
 
 
 def _phi(z: float) -> float:
@@ -85,7 +89,9 @@ class _Sums:
         self.n, self.s1, self.s2 = 0, 0.0, 0.0
 
     def add(self, seconds: float) -> None:
-        x = math.log(max(MIN_RUN_S, seconds))
+        self.add_log(math.log(max(MIN_RUN_S, seconds)))
+
+    def add_log(self, x: float) -> None:
         self.n += 1
         self.s1 += x
         self.s2 += x * x
@@ -110,8 +116,10 @@ class Durations:
     finish); placement only reads. Indexes are memoised by (label, limit, age bucket of 10%),
     so a round over a thousand jobs computes a few dozen."""
 
-    def __init__(self, samples: Iterable[tuple[str | None, float] | tuple[str | None, float,
-                                                                           str | None]] = (),
+    def __init__(self, samples: Iterable[tuple[str | None, float]
+                                         | tuple[str | None, float, str | None]
+                                         | tuple[str | None, float, str | None, float | None]
+                                         ] = (),
                  prior: LogNormal = PRIOR):
         self.prior = prior
         self._all = _Sums()
@@ -119,16 +127,26 @@ class Durations:
         # per user, and per (user, label): estimate_runtime's history (the index keeps to labels)
         self._user: dict[str, _Sums] = {}
         self._pair: dict[tuple[str, str], _Sums] = {}
+        # run time over --time (log), per user and lab-wide: how far users' limits overshoot
+        self._ratio_all = _Sums()
+        self._ratio: dict[str, _Sums] = {}
         self._fits: dict[str, LogNormal] = {}
         self._sources: dict[str, str] = {}
         self._memo: dict[tuple[Any, ...], float] = {}
         for sample in samples:
             self.add(*sample)
 
-    def add(self, workload: str | None, seconds: float, user: str | None = None) -> None:
-        """One finished run: its label, its run time (start to end), its owner if known."""
+    def add(self, workload: str | None, seconds: float, user: str | None = None,
+            limit_s: float | None = None) -> None:
+        """One finished run: its label, its run time (start to end), its owner if known, and
+        its --time if it had one (the ratio of the two is learnt too: ``ratio_dist``)."""
         if not (seconds >= 0 and math.isfinite(seconds)):
             return
+        if limit_s is not None and limit_s > 0 and math.isfinite(limit_s):
+            x = math.log(max(MIN_RUN_S, min(seconds, limit_s)) / limit_s)
+            self._ratio_all.add_log(x)
+            if user:
+                self._ratio.setdefault(user, _Sums()).add_log(x)
         self._all.add(seconds)
         if workload:
             self._by.setdefault(workload, _Sums()).add(seconds)
@@ -168,6 +186,22 @@ class Durations:
         self._fits[key] = hit
         self._sources[key] = source
         return hit, source
+
+    def ratio_dist(self, user: str | None) -> LogNormal | None:
+        """The distribution of ``ln(run time / --time)`` of ``user``'s runs that had a --time
+        (shrunk toward the lab's), else the lab's; None with fewer than ``MIN_HISTORY`` runs
+        with a --time. Users who ask for about the same multiple of what their jobs need make
+        their --time a better guide to the run time than the label's history."""
+        if self._ratio_all.n < MIN_HISTORY:
+            return None
+        key = f"\0ratio\0{user or ''}"
+        hit = self._fits.get(key)
+        if hit is None:
+            lab = self._ratio_all.fit(LogNormal(math.log(0.5), 1.0), 1.0)
+            mine = self._ratio.get(user) if user else None
+            hit = mine.fit(lab, 1.0) if mine is not None and mine.n >= MIN_HISTORY else lab
+            self._fits[key] = hit
+        return hit
 
     @property
     def runs(self) -> int:
@@ -243,8 +277,10 @@ class RuntimeEstimate:
     """How long a job runs in all (seconds from its start): ``seconds`` the median, ``low_s``
     and ``high_s`` the 10% and 90% quantiles, given how long it has already run; ``source``:
     "--time", "user+label history", "user history", "label history", "lab history" (every
-    run, neither the user's nor the label's being known) or "default". With a
-    ``--time`` every figure is capped by it and the source says "--time (cap) + ...".
+    run, neither the user's nor the label's being known), "--time x history" (its --time
+    times the user's, else the lab's, learnt ratio of run time to --time, where that spreads
+    less than the run times themselves) or "default". With a ``--time`` every figure is capped
+    by it and the source says "--time (cap) + ...".
     """
 
     seconds: float
@@ -271,11 +307,17 @@ def estimate_runtime(durations: Durations | None, *, user: str | None = None,
         d, source = durations.runtime_dist(user, workload)
     if durations is None or source == "default":
         d = LogNormal(math.log(DEFAULT_RUNTIME_S), PRIOR.sigma)
+    if time_limit_s is not None and time_limit_s > 0 and durations is not None:
+        # --time x the learnt ratio of run time to --time, where that has the narrower spread
+        r = durations.ratio_dist(user)
+        if r is not None and r.sigma < d.sigma:
+            d, source = LogNormal(math.log(time_limit_s) + r.mu, r.sigma, r.n), RATIO_SOURCE
     low, mid, high = (_quantile_after(d, q, age) for q in (LOW_Q, 0.5, HIGH_Q))
     if time_limit_s is not None and time_limit_s > 0:
         cap = max(time_limit_s, age)
         return RuntimeEstimate(min(mid, cap), min(low, cap), min(high, cap),
-                               "--time" if high >= cap else f"--time (cap) + {source}")
+                               "--time" if high >= cap else source if source == RATIO_SOURCE
+                               else f"--time (cap) + {source}")
     return RuntimeEstimate(mid, low, high, source)
 
 

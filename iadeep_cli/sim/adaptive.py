@@ -18,7 +18,7 @@
 
 and it acts as the controller does, as ``lab.policy.adapt`` says (by default only the
 refresh): a phase change refreshes the job's profile; with ``stop_partners`` a GPU with a
-finding takes no new partners (``plan(closed=...)``); with ``suspend`` a GPU worse than serial
+finding takes no new partners (``PlanInputs.closed``); with ``suspend`` a GPU worse than serial
 gets the job that joined last suspended (it keeps its place and memory, does no work, and is
 no partner) and resumed as soon as its partner leaves that GPU. One difference, on
 purpose: the controller refreshes the *label's* profile (a lab whose jobs of one label change

@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError, NotFoundError
 from ..jobs import Job, JobSpec, JobState
@@ -63,6 +64,12 @@ class SimJob:
     # published peers that preempt (Tiresias) assume every job can, whatever this says
     requeue: bool = False
     name: str = ""         # its job name, where a real trace has one (sim/traces.py)
+    # what the scheduler is told it is (sim/coldstart.py: a new program's own label, a
+    # coarse or wrong one); "": its workload
+    label: str = ""
+    # the --time its user asked for, where one is assumed (``sim --forecast``: foresee.py);
+    # only the run-time history learns from it (the schedule does not stop jobs at it)
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +250,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
              profiles: Mapping[str, Profile], name: str = "",
              progress: Callable[[int, int], None] | None = None,
              layout: Sequence[tuple[str, int]] = (), mixed: MixedTruth | None = None,
-             preempt_cost_s: float = PREEMPT_COST_S) -> PolicyResult:
+             preempt_cost_s: float = PREEMPT_COST_S, learner: Any = None) -> PolicyResult:
     """Run one policy over the trace; returns its metrics. With ``policy.fairshare`` the
     queue is ranked with each user's fair share, from the GPU time the simulation gave them
     (the same ``UsageLedger`` the controller feeds from its database). ``layout`` (with
@@ -251,7 +258,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     reporting its model to the planner; empty: ``gpus`` H200s, as always.
     ``preempt_cost_s``: what each preemption costs the preempted job (added to its remaining
     solo work); a policy that preempts is re-planned whenever a running job's attained
-    service crosses one of its ``thresholds`` (GPU-seconds), not only at arrivals and ends."""
+    service crosses one of its ``thresholds`` (GPU-seconds), not only at arrivals and ends.
+    ``learner`` (sim/coldstart.Profiler): profiles new programs' labels as the controller
+    does, polled like the hooks; a profile learnt re-plans."""
     view = planner.view if isinstance(planner, SimPlanner) else None
     hooks = getattr(planner, "hooks", None)   # a policy that acts at run time (policies.py)
     thresholds = tuple(sorted(getattr(getattr(planner, "fn", planner), "thresholds", ())))
@@ -306,7 +315,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             if thresholds and view is not None and queued else math.inf
         t_next = min(t_arr, t_done, phases.next_switch(t, running, remaining, speed),
                      hooks.next_poll(t) if hooks is not None and running else math.inf,
-                     t_cross)
+                     t_cross, learner.next_poll(t, running) if learner is not None else math.inf)
         if t_next == math.inf:
             stuck = ", ".join(str(i) for i in list(queued)[:5])
             raise InputError(f"jobs {stuck} can never start (too big for any GPU/node)",
@@ -329,18 +338,21 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             jct[i] = t - specs[i].submit_s
             done += 1
             if view is not None:   # its run time, as the controller records it, and its owner
-                view.durations.add(specs[i].workload, ran.get(i, 0.0), specs[i].user)
+                view.durations.add(specs[i].label or specs[i].workload, ran.get(i, 0.0),
+                                   specs[i].user, specs[i].time_limit_s)
             if ledger is not None:
                 ledger.stop(i, t)
         switched = phases.switch(running, remaining, t)
         acted = hooks.step(t, running, on_gpu, phases, speed, factor_on) \
             if hooks is not None and running else False
+        if learner is not None and running:
+            acted = learner.step(t, running, on_gpu, phases.now, phases.paused) or acted
         crossed = t_next == t_cross
         arrived = nxt < len(arrivals) and arrivals[nxt].submit_s <= t
         while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
             sj = arrivals[nxt]
             queued[sj.id] = Job(sj.id, sj.user,
-                                JobSpec("sim", workload=sj.workload, gpus=sj.gpus,
+                                JobSpec("sim", workload=sj.label or sj.workload, gpus=sj.gpus,
                                         requeue=sj.requeue),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1

@@ -266,7 +266,7 @@ def run_forecast(jobs: Sequence[SimJob], seed: int,
                  profiles: Mapping[str, Profile], model: Predictor, policy: Policy
                  ) -> tuple[Samples, dict[int, float], dict[int, float]]:
     """One seed: the simulation with forecasts; (samples, actual starts, actual ends)."""
-    limits = {j.id: limit_for(j, seed) for j in jobs}
+    limits = {j.id: j.time_limit_s or limit_for(j, seed) for j in jobs}
     scorer = Scorer(planner, profiles, model, limits, seed, policy,
                     {j.id: j.duration_s for j in jobs})
     result = simulate_with(scorer)
@@ -335,7 +335,10 @@ def forecast_report(settings, seeds: int, progress: Callable[[str], None] | None
     n_jobs = 0
     for seed in used:
         s = replace(settings, seed=seed)
-        jobs = build_trace(s, profiles, truth)
+        # each job's assumed --time travels with it, so the run-time history the simulation
+        # builds as jobs finish learns run time over --time as the controller's does
+        jobs = [replace(j, time_limit_s=limit_for(j, seed))
+                for j in build_trace(s, profiles, truth)]
         n_jobs = len(jobs)
         pol = replace(s.policy, fairshare=None)
         mem = {j.id: _mem_mib(j, profiles, pol) for j in jobs}

@@ -52,6 +52,7 @@ from ..jobs import Job
 from ..profiles import Profile
 from ..scheduler import placement
 from ..scheduler.gpumodels import ModelSpeeds
+from ..scheduler.inputs import PlanInputs
 from ..scheduler.placement import GpuSlot, Placement, Plan, plan
 from ..scheduler.prediction import CachedModel, CautiousModel, Predictor
 from ..scheduler.priority import order_queue
@@ -169,14 +170,18 @@ def _plan_with(model: Predictor, ctx: PolicyContext, exclusive: bool = False,
     pol = replace(ctx.policy, max_jobs_per_gpu=1, preemption="off") if exclusive \
         else ctx.policy
     speeds = ctx.speeds if models and not exclusive else None
+    inputs = PlanInputs(ctx.profiles, m, pol, {}, speeds=speeds,
+                        durations=None if exclusive else ctx.view.durations,
+                        attained=ctx.view.attained, gangs=True, reasons=False)
 
     def planner(queue, slots, active, now, fairshare=None):
         if exclusive:
             slots = tuple(replace(s, max_jobs=1) for s in slots)
-        return plan(queue, slots, active, ctx.profiles, m, pol, {}, now, fairshare,
-                    closed=hooks.closed if hooks is not None else None, speeds=speeds,
-                    durations=None if exclusive else ctx.view.durations,
-                    attained=ctx.view.attained, gangs=True, reasons=False)
+        # fair-share points and the GPUs closed to partners change between calls
+        return plan(queue, slots, active, now,
+                    inputs if fairshare is None and hooks is None else
+                    replace(inputs, fairshare=fairshare,
+                            closed=hooks.closed if hooks is not None else None))
     if hooks is not None:
         planner.hooks = hooks    # type: ignore[attr-defined]
     if pol.preemption != "off":   # re-planned as a job crosses a level (sim/engine.py)

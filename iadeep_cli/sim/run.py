@@ -65,6 +65,13 @@ class SimSettings:
     trace_days: float | None = None
     trace_team: str | None = None
     trace_every: int = 1
+    # cold start and labels (sim/coldstart.py): the fraction of jobs of programs never run
+    # before, how they are profiled ("alone": as the controller today; "share": while they
+    # share, where per-process figures allow), two programs under one label, wrong labels
+    new_workloads: float = 0.0
+    cold_start: str = "alone"
+    coarse_labels: bool = False
+    wrong_labels: float = 0.0
 
     def window(self) -> TraceWindow:
         return TraceWindow(self.trace_start, self.trace_days, self.trace_team, self.trace_every)
@@ -168,7 +175,8 @@ class HeldOutModel:
                      "family's pairs")
 
     def _for(self, p):
-        return self.models[self.family.get(p.workload, p.workload)]
+        from ..model.data import family_of  # a new program's label: its family's model
+        return self.models[self.family.get(p.workload) or family_of(p.workload)]
 
     def predict_group(self, profiles):
         return tuple(float(self._for(p).predict_group(list(profiles))[i])
@@ -203,6 +211,9 @@ def build_trace(s: SimSettings, profiles, truth: TruthModel) -> list[SimJob]:
                              s.multi_gpu_frac)
     jobs = add_phase_shifts(jobs, usable, s.phase_shift, s.seed)
     jobs = mark_requeueable(jobs, s.requeueable, s.seed)
+    from .coldstart import mark_labels, mark_new_workloads
+    jobs = mark_new_workloads(jobs, s.new_workloads, s.seed)
+    jobs = mark_labels(jobs, usable, coarse=s.coarse_labels, wrong=s.wrong_labels, seed=s.seed)
     missing = truth.missing_pairs({j.workload for j in jobs}
                                   | {j.phase_to for j in jobs if j.phase_to})
     if missing:
@@ -252,6 +263,10 @@ def check_settings(s: SimSettings) -> None:
         raise InputError("--policies names no policy", hint=f"e.g. {','.join(DEFAULT_POLICIES)}")
     if s.gpus < 1:
         raise InputError(f"--gpus must be >= 1, got {s.gpus}", hint="e.g. --gpus 8")
+    from .coldstart import COLD_START_MODES
+    if s.cold_start not in COLD_START_MODES:
+        raise InputError(f"--cold-start must be one of {', '.join(COLD_START_MODES)}, got "
+                         f"{s.cold_start!r}", hint="e.g. --cold-start share")
 
 
 def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = None,
@@ -276,11 +291,13 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
         tries = spec.variants(base_policy) if spec.variants else [base_policy]
         best = None
         for pol in tries:
-            planner = make_planner(name, profiles, model, truth, pol, mem, s.seed, speeds)
+            known, truth_of, learner = _believed(s, profiles, truth, jobs)
+            planner = make_planner(name, known, model, truth_of, pol, mem, s.seed, speeds)
             cb = (lambda done, total, _n=label: progress(_n, done, total)) if progress else None
             r = simulate(jobs, planner, truth, gpus=s.gpus, gpus_per_node=s.gpus_per_node,
                          policy=pol, profiles=profiles, name=label, progress=cb,
-                         layout=s.layout, mixed=mixed, preempt_cost_s=s.preempt_cost_s)
+                         layout=s.layout, mixed=mixed, preempt_cost_s=s.preempt_cost_s,
+                         learner=learner)
             if best is None or r.avg_jct_s < best.avg_jct_s:
                 best = r
         assert best is not None        # tries is never empty
@@ -293,6 +310,26 @@ def run_sim(s: SimSettings, progress: Callable[[str, int, int], None] | None = N
                      dict(sorted(users.items())),
                      sum(j.duration_s for j in jobs) / len(jobs) if jobs else math.nan,
                      trace_summary(s, profiles))
+
+
+def _labels(s: SimSettings) -> str:
+    """'; new workloads 0.3 (profiled alone)' and the like, for a table's settings line."""
+    how = "profiled while sharing" if s.cold_start == "share" else "profiled alone"
+    out = f"; new workloads {s.new_workloads:g} ({how})" if s.new_workloads else ""
+    out += "; coarse labels" if s.coarse_labels else ""
+    return out + (f"; wrong labels {s.wrong_labels:g}" if s.wrong_labels else "")
+
+
+def _believed(s: SimSettings, profiles, truth: TruthModel, jobs: Sequence[SimJob]):
+    """What one policy's run knows: the profiles (a fresh dict, filled in as new programs are
+    profiled), the truth asked by label (for the oracle), and the profiler (None: every label
+    known, the dict is the shared one)."""
+    if not any(j.label for j in jobs):
+        return profiles, truth, None
+    from .coldstart import LabelledTruth, Profiler, believed_profiles
+    known = believed_profiles(profiles, jobs, s.cold_start)
+    learner = Profiler(known, profiles, jobs, s.seed, share=s.cold_start == "share")
+    return known, LabelledTruth(truth, jobs), learner if learner.todo else None
 
 
 def format_table(report: SimReport) -> str:
@@ -311,7 +348,7 @@ def format_table(report: SimReport) -> str:
     src = _trace_line(report.trace, s.seed) if report.trace else (
         f"{report.n_jobs} jobs, load {s.load:g}, seed {s.seed}")
     lines.append(f"{src}; {s.gpus_text()} GPUs" + (f"; phase shift {s.phase_shift:g}"
-                                                   if s.phase_shift else "")
+                                                   if s.phase_shift else "") + _labels(s)
                  + f"; model: {report.model_note}")
     lines.append(_preemptions(report))
     lines.append(_verdict(report))
@@ -551,7 +588,7 @@ def format_seeds(rep: SeedReport) -> str:
     lines.append(f"{title}: {len(rep.seeds)} seeds ({rep.seeds[0]}-{rep.seeds[-1]}), "
                  f"{n}, {s.gpus_text()} GPUs"
                  + ("; leave-one-workload-out" if s.lowo else "")
-                 + (f"; phase shift {s.phase_shift:g}" if s.phase_shift else ""))
+                 + (f"; phase shift {s.phase_shift:g}" if s.phase_shift else "") + _labels(s))
     lines += [head, "-" * len(head)]
     for p in rep.stats:
         ratio = f"{p.ratio:.3f} +- {p.ratio_ci:.3f}"

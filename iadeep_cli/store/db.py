@@ -320,6 +320,47 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE colocations ADD COLUMN note TEXT NOT NULL DEFAULT '';
     CREATE INDEX colocations_kind ON colocations(kind, gpu_model)
     """,
+    # v16 (structure, issue 44): one outbox for every message owed (store/outbox.py), instead
+    # of one table a kind with the same delivery columns: a job's notifications (a row per
+    # event and channel: ``event_id``, ``job_id``, ``state``) and the admins' messages about a
+    # foreign process holding a GPU idle (a row per spell, channel and admin: ``foreign_id``,
+    # ``recipient``). Every row of both old tables moves over with its delivery state (sent,
+    # given up, tries, the next try), the job notifications keeping their ids; then they go.
+    """
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        job_id INTEGER REFERENCES jobs(id),
+        event_id INTEGER,
+        state TEXT NOT NULL DEFAULT '',
+        foreign_id INTEGER REFERENCES foreign_idle(id),
+        recipient TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at REAL NOT NULL,
+        sent_at REAL,
+        gave_up_at REAL,
+        error TEXT NOT NULL DEFAULT '',
+        CHECK ((job_id IS NULL) != (foreign_id IS NULL))
+    );
+    CREATE UNIQUE INDEX outbox_event_once ON outbox(event_id, channel)
+        WHERE event_id IS NOT NULL;
+    CREATE UNIQUE INDEX outbox_spell_once ON outbox(foreign_id, channel, recipient)
+        WHERE foreign_id IS NOT NULL;
+    CREATE INDEX outbox_due ON outbox(channel, sent_at, gave_up_at, next_at);
+    CREATE INDEX outbox_job ON outbox(job_id, kind, channel);
+    INSERT INTO outbox (id, kind, channel, job_id, event_id, state, created_at, attempts,
+                        next_at, sent_at, gave_up_at, error)
+        SELECT id, kind, channel, job_id, event_id, state, created_at, attempts, next_at,
+               sent_at, gave_up_at, error FROM notifications ORDER BY id;
+    INSERT INTO outbox (kind, channel, foreign_id, recipient, created_at, attempts, next_at,
+                        sent_at, gave_up_at, error)
+        SELECT 'foreign_idle', channel, foreign_id, recipient, created_at, attempts, next_at,
+               sent_at, gave_up_at, error FROM foreign_notes ORDER BY id;
+    DROP TABLE notifications;
+    DROP TABLE foreign_notes
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

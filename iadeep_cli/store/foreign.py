@@ -1,6 +1,6 @@
-"""GPU processes iadeep did not start that held a GPU idle (``steps/foreign.py``), and the
-messages owed to the lab's admins about them: one row a spell, and one message per spell and
-channel (and admin, for e-mail), kept until sent or given up as ``outbox.py`` keeps a job's.
+"""GPU processes iadeep did not start that held a GPU idle (``steps/foreign.py``): one row a
+spell. The messages owed to the lab's admins about them wait in the one outbox
+(``outbox.enqueue_spell``), with the jobs' notifications.
 """
 from __future__ import annotations
 
@@ -22,15 +22,6 @@ class Spell:
     since: float
     marked_at: float
     ended_at: float | None = None
-
-
-@dataclass(frozen=True)
-class Note:
-    id: int
-    foreign_id: int
-    channel: str
-    recipient: str
-    attempts: int
 
 
 def _spell(r: sqlite3.Row) -> Spell:
@@ -60,18 +51,3 @@ def open_spells(conn: sqlite3.Connection) -> list[Spell]:
     rows = conn.execute("SELECT * FROM foreign_idle WHERE ended_at IS NULL "
                         "ORDER BY node, gpu, pid").fetchall()
     return [_spell(r) for r in rows]
-
-
-def enqueue(conn: sqlite3.Connection, spell_id: int, channel: str, recipient: str,
-            now: float) -> None:
-    conn.execute("INSERT OR IGNORE INTO foreign_notes (foreign_id, channel, recipient, "
-                 "created_at, next_at) VALUES (?, ?, ?, ?, ?)",
-                 (spell_id, channel, recipient, now, now))
-
-
-def due(conn: sqlite3.Connection, now: float, channel: str, limit: int = 100) -> list[Note]:
-    rows = conn.execute("SELECT id, foreign_id, channel, recipient, attempts FROM foreign_notes "
-                        "WHERE sent_at IS NULL AND gave_up_at IS NULL AND channel = ? "
-                        "AND next_at <= ? ORDER BY next_at, id LIMIT ?",
-                        (channel, now, limit)).fetchall()
-    return [Note(r[0], r[1], r[2], r[3], r[4]) for r in rows]

@@ -425,14 +425,17 @@ def attained(conn: sqlite3.Connection, ids: Iterable[int], now: float) -> dict[i
 
 
 def run_times(conn: sqlite3.Connection, since: float, limit: int = 5000
-              ) -> list[tuple[str | None, float, str]]:
-    """(workload label, seconds from its start to its end, owner) of the jobs that ran to an
-    end (succeeded, failed, stopped at --time) after ``since``, newest first, at most
-    ``limit``: the lab's run times, which placement's ``sharing: jct`` and the run-time
-    estimates (``scheduler.remaining.estimate_runtime``, per user and label) learn from."""
+              ) -> list[tuple[str | None, float, str, float | None]]:
+    """(workload label, seconds from its start to its end, owner, its --time or None) of the
+    jobs that ran to an end (succeeded, failed, stopped at --time) after ``since``, newest
+    first, at most ``limit``: the lab's run times, which placement's ``sharing: jct`` and the
+    run-time estimates (``scheduler.remaining.estimate_runtime``, per user and label, and run
+    time over --time) learn from."""
     rows = conn.execute(
-        "SELECT workload, ended_at - started_at AS d, owner FROM jobs WHERE ended_at > ? "
+        "SELECT workload, ended_at - started_at AS d, owner, "
+        "json_extract(extra, '$.spec.time_limit_s') AS lim FROM jobs WHERE ended_at > ? "
         "AND started_at IS NOT NULL AND ended_at >= started_at "
         "AND state IN ('succeeded', 'failed', 'timeout') ORDER BY ended_at DESC LIMIT ?",
         (since, limit))
-    return [(r["workload"], float(r["d"]), r["owner"]) for r in rows]
+    return [(r["workload"], float(r["d"]), r["owner"],
+             float(r["lim"]) if isinstance(r["lim"], (int, float)) else None) for r in rows]

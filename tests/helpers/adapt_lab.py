@@ -21,10 +21,10 @@ EMU = Profile("emu", gpu_util=20, mem_util=5, peak_mem_gib=1, gpu_model="NVIDIA 
 @contextlib.contextmanager
 def emulator_lab(sshd_cluster, tmp_path: Path, adapt: str, util: float = 97
                  ) -> Iterator[ControllerProcess]:
-    """A started controller (``.node``: its one node's name) with ``lab.policy.adapt`` set to
-    the YAML flow mapping ``adapt``; stopped, and the node's jobs killed, on leaving. Its GPU
-    reports ``util`` % busy (by default as busy as a GPU two jobs contend for: the shipped
-    pairs worse than serial are of jobs 96-97% busy alone)."""
+    """A started controller (``.node``: its one node's name, ``.cluster``: the sshd nodes)
+    with ``lab.policy.adapt`` set to the YAML flow mapping ``adapt``; stopped, and the node's
+    jobs killed, on leaving. Its GPU reports ``util`` % busy (by default as busy as a GPU two
+    jobs contend for: the shipped pairs worse than serial are of jobs 96-97% busy alone)."""
     cluster = sshd_cluster(1)
     node = next(iter(cluster.nodes))
     cluster.nodes[node].set_fake(gpus=1, util=util)
@@ -38,7 +38,7 @@ def emulator_lab(sshd_cluster, tmp_path: Path, adapt: str, util: float = 97
         profrows.upsert_profile(conn, EMU, time.time())
     store.close()
     ctl = ControllerProcess(home, inventory).start()
-    ctl.node = node
+    ctl.node, ctl.cluster = node, cluster
     try:
         yield ctl
     finally:

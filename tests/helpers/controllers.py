@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,6 +115,16 @@ def wait_jobs(home: Path, done: Callable[[dict], object], timeout: float = 240.0
 # poll round, a key or file not written yet, a process that exited while /proc was read, half a
 # JSON document. Never AssertionError: an invariant a check asserts must fail the first time.
 NOT_YET = (IndexError, KeyError, StopIteration, ValueError, OSError)
+
+
+FINISHED = frozenset({"succeeded", "failed", "cancelled", "timeout"})   # a job's final states
+
+
+def wait_finished(home: Path, ids: Iterable[int], timeout: float = 240.0) -> dict:
+    """The jobs (by id, ``wait_jobs``) once every one of ``ids`` is in a final state."""
+    wanted = list(ids)
+    return wait_jobs(home, lambda jobs: all(jobs[i]["state"] in FINISHED for i in wanted),
+                     timeout)
 
 
 def wait_until(fn, limit: float = 60.0, every: float = 0.05):

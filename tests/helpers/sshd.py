@@ -237,6 +237,16 @@ SetEnv PATH={fakes}:/usr/local/bin:/usr/bin:/bin FAKE_SMI_STATE={self.state}{hom
                 f.write_text(f"{value}\n")
                 os.chmod(f, 0o644)   # read by the node's SSH account, whatever the umask
 
+    def set_pmon(self, figures: dict[int | str, tuple[float, float]]) -> None:
+        """The per-process utilisation (SM %, memory %) the stand-in's ``nvidia-smi pmon``
+        reports for each job id's processes from now on (``"*"``: every job not named), and
+        nothing else changed (``set_fake`` resets what it is not given)."""
+        f = self.state / "pmon"
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text("".join(f"{job} {sm:g} {mem:g}\n" for job, (sm, mem) in figures.items()))
+        os.chmod(tmp, 0o644)
+        tmp.replace(f)   # a poll reads the old figures or the new, never half of them
+
 
 class Cluster:
     """n sshd nodes plus the HOME, inventory and keys a client needs to reach them."""

@@ -138,6 +138,12 @@ def test_network_gone_then_fenced_runs_the_job_again_once(lab, tmp_path):
     _watch(lab.home, copies, lambda j: j["state"] == "lost")
     _hold(lab.home, copies, 2 * GRACE, "lost")
     assert attempt_processes(job, first, lab.home)
+    # its owner asking for its log hears that the node does not answer and what happens to
+    # the job, not the admin's connection hint (issue 47, item 4)
+    said = cli(lab.home, "logs", str(job))
+    assert said.returncode == 1 and f"node {first} does not answer" in said.stderr, said.stderr
+    assert "the job is lost" in said.stderr and "--follow` waits" in said.stderr, said.stderr
+    assert "sshd is running" not in said.stderr, said.stderr
     kill_attempt(job, first, lab.home)                      # the admin powers the node off...
     out = cli(lab.home, "nodes", "fence", first, "--yes", check=True).stdout   # ...and says so
     assert f"node {first} fenced" in out and str(job) in out

@@ -3,11 +3,21 @@ answer is known: one GPU, a job running that its --time stops, a second job wait
 GPU; the second is forecast to start when the first reaches its --time, and does, within the
 range the forecast gave. Every wait is on a condition, with a timeout; nothing is timed."""
 import json
+import subprocess
 
 import pytest
 
-from helpers.controllers import cli, fake_gpu_lab, jobs_by_id, queue_add, wait_until
+from helpers.controllers import (
+    IADEEP,
+    cli,
+    env_for,
+    fake_gpu_lab,
+    jobs_by_id,
+    queue_add,
+    wait_until,
+)
 from iadeep_cli.paths import StateDir
+from iadeep_cli.text import moment
 
 
 @pytest.fixture
@@ -21,13 +31,30 @@ def show(home, job_id: int) -> dict:
 
 
 def test_a_waiting_job_starts_within_the_range_its_forecast_gave(lab, tmp_path):
+    """The second job is `iadeep run`'s: its waiting line carries the forecast too."""
     home, script = lab.home, tmp_path / "long.sh"
     script.write_text("#!/bin/sh\nexec sleep 1000\n")
     first = queue_add(home, str(script), "--time", "0:20", "--exclusive")   # 20 seconds
     wait_until(lambda: jobs_by_id(home)[first]["state"] == "running", 60, 0.2)
-    second = queue_add(home, str(script), "--time", "0:20", "--exclusive")
+    err = tmp_path / "run.err"
+    with open(err, "wb") as to:   # not a terminal: a line per change of the waiting line
+        run = subprocess.Popen([*IADEEP, "run", "--time", "0:20", "--exclusive", "--",
+                                "sleep", "1000"], env=env_for(home),
+                               stdout=subprocess.DEVNULL, stderr=to)
+    try:
+        line = wait_until(lambda: next((x for x in err.read_text().splitlines()
+                                        if "; expected to start ~" in x), None), 60, 0.2)
+    finally:
+        run.kill()                # the client only; its job stays queued
+        run.wait()
+    second = int(err.read_text().splitlines()[0].split()[3])   # iadeep run: job N submitted
+    assert line.startswith(f"job {second} queued: #1 of 1 waiting: "), line
     detail = wait_until(lambda: (d := show(home, second)).get("forecast") and d, 60, 0.2)
     ahead = detail["forecast"]
+    said = line.split("; expected to start ~", 1)[1][:5]      # HH:MM, today
+    assert moment(ahead["start_low"], ahead["start_low"]) <= said <= \
+        moment(ahead["start_high"], ahead["start_high"]), (line, ahead)
+    assert "; ends ~" in line, line
     began = jobs_by_id(home)[first]["started_at"]
     # the first job stops at its --time: the second is expected then, on the one GPU
     assert ahead["start_low"] == pytest.approx(began + 20, abs=1.0)

@@ -18,6 +18,7 @@ from helpers.controllers import cli, jobs_by_id, queue_add, start_lab, wait_unti
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.paths import StateDir
 from iadeep_cli.profiles import Profile
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.settings import Policy
 from iadeep_cli.sim.truth import TruthModel
@@ -79,7 +80,8 @@ def test_a_job_goes_to_the_gpu_model_where_it_gains_most(lab, tmp_path):
              GpuSlot("node02", 0, 143771.0, 143156.0, gpu_model="h200")]
     q = [Job(1, "u", JobSpec("/s", workload="dense"), JobState.QUEUED, 0.0)]
     prof = {"dense": Profile("dense", 90.0, 40.0, 2.0, gpu_model=H200, solo_it_per_s=50.0)}
-    blind = plan(q, slots, [], prof, TruthModel([]), Policy(), {}, 0.0)
+    blind = plan(q, slots, [], 0.0,
+                 PlanInputs(prof, TruthModel([]), Policy()))
     assert blind.placements[0].node == "node01"
 
 

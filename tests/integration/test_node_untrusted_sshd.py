@@ -186,6 +186,10 @@ def test_a_node_reporting_garbage_reads_as_not_available(pool):
     fixture = [p for p in g.processes if 450 <= p.pid <= 463]
     assert len(fixture) == 14 - 3 and all(p.pid > 0 for p in g.processes)
     assert sum(p.used_memory_mib is None for p in fixture) == 2
+    # pmon's NaN, -5, 1e400, inf, a pid that is not a pid and a cut row: no figure, and the
+    # capture's sound rows still read
+    assert all(p.sm_util is None or 0 <= p.sm_util <= 100 for p in g.processes)
+    assert {p.pid: p.sm_util for p in fixture}[458] == 17.0
     res = iadeep("nodes", "check", "--inventory", str(pool.cluster.inventory_path), "--json")
     assert res.returncode == 0, res.stderr
     (node,) = json.loads(res.stdout, parse_constant=lambda token: pytest.fail(token))

@@ -135,6 +135,6 @@ def _outbox(home, job_id) -> list[dict]:
     conn.row_factory = sqlite3.Row
     try:
         return [dict(r) for r in conn.execute(
-            "SELECT * FROM notifications WHERE job_id=?", (job_id,))]
+            "SELECT * FROM outbox WHERE job_id=?", (job_id,))]
     finally:
         conn.close()

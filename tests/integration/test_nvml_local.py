@@ -91,6 +91,10 @@ def test_every_field_is_the_real_h200s(fake_nvml, tmp_path, base):
     # for (6 of the 14 there; all when idle) has none
     assert {p.pid: p.sm_util for p in procs} == {pid: captured.get(pid) for pid, _ in
                                                   fixture_apps(base)}
+    mem = {s["pid"]: float(s["mem"]) for s in
+           json.loads((SMI / "h200-pair-nvml-process-utilization.json").read_text())}
+    assert {p.pid: p.mem_util for p in procs} == {pid: mem.get(pid) for pid, _ in
+                                                   fixture_apps(base)}
     with pytest.raises(nv.NVMLError_Uninitialized):   # init and shutdown were balanced
         nv.nvmlDeviceGetCount()
 

@@ -38,6 +38,9 @@ def test_poll_all_modes_each_node_its_own_result(sshd_cluster, smi_fixture):
         "h200-loaded-compute-apps-full.csv-noheader-nounits.txt").splitlines() if line.strip()}
     assert by["node02"].ok and len(fixture) == 14
     assert fixture <= {p.pid for p in by["node02"].gpus[0].foreign_processes}
+    # pmon's per-process figures, over SSH: those of the H200 capture (NVML's samples then)
+    util = {p.pid: (p.sm_util, p.mem_util) for p in by["node02"].gpus[0].processes}
+    assert util[458] == (17.0, 4.0) and util[451] == (5.0, 2.0) and util[459] == (None, None)
     assert by["node03"].ok and by["node03"].gpus == ()
     assert "couldn't communicate with the NVIDIA driver" in by["node04"].error
     assert "nvidia-smi not found" in by["node05"].error
@@ -61,6 +64,8 @@ def test_many_gpus_and_na_values(sshd_cluster):
     assert len({g.uuid for g in n.gpus}) == 4
     assert all(g.power_draw_w is None and g.utilization_gpu is None for g in n.gpus)
     assert all(g.memory_total_mib is not None for g in n.gpus)
+    # per-process utilisation not supported: pmon's `-`, no figure
+    assert n.gpus[0].processes and all(p.sm_util is None for p in n.gpus[0].processes)
 
 
 def test_connection_is_reused(sshd_cluster):

@@ -5,16 +5,9 @@ import json
 import signal
 from pathlib import Path
 
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add, wait_until
+from helpers.controllers import ControllerProcess, cli, queue_add, wait_until
+from helpers.reload_lab import LAB, LONG_JOB, job_row, start
 from helpers.sshd import _descendants
-
-ROOT = Path(__file__).resolve().parents[2]
-LAB = "lab:\n  poll_interval: 0.3\n  node_grace: 3\n"
-LONG_JOB = [str(ROOT / "jobs/steps_progress.sh"), "6000", "0.1", "--exclusive"]
-
-
-def _job(home, job_id) -> dict:
-    return jobs_by_id(home)[job_id]
 
 
 def _status_nodes(home) -> dict:
@@ -41,18 +34,14 @@ def _broken(inventory: Path, cluster) -> int:
 def test_reload_adds_a_node_keeps_running_jobs_and_refuses_a_broken_file(sshd_cluster,
                                                                           tmp_path):
     cluster = sshd_cluster(2)
-    for node in cluster.nodes.values():
-        node.set_fake(gpus=1)
-    inventory = tmp_path / "nodes.yaml"
-    inventory.write_text(LAB + cluster.inventory_yaml(["node01"]))
-    ctl = ControllerProcess(tmp_path / "state", inventory).start()
+    inventory, ctl = start(cluster, tmp_path, ["node01"])
     home = ctl.home
     try:
         first = queue_add(home, *LONG_JOB, "--name", "first")
-        wait_until(lambda: _job(home, first)["state"] == "running", limit=120)
+        wait_until(lambda: job_row(home, first)["state"] == "running", limit=120)
         second = queue_add(home, *LONG_JOB, "--name", "second")   # node01's only GPU is taken
-        wait_until(lambda: _job(home, second)["reason"], limit=120)
-        before = _job(home, first)
+        wait_until(lambda: job_row(home, second)["reason"], limit=120)
+        before = job_row(home, first)
 
         line = _broken(inventory, cluster)
         error = _one_line_error(cli(home, "controller", "reload"))
@@ -60,19 +49,19 @@ def test_reload_adds_a_node_keeps_running_jobs_and_refuses_a_broken_file(sshd_cl
                                 "number from 1 to 65535, got 99999")
         # the old configuration runs on (a round whose poll was slow reads down for a while)
         wait_until(lambda: _status_nodes(home) == {"node01": "up"}, limit=120)
-        assert _job(home, second)["state"] == "queued"
+        assert job_row(home, second)["state"] == "queued"
 
         inventory.write_text(LAB + cluster.inventory_yaml())
         out = cli(home, "controller", "reload", check=True).stdout
         assert out == f"reloaded {inventory}: 2 nodes (added node02)\n"
-        wait_until(lambda: _job(home, second)["state"] == "running", limit=120)
-        assert _job(home, second)["node"] == "node02"
-        after = _job(home, first)                               # untouched by the reload
+        wait_until(lambda: job_row(home, second)["state"] == "running", limit=120)
+        assert job_row(home, second)["node"] == "node02"
+        after = job_row(home, first)                               # untouched by the reload
         assert (after["state"], after["node"], after["remote_pid"], after["attempts"]) == \
             ("running", "node01", before["remote_pid"], 1)
         wait_until(lambda: _status_nodes(home) == {"node01": "up", "node02": "up"})
         cli(home, "queue", "cancel", str(first), str(second), check=True)
-        wait_until(lambda: {_job(home, i)["state"] for i in (first, second)} == {"cancelled"},
+        wait_until(lambda: {job_row(home, i)["state"] for i in (first, second)} == {"cancelled"},
                    limit=30)
     finally:
         ctl.stop()
@@ -88,8 +77,8 @@ def test_sighup_reloads_a_good_file_keeps_the_old_one_on_a_bad_one(sshd_cluster,
         job = queue_add(home, *LONG_JOB)
         inventory.write_text(LAB + cluster.inventory_yaml(["node01"]))
         ctl.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: _job(home, job)["state"] == "running", limit=120)
-        assert _job(home, job)["node"] == "node01"
+        wait_until(lambda: job_row(home, job)["state"] == "running", limit=120)
+        assert job_row(home, job)["node"] == "node01"
 
         line = _broken(inventory, cluster)
         ctl.proc.send_signal(signal.SIGHUP)
@@ -104,8 +93,8 @@ def test_sighup_reloads_a_good_file_keeps_the_old_one_on_a_bad_one(sshd_cluster,
         assert _descendants(sshd), "the controller should hold a connection to node01"
         inventory.write_text(LAB + "nodes: []\n")
         ctl.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: _job(home, job)["state"] == "lost", limit=120)
-        assert _job(home, job)["reason"] == "node node01 is no longer in the inventory"
+        wait_until(lambda: job_row(home, job)["state"] == "lost", limit=120)
+        assert job_row(home, job)["reason"] == "node node01 is no longer in the inventory"
         wait_until(lambda: not _descendants(sshd), limit=120)
         wait_until(lambda: _status_nodes(home) == {})
     finally:

@@ -9,16 +9,13 @@ import itertools
 import json
 import os
 import pwd
-import time
 from pathlib import Path
 
 import pytest
 
 from helpers.accounts import cli_as, shared_dir
-from helpers.controllers import ControllerProcess, cli, jobs_by_id, queue_add
+from helpers.controllers import ControllerProcess, cli, queue_add, wait_finished
 from helpers.local_node import local_lab
-
-FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 
 
 def _by_hand(home: Path, ids: list[int]) -> dict[str, dict]:
@@ -65,12 +62,7 @@ def test_report_matches_the_events_live_and_after_stop(monkeypatch, state):
         # never runnable once `failing` failed: cancelled without ever starting
         after = queue_add(home, str(ok_sh), "--after", str(failing))
         ids = [two, failing, after]
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            jobs = jobs_by_id(home)
-            if all(jobs[i]["state"] in FINISHED for i in ids):
-                break
-            time.sleep(0.2)
+        jobs = wait_finished(home, ids)
         assert [jobs[i]["state"] for i in ids] == ["succeeded", "failed", "cancelled"]
         live = _report(home)
         want = _by_hand(home, ids)
@@ -126,10 +118,7 @@ def test_admins_get_the_lab_report_and_members_their_own_through_the_controller(
     try:
         os.chmod(ctl.home, 0o755)
         job = queue_add(ctl.home, str(ok_sh))
-        deadline = time.monotonic() + 90
-        while jobs_by_id(ctl.home)[job]["state"] not in FINISHED and time.monotonic() < deadline:
-            time.sleep(0.2)
-        owner = jobs_by_id(ctl.home)[job]["user"]
+        owner = wait_finished(ctl.home, [job])[job]["user"]
         lab = cli_as(admin, ctl.home, "report", "--since", "1d", "--by", "user", "--json")
         assert lab["rc"] == 0 and lab["err"] == "", lab
         rep = json.loads(lab["out"])

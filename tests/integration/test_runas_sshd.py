@@ -131,6 +131,9 @@ def test_nodes_check_says_whether_run_as_works(lab):
         [node] = json.loads(bad.stdout)
         assert bad.returncode == 1 and node["run_as"]["ok"] is False
         assert "a password is required" in node["run_as"]["error"], node
+        # the line to add, with the node's SSH account and the users it may run as
+        assert f"add `{CTL} ALL=(%{GROUP},{GHOST},!root) NOPASSWD: /bin/sh` there" in \
+            node["run_as"]["error"], node
     finally:
         install_sudoers(LAB.sudoers, saved.strip())
 
@@ -151,6 +154,7 @@ def test_queue_why_says_sudo_refused_the_launch_and_when_it_is_tried_again(lab):
         assert f"job {job_id} is queued: node ra1 is skipped until " in said, said
         assert "its last launch failed: node ra1 cannot run jobs as their submitters" in said
         assert "password is required" in said and "no node answered" not in said, said
+        assert f"add `{CTL} ALL=(%{GROUP}," in said, said
     finally:
         install_sudoers(LAB.sudoers, saved.strip())
     assert cli_as(ALICE, lab.home, "queue", "cancel", str(job_id))["rc"] == 0

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id
+from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id, wait_finished
 
-FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
 LABELS = {"node01": "[fast, nvlink]", "node02": "[slow]"}
 
 
@@ -57,16 +56,6 @@ def add(lab, *args: str, **env: str) -> int:
     return int(submit(lab, *args, **env).stdout)
 
 
-def wait_done(lab, ids, timeout=90.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = jobs_by_id(lab.home)
-        if all(jobs[i]["state"] in FINISHED for i in ids):
-            return jobs
-        time.sleep(0.3)
-    raise AssertionError(f"timed out: {json.dumps(jobs_by_id(lab.home), indent=1)}")
-
-
 def test_directives_wrap_chdir_and_working_directory_defaults(lab):
     script = lab.submit / "train.sh"
     script.write_text("#!/bin/sh\n"
@@ -80,7 +69,7 @@ def test_directives_wrap_chdir_and_working_directory_defaults(lab):
     (lab.submit / "sub").mkdir()
     chdir = add(lab, "--chdir", "sub", "--wrap", "pwd > where.txt")
     unshared = add(lab, "--wrap", "pwd", "--nodelist", "node02")
-    jobs = wait_done(lab, [directed, wrapped, chdir, unshared])
+    jobs = wait_finished(lab.home, [directed, wrapped, chdir, unshared])
     assert all(jobs[i]["state"] == "succeeded" for i in (directed, wrapped, chdir, unshared))
 
     # The command line won (--name; B), the directives filled in the rest; --output is
@@ -120,7 +109,7 @@ def test_export_default_names_and_none(lab):
     default = add(lab, "--wrap", show, "--env", "E=1", **env)
     named = add(lab, "--wrap", show, "--export", "EXTRA_X", **env)
     none = add(lab, "--wrap", show, "--export", "NONE", **env)
-    jobs = wait_done(lab, [default, named, none])
+    jobs = wait_finished(lab.home, [default, named, none])
     logs = {i: cli(lab.home, "logs", str(i), check=True).stdout for i in (default, named, none)}
     assert logs[default] == "V=/opt/venvs/x X=unset E=1\n"
     assert logs[named] == "V=unset X=x 'quoted' $(id) E=unset\n"
@@ -135,7 +124,7 @@ def test_output_and_error_are_separate_streams_read_by_logs(lab):
                "--error", "logs/e-%j.txt", "--nodelist", "node01")
     merged = add(lab, "--wrap", "echo to-out; echo to-err >&2", "--output", "m-%j.txt",
                  "--nodelist", "node01")
-    jobs = wait_done(lab, [both, merged])
+    jobs = wait_finished(lab.home, [both, merged])
     assert jobs[both]["state"] == jobs[merged]["state"] == "succeeded"
     assert (lab.submit / "logs" / f"o-{both}.txt").read_text() == "to-out\n"
     assert (lab.submit / "logs" / f"e-{both}.txt").read_text() == "to-err\n"
@@ -150,7 +139,7 @@ def test_constraint_and_nodelist_choose_nodes_and_impossible_ones_are_refused(la
     fast = [add(lab, "--wrap", "true", "--constraint", "fast&nvlink") for _ in range(3)]
     slow = [add(lab, "--wrap", "true", "-C", "slow") for _ in range(2)]
     listed = add(lab, "--wrap", "true", "--nodelist", "node02,node01", "--exclude", "node01")
-    jobs = wait_done(lab, [*fast, *slow, listed])
+    jobs = wait_finished(lab.home, [*fast, *slow, listed])
     assert {jobs[i]["node"] for i in fast} == {"node01"}
     assert {jobs[i]["node"] for i in (*slow, listed)} == {"node02"}
     assert jobs[fast[0]]["constraint"] == ["fast", "nvlink"]
@@ -177,5 +166,5 @@ def test_queue_why_says_a_job_waits_for_its_nodes(lab):
         time.sleep(0.3)
     assert "--nodelist node02" in cli(lab.home, "queue", "why", str(waiting)).stdout
     cli(lab.home, "queue", "cancel", str(held), check=True)
-    jobs = wait_done(lab, [waiting])
+    jobs = wait_finished(lab.home, [waiting])
     assert jobs[waiting]["node"] == "node02"

@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id
-
-FINISHED = {"succeeded", "failed", "cancelled", "timeout"}
+from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id, wait_finished
 
 
 @pytest.fixture
@@ -42,16 +40,6 @@ def add(lab, name: str, body: str, *args: str) -> int:
     return int(proc.stdout)
 
 
-def wait_done(lab, ids, timeout=120.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = jobs_by_id(lab.home)
-        if all(jobs[i]["state"] in FINISHED for i in ids):
-            return jobs
-        time.sleep(0.3)
-    raise AssertionError(f"timed out: {json.dumps(jobs_by_id(lab.home), indent=1)}")
-
-
 def variables(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
@@ -71,7 +59,7 @@ def test_a_job_sees_slurms_variables_and_srun_runs_its_command_once(lab):
                                f"srun --ntasks 1 -c 3 echo with-ntasks >> {out}\n"
                                f"srun -n1 --gres=gpu:1 --unbuffered echo short-n1 >> {out}\n"
                                f"srun -N 1 -- sh -c 'echo after-dashes' >> {out}\n")
-    jobs = wait_done(lab, [job])
+    jobs = wait_finished(lab.home, [job])
     assert jobs[job]["state"] == "succeeded", jobs[job]
     seen = variables(out)
     node = jobs[job]["node"]
@@ -89,7 +77,7 @@ def test_srun_asking_for_more_tasks_or_nodes_fails_with_one_line(lab):
     job = add(lab, "many.sh", "#!/bin/sh\n"
                               f"srun -n 4 echo never 2>> {out} || echo rc=$? >> {out}\n"
                               f"srun --nodes=2 echo never 2>> {out} || echo rc=$? >> {out}\n")
-    jobs = wait_done(lab, [job])
+    jobs = wait_finished(lab.home, [job])
     assert jobs[job]["state"] == "succeeded", jobs[job]
     lines = out.read_text().splitlines()
     assert lines[0].startswith("srun: iadeep runs one task on one node: -n 4 needs more")
@@ -106,7 +94,7 @@ def test_an_array_task_sees_its_array_variables_and_its_patterned_output(lab):
                                  "$SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP $SLURM_JOB_ID\n",
                 "--chdir", str(lab.submit))
     tasks = sorted(j["id"] for j in jobs_by_id(lab.home).values() if j.get("array_id") == first)
-    wait_done(lab, tasks)
+    wait_finished(lab.home, tasks)
     for task, index in zip(tasks, (1, 3, 5)):
         said = (lab.submit / f"slurm-{first}_{index}.out").read_text().split()
         assert said == [str(first), str(index), "3", "1", "5", "2", str(task)]
@@ -118,7 +106,7 @@ def test_scontrol_requeue_of_its_own_id_queues_the_job_again(lab):
                                  f"if [ ! -e {mark} ]; then touch {mark}\n"
                                  "  scontrol requeue $SLURM_JOBID; sleep 30; echo not-stopped\n"
                                  "fi\necho second attempt\n")
-    jobs = wait_done(lab, [job])
+    jobs = wait_finished(lab.home, [job])
     assert jobs[job]["state"] == "succeeded", jobs[job]
     assert jobs[job]["attempts"] == 2
     events = json.loads(cli(lab.home, "queue", "show", str(job), "--json",
@@ -130,7 +118,7 @@ def test_scontrol_requeue_of_another_job_is_refused_inside_the_job(lab):
     out = lab.submit / "other.txt"
     job = add(lab, "other.sh", f"#!/bin/sh\nscontrol requeue 999999 2> {out}; echo rc=$? >> "
                                f"{out}\nscontrol cancel 3 2>> {out} || true\n")
-    wait_done(lab, [job])
+    wait_finished(lab.home, [job])
     text = out.read_text()
     assert "takes this job's id" in text and "rc=1" in text
     assert "only 'requeue" in text
@@ -145,7 +133,7 @@ def test_signal_b_reaches_the_batch_script_and_not_the_programs_it_started(lab):
               f"sleep 20 & wait' & child=$!\n"
               f"trap 'echo batch-got-usr1 >> {out}; kill $child; exit 0' USR1\n"
               "while :; do sleep 0.2; done\n")
-    jobs = wait_done(lab, [job])
+    jobs = wait_finished(lab.home, [job])
     assert jobs[job]["state"] == "succeeded", jobs[job]
     assert out.read_text().splitlines() == ["batch-got-usr1"]
 
@@ -161,7 +149,7 @@ needs_memory_cgroup = pytest.mark.skipif(
 def test_a_job_over_its_mem_limit_is_stopped_and_the_reason_says_so(lab):
     job = add(lab, "hog.sh", "#!/bin/sh\n#SBATCH --mem=64M\n"
                              "python3 -c \"x = b'1' * (400 << 20); print(len(x))\"\n")
-    jobs = wait_done(lab, [job])
+    jobs = wait_finished(lab.home, [job])
     assert jobs[job]["state"] == "failed", jobs[job]
     assert jobs[job]["reason"].startswith("went over its host memory limit (--mem 64M): the "
                                           "node's memory cgroup stopped it"), jobs[job]
@@ -174,7 +162,7 @@ def test_a_job_within_its_mem_limit_runs_and_its_cgroup_is_removed_after(lab):
     job = add(lab, "fits.sh", "#!/bin/sh\n#SBATCH --mem=256M\n"
                               f"grep memory /proc/self/cgroup > {out}\n"
                               "python3 -c \"x = b'1' * (20 << 20); print(len(x))\"\n")
-    jobs = wait_done(lab, [job])
+    jobs = wait_finished(lab.home, [job])
     assert jobs[job]["state"] == "succeeded", jobs[job]
     group = out.read_text().strip().split(":", 2)[2]
     assert group.startswith(f"/iadeep/job-{job}-")
@@ -213,5 +201,5 @@ def test_host_ram_is_counted_a_job_waits_for_it_and_starts_once_it_is_free(small
                                              "--cpus-per-task 2): node"), jobs[second]
     assert "has 40M RAM and 3 CPUs left" in jobs[second]["reason"]
     gate.touch()
-    jobs = wait_done(lab, [first, second])
+    jobs = wait_finished(lab.home, [first, second])
     assert jobs[second]["state"] == "succeeded", jobs[second]

@@ -116,9 +116,9 @@ def test_many_clients_fetching_the_view_cost_the_controller_one_read_per_poll_in
     """Eight browsers (or fetch loops) each ask for /api/view every second for 30 s (of the
     server's clock): the real controller answers one status and one job list per poll
     interval (10 s here), not one per second as before (30 of each)."""
-    from iadeep_cli.cli.webserver import Snapshots, serve
     from iadeep_cli.controller.runtime import Controller
     from iadeep_cli.inventory import Inventory
+    from iadeep_cli.web.server import Snapshots, serve
 
     seed.seed_state_dir("busy")
     ctl = Controller(Inventory(nodes=()), home, clock=lambda: seed.NOW)

@@ -1,7 +1,8 @@
 """A lab installs iadeep from a built wheel, not from a clone: build the wheel from the source
 files, install it into a fresh virtualenv outside the repository (its dependencies from the
 package index, as pip or pipx would), and run the installed `iadeep` from a directory that is
-not the repository. It finds its shipped data and the monitor's stylesheet inside the wheel.
+not the repository. It finds its shipped data, the monitor's stylesheet and the web page's
+files inside the wheel.
 
 Cost on the 2-core machine: 55-82 s in four runs under other load (docs/administration.md),
 most of it pip unpacking numpy and scipy into the new environment.
@@ -84,7 +85,8 @@ def test_installed_copy_is_the_wheels_not_the_repository(installed):
     # every data file and stylesheet of the package is in the installed copy
     site = Path(where).parent
     assert [f for f in _package_files() if not (site / f).is_file()] == []
-    assert "data/h200/pairs.csv" in _package_files() and "tui/monitor.tcss" in _package_files()
+    assert {"data/h200/pairs.csv", "tui/monitor.tcss", "web/static/page.html",
+            "web/static/page.js", "web/static/page.css"} <= set(_package_files())
 
 
 def test_version_from_the_installed_wheel(installed):

@@ -20,6 +20,7 @@ from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.fairshare import UsageLedger, decayed, points, shares
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.priority import effective_priority, order_queue
 from iadeep_cli.settings import FairShare, Inventory, Policy
@@ -166,8 +167,8 @@ def _slot(index=0):
 
 def _plan(queue, now, fair):
     truth = TruthModel(shipped_pairs(), shipped_triples())
-    return plan(queue, [_slot()], [], shipped_profiles(), truth, Policy(), {}, now,
-                fairshare=fair)
+    return plan(queue, [_slot()], [], now,
+                PlanInputs(shipped_profiles(), truth, Policy(), fairshare=fair))
 
 
 def test_a_user_who_ran_100_gpu_hours_waits_behind_one_who_ran_none():

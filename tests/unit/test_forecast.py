@@ -12,6 +12,7 @@ import pytest
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler import forecast as fc
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, spec_memory_mib
 from iadeep_cli.scheduler.remaining import DEFAULT_RUNTIME_S
 from iadeep_cli.settings import Policy
@@ -42,7 +43,7 @@ def slot(index=0, jobs=(), node="a", free_gib=140.0, max_jobs=2):
 
 def forecast(queue, slots, active=(), progress=None, policy=POLICY):
     return fc.forecast(queue, slots, list(active), now=NOW,
-                       decide=fc.planner(PROFILES, TRUTH, policy),
+                       decide=fc.planner(PlanInputs(PROFILES, TRUTH, policy)),
                        left=fc.lefts_of(None, NOW, progress), runtime=fc.runtimes_of(None),
                        group_speed=fc.speeds_of(PROFILES, TRUTH),
                        memory=lambda j: spec_memory_mib(j.spec, PROFILES, policy))
@@ -129,7 +130,8 @@ def test_a_job_too_big_for_every_gpu_has_no_forecast_start():
 def test_a_forecast_stops_at_its_step_limit_and_says_so():
     queue = [queued(i, time_s=600, t=NOW - 1000 + i) for i in range(2, 12)]
     got = fc.forecast(queue, [slot(jobs=(1,))], [running(1, time_s=600)], now=NOW,
-                      decide=fc.planner(PROFILES, TRUTH, POLICY), left=fc.lefts_of(None, NOW),
+                      decide=fc.planner(PlanInputs(PROFILES, TRUTH, POLICY)),
+                      left=fc.lefts_of(None, NOW),
                       runtime=fc.runtimes_of(None), group_speed=fc.speeds_of(PROFILES, TRUTH),
                       memory=lambda j: None, max_steps=3)
     assert got.cut

@@ -35,7 +35,7 @@ def test_a_spell_is_recorded_once_kept_while_unseen_and_ended_when_busy(tmp_path
     assert watch.step(loop, _snap(None, reached=False), 200.0) == []   # unanswered: kept
     with store.read() as conn:
         [spell] = foreign.open_spells(conn)
-        notes = conn.execute("SELECT channel, recipient FROM foreign_notes "
+        notes = conn.execute("SELECT channel, recipient FROM outbox WHERE foreign_id IS NOT NULL "
                              "ORDER BY channel").fetchall()
     assert (spell.node, spell.gpu, spell.pid, spell.since) == ("n1", 0, 7, 0.0)
     assert [tuple(n) for n in notes] == [("email", "alice"), ("webhook", "")]   # bob: no address

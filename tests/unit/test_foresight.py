@@ -12,6 +12,7 @@ from iadeep_cli.controller.foresight import TRIAL_ID, Foresight, Inputs
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler import forecast as fc
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, spec_memory_mib
 from iadeep_cli.scheduler.priority import order_queue
 from iadeep_cli.settings import Policy
@@ -36,10 +37,11 @@ def inputs(queue, key=("a",)) -> Inputs:
     running = Job(1, "ann", JobSpec("/a.sh", time_limit_s=1800), JobState.RUNNING, NOW - 700,
                   node="n1", gpu_indices=(0,), started_at=NOW - 600)
     return Inputs(tuple(queue), (GpuSlot("n1", 0, 144000.0, 100000.0, (1,), 2),), (running,),
-                  NOW, fc.planner(PROFILES, TRUTH, POLICY), fc.lefts_of(None, NOW),
+                  NOW, fc.planner(PlanInputs(PROFILES, TRUTH, POLICY)), fc.lefts_of(None, NOW),
                   fc.runtimes_of(None), fc.speeds_of(PROFILES, TRUTH),
                   lambda j: spec_memory_mib(j.spec, PROFILES, POLICY),
-                  lambda jobs, t: order_queue(jobs, POLICY, t, None), key)
+                  lambda jobs, t: order_queue(jobs, POLICY, t, None), key,
+                  explain=fc.planner(PlanInputs(PROFILES, TRUTH, POLICY), reasons=True))
 
 
 def waiting(job_id: int) -> Job:

@@ -12,6 +12,7 @@ from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.profiles import Profile, gpu_model_key
 from iadeep_cli.scheduler.gpumodels import model_speeds, preference, queue_means
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan, slots_from_snapshot
 from iadeep_cli.settings import Inventory, Node, Policy
 from iadeep_cli.sim.mixed import derived_factor, sim_speeds
@@ -92,13 +93,15 @@ def test_plan_sends_each_job_where_it_gains_most():
     q = [job(1, "mlp", t=0.0), job(2, "transformer", t=1.0), job(3, "transformer", t=2.0)]
     sp = sim_speeds(PROFILES, [("h200", 1), ("a100", 1)])
     pol = Policy(share_threshold=2.0)   # no sharing: the GPU model alone decides
-    aware = plan(q, slots, [], PROFILES, TRUTH, pol, {}, 10.0, speeds=sp)
+    aware = plan(q, slots, [], 10.0,
+                 PlanInputs(PROFILES, TRUTH, pol, speeds=sp))
     where = {p.job_id: p.node for p in aware.placements}
     assert where == {1: "old", 2: "big"}
     note = next(p.note for p in aware.placements if p.job_id == 2)
     assert note.startswith("h200 runs transformer at 2.16x its a100 speed")
     assert "a100" in aware.waits[3]
-    blind = plan(q, slots, [], PROFILES, TRUTH, pol, {}, 10.0)
+    blind = plan(q, slots, [], 10.0,
+                 PlanInputs(PROFILES, TRUTH, pol))
     assert {p.job_id: p.node for p in blind.placements} == {1: "big", 2: "old"}
 
 
@@ -106,8 +109,8 @@ def test_multi_gpu_job_takes_the_faster_model():
     slots = [slot("old", 0, "a100"), slot("old", 1, "a100"),
              slot("big", 0, "h200"), slot("big", 1, "h200")]
     sp = sim_speeds(PROFILES, [("h200", 2), ("a100", 2)])
-    p = plan([job(1, "resnet50", gpus=2)], slots, [], PROFILES, TRUTH, Policy(), {}, 0.0,
-             speeds=sp)
+    p = plan([job(1, "resnet50", gpus=2)], slots, [], 0.0,
+             PlanInputs(PROFILES, TRUTH, Policy(), speeds=sp))
     assert p.placements[0].node == "big"
 
 
@@ -130,9 +133,11 @@ def test_one_model_cluster_decides_exactly_as_without_speeds():
                                  gpu_model="h200"))
         q = [job(100 + k, rng.choice([*names, None]), t=float(k), gpus=rng.choice([1, 1, 2]))
              for k in range(rng.randint(1, 12))]
-        a = plan(q, slots, active, PROFILES, TRUTH, Policy(), {}, 0.0, speeds=sp)
+        a = plan(q, slots, active, 0.0,
+                 PlanInputs(PROFILES, TRUTH, Policy(), speeds=sp))
         plain = [dataclasses.replace(s, gpu_model="") for s in slots]
-        b = plan(q, plain, active, PROFILES, TRUTH, Policy(), {}, 0.0)
+        b = plan(q, plain, active, 0.0,
+                 PlanInputs(PROFILES, TRUTH, Policy()))
         assert a == b, trial
 
 

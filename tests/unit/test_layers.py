@@ -13,7 +13,9 @@ The layers (docs/architecture.md explains each one and where new code goes):
     2      scheduler                               layers 0-1
     3      controller, sim                         layers 0-2 (never each other)
     4      tui                                     layers 0-3
-    5      cli (and ``python -m iadeep_cli``)      layers 0-4 (`iadeep monitor` starts the tui)
+    5      web                                     layers 0-4 (the page draws the tui's view)
+    6      cli (and ``python -m iadeep_cli``)      layers 0-5 (`iadeep monitor` starts the tui,
+                                                   `iadeep web` the web server)
 
 A unit is a top-level module or subpackage of ``iadeep_cli``; inside a unit any import is
 allowed as long as it makes no cycle. Jobs on nodes are controlled through the ``Backend`` seam
@@ -49,10 +51,11 @@ LAYERS: dict[str, int] = {
     "scheduler": 2,
     "controller": 3, "sim": 3,
     "tui": 4,
-    "cli": 5,
+    "web": 5,
+    "cli": 6,
 }
 NAMES = {0: "vocabulary", 1: "store/model/nodes", 2: "scheduler", 3: "controller/sim", 4: "tui",
-         5: "cli"}
+         5: "web", 6: "cli"}
 UI_LIBRARIES = {"typer": {"cli"}, "textual": {"tui"}, "rich": {"tui"}}
 # The backends' implementations: only ``nodes`` itself (its pools) may import them.
 BACKEND_IMPLEMENTATIONS = ("iadeep_cli.nodes.shell", "iadeep_cli.nodes.slurm")

@@ -314,6 +314,24 @@ def test_a_failed_launch_backs_the_node_off_and_the_job_runs_elsewhere(lab):
                for r in lab.reasons(job_id))
 
 
+def test_a_job_kept_to_a_skipped_node_is_told_the_launch_failure_first_not_a_node_down(lab):
+    """plan() sees the skipped node only as offering no GPUs and guesses "down, or not in the
+    inventory"; the round knows better and says the real cause first (issue 47, item 4)."""
+    lab = lab(n1=1, n2=1)
+    broken = Path(lab.pool.node("n1").workdir)
+    broken.parent.mkdir()
+    broken.write_text("not a directory")   # so mkdir fails there
+    job_id = lab.submit(nodelist=("n1",))
+    lab.round()                            # placed on n1; the launch fails there
+    assert "n1" in lab.loop.launch_health()
+    lab.round()
+    waiting = lab.job(job_id)
+    assert waiting.state == JobState.QUEUED
+    assert waiting.reason.startswith("node n1 is skipped until "), waiting.reason
+    assert "its last launch failed" in waiting.reason and "down" not in waiting.reason
+    assert "no node it may run on (--nodelist n1) has GPUs to offer now" in waiting.reason
+
+
 def test_a_job_past_its_time_limit_is_stopped_and_timed_out_saying_why(lab):
     lab = lab(n1=1)
     job_id = lab.submit(time_limit_s=300)

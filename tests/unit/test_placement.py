@@ -13,6 +13,7 @@ import pytest
 
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan, slots_from_snapshot
 from iadeep_cli.scheduler.priority import effective_priority, order_queue
 from iadeep_cli.settings import Inventory, Node, Policy, UserLimit
@@ -49,7 +50,8 @@ def slot(node="a", index=0, free_gib=140.0, jobs=(), max_jobs=2, foreign_gib=0.0
 
 
 def run(queue, slots, active=(), policy=POLICY, limits=None, now=0.0, model=TRUTH):
-    return plan(queue, slots, list(active), PROFILES, model, policy, limits or {}, now)
+    return plan(queue, slots, list(active), now,
+                PlanInputs(PROFILES, model, policy, limits or {}))
 
 
 def where(p, job_id):

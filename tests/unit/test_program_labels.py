@@ -3,35 +3,27 @@ name, its owner and its content's digest. The real service and store (SQLite); t
 the names the service is told (the socket's peer, in a real controller)."""
 from __future__ import annotations
 
-import base64
 import hashlib
 
 import pytest
 
+from helpers.service_lab import service_lab, submit
 from iadeep_cli import messages as m
-from iadeep_cli.controller.requests.service import Service
-from iadeep_cli.jobs import JobState, SubmitSpec, label_origin, program_label
-from iadeep_cli.settings import Inventory, Node
-from iadeep_cli.store import Store, jobrows
+from iadeep_cli.jobs import JobState, label_origin, program_label
+from iadeep_cli.store import jobrows
 
 
 @pytest.fixture
 def lab(tmp_path):
-    store = Store(tmp_path / "iadeep.db")
-    nodes = (Node("n1", host="localhost", local=True, workdir=str(tmp_path / "node")),)
-    service = Service(store, Inventory(nodes=nodes), lambda: 1000.0,
-                      scripts_dir=tmp_path / "scripts")
-    yield store, service, tmp_path
-    store.close()
+    with service_lab(tmp_path) as (store, service):
+        yield store, service, tmp_path
 
 
 def _add(service, path, text: str, user: str, **spec) -> str | None:
     """Submit ``text`` as the script at ``path`` for ``user``; the job's label."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    request = m.AddRequest(SubmitSpec.from_dict({"script": str(path), **spec}),
-                           script_b64=base64.b64encode(path.read_bytes()).decode())
-    job_id = service.op_add(user, request).id
+    job_id = submit(service, user, path, **spec)
     with service.store.tx() as c:
         return jobrows.get(c, job_id).spec.workload
 

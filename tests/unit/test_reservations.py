@@ -5,6 +5,7 @@ import dataclasses
 
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.reservations import Reservation, assign
 from iadeep_cli.settings import Policy
@@ -32,8 +33,8 @@ SLOTS = [slot("a", 0), slot("a", 1), slot("b", 0), slot("b", 1)]
 
 
 def placed(queue, reservations, now, slots=SLOTS, active=()):
-    p = plan(queue, slots, list(active), PROFILES, TRUTH, Policy(), {}, now,
-             reservations=reservations)
+    p = plan(queue, slots, list(active), now,
+             PlanInputs(PROFILES, TRUTH, Policy(), reservations=reservations))
     return {x.job_id: f"{x.node}:{','.join(map(str, x.gpu_indices))}" for x in p.placements}, \
         p.waits
 

@@ -4,37 +4,27 @@ jobs ended the retention ago. The real service, store (SQLite) and files on disk
 are made small so that a test reaches them in a few submissions."""
 from __future__ import annotations
 
-import base64
-
 import pytest
 
-from iadeep_cli import messages as m
+from helpers.service_lab import service_lab, submit
 from iadeep_cli.controller import copies
-from iadeep_cli.controller.requests.service import Service
 from iadeep_cli.errors import InputError
-from iadeep_cli.jobs import JobState, SubmitSpec
-from iadeep_cli.settings import Inventory, Node
-from iadeep_cli.store import Store, jobrows, scripts
+from iadeep_cli.jobs import JobState
+from iadeep_cli.store import jobrows, scripts
 
 S = JobState
 
 
 @pytest.fixture
 def lab(tmp_path):
-    store = Store(tmp_path / "iadeep.db")
-    nodes = (Node("n1", host="localhost", local=True, workdir=str(tmp_path / "node")),)
-    service = Service(store, Inventory(nodes=nodes), lambda: 1000.0,
-                      scripts_dir=tmp_path / "scripts")
-    yield store, service, tmp_path
-    store.close()
+    with service_lab(tmp_path) as (store, service):
+        yield store, service, tmp_path
 
 
 def _add(service, tmp_path, user="alice", size=100, **spec) -> int:
     script = tmp_path / "train.sh"
     script.write_bytes(b"#!/bin/sh\n" + b"#" * (size - 11) + b"\n")
-    request = m.AddRequest(SubmitSpec.from_dict({"script": str(script), **spec}),
-                           script_b64=base64.b64encode(script.read_bytes()).decode())
-    return service.op_add(user, request).id
+    return submit(service, user, script, **spec)
 
 
 def _copies(tmp_path) -> set[str]:

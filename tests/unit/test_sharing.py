@@ -8,6 +8,7 @@ import random
 
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.limits import usage_of
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.scheduler.remaining import Durations, LogNormal, expected_left, gittins
@@ -55,7 +56,8 @@ def test_array_tasks_beyond_their_limit_are_no_pressure():
     gpus = slots(4, {0: (1,), 1: (10,)})
     queue = [job(2, "mlp")] + [job(11 + k, "mlp", array="0-5%1", array_id=10) for k in range(5)]
     for sharing in ("jct", "threshold"):
-        p = plan(queue, gpus, active, PROFILES, TRUTH, Policy(sharing=sharing), {}, 100.0)
+        p = plan(queue, gpus, active, 100.0,
+                 PlanInputs(PROFILES, TRUTH, Policy(sharing=sharing)))
         assert where(p, 2) in {("a", (2,)), ("a", (3,))}, (sharing, p)
         assert all("--array %1" in p.waits[11 + k] for k in range(5))
 
@@ -64,18 +66,21 @@ def test_jobs_over_their_users_limit_are_no_pressure():
     active, gpus = _lab_with_a_resident()
     queue = [job(2, "mlp")] + [job(3 + k, "mlp", owner="bob") for k in range(5)]
     limits = {"bob": UserLimit(max_jobs=0)}
-    p = plan(queue, gpus, active, PROFILES, TRUTH, Policy(sharing="threshold"), limits, 100.0)
+    p = plan(queue, gpus, active, 100.0,
+             PlanInputs(PROFILES, TRUTH, Policy(sharing="threshold"), limits))
     assert where(p, 2) in {("a", (1,)), ("a", (2,)), ("a", (3,))}
     # the same queue with bob free to run: three jobs wait behind for three empty GPUs, so
     # job 2 joins the resnet18 and leaves the empty GPUs to them (pressure as before)
-    p = plan(queue, gpus, active, PROFILES, TRUTH, Policy(sharing="threshold"), {}, 100.0)
+    p = plan(queue, gpus, active, 100.0,
+             PlanInputs(PROFILES, TRUTH, Policy(sharing="threshold")))
     assert where(p, 2) == ("a", (0,))
 
 
 def test_jobs_no_gpu_here_could_take_are_no_pressure():
     active, gpus = _lab_with_a_resident()
     queue = [job(2, "mlp")] + [job(3 + k, "mlp", nodelist=("elsewhere",)) for k in range(5)]
-    p = plan(queue, gpus, active, PROFILES, TRUTH, Policy(sharing="threshold"), {}, 100.0)
+    p = plan(queue, gpus, active, 100.0,
+             PlanInputs(PROFILES, TRUTH, Policy(sharing="threshold")))
     assert where(p, 2) in {("a", (1,)), ("a", (2,)), ("a", (3,))}
 
 
@@ -117,8 +122,8 @@ def _pair_round(age_h, queue_len, n_gpus=1):
               for i in range(n_gpus)]
     gpus = slots(n_gpus, {i: (100 + i,) for i in range(n_gpus)})
     queue = [job(1 + k, "lstm") for k in range(queue_len)]
-    return plan(queue, gpus, active, PROFILES, TRUTH, Policy(sharing="jct", min_speed=0.3), {},
-                now)
+    return plan(queue, gpus, active, now,
+                PlanInputs(PROFILES, TRUTH, Policy(sharing="jct", min_speed=0.3)))
 
 
 def test_jct_waits_when_the_resident_is_likely_to_end_soon_and_shares_behind_a_long_one():
@@ -145,8 +150,8 @@ def test_threshold_mode_is_the_old_rule():
     assert p.placements
     now = 100 * H
     active = [job(100, "resnet50", node="a", idx=(0,), started=now - 30 * H)]
-    q = plan([job(1, "lstm")], slots(1, {0: (100,)}), active, PROFILES, TRUTH,
-             Policy(sharing="threshold", min_speed=0.3), {}, now)
+    q = plan([job(1, "lstm")], slots(1, {0: (100,)}), active, now,
+             PlanInputs(PROFILES, TRUTH, Policy(sharing="threshold", min_speed=0.3)))
     assert q.placements == () and "combined speed 1.01" in q.waits[1]
 
 

@@ -14,6 +14,7 @@ from iadeep_cli.errors import InputError
 from iadeep_cli.inventory import Policy
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
+from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
 from iadeep_cli.sim.engine import PREEMPT_COST_S, SimJob, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, run_seeds, run_sim
@@ -283,18 +284,19 @@ def _running(busy: dict[tuple[str, int], int]) -> list[Job]:
 
 def test_plan_places_a_sixteen_gpu_job_on_two_whole_empty_nodes():
     busy = {("n0", 3): 9}
-    p = plan([_queued(1, 16)], _slots(3, busy), _running(busy), PROFILES, TRUTH, Policy(), {},
-             0.0, gangs=True)
+    p = plan([_queued(1, 16)], _slots(3, busy), _running(busy), 0.0,
+             PlanInputs(PROFILES, TRUTH, Policy(), gangs=True))
     (got,) = p.placements
     assert sorted(got.gpu_keys()) == [(n, i) for n in ("n1", "n2") for i in range(8)]
 
 
 def test_a_gang_waits_while_only_one_node_is_whole_and_plan_without_gangs_never_places_it():
     busy = {("n0", 3): 9, ("n1", 0): 8}
-    p = plan([_queued(1, 16)], _slots(3, busy), _running(busy), PROFILES, TRUTH, Policy(), {},
-             0.0, gangs=True)
+    p = plan([_queued(1, 16)], _slots(3, busy), _running(busy), 0.0,
+             PlanInputs(PROFILES, TRUTH, Policy(), gangs=True))
     assert not p.placements and "1 node wholly free" in p.waits[1]
-    p = plan([_queued(1, 16)], _slots(3), [], PROFILES, TRUTH, Policy(), {}, 0.0)
+    p = plan([_queued(1, 16)], _slots(3), [], 0.0,
+             PlanInputs(PROFILES, TRUTH, Policy()))
     assert not p.placements and "on one node" in p.waits[1]
 
 
@@ -355,8 +357,8 @@ def test_a_round_without_reasons_places_exactly_what_the_full_round_places(seed)
                                          exclusive=rng.random() < 0.1),
                  JobState.QUEUED, float(rng.randrange(0, 20000)))
              for j in range(1, 301)]
-    args = (queue, tuple(slots), active, PROFILES, TRUTH, Policy(), {}, 30000.0)
-    full = plan(*args, gangs=True)
-    fast = plan(*args, gangs=True, reasons=False)
+    args = (queue, tuple(slots), active, 30000.0)
+    full = plan(*args, PlanInputs(PROFILES, TRUTH, Policy(), gangs=True))
+    fast = plan(*args, PlanInputs(PROFILES, TRUTH, Policy(), gangs=True, reasons=False))
     assert fast.placements == full.placements
     assert set(fast.waits) <= set(full.waits)

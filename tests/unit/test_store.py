@@ -144,15 +144,19 @@ def test_run_times_are_the_recent_finished_jobs_per_label_and_user(tmp_path):
     ends = {"succeeded": 1000.0, "failed": 2000.0, "timeout": 3000.0, "cancelled": 4000.0}
     with store.tx() as c:
         for k, (state, end) in enumerate(ends.items()):
-            job_id, _ = jobs.insert(c, "bob", JobSpec(script="/j.sh", workload=f"w{k}"), 0.0)
+            job_id, _ = jobs.insert(c, "bob", JobSpec(script="/j.sh", workload=f"w{k}",
+                                                      time_limit_s=600.0 if k == 1 else None),
+                                    0.0)
             jobs.update(c, job_id, state=state, started_at=end - 100.0 * (k + 1),
                         ended_at=end)
         old, _ = jobs.insert(c, "bob", JobSpec(script="/j.sh", workload="old"), 0.0)
         jobs.update(c, old, state="succeeded", started_at=0.0, ended_at=10.0)
         jobs.insert(c, "bob", JobSpec(script="/j.sh", workload="q"), 0.0)   # still queued
         got = jobs.run_times(c, since=500.0)
-    # newest first; cancelled jobs and those that ended before `since` say nothing
-    assert got == [("w2", 300.0, "bob"), ("w1", 200.0, "bob"), ("w0", 100.0, "bob")]
+    # newest first, with the --time of those that had one; cancelled jobs and those that
+    # ended before `since` say nothing
+    assert got == [("w2", 300.0, "bob", None), ("w1", 200.0, "bob", 600.0),
+                   ("w0", 100.0, "bob", None)]
 
 
 def test_requeue_drops_the_whole_attempt_and_counts_only_one_that_may_have_run(tmp_path):

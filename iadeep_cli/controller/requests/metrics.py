@@ -57,8 +57,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ...errors import ConfigError
-from ...messages import NodeState, StatusView
+from ...messages import ImpactView, NodeState, StatusView
 from ...settings import Inventory
+from ...snapshot import GpuSample
 from ...store import Store, cluster
 from .. import jobfault
 from . import views
@@ -73,6 +74,40 @@ WAIT_BUCKETS = (10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 
 # (Prometheus's rule: base units; `promtool check metrics` flags hours)
 LEGACY = "Deprecated (lab.metrics.legacy_hours), use the *_gpu_seconds twin. "
 ROUND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A fresh node's GPU series, one a field of its sample: (name, help, the value in base units;
+# None: not read, no series). Labelled node and gpu.
+GPU_SERIES: tuple[tuple[str, str, Callable[[GpuSample], float | None]], ...] = (
+    ("iadeep_gpu_utilization_ratio", "GPU utilisation (0..1), nvidia-smi utilization.gpu.",
+     lambda g: _scaled(g.utilization_gpu, 0.01)),
+    ("iadeep_gpu_memory_used_bytes", "GPU memory in use.",
+     lambda g: _scaled(g.memory_used_mib, MIB)),
+    ("iadeep_gpu_memory_total_bytes", "GPU memory in all.",
+     lambda g: _scaled(g.memory_total_mib, MIB)),
+    ("iadeep_gpu_power_draw_watts", "Board power draw.", lambda g: g.power_draw_w),
+    ("iadeep_gpu_power_limit_watts", "Board power limit.", lambda g: g.power_limit_w),
+    ("iadeep_gpu_temperature_celsius", "GPU temperature.", lambda g: g.temperature_c),
+)
+# The impact factor and its parts per window (docs/accounting.md): (name, help, the value of
+# a window; None: no series, legacy: a GPU-hour twin, only with lab.metrics.legacy_hours).
+IMPACT_SERIES: tuple[tuple[str, str, Callable[[ImpactView], float | None], bool], ...] = (
+    ("iadeep_impact_factor", "Work done in exclusive-GPU-hours per busy GPU-hour (1.00: as "
+     "one job per GPU).", lambda w: w.impact_factor, False),
+    ("iadeep_work_gpu_seconds", "Work done in exclusive-GPU-seconds.",
+     lambda w: w.work_gpu_hours * 3600.0, False),
+    ("iadeep_busy_gpu_seconds", "GPU-seconds the busy GPUs were busy.",
+     lambda w: w.busy_gpu_hours * 3600.0, False),
+    ("iadeep_work_measured_ratio", "Share of the work from observed speeds rather than "
+     "predicted ones.", lambda w: w.measured_share, False),
+    ("iadeep_work_gpu_hours", "Work done in exclusive-GPU-hours.", lambda w: w.work_gpu_hours,
+     True),
+    ("iadeep_busy_gpu_hours", "GPU-hours the busy GPUs were busy.", lambda w: w.busy_gpu_hours,
+     True),
+)
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale
+
 # The first start of each job since the cursor (a requeued job's wait ends at its first start,
 # as in `iadeep report`); events are written by one connection, so ids commit in order.
 _FIRST_STARTS = """
@@ -188,18 +223,8 @@ class LabCollector(Collector):
         labels = ["node", "gpu"]
         info = GaugeMetricFamily("iadeep_gpu_info", "1 for each GPU the controller knows, with "
                                  "its model and UUID.", labels=[*labels, "model", "uuid"])
-        util = GaugeMetricFamily("iadeep_gpu_utilization_ratio", "GPU utilisation (0..1), "
-                                 "nvidia-smi utilization.gpu.", labels=labels)
-        used = GaugeMetricFamily("iadeep_gpu_memory_used_bytes", "GPU memory in use.",
-                                 labels=labels)
-        total = GaugeMetricFamily("iadeep_gpu_memory_total_bytes", "GPU memory in all.",
-                                  labels=labels)
-        power = GaugeMetricFamily("iadeep_gpu_power_draw_watts", "Board power draw.",
-                                  labels=labels)
-        limit = GaugeMetricFamily("iadeep_gpu_power_limit_watts", "Board power limit.",
-                                  labels=labels)
-        temp = GaugeMetricFamily("iadeep_gpu_temperature_celsius", "GPU temperature.",
-                                 labels=labels)
+        sampled = [(GaugeMetricFamily(name, help_, labels=labels), read)
+                   for name, help_, read in GPU_SERIES]
         foreign = GaugeMetricFamily("iadeep_gpu_foreign_processes", "Compute processes on the "
                                     "GPU that iadeep did not start.", labels=labels)
         jobs = GaugeMetricFamily("iadeep_gpu_jobs", "iadeep jobs placed on the GPU (starting "
@@ -224,14 +249,10 @@ class LabCollector(Collector):
                     indices.append(g.index)
                 if not fresh:
                     continue
-                for family, value, scale in ((util, g.utilization_gpu, 0.01),
-                                             (used, g.memory_used_mib, MIB),
-                                             (total, g.memory_total_mib, MIB),
-                                             (power, g.power_draw_w, 1.0),
-                                             (limit, g.power_limit_w, 1.0),
-                                             (temp, g.temperature_c, 1.0)):
+                for family, read in sampled:
+                    value = read(g)
                     if value is not None:
-                        family.add_metric(key, value * scale)
+                        family.add_metric(key, value)
                 foreign.add_metric(key, float(len(g.foreign_processes)))
         for job_id, (job, node_name, indices) in sorted(placed.items()):
             key = [str(job_id), job.owner, job.name, node_name, ",".join(map(str, indices))]
@@ -239,7 +260,7 @@ class LabCollector(Collector):
                 predicted.add_metric(key, job.predicted_speed)
             if job.observed_speed is not None:
                 observed.add_metric(key, job.observed_speed)
-        yield from (info, util, used, total, power, limit, temp, foreign, jobs, predicted,
+        yield from (info, *(family for family, _ in sampled), foreign, jobs, predicted,
                     observed)
 
     def _jobs_by_state(self, view: StatusView) -> Metric:
@@ -253,34 +274,16 @@ class LabCollector(Collector):
         """The impact factor and its parts (docs/accounting.md "The impact factor"), as `status`
         shows them: window="1h" the last hour, window="start" since the controller started. A window
         in which no GPU was busy has no impact factor, so that series is left out, not 0."""
-        factor = GaugeMetricFamily("iadeep_impact_factor", "Work done in exclusive-GPU-hours "
-                                   "per busy GPU-hour (1.00: as one job per GPU).",
-                                   labels=["window"])
-        work = GaugeMetricFamily("iadeep_work_gpu_seconds", "Work done in exclusive-GPU-"
-                                 "seconds.", labels=["window"])
-        busy = GaugeMetricFamily("iadeep_busy_gpu_seconds", "GPU-seconds the busy GPUs were "
-                                 "busy.", labels=["window"])
-        work_h = GaugeMetricFamily("iadeep_work_gpu_hours", LEGACY + "Work done in "
-                                   "exclusive-GPU-hours.", labels=["window"])
-        busy_h = GaugeMetricFamily("iadeep_busy_gpu_hours", LEGACY + "GPU-hours the busy GPUs "
-                                   "were busy.", labels=["window"])
-        measured = GaugeMetricFamily("iadeep_work_measured_ratio", "Share of the work from "
-                                     "observed speeds rather than predicted ones.",
-                                     labels=["window"])
-        for label, w in (("1h", view.impact_last_hour), ("start", view.impact_since_start)):
-            if w is None:
+        for name, help_, read, legacy in IMPACT_SERIES:
+            if legacy and not self._legacy_hours:
                 continue
-            work.add_metric([label], w.work_gpu_hours * 3600.0)
-            busy.add_metric([label], w.busy_gpu_hours * 3600.0)
-            work_h.add_metric([label], w.work_gpu_hours)
-            busy_h.add_metric([label], w.busy_gpu_hours)
-            if w.impact_factor is not None:
-                factor.add_metric([label], w.impact_factor)
-            if w.measured_share is not None:
-                measured.add_metric([label], w.measured_share)
-        yield from (factor, work, busy, measured)
-        if self._legacy_hours:
-            yield from (work_h, busy_h)
+            family = GaugeMetricFamily(name, LEGACY + help_ if legacy else help_,
+                                       labels=["window"])
+            for label, w in (("1h", view.impact_last_hour), ("start", view.impact_since_start)):
+                value = None if w is None else read(w)
+                if value is not None:
+                    family.add_metric([label], value)
+            yield family
 
     # ------------------------------------------------------------------ queue wait
     def _new_waits(self, conn) -> list[tuple[int, float]]:
@@ -331,6 +334,7 @@ class _CappedServer(ThreadingMixIn, WSGIServer):
     """prometheus_client's threaded WSGI server, with the caps above."""
 
     daemon_threads = True
+    request_queue_size = 128   # socketserver's 5 makes a burst of connects wait for SYN retries
     total = METRICS_CONNECTIONS
     idle_s = METRICS_IDLE_S
 

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import checks, messages as m
-from ...errors import IadeepError, InputError, InvalidTransition, NotFoundError, PermissionDenied
+from ...errors import (
+    IadeepError,
+    InputError,
+    InvalidTransition,
+    NodeError,
+    NotFoundError,
+    PermissionDenied,
+)
 from ...jobopts import node_allowed, node_rules
 from ...jobs import (
     ACTIVE,
@@ -50,9 +57,9 @@ from ...paths import StateDir, replace_file
 from ...settings import Inventory
 from ...snapshot import NodeSnapshot
 from ...store import Store, cluster, is_damage, jobrows, profiles as profrows, scripts
-from ...text import MIB_PER_GIB, duration, hms
+from ...text import MIB_PER_GIB, clock, duration, hms
 from . import admission, drain, interactive, reservations, update, views
-from .port import STANDALONE, ControllerPort
+from .port import STANDALONE, ControllerPort, NodeWork
 
 log = logging.getLogger("iadeep.controller")
 
@@ -654,7 +661,7 @@ class Service(views.StoreReader):
                              hint="start it with an inventory: "
                                   "iadeep controller run --inventory FILE")
         try:
-            data, offset, size = nodes.read_log(job, req.offset, req.max_bytes, req.stream)
+            data, offset, size = self._read_log(nodes, job, req)
         except NotFoundError:
             if (job.spec.output if req.stream == "output" else job.spec.error) is None:
                 raise
@@ -662,9 +669,47 @@ class Service(views.StoreReader):
             # in its job directory's log): that log, rather than nothing
             own = dataclasses.replace(job, spec=dataclasses.replace(job.spec, output=None,
                                                                     error=None))
-            data, offset, size = nodes.read_log(own, req.offset, req.max_bytes, "output")
+            data, offset, size = self._read_log(nodes, own, req, "output")
         return m.LogChunk(data=data, offset=offset, size=size,
                           finished=job.state in FINISHED, state=job.state)
+
+    def _read_log(self, nodes: NodeWork, job: Job, req: m.LogsRequest,
+                  stream: str | None = None) -> tuple[str, int, int | None]:
+        """The log's chunk from the job's node; a node that does not answer (down, or its
+        network gone) is said as such, with what happens to the job meanwhile, for its owner:
+        not the admin's connection hint."""
+        try:
+            return nodes.read_log(job, req.offset, req.max_bytes, stream or req.stream)
+        except NodeError as exc:
+            silent = self._node_silent_since(job.node or "")
+            if silent is None and job.state != JobState.LOST:
+                raise                   # it answers: the error is the read's own
+            raise NodeError(f"node {job.node} does not answer"
+                            + (f" (since {clock(silent)})" if silent is not None else "")
+                            + f", so job {job.id}'s log cannot be read now; "
+                            + self._meanwhile(job, silent),
+                            hint=f"`iadeep logs {job.id} --follow` waits for the node to "
+                                 f"answer; `iadeep queue why {job.id}` says what happens to "
+                                 f"the job (technical detail: {exc.message})") from None
+
+    def _node_silent_since(self, node: str) -> float | None:
+        """When ``node`` stopped answering the round's polls (its GPU query failing is not
+        that), None if its last poll answered."""
+        with self.store.tx() as conn:
+            return next((since for n, since in cluster.load_nodes(conn) if n.name == node),
+                        None)
+
+    def _meanwhile(self, job: Job, silent: float | None) -> str:
+        """What happens to ``job`` while its node stays silent, as its owner needs to know."""
+        if job.state in FINISHED:
+            return f"the job has {job.state.value}; its log is read once the node is back"
+        if job.state == JobState.LOST:
+            return f"the job is lost: {job.reason}" if job.reason else "the job is lost"
+        grace = self.inventory.node_grace_s
+        left = grace if silent is None else max(0.0, silent + grace - self.clock())
+        return (f"the job stays {job.state.value} (it may still run there) for up to "
+                f"node_grace ({duration(grace)}, {duration(left)} left); then it is marked "
+                "lost, and `iadeep queue why` says whether it is run again")
 
 
 def _with_forecast(view: m.JobView, f: JobForecast | None) -> m.JobView:

@@ -99,7 +99,7 @@ class SpeedObserver:
 
         A job that never ran alone is compared with ``known_solo[workload]``: the solo rate a
         job with the same label showed when this lab profiled it. A job that reports no
-        progress is judged by its processes' SM utilisation (where the poll sees it: NVML)
+        progress is judged by its processes' SM utilisation (where the poll sees it: NVML, pmon)
         against its own while alone, else its profile's ``known_util[workload]``: a proxy, so
         such speeds are shown but never become co-location rows for the model."""
         groups = _groups(running)

@@ -12,7 +12,7 @@ import re
 import shlex
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...snapshot import (
     MEM_LIMIT,
@@ -30,12 +30,14 @@ from ..gpu import (
     SMI_TIMEOUT_S,
     Expect,
     GpuRow,
+    ProcessUtil,
     clean,
     gpu_script,
     job_map,
     nvidia_smi_error,
     parse_apps,
     parse_gpu_query,
+    parse_pmon,
     remote_path,
     split_sections,
 )
@@ -396,21 +398,30 @@ def user_states(sec: dict[str, tuple[str | None, str]], owners: Mapping[int, str
 
 
 def attach(rows: list[GpuRow], apps: list[tuple[str, GpuProcess]], jobs: dict[int, int],
-           only: tuple[int, ...] | None) -> tuple[GpuSample, ...]:
-    """Put each process on its GPU (by uuid), tag iadeep's, keep only the inventory's GPUs."""
+           only: tuple[int, ...] | None,
+           util: Mapping[tuple[int, int], ProcessUtil] | None = None) -> tuple[GpuSample, ...]:
+    """Put each process on its GPU (by uuid), tag iadeep's, give each its utilisation from
+    ``util`` ((GPU index, pid) -> pmon's figures; none on a GPU in MIG mode, where the driver
+    does not attribute utilisation to processes), keep only the inventory's GPUs."""
     by_uuid: dict[str, list[GpuProcess]] = {}
     for uuid, proc in apps:
         job_id = jobs.get(proc.pid)
         if job_id is not None:
-            proc = GpuProcess(proc.pid, proc.used_memory_mib, proc.name, job_id)
+            proc = replace(proc, job_id=job_id)
         by_uuid.setdefault(uuid, []).append(proc)
     out = []
     for row in rows:
         if only is not None and row.sample.index not in only:
             continue
-        procs = tuple(sorted(by_uuid.get(row.sample.uuid, ()), key=lambda p: p.pid))
-        out.append(GpuSample(**{**row.sample.__dict__, "processes": procs}))
+        index, figures = row.sample.index, {} if row.mig else (util or {})
+        procs = tuple(sorted((_with_util(p, figures.get((index, p.pid)))
+                              for p in by_uuid.get(row.sample.uuid, ())), key=lambda p: p.pid))
+        out.append(replace(row.sample, processes=procs))
     return tuple(out)
+
+
+def _with_util(proc: GpuProcess, util: ProcessUtil | None) -> GpuProcess:
+    return proc if util is None else replace(proc, sm_util=util.sm, mem_util=util.mem)
 
 
 def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
@@ -464,4 +475,5 @@ def parse_poll(name: str, output: str, *, only: tuple[int, ...] | None = None,
                    None if by_user is None else by_user.owner_of,
                    None if by_user is None else by_user.tags)
     driver = next((r.driver for r in rows if r.driver), None)
-    return snap(gpus=attach(rows, apps, jobs, only), driver=driver)
+    util = parse_pmon(sec.get("pmon", (None, ""))[1])
+    return snap(gpus=attach(rows, apps, jobs, only, util), driver=driver)

@@ -3,7 +3,7 @@
 ``scheduler/detectors.py`` decides (pure); this module feeds it each round's observed speeds and
 acts, every action an event with the numbers that caused it (``queue show``, ``queue why``):
 
-1. **No new partners**: a GPU with a finding goes to ``plan(closed=...)``, so no job joins it;
+1. **No new partners**: a GPU with a finding goes to ``PlanInputs.closed``, so no job joins it;
    its jobs get an event (running -> running) and their ``queue why`` says so.
 2. **Suspend and resume**: a GPU running worse than serial gets the job that joined last
    suspended (``suspended``, SIGSTOP to its process group; its GPU memory stays), and resumed
@@ -144,7 +144,7 @@ class Adapter:
         workload's profile in effect, and refresh the profile of each phase change it reports.
         A job alone on its GPU: its progress rate (from the observer) and its GPU's
         utilisation (from the poll). A job sharing it: its utilisation alone estimated from
-        its own SM share (where the poll has per-process figures: NVML) over its speed
+        its own SM share (where the poll has per-process figures: NVML, pmon) over its speed
         measured from progress (``solo_util``); no estimate, no signature this round."""
         jobs = self.loop.jobs(ACTIVE)
         per_gpu: dict[str, list[Job]] = {}

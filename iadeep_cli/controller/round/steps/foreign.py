@@ -20,7 +20,7 @@ import logging
 import sqlite3
 
 from ....snapshot import ClusterSnapshot, GpuProcess
-from ....store import foreign as rows
+from ....store import foreign as rows, outbox
 from ....text import foreign_idle_line as line
 from ..context import Context, Round
 
@@ -91,7 +91,7 @@ class ForeignWatch:
         """One message per channel: the lab's webhook, and each admin's e-mail."""
         notify = loop.inventory.notify
         if notify.webhook is not None:
-            rows.enqueue(conn, spell_id, "webhook", "", now)
+            outbox.enqueue_spell(conn, spell_id, "webhook", "", now)
         for admin in loop.inventory.admins:
             if notify.email_for(admin) is not None:
-                rows.enqueue(conn, spell_id, "email", admin, now)
+                outbox.enqueue_spell(conn, spell_id, "email", admin, now)

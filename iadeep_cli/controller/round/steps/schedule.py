@@ -12,6 +12,7 @@ from ....model.data import shipped_profiles
 from ....profiles import Profile
 from ....scheduler import hostres
 from ....scheduler.gpumodels import ModelSpeeds, model_speeds
+from ....scheduler.inputs import PlanInputs
 from ....scheduler.remaining import Durations
 from ....settings import Inventory
 from ....snapshot import ClusterSnapshot
@@ -85,7 +86,10 @@ class Schedule(Step):
                 now, active = self.clock(), self.jobs(ACTIVE)
                 inventory = self._tuned(self.inventory)
                 self._offer([], slots_from_snapshot(snapshot, active, inventory, profiles),
-                            active, now, inventory, profiles, {}, self._run_times(now))
+                            active, now, inventory,
+                            PlanInputs(profiles, CautiousModel(self._model()),
+                                       inventory.policy, self.inventory.user_limits,
+                                       fairshare={}, durations=self._run_times(now)))
             return
         active = self.jobs(ACTIVE)
         with self.store.tx() as conn:   # `iadeep nodes drain` (read each round)
@@ -105,10 +109,8 @@ class Schedule(Step):
             models = tuple(dict.fromkeys(s.gpu_model for s in slots))
             if models not in speeds:
                 speeds[models] = self._model_speeds(models)
-            return plan(jobs, slots, residents, profiles, CautiousModel(self._model()),
-                        inventory.policy, self.inventory.user_limits, now,
-                        fairshare=fair, closed=closed, speeds=speeds[models],
-                        durations=durations, reservations=reserved, attained=attained)
+            return plan(jobs, slots, residents, now,
+                        dataclasses.replace(inputs, speeds=speeds[models]))
 
         reserved = reservations.load(self.store, now)   # `iadeep reserve` (read each round)
         durations = self._run_times(now)
@@ -116,6 +118,10 @@ class Schedule(Step):
         if inventory.policy.preemption != "off":
             with self.store.tx() as conn:
                 attained = jobrows.attained(conn, [j.id for j in (*queue, *active)], now)
+        # what this round's plan() calls decide by (the forecast's too, less preemption)
+        inputs = PlanInputs(profiles, CautiousModel(self._model()), inventory.policy,
+                            self.inventory.user_limits, fairshare=fair, closed=closed,
+                            durations=durations, reservations=reserved, attained=attained)
 
         if self.adapt.make_room(queue, active, snapshot, profiles, decide):   # opportunists
             active = self.jobs(ACTIVE)                                          # yielded
@@ -125,9 +131,9 @@ class Schedule(Step):
         planned, host_waits = hostres.restrict(queue, room)
         decided = decide(planned, slots, self.adapt.residents(active))
         if self.foresight is not None:   # the forecast, in its own thread (foresight.py)
-            self._offer(queue, slots, self.adapt.residents(active), now, inventory, profiles,
-                        fair, durations, closed=closed, reservations=reserved,
-                        speeds=speeds.get(tuple(dict.fromkeys(s.gpu_model for s in slots))))
+            self._offer(queue, slots, self.adapt.residents(active), now, inventory,
+                        dataclasses.replace(inputs, attained=None, speeds=speeds.get(
+                            tuple(dict.fromkeys(s.gpu_model for s in slots)))))
         waits.update(self._with_skipped_nodes(_with_drained(decided.waits, drained)))
         waits.update({i: why for i, why in host_waits.items() if i in waits})
         if decided.preempt and inventory.policy.preemption != "off":
@@ -154,21 +160,22 @@ class Schedule(Step):
             jobrows.set_reasons(conn, list(waits.items()))
 
     def _offer(self, queue: list[Job], slots: Sequence[Any], active: list[Job], now: float,
-               inventory: Inventory, profiles: dict[str, Profile], fair: Any,
-               durations: Durations, **kwargs: Any) -> None:
-        """Hand the forecast thread what this round saw, its plan() bound the same way (no
-        preemption: the forecast places, it does not checkpoint)."""
+               inventory: Inventory, inputs: PlanInputs) -> None:
+        """Hand the forecast thread what this round saw, its plan() bound the same way
+        (``inputs``: the round's, without ``attained``: the forecast places, it does not
+        checkpoint)."""
         from ....scheduler import forecast as fc
         from ....scheduler.placement import spec_memory_mib
-        from ....scheduler.prediction import CachedModel, CautiousModel
+        from ....scheduler.prediction import CachedModel
         from ....scheduler.priority import order_queue
         from ...foresight import Inputs
 
-        assert self.foresight is not None
-        policy = inventory.policy
-        model = CachedModel(CautiousModel(self._model()))
-        decide = fc.planner(profiles, model, policy, self.inventory.user_limits,
-                            fairshare=fair, durations=durations, **kwargs)
+        assert self.foresight is not None and inputs.durations is not None
+        policy, profiles = inventory.policy, inputs.profiles
+        fair, durations = inputs.fairshare, inputs.durations
+        model = CachedModel(inputs.model)
+        bound = dataclasses.replace(inputs, model=model)
+        decide = fc.planner(bound)
         key = (tuple(j.id for j in queue),
                tuple((j.id, j.node, j.gpu_indices) for j in active),
                # work left by progress, to the minute (a new forecast when that moves)
@@ -181,7 +188,9 @@ class Schedule(Step):
             lambda jobs, t: order_queue(jobs, policy, t, fair), key,
             # from a job's end to the next one running on its GPU: the round that notices the
             # end, the round that places, the launch (LAG_ROUNDS of them, slowest seen)
-            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s)))
+            LAG_ROUNDS * max(inventory.poll_interval_s, self.round_s),
+            # `queue add --test-only`'s plan() gives its waiting reason
+            fc.planner(bound, reasons=True)))
 
     def _preempt(self, decided: Plan, waiting: list[Job], active: list[Job], now: float) -> None:
         """Act on plan()'s preemptions: each running --requeue job it names gets its checkpoint
@@ -289,8 +298,7 @@ class Schedule(Step):
             if h.until > now)
         if not skipped:
             return waits
-        return {i: skipped if why.startswith("no GPUs available") else f"{why}; {skipped}"
-                for i, why in waits.items()}
+        return {i: _cause_first(why, skipped) for i, why in waits.items()}
 
 
 def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, str]:
@@ -299,4 +307,17 @@ def _with_drained(waits: dict[int, str], drained: dict[str, str]) -> dict[int, s
     if not drained:
         return waits
     said = "; ".join(f"node {n} is {why}" for n, why in sorted(drained.items()))
-    return {i: f"{why}; {said}" for i, why in waits.items()}
+    return {i: _cause_first(why, said) for i, why in waits.items()}
+
+
+def _cause_first(why: str, cause: str) -> str:
+    """``why`` (plan()'s waiting reason) with ``cause`` (nodes drained or skipped, which the
+    round knows and plan() does not): the cause alone where plan() saw no GPUs at all, the
+    cause first and without plan()'s guess where it saw the job's nodes offer none ("down, or
+    not in the inventory"), else after plan()'s own reason."""
+    from ....scheduler.placement import NO_GPUS, UNOFFERED
+    if why == NO_GPUS:
+        return cause
+    if why.endswith(f" {UNOFFERED}"):
+        return f"{cause}; {why[:-len(UNOFFERED) - 1]}"
+    return f"{why}; {cause}"

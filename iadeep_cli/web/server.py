@@ -3,7 +3,7 @@
 Two addresses: ``/`` (one static page) and ``/api/view`` (the monitor's view as JSON, which
 the page asks for every few seconds). Only GET and HEAD are answered; nothing can be changed
 through it. The data is read as `iadeep monitor` reads it (the controller, or its database
-when it is down) at most once per the controller's poll interval (``webview.MIN_REFRESH_S`` to
+when it is down) at most once per the controller's poll interval (``view.MIN_REFRESH_S`` to
 ``MAX_REFRESH_S``: nothing it shows changes faster) however many browsers ask: each read is a
 status and a list of every unfinished job, which a 10,000-task array makes a real cost to the
 controller.
@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import IadeepError
 from ..tui import source
-from . import webview
+from . import view
 
 CACHE_S = 1.0             # an answer that is an error is read again after this
 MAX_CONNECTIONS = 64      # served at once (a thread each)
@@ -78,7 +78,7 @@ class Snapshots:
     @staticmethod
     def _read() -> tuple[int, bytes, float]:
         try:
-            data: dict[str, Any] = webview.snapshot(source.fetch(), time.time())
+            data: dict[str, Any] = view.snapshot(source.fetch(), time.time())
             status, keep_s = 200, float(data["refresh_s"])
         except IadeepError as exc:
             hint = f" (hint: {exc.hint})" if exc.hint else ""
@@ -124,7 +124,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path in ("/", "/index.html"):
-            self._send(200, webview.PAGE.encode(), "text/html; charset=utf-8", webview.CSP)
+            self._send(200, view.PAGE.encode(), "text/html; charset=utf-8", view.CSP)
         elif path == "/api/view":
             status, body = self.snapshots.get()
             self._send(status, body, "application/json")
