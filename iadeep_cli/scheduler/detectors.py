@@ -333,6 +333,10 @@ class PhaseDetector:
             start.setdefault(k, v)
         return start
 
+    def start_of(self, job_id: int) -> Mapping[str, float]:
+        """A job's starting values (measured alone or estimated against its own rate)."""
+        return self._start.get(job_id, {})
+
     def observe(self, now: float, solos: Sequence[Solo], policy: AdaptPolicy,
                 alive: set[int] | None = None) -> list[PhaseChange]:
         out: list[PhaseChange] = []

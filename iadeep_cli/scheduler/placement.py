@@ -537,7 +537,8 @@ class _Estimates:
         self.history = history
         self.now = now
         self.active = {j.id: j for j in active}
-        self.queued = {j.id: j for j in queue}   # placed this round: their whole run is left
+        self._queue = queue   # placed this round: their whole run is left (``queued``)
+        self._queued: dict[int, Job] | None = None
         self._left: dict[int, float] = {}
         self._backfill: dict[tuple[Any, ...], float] = {}
         self.guessed: set[int] = set()   # jobs whose estimate is the stated default alone
@@ -565,7 +566,9 @@ class _Estimates:
         if hit is None:
             job = self.active.get(job_id)
             if job is None:   # placed this round: as a new job
-                new = self.queued.get(job_id)
+                if self._queued is None:   # built once, when first needed (queues are long)
+                    self._queued = {j.id: j for j in self._queue}
+                new = self._queued.get(job_id)
                 est = self.estimate(new) if new is not None else None
                 hit = est.seconds if est is not None else 0.0
                 if est is not None and est.source == "default":

@@ -356,7 +356,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                         requeue=sj.requeue),
                                 JobState.QUEUED, sj.submit_s)
             nxt += 1
-        rounds, again = 0, False
+        rounds, again, moved = 0, False, False
         # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
         # that places the jobs it made room for (the controller's next round); every GPU
         # holding all the policy allows: the round would start nothing (``full``), skipped
@@ -370,6 +370,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
                 points = fs.points(fs.shares(ledger.usage(t), users, fair))
             result = planner(list(queued.values()), slots, list(running.values()), t, points)
+            moved = moved or bool(result.preempt or result.placements)
             for i in result.preempt:
                 job = running.pop(i)
                 if ledger is not None:
@@ -399,6 +400,8 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             again = True   # at once: the GPUs they left
         if arrived or finished or acted or switched or crossed or again or hooks is None:
             _update_speeds(running, on_gpu, truth, speed, shared, phases, speeds_on)
+            if hooks is not None and (finished or switched or acted or moved):
+                hooks.changed()   # its next poll looks again (a quiet one only draws)
         if progress is not None and finished:
             progress(done, len(jobs))
     res = _metrics(name, jobs, jct, started, busy_gpu_s, len(gpu_keys), t - t0, shared, ran)

@@ -36,12 +36,16 @@ the choice is written next to the code and in docs/simulator.md:
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
+import operator
 import random
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from ..errors import InputError
 from ..jobs import Job
@@ -526,6 +530,9 @@ def _lucid(ctx: PolicyContext) -> Planner:
 
 
 # --------------------------------------------------------------------------- Tiresias
+_submitted = attrgetter("submitted_at", "id")
+_job_id = attrgetter("id")
+
 def tiresias_queue(attained_gpu_s: float) -> int:
     """Tiresias's discretised queue: 0 below the limit, 1 from it."""
     return 0 if attained_gpu_s < TIRESIAS_Q1_GPU_S else 1
@@ -542,14 +549,31 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         def rank(j: Job) -> tuple:
             return (tiresias_queue(view.attained.get(j.id, 0.0)), j.submitted_at, j.id)
         capacity = sum(1 for s in slots if s.max_jobs > 0)
+        # the queue in rank order, lazily (the simulated queue may be thousands long and
+        # only its head is read): by submission, queue 0 first; a job that has attained no
+        # service is in queue 0 without a look-up
+        by_submit = sorted(queue, key=_submitted)
+        attained = view.attained
+
+        # queue 1: attained service at the limit or beyond (one pass in C, no call per job)
+        late = list(map(TIRESIAS_Q1_GPU_S.__le__,
+                        map(attained.get, map(_job_id, by_submit), itertools.repeat(0.0))))
+
+        def in_rank_order(jobs: Sequence[Job]):
+            yield from itertools.compress(jobs, map(operator.not_, late))
+            yield from itertools.compress(jobs, late)
         chosen: set[int] = set()
+        first: list[Job] = []   # the queued jobs chosen, in rank order
+        running = {j.id for j in active}
         used = 0
-        for j in sorted([*active, *queue], key=rank):
+        for j in heapq.merge(sorted(active, key=rank), in_rank_order(by_submit), key=rank):
             if used >= capacity:
                 break   # every GPU spoken for: no later job is chosen
             if used + j.spec.gpus <= capacity:
                 chosen.add(j.id)
                 used += j.spec.gpus
+                if j.id not in running:
+                    first.append(j)
         preempt = tuple(sorted(j.id for j in active if j.id not in chosen))
         gone = set(preempt)
         free: dict[str, list[int]] = {}
@@ -560,8 +584,8 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         biggest = max(size.values(), default=0)
         out, waits = [], {}
         # chosen jobs first (in rank order), then backfill with the rest
-        for job in (sorted(queue, key=lambda j: (j.id not in chosen, rank(j)))
-                    if any(free.values()) else ()):   # no free GPU: nothing to sort
+        rest = (j for j in in_rank_order(by_submit) if j.id not in chosen)
+        for job in itertools.chain(first, rest) if any(free.values()) else ():
             if not any(free.values()):
                 break   # no free GPU left: the rest wait
             k = job.spec.gpus

@@ -187,3 +187,28 @@ def test_a_closed_gpu_reopens_as_soon_as_its_jobs_change():
     on_gpu[("n0", 0)] = [1]
     assert hooks.step(140.0, running, on_gpu, phases, {1: 1.0}) is True
     assert hooks.closed == {}
+
+
+@pytest.mark.parametrize("policy", [ALL_ACTIONS, Policy()], ids=["every action", "defaults"])
+def test_quiet_polls_only_draw_and_the_schedule_is_the_one_of_polling_every_minute(policy):
+    """After a poll whose outcome no jitter could change, iadeep's next polls in the same
+    state only draw their random numbers: with phase shifts refreshed (and, every action on,
+    suspensions and closed GPUs; with the defaults the sharing detector's findings act on
+    nothing, so they do not keep a poll from being quiet), the results are those of running
+    every poll in full."""
+    names = sorted(TRUTH.workloads() & set(PROFILES))
+    jobs = add_phase_shifts(generate_jobs(names, 40, 2, 1.2, 1), names, 0.3, 1)
+    runs = []
+    for skip in (False, True):
+        planner = make_planner("iadeep", PROFILES, TRUTH, TRUTH, policy,
+                               {j.id: 0.0 for j in jobs}, 0)
+        planner.hooks.skip_quiet = skip
+        r = simulate(jobs, planner, TRUTH, gpus=2, profiles=PROFILES, name="iadeep",
+                     policy=policy)
+        runs.append((r, planner.hooks.refreshes, planner.hooks.suspensions,
+                     planner.hooks.skipped))
+    (full, *acts_full, none), (quick, *acts_quick, skipped) = runs
+    assert none == 0 and skipped > 1000          # most polls were quiet
+    assert acts_full[0] > 0                      # and the adaptation did act
+    assert (acts_full[1] > 0) == policy.adapt.suspend
+    assert quick == full and acts_quick == acts_full

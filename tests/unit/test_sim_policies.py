@@ -138,6 +138,22 @@ def test_tiresias_preempts_a_job_past_the_first_queue_for_a_new_one():
     assert [(p.job_id, p.gpu_indices) for p in plan.placements] == [(2, (0,))]
 
 
+def test_tiresias_ranks_a_queue_given_out_of_order_by_queue_then_submission():
+    """The queue arrives in any order; queue 0 (less than the limit attained) goes first, each
+    queue by submission: of four waiting jobs for two free GPUs, the two in queue 0 start, the
+    earlier-submitted first, though a queue-1 job was submitted before both."""
+    planner = _planner("tiresias", [1, 2, 3, 4])
+    planner.view.attained.update({1: 2 * TIRESIAS_Q1_GPU_S, 4: 0.5 * TIRESIAS_Q1_GPU_S})
+    queue = [_job(3, "mlp", submitted=30.0), _job(2, "mlp", submitted=20.0),
+             _job(1, "mlp", submitted=1.0), _job(4, "mlp", submitted=40.0)]
+    plan = planner(queue, _slots({}, 2), [], 50.0)
+    assert [p.job_id for p in plan.placements] == [2, 3]
+    plan = planner(queue, _slots({}, 3), [], 50.0)
+    assert [p.job_id for p in plan.placements] == [2, 3, 4]
+    plan = planner(queue, _slots({}, 4), [], 50.0)
+    assert [p.job_id for p in plan.placements] == [2, 3, 4, 1]
+
+
 def test_tiresias_in_the_engine_resumes_the_preempted_job_with_its_work_left():
     jobs = [SimJob(1, 0.0, "vgg16", 10 * H), SimJob(2, 2 * H, "mlp", 0.5 * H)]
     mem = {j.id: 0.0 for j in jobs}
