@@ -52,6 +52,11 @@ def _length(xs: list[tuple[float, float]]) -> float:
 @pytest.fixture
 def lab(sshd_cluster, tmp_path):
     with fake_gpu_lab(sshd_cluster, tmp_path, lab="node_grace: 30") as ctl:
+        # A node whose driver gives no per-process figures: a sharing job's speed is then its
+        # prediction until progress measures it, which the by-hand sums below assume (with
+        # pmon's figures the controller would judge B by the stand-in's made-up SM share).
+        for node in ctl.cluster.nodes.values():
+            (node.state / "nopmon").write_text("1\n")
         yield ctl
 
 

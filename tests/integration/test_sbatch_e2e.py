@@ -153,7 +153,8 @@ def test_constraint_and_nodelist_choose_nodes_and_impossible_ones_are_refused(la
 
 
 def test_queue_why_says_a_job_waits_for_its_nodes(lab):
-    held = add(lab, "--wrap", "sleep 30", "--nodelist", "node02")
+    # held alone (--exclusive): a new program may otherwise start beside it (cold start: share)
+    held = add(lab, "--wrap", "sleep 30", "--nodelist", "node02", "--exclusive")
     waiting = add(lab, "--wrap", "true", "--nodelist", "node02")
 
     def reason():
