@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, queue_add, wait_jobs, wait_until
+from helpers.controllers import (
+    IADEEP,
+    cli,
+    env_for,
+    fake_gpu_lab,
+    jobs_by_id,
+    queue_add,
+    wait_jobs,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -98,8 +107,14 @@ def test_the_page_shows_the_cluster_escapes_names_and_follows_it(lab, tmp_path):
             == 0
         assert "second" in wait_until(
             lambda: text_of(f'[data-gpu="{node_of[second]}:0"] [data-job="{second}"]'))
-        row = wait_until(lambda: text_of(f'#queue tr[data-job="{waiting}"]'))
-        assert "waiter" in row and "queued" in row and reason in row
+        def row_with_reason() -> str:
+            """The waiter's row once it shows the job's reason of that moment (it changes as
+            the round learns: a first reason of "no profile yet" goes once the label has one)."""
+            now = jobs_by_id(home)[waiting]["reason"]
+            row = text_of(f'#queue tr[data-job="{waiting}"]')
+            return row if now and now in row else ""
+        row = wait_until(row_with_reason)
+        assert "waiter" in row and "queued" in row and reason
         assert wait_until(lambda: "last hour" in text_of("#impact"))     # the impact factor
         assert "impact" not in text_of("#banner")                        # ... once
         assert re.fullmatch(r"updated \d\d:\d\d:\d\d", text_of("#updated"))  # 24-hour
