@@ -847,6 +847,9 @@ def _resident(job: Job, profiles: Mapping[str, Profile], policy: Policy,
 # instead (controller/round/steps/schedule.py)
 UNOFFERED = "(down, or not in the inventory)"
 NO_GPUS = "no GPUs available (no node answered, or the inventory lists none)"
+# plan()'s reason for a job with no profile (it starts only on an empty GPU, to be profiled);
+# the round adds why where new programs may not share (controller/round/steps/profile.py)
+NO_PROFILE = "no profile yet: waits for an empty GPU to profile on"
 
 
 def _full_reason(job: Job, total: int) -> str:
@@ -892,7 +895,7 @@ def _place_whole(rnd: _Round, job: Job, res: _Res, need: float | None,
             return None, (f"needs {_gib(need)} of GPU memory; {mem_blocked.name} has "
                           f"{_gib(mem_blocked.free)} free")
         if res.profile is None:
-            return None, "no profile yet: waits for an empty GPU to profile on"
+            return None, NO_PROFILE
         return None, "exclusive: waits for an empty GPU"
     for g in best:
         rnd.add(g, res, need)

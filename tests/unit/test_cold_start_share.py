@@ -14,16 +14,12 @@ import pytest
 from iadeep_cli.controller.round.actions import NodeActions
 from iadeep_cli.controller.round.context import Context, Round
 from iadeep_cli.controller.round.observer import SpeedObserver
-from iadeep_cli.controller.round.steps.profile import (
-    ALONE_REASON,
-    PROFILE_SAMPLES,
-    Profiler,
-    own_figures,
-)
+from iadeep_cli.controller.round.steps.profile import PROFILE_SAMPLES, Profiler, own_figures
 from iadeep_cli.controller.round.steps.schedule import _with_cold_start
 from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_profiles
 from iadeep_cli.profiles import PROVISIONAL
+from iadeep_cli.scheduler.placement import NO_PROFILE
 from iadeep_cli.settings import Inventory, Node, Policy
 from iadeep_cli.snapshot import ClusterSnapshot, GpuProcess, GpuSample, NodeSnapshot
 from iadeep_cli.store import Store, jobrows
@@ -158,7 +154,7 @@ def test_without_figures_a_new_program_keeps_the_old_rule_and_says_why(tmp_path)
     lab.submit("brand-new")
     r = lab.round(snapshot(n1=(gpu(proc(1, None, None)),)))
     assert r.provisional == {}
-    assert r.cold_start == (f"{ALONE_REASON} (node n1's poll gives no per-process figures "
+    assert r.cold_start == (f"{NO_PROFILE} (node n1's poll gives no per-process figures "
                             "(MIG, nvidia-smi pmon failing, or an old driver))")
 
 
@@ -191,13 +187,13 @@ def test_waiting_reasons_say_what_a_new_program_does():
                  submitted_at=1.0)
              for i, w in ((1, "new"), (2, "resnet50"), (3, "other-new"))]
     waits = {1: "all 8 GPUs are busy or reserved; waiting for a job to finish",
-             2: "exclusive: waits for an empty GPU", 3: ALONE_REASON}
+             2: "exclusive: waits for an empty GPU", 3: NO_PROFILE}
     prior = replace(shipped_profiles()["resnet50"], workload="new" + PROVISIONAL)
     said = _with_cold_start(waits, queue, {"resnet50": prior}, {"new": prior},
                             "no profile yet: may start beside others")
     assert said == {1: "no profile yet: may start beside others; all 8 GPUs are busy or reserved; "
                        "waiting for a job to finish",
                     2: "exclusive: waits for an empty GPU",
-                    3: ALONE_REASON}   # (a label with none, which cannot happen: left)
-    why = f"{ALONE_REASON} (the lab's policy.cold_start is alone)"
+                    3: NO_PROFILE}   # (a label with none, which cannot happen: left)
+    why = f"{NO_PROFILE} (the lab's policy.cold_start is alone)"
     assert _with_cold_start(waits, queue, {"resnet50": prior}, {}, why)[3] == why

@@ -18,6 +18,7 @@ from ....errors import IadeepError
 from ....jobs import Job, JobState
 from ....model.data import shipped_profiles
 from ....profiles import SHARED_SAMPLE_BELOW_UTIL, Profile, provisional_profile
+from ....scheduler.placement import NO_PROFILE
 from ....snapshot import ClusterSnapshot, GpuSample
 from ....store import jobrows, profiles as profrows
 from ..context import Context, Round, Step
@@ -25,8 +26,6 @@ from ..observer import SpeedObserver
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
-# plan()'s reason for a job with no profile under ``cold_start: alone`` (scheduler/placement)
-ALONE_REASON = "no profile yet: waits for an empty GPU to profile on"
 
 
 class Profiler(Step):
@@ -81,7 +80,7 @@ class Profiler(Step):
             return out, ("no profile yet: may start beside others under a provisional profile "
                          "(the heaviest the lab knows) and is profiled from its own figures "
                          "while it shares")
-        return {}, f"{ALONE_REASON} ({why or 'the lab has no profile to start it under'})"
+        return {}, f"{NO_PROFILE} ({why or 'the lab has no profile to start it under'})"
 
     def _learn_figures(self, snapshot: ClusterSnapshot) -> None:
         """Note, for each node whose poll shows iadeep jobs' processes, whether any carries
@@ -175,7 +174,6 @@ def _alone_on_gpu(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float
     mine = [p.used_memory_mib for p in gpu.processes if p.job_id == job.id]
     known = [m for m in mine if m is not None]
     return gpu, (max(known) if mine and len(known) == len(mine) else gpu.memory_used_mib)
-
 
 
 def own_figures(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float | None] | None:

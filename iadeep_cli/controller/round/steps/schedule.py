@@ -25,7 +25,6 @@ from ..context import Context, Round, Step
 from .adaptation import Adapter
 from .backoff import Backoff
 from .launch import Launches
-from .profile import ALONE_REASON
 
 if TYPE_CHECKING:
     from ....scheduler.placement import Plan
@@ -316,6 +315,8 @@ def _with_cold_start(waits: dict[int, str], queue: Sequence[Job],
     """Waiting reasons that say what a job with no profile yet does: starts beside others
     under a provisional profile, or waits for an empty GPU to profile on, and why
     (``cold_start``, steps/profile.Profiler.provisional)."""
+    from ....scheduler.placement import NO_PROFILE
+
     if not cold_start:
         return waits
     out = dict(waits)
@@ -326,8 +327,8 @@ def _with_cold_start(waits: dict[int, str], queue: Sequence[Job],
             continue
         if label in provisional:
             out[job.id] = f"{cold_start}; {why}"
-        elif why.startswith(ALONE_REASON) and cold_start.startswith(ALONE_REASON):
-            out[job.id] = cold_start + why[len(ALONE_REASON):]
+        elif why.startswith(NO_PROFILE) and cold_start.startswith(NO_PROFILE):
+            out[job.id] = cold_start + why[len(NO_PROFILE):]
     return out
 
 
