@@ -66,6 +66,34 @@ def _pairs_of(profiles: Mapping[str, Profile], observations: Sequence[CoLocation
     return [o for o in observations if len(o.jobs) == 2 and all(j in profiles for j in o.jobs)]
 
 
+@dataclass(frozen=True)
+class _Fold:
+    group: str                       # a workload, or a family of them
+    train: list[CoLocation]          # every pair touching none of them
+    test: list[CoLocation]           # every pair touching one of them
+
+
+def _held_out(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
+              groups: Mapping[str, str], fit: Fitter | None, what: str
+              ) -> tuple[list[str], list[_Fold], Fitter]:
+    """What a held-out protocol needs: the workloads with pairs, one fold per group (a
+    workload, or its family in ``groups``) in name order, and the fit (default ``fit_model``,
+    whose inner cross-validation holds out the same unit). ``what`` names the protocol in the
+    error for fewer than 3 workloads."""
+    inner = {w: groups.get(w, w) for w in profiles}
+    pairs = _pairs_of(profiles, observations)
+    workloads = sorted({j for o in pairs for j in o.jobs})
+    if len(workloads) < 3:
+        raise InputError(f"{what} needs pairs of at least 3 workloads, got "
+                         f"{len(workloads)}", hint="give a pairs file with more workloads")
+    folds = []
+    for g in sorted({groups.get(w, w) for w in workloads}):
+        members = frozenset(w for w in workloads if groups.get(w, w) == g)
+        folds.append(_Fold(g, [o for o in pairs if not members & set(o.jobs)],
+                           [o for o in pairs if members & set(o.jobs)]))
+    return workloads, folds, fit or (lambda p, o: fit_model(p, o, groups=inner))
+
+
 def cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLocation],
                    groups: Mapping[str, str], *, protocol: str = LOWO,
                    level: float = DEFAULT_LEVEL, fit: Fitter | None = None) -> EvalResult:
@@ -78,23 +106,14 @@ def cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
     setting chosen on held-out families is needlessly blind to a new workload's measured
     siblings, and one chosen on held-out workloads overrates what siblings teach about a new
     family."""
-    inner = {w: groups.get(w, w) for w in profiles}
-    fit = fit or (lambda p, o: fit_model(p, o, groups=inner))
-    pairs = _pairs_of(profiles, observations)
-    workloads = sorted({j for o in pairs for j in o.jobs})
-    if len(workloads) < 3:
-        raise InputError(f"{protocol} needs pairs of at least 3 workloads, got "
-                         f"{len(workloads)}", hint="give a pairs file with more workloads")
-    names = sorted({groups.get(w, w) for w in workloads})
+    workloads, folds, fit = _held_out(profiles, observations, groups, fit, protocol)
     errs: dict[str, list[float]] = defaultdict(list)
     covered: list[bool] = []
     widths: list[float] = []
     per: dict[str, float] = {}
     fit_times: list[float] = []
-    for g in names:
-        members = {w for w in workloads if groups.get(w, w) == g}
-        train = [o for o in pairs if not members & set(o.jobs)]
-        test = [o for o in pairs if members & set(o.jobs)]
+    for held in folds:
+        train, test = held.train, held.test
         t0 = time.perf_counter()
         model = fit(profiles, train)
         fit_times.append(time.perf_counter() - t0)
@@ -117,12 +136,12 @@ def cross_validate(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                 covered.append(lo_i <= y <= hi_i)
                 widths.append(hi_i - lo_i)
                 fold.append(abs(got - y))
-        per[g] = float(np.mean(fold))
+        per[held.group] = float(np.mean(fold))
     gpus = sorted({profiles[w].gpu_model for w in workloads})
     return EvalResult(len(errs["model"]), len(workloads), float(np.mean(errs["model"])),
                       float(np.mean(errs["mean"])), float(np.mean(errs["sum"])),
                       float(np.mean(errs["prior"])), per, protocol, ", ".join(gpus),
-                      len(names), level, float(np.mean(covered)), float(np.mean(widths)),
+                      len(folds), level, float(np.mean(covered)), float(np.mean(widths)),
                       float(np.mean(fit_times)))
 
 
@@ -256,13 +275,7 @@ def learning_curve(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
     skipped for that group; ``n_groups`` says how many groups each point rests on."""
     import random
 
-    inner = {w: groups.get(w, w) for w in profiles}
-    fit = fit or (lambda p, o: fit_model(p, o, groups=inner))
-    pairs = _pairs_of(profiles, observations)
-    workloads = sorted({j for o in pairs for j in o.jobs})
-    if len(workloads) < 3:
-        raise InputError(f"a learning curve needs pairs of at least 3 workloads, got "
-                         f"{len(workloads)}", hint="give a pairs file with more workloads")
+    _, folds, fit = _held_out(profiles, observations, groups, fit, "a learning curve")
     if not ks or any(k < 0 for k in ks) or draws < 1:
         raise InputError("observed pairs must be >= 0 and draws >= 1",
                          hint="e.g. ks 0,1,3,10 and 5 draws")
@@ -271,10 +284,8 @@ def learning_curve(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
     errs: dict[int, list[float]] = defaultdict(list)
     base: dict[int, list[float]] = defaultdict(list)
     used: dict[int, set[str]] = defaultdict(set)
-    for g in sorted({groups.get(w, w) for w in workloads}):
-        members = {w for w in workloads if groups.get(w, w) == g}
-        train = [o for o in pairs if not members & set(o.jobs)]
-        mine = [o for o in pairs if members & set(o.jobs)]
+    for held in folds:
+        train, mine = held.train, held.test
         fits = [k for k in ks if k < len(mine)]
         if not fits:
             continue
@@ -291,6 +302,6 @@ def learning_curve(profiles: Mapping[str, Profile], observations: Sequence[CoLoc
                                        (pred.speed_b, o.speeds[1], util_sum_speed(ub, ua))):
                         errs[k].append(abs(got - y))
                         base[k].append(abs(us - y))
-                used[k].add(g)
+                used[k].add(held.group)
     return [CurvePoint(k, float(np.mean(errs[k])), float(np.mean(base[k])), len(errs[k]),
                        len(used[k])) for k in ks if errs[k]]
