@@ -147,6 +147,14 @@ def lab(tmp_path):
         made.close()
 
 
+def _silent_past_grace(lab: Lab, node: str) -> None:
+    """The node stops answering, and stays silent past the node grace (a round each side)."""
+    lab.pool.set_mode(node, "silent")
+    lab.round()
+    lab.wait(GRACE_S + 1)
+    lab.round()
+
+
 def _running(lab: Lab, job_id: int) -> Job:
     job = lab.job(job_id)
     assert job.state == JobState.RUNNING, lab.reasons(job_id)
@@ -204,10 +212,7 @@ def test_a_lost_job_without_retries_is_not_promised_a_requeue(lab):
     job_id = lab.submit()   # no --retries
     lab.round()
     first = _running(lab, job_id)
-    lab.pool.set_mode(first.node, "silent")
-    lab.round()
-    lab.wait(GRACE_S + 1)
-    lab.round()
+    _silent_past_grace(lab, first.node)
     lost = lab.job(job_id)
     assert lost.state == JobState.LOST, lab.reasons(job_id)
     assert "no retries left, so it is not requeued" in lost.reason
@@ -220,10 +225,7 @@ def test_a_lost_job_whose_attempt_lives_on_runs_on(lab):
     job_id = lab.submit(retries=1)
     lab.round()
     first = _running(lab, job_id)
-    lab.pool.set_mode("n1", "silent")
-    lab.round()
-    lab.wait(GRACE_S + 1)
-    lab.round()
+    _silent_past_grace(lab, "n1")
     assert lab.job(job_id).state == JobState.LOST
     lab.pool.set_mode("n1", "up")
     lab.round()
@@ -237,10 +239,7 @@ def test_fencing_a_silent_node_requeues_its_job_and_stops_the_old_attempt_when_i
     job_id = lab.submit(retries=1)
     lab.round()
     first = _running(lab, job_id)
-    lab.pool.set_mode(first.node, "silent")
-    lab.round()
-    lab.wait(GRACE_S + 1)
-    lab.round()
+    _silent_past_grace(lab, first.node)
     assert lab.loop.fence(first.node, "pi") == [job_id]
     fenced = lab.job(job_id)
     assert fenced.state == JobState.QUEUED and fenced.orphans == (first.node,)
@@ -265,10 +264,7 @@ def test_a_requeued_job_drops_its_whole_attempt_even_one_lost_while_checkpointin
     first = _running(lab, job_id)
     with lab.store.tx() as conn:   # as the adapter marks it before sending the signal
         jobrows.update(conn, job_id, checkpoint_at=lab.loop.clock(), signalled=True)
-    lab.pool.set_mode(first.node, "silent")
-    lab.round()
-    lab.wait(GRACE_S + 1)
-    lab.round()
+    _silent_past_grace(lab, first.node)
     assert lab.loop.fence(first.node, "pi") == [job_id]
     fenced = lab.job(job_id)
     assert fenced.state == JobState.QUEUED and fenced.attempt == Attempt()
