@@ -22,7 +22,7 @@ from ....scheduler.placement import NO_PROFILE
 from ....snapshot import ClusterSnapshot, GpuSample
 from ....store import jobrows, profiles as profrows
 from ..context import Context, Round, Step
-from ..observer import SpeedObserver
+from ..observer import SpeedObserver, job_sm
 
 log = logging.getLogger("iadeep.controller")
 PROFILE_SAMPLES = 6   # polls of a job alone on its GPU before its profile is recorded
@@ -185,15 +185,15 @@ def own_figures(job: Job, snapshot: ClusterSnapshot) -> tuple[GpuSample, float |
     its share is less than it would use alone)."""
     gpu = snapshot.gpu(job.node, job.gpu_indices[0])
     mine = [p for p in (gpu.processes if gpu else ()) if p.job_id == job.id]
-    sm = [p.sm_util for p in mine if p.sm_util is not None]
-    if gpu is None or not sm or any(p.used_memory_mib is None for p in mine) \
+    sm = job_sm(job, snapshot)
+    if gpu is None or sm is None or any(p.used_memory_mib is None for p in mine) \
             or gpu.utilization_gpu is None or gpu.utilization_gpu >= SHARED_SAMPLE_BELOW_UTIL:
         return None
     mem = [p.mem_util for p in mine if p.mem_util is not None]
     own = GpuSample(index=gpu.index, uuid=gpu.uuid, name=gpu.name,
                     memory_total_mib=gpu.memory_total_mib,
                     memory_used_mib=sum(p.used_memory_mib or 0.0 for p in mine),
-                    utilization_gpu=min(100.0, sum(sm)),
+                    utilization_gpu=min(100.0, sm),
                     utilization_memory=min(100.0, sum(mem)) if mem else None,
                     power_limit_w=gpu.power_limit_w, processes=tuple(mine))
     return own, own.memory_used_mib
