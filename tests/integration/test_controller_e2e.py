@@ -152,7 +152,11 @@ def test_unknown_workload_is_profiled_alone_then_known(lab):
     assert jobs[job]["observed_speed"] == 1.0   # it runs alone, reporting progress
     text = cli(home, "status", check=True).stdout
     assert f"#{job} " in text and "(predicted 1.00, seen 1.00)" in text, text
-    profile = json.loads(cli(home, "profile", "show", label, "--json", check=True).stdout)
+    # its profile is recorded after PROFILE_SAMPLES polls alone, which may be after the first
+    # progress report gave its observed speed
+    shown = wait_until(lambda: (p := cli(home, "profile", "show", label, "--json")).returncode
+                       == 0 and p, limit=120)
+    profile = json.loads(shown.stdout)
     assert profile["source"] == f"job {job} ({me})" and profile["gpu_model"] == "NVIDIA H200"
     assert [(s["job"], s["user"], s["accepted"]) for s in profile["samples"]] == \
         [(job, me, True)]   # attributable: which job, whose, when
