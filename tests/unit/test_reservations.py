@@ -92,3 +92,28 @@ def test_parse_moment_reads_iso_times_and_now():
     assert parse_moment("now", 5.0) == 5.0
     assert parse_moment("2026-12-10T09:00+00:00", 0.0) == 1796893200.0
     assert parse_moment("tomorrow", 0.0) is None
+
+
+def test_a_node_whose_polls_all_failed_has_an_unknown_gpu_count_not_zero(tmp_path):
+    """A reservation made before a node's first good poll (its first one timed out on a loaded
+    machine) was refused with "node01 has 0 GPU(s)"; what the node has is not known yet."""
+    from iadeep_cli.controller.requests.reservations import _gpu_counts
+    from iadeep_cli.inventory import parse_inventory
+    from iadeep_cli.snapshot import GpuSample, NodeSnapshot
+    from iadeep_cli.store import Store, cluster
+
+    inventory = parse_inventory("nodes:\n  - name: node01\n    host: 127.0.0.2\n"
+                                "  - name: node02\n    host: 127.0.0.3\n", tmp_path / "n.yaml")
+    gpu = GpuSample(index=0, uuid="GPU-0", name="NVIDIA H200", memory_total_mib=143771)
+    store = Store(tmp_path / "iadeep.db")
+    try:
+        with store.tx() as conn:
+            cluster.save_nodes(conn, (NodeSnapshot("node01", 1.0, (), error="timed out"),
+                                      NodeSnapshot("node02", 1.0, (gpu,), jobs=())))
+            assert _gpu_counts(conn, inventory) == {"node01": None, "node02": 1}
+            cluster.save_nodes(conn, (NodeSnapshot("node01", 2.0, (gpu, gpu), jobs=()),
+                                      NodeSnapshot("node02", 2.0, (), error="timed out")))
+            # a failed poll after a good one keeps the good one's GPUs
+            assert _gpu_counts(conn, inventory) == {"node01": 2, "node02": 1}
+    finally:
+        store.close()

@@ -72,8 +72,9 @@ def op_add(service: Any, user: str, req: m.ReserveAddRequest) -> m.ReservationVi
 
 
 def _gpu_counts(conn: sqlite3.Connection, inventory: Inventory) -> dict[str, int | None]:
-    """GPUs per inventory node: its ``gpus`` list, else its last poll's; None if unknown."""
-    polled = {s.name: len(s.gpus) for s, _ in cluster.load_nodes(conn)}
+    """GPUs per inventory node: its ``gpus`` list, else its last good poll's; None if unknown
+    (a node whose every poll so far failed is stored with no GPUs: unknown, not none)."""
+    polled = {s.name: len(s.gpus) for s, _ in cluster.load_nodes(conn) if s.ok or s.gpus}
     return {n.name: len(n.gpus) if n.gpus is not None else polled.get(n.name)
             for n in inventory.nodes}
 
