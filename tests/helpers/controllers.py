@@ -149,6 +149,20 @@ def wait_until(fn, limit: float = 60.0, every: float = 0.05):
     raise AssertionError("condition not reached")
 
 
+def rounds_after(home: Path, at: float, rounds: int = 1, limit: float = 120.0) -> float:
+    """Wait until the controller has run ``rounds`` whole scheduling rounds that began after
+    ``at`` (epoch seconds); their last heartbeat. A heartbeat is written as a round ends, so the
+    first one after ``at`` may end a round that began before it: that one is not counted."""
+    def beat_after(since: float) -> float:
+        return wait_until(lambda: (b := json.loads(cli(home, "status", "--json", check=True)
+                                                   .stdout)["controller"]["heartbeat_at"])
+                          > since and b, limit=limit)
+    last = beat_after(at)
+    for _ in range(rounds):
+        last = beat_after(last)
+    return last
+
+
 def jobs_by_id(home: Path) -> dict:
     """Every job in the state directory, through the real CLI, keyed by id."""
     import json

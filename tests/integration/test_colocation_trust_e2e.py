@@ -69,9 +69,9 @@ def _learnt(home: Path) -> tuple[list, tuple[float, float]]:
     return pairs, (round(p.speed_a, 3), round(p.speed_b, 3))
 
 
-def _oom_beside(lab, user: str, stop: Path) -> int:
+def _oom_beside(lab, user: str, stop: Path) -> tuple[int, int]:
     """``user``'s long mlp job, then their mlp job that shares its GPU and dies of a CUDA
-    out-of-memory error; the dying job's id once it failed."""
+    out-of-memory error; (the long job's id, the dying job's id) once the second failed."""
     top, home = lab.top, lab.home
     partner = submitted(cli_as(user, home, "queue", "add", "--workload", "mlp", str(
         top / "wait.sh"), str(stop)))
@@ -79,7 +79,7 @@ def _oom_beside(lab, user: str, stop: Path) -> int:
     dies = submitted(cli_as(user, home, "queue", "add", "--workload", "mlp",
                             str(top / "oom.sh")))
     wait_jobs(home, lambda js: js[dies]["state"] == "failed")
-    return dies
+    return partner, dies
 
 
 def test_one_members_out_of_memory_pairs_are_held_until_another_member_agrees(lab):
@@ -93,7 +93,7 @@ def test_one_members_out_of_memory_pairs_are_held_until_another_member_agrees(la
                             str(top / "fails.sh")))
     wait_jobs(home, lambda js: js[bobs]["state"] == "failed")
     stop_a = top / "stop-a"
-    dies = _oom_beside(lab, ALICE, stop_a)
+    partner_a, dies = _oom_beside(lab, ALICE, stop_a)
     reason = jobs_by_id(home)[dies]["reason"]
     assert reason.startswith("out of GPU memory (exit code 1) while sharing GPU node01:0 with "
                              "job ") and f"job {bobs}" not in reason, reason
@@ -101,6 +101,9 @@ def test_one_members_out_of_memory_pairs_are_held_until_another_member_agrees(la
     assert _rows(home) == [('["mlp", "mlp"]', ALICE, "held")]
     assert _learnt(home) == ([], alone) and alone[0] > 0.5
     stop_a.touch()
+    # alice's long job recorded as ended before bob's jobs come: still running there, it would
+    # be a partner of bob's dying job too (steps/oom.partners), and a third row bob's word
+    wait_jobs(home, lambda js: js[partner_a]["state"] == "succeeded")
     # bob's jobs say the same of the pair: agreed, the lab's
     stop_b = top / "stop-b"
     _oom_beside(lab, BOB, stop_b)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 
-from helpers.controllers import cli, start_lab, wait_until
+from helpers.controllers import cli, rounds_after, start_lab, wait_until
 from helpers.sinks import HookSink
 
 HOLDER = (4242, 1, 20480, "/opt/torch/.venv/bin/python3")   # pid, GPU, MiB, executable
@@ -18,11 +18,6 @@ LINE = "node01:1 held idle by pid 4242 (python3, 20.0 GiB) for "
 def _foreign_notices(hook: HookSink) -> list[dict]:
     return [b for b in hook.got()[1] if b.get("event") == "foreign_idle"]
 
-
-def _heartbeat_after(home, at: float) -> None:
-    """Wait until the controller has finished a round that began after ``at``."""
-    wait_until(lambda: json.loads(cli(home, "status", "--json", check=True).stdout)
-               ["controller"]["heartbeat_at"] > at, limit=120)
 
 
 def test_a_foreign_process_holding_a_gpu_idle_is_reported_once_a_spell(sshd_cluster,
@@ -49,7 +44,7 @@ def test_a_foreign_process_holding_a_gpu_idle_is_reported_once_a_spell(sshd_clus
             assert LINE in status and status.count("held idle by") == 1
             assert "+1 foreign" in status            # the GPU line still counts it
             # many more idle polls: still one message for this spell
-            _heartbeat_after(home, time.time() + 4)
+            rounds_after(home, time.time() + 4)
             assert len(_foreign_notices(hook)) == 1
             shown = json.loads(cli(home, "status", "--json", check=True).stdout)
             assert [(h["node"], h["gpu"], h["pid"]) for h in shown["foreign_idle"]] == [
@@ -57,7 +52,7 @@ def test_a_foreign_process_holding_a_gpu_idle_is_reported_once_a_spell(sshd_clus
             # a restarted controller goes on with the recorded spell: not reported again
             ctl.stop()
             ctl.start()
-            _heartbeat_after(home, time.time() + 4)
+            rounds_after(home, time.time() + 4)
             assert len(_foreign_notices(hook)) == 1
             assert LINE in cli(home, "status", check=True).stdout
             # busy again: the spell ends and status no longer shows it

@@ -11,7 +11,15 @@ import time
 
 import pytest
 
-from helpers.controllers import cli, jobs_by_id, queue_add, start_lab, wait_jobs, wait_until
+from helpers.controllers import (
+    cli,
+    jobs_by_id,
+    queue_add,
+    rounds_after,
+    start_lab,
+    wait_jobs,
+    wait_until,
+)
 from helpers.sinks import HookSink
 
 LONG = "#!/bin/sh\nsleep 600\n"
@@ -83,11 +91,6 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
         assert set(wasted) == {owner} and 2.0 <= wasted[owner] <= time.time() - submitted
 
 
-def _heartbeat_after(home, at: float) -> None:
-    """Wait until the controller has finished a round that began after ``at``."""
-    wait_until(lambda: json.loads(cli(home, "status", "--json", check=True).stdout)
-               ["controller"]["heartbeat_at"] > at, limit=120)
-
 
 def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_path):
     script = tmp_path / "long.sh"
@@ -102,7 +105,7 @@ def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_
         wait_until(lambda: _idle_notices(hook, job), limit=60)
         started = wait_jobs(home, lambda js: js[patient]["state"] == "running")[patient][
             "started_at"]
-        _heartbeat_after(home, started + 6)         # idle three times the lab's idle_after
+        rounds_after(home, started + 6)         # idle three times the lab's idle_after
         jobs = jobs_by_id(home)
         assert jobs[patient]["state"] == "running"
         assert not jobs[patient]["reason"].startswith("idle")   # its own --idle-after: 1h
@@ -110,7 +113,7 @@ def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_
         next(iter(ctl.cluster.nodes.values())).set_fake(gpus=2, util=60)
         busy = queue_add(home, str(script), "--exclusive")
         started = wait_jobs(home, lambda js: js[busy]["state"] == "running")[busy]["started_at"]
-        _heartbeat_after(home, started + 6)
+        rounds_after(home, started + 6)
         jobs = jobs_by_id(home)
         assert jobs[busy]["state"] == "running" and not jobs[busy]["reason"].startswith("idle")
         assert not _idle_notices(hook, busy) and not _idle_notices(hook, patient)

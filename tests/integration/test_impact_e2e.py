@@ -73,8 +73,9 @@ def test_impact_factor_matches_the_events_in_report_and_status(lab, tmp_path):
         return jobs_by_id(home)[job_id]["state"]
 
     a = add("stop-a")
-    wait_until(lambda: state(a) == "running", 60)
-    time.sleep(2)   # A alone for a while: its solo rate is measured
+    # A alone until its solo rate is measured (its first observed speed, 1.00 alone): B must
+    # not join before, or A's speed while sharing could not be measured but only predicted
+    wait_until(lambda: jobs_by_id(home)[a]["observed_speed"] is not None, 120)
     b = add("stop-b")   # shares A's GPU (mlp with mlp: 0.90 each), then runs alone
     wait_until(lambda: state(b) == "running", 60)
     # Sharing for long enough that the one poll round after B starts, in which A runs at its

@@ -13,7 +13,14 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from helpers.controllers import cli, fake_gpu_lab, queue_add, wait_jobs, wait_until
+from helpers.controllers import (
+    cli,
+    fake_gpu_lab,
+    queue_add,
+    rounds_after,
+    wait_jobs,
+    wait_until,
+)
 
 ATTACK = ("#!/bin/sh\nT=$(date +%s)\nprintf '%s 1\\n' \"$T\" >> \"$IADEEP_PROGRESS_FILE\"\n"
           "printf '%s 1' $((T + 1)) >> \"$IADEEP_PROGRESS_FILE\"\n"
@@ -30,9 +37,11 @@ def test_a_progress_file_with_a_4001_digit_count_stops_no_round(sshd_cluster, tm
         written = tmp_path / "written"
         bad = queue_add(home, str(attack), str(written), "--workload", "mlp", "--exclusive")
         wait_until(written.exists, limit=120)
-        # the lines are on the node: a few rounds (0.3 s apart) read them before the next job
-        # (before, each round failed from its first read of them, and nothing started again)
-        time.sleep(2.0)
+        # the lines are on the node: a few whole rounds that began once the job was running
+        # with them written read them before the next job (before, each round failed from its
+        # first read of them, and nothing started again)
+        wait_jobs(home, lambda js: js[bad]["state"] == "running")
+        rounds_after(home, time.time(), rounds=3)
         honest = tmp_path / "honest.sh"
         honest.write_text("#!/bin/sh\necho done\n")
         honest.chmod(0o755)

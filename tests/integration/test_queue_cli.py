@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from helpers.controllers import ControllerProcess, cli, controller_on
+from helpers.controllers import ControllerProcess, cli, controller_on, jobs_by_id, wait_until
 
 
 def test_add_list_show_hold_release_cancel(controller, script):
@@ -144,9 +144,11 @@ def test_1000_concurrent_submissions_then_sigkill_keeps_every_job(controller, sc
 
 
 def test_controller_killed_during_submissions_loses_and_duplicates_nothing(controller, script):
-    import time
     procs = _submitters(controller.home, script, 4, 60)
-    time.sleep(1.0)
+    # killed among the submissions: once some were accepted, not after a fixed second, which
+    # on a loaded machine can end before the submitters' first (the test then kills an idle
+    # controller and proves nothing)
+    wait_until(lambda: jobs_by_id(controller.home), limit=120)
     controller.kill(signal.SIGKILL)
     controller.start()
     ids = _accepted(procs)

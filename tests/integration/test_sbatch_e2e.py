@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id, wait_finished
+from helpers.controllers import (
+    IADEEP,
+    cli,
+    env_for,
+    fake_gpu_lab,
+    jobs_by_id,
+    wait_finished,
+    wait_jobs,
+)
 
 LABELS = {"node01": "[fast, nvlink]", "node02": "[slow]"}
 
@@ -157,14 +164,8 @@ def test_queue_why_says_a_job_waits_for_its_nodes(lab):
     held = add(lab, "--wrap", "sleep 30", "--nodelist", "node02", "--exclusive")
     waiting = add(lab, "--wrap", "true", "--nodelist", "node02")
 
-    def reason():
-        job = jobs_by_id(lab.home)[waiting]
-        return job["state"] == "queued" and "it may run only on node02" in job["reason"] \
-            and job["reason"]
-    deadline = time.monotonic() + 60
-    while not reason():
-        assert time.monotonic() < deadline, jobs_by_id(lab.home)[waiting]
-        time.sleep(0.3)
+    wait_jobs(lab.home, lambda js: js[waiting]["state"] == "queued"
+              and "it may run only on node02" in js[waiting]["reason"])
     assert "--nodelist node02" in cli(lab.home, "queue", "why", str(waiting)).stdout
     cli(lab.home, "queue", "cancel", str(held), check=True)
     jobs = wait_finished(lab.home, [waiting])

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers.controllers import IADEEP, cli, env_for, fake_gpu_lab, jobs_by_id, wait_finished
+from helpers.controllers import (
+    IADEEP,
+    cli,
+    env_for,
+    fake_gpu_lab,
+    jobs_by_id,
+    wait_finished,
+    wait_jobs,
+)
 
 
 @pytest.fixture
@@ -186,16 +193,9 @@ def test_host_ram_is_counted_a_job_waits_for_it_and_starts_once_it_is_free(small
     gate = lab.submit / "gate"
     first = add(lab, "first.sh", f"#!/bin/sh\n#SBATCH --mem=60M\nwhile [ ! -e {gate} ]; do "
                                  "sleep 0.2; done\n")
-    deadline = time.monotonic() + 60
-    while jobs_by_id(lab.home)[first]["state"] != "running" and time.monotonic() < deadline:
-        time.sleep(0.3)
+    wait_jobs(lab.home, lambda js: js[first]["state"] == "running")
     second = add(lab, "second.sh", "#!/bin/sh\n#SBATCH --mem=60M -c 2\necho ran\n")
-    while time.monotonic() < deadline:
-        reason = jobs_by_id(lab.home)[second]["reason"]
-        if reason.startswith("waiting for host RAM"):
-            break
-        time.sleep(0.3)
-    jobs = jobs_by_id(lab.home)
+    jobs = wait_jobs(lab.home, lambda js: js[second]["reason"].startswith("waiting for host RAM"))
     assert jobs[second]["state"] == "queued", jobs[second]
     assert jobs[second]["reason"].startswith("waiting for host RAM or CPUs (--mem 60M "
                                              "--cpus-per-task 2): node"), jobs[second]

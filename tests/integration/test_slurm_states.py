@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.controllers import cli, wait_until
+from helpers.controllers import cli, rounds_after, wait_until
 from helpers.slurm import USER, add, show, slurm_jobs
 from iadeep_cli.inventory import parse_inventory
 from iadeep_cli.jobs import Job, JobSpec, JobState
@@ -66,9 +66,10 @@ def test_a_job_slurm_keeps_pending_is_starting_with_slurms_reason_until_it_runs(
     with _pending(lab, "go-p") as (job_id, job):
         assert slurm_jobs(cluster)[job["remote_pid"]]["job_state"] == "PENDING"
         # several rounds later it is still only starting: pending is not running
+        at = time.time()
         for _ in range(6):
             assert show(ctl, job_id)["state"] == "starting"
-            time.sleep(0.5)   # a few of the controller's 0.5 s rounds (not a timed assertion)
+            at = rounds_after(ctl.home, at)   # a whole round of the controller's since
         why = cli(ctl.home, "queue", "why", str(job_id), check=True).stdout
         assert (f"job {job_id} is starting: submitted to Slurm as job {job['remote_pid']}; "
                 "waiting for Slurm (pending: PartitionDown)") in why, why
@@ -94,10 +95,11 @@ def test_hold_and_release_of_a_job_slurm_keeps_pending_go_through_scontrol(lab):
         wait_until(lambda: slurm_jobs(cluster)[sid]["state_reason"].startswith("JobHeld"),
                    limit=120)
     # Slurm could start it now, but it is held there: several rounds later nothing ran
+    at = time.time()
     for _ in range(6):
         assert show(ctl, job_id)["state"] == "held"
         assert slurm_jobs(cluster)[sid]["job_state"] == "PENDING"
-        time.sleep(0.5)   # a few of the controller's 0.5 s rounds (not a timed assertion)
+        at = rounds_after(ctl.home, at)   # a whole round of the controller's since
     out = cli_as(USER, ctl.home, "queue", "release", str(job_id))
     assert out["rc"] == 0 and f"job {job_id}: starting" in out["out"], out
     running = wait_until(lambda: (j := show(ctl, job_id))["state"] == "running" and j, limit=120)

@@ -169,10 +169,18 @@ class ControllerSocket:
         self._lock_file.flush()
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()  # left by a crashed controller; we hold the lock, so it is stale
+        # Bound, opened to all and listening under a name of its own, then moved into place: a
+        # client that sees the socket (a script waiting for it) connects at once, never in the
+        # moment between bind() and listen(), where it was refused as "not running". The name
+        # is as long as the socket's (".controller.new"), so a path too long for a Unix
+        # socket still fails at bind(), as before.
+        fresh = self.path.with_name(f".{self.path.stem}.new")
+        fresh.unlink(missing_ok=True)   # left by a crashed start; we hold the lock
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(self.path))
-        os.chmod(self.path, 0o666)
+        self._listener.bind(str(fresh))
+        os.chmod(fresh, 0o666)
         self._listener.listen(LISTEN_BACKLOG)
+        os.replace(fresh, self.path)
         self._listener.settimeout(0.2)   # how often the accept loop checks for close()
         self.max_connections = connection_cap()
         self.reserved = reserve(self.max_connections)

@@ -31,14 +31,17 @@ class Launches(Step):
         on the node's worker; the round goes on without waiting for it."""
         speeds = placement.predicted_speeds
         why = f"; {placement.note}" if placement.note else ""   # the GPU model decided
-        started = self.move(job, JobState.STARTING, "placed on "
-                             f"{gpus_at(placement.node, placement.gpu_indices)}{why}",
-                             **{**jobrows.no_attempt(), "node": placement.node,   # afresh
-                                "gpu_indices": placement.gpu_indices},
-                             attempts=job.attempts + 1, predicted_speed=speeds.get(job.id),
-                             # a preemption's note is for while it waits (its events keep it)
-                             **({"preempted": None} if job.preempted else {}))
+        # one transaction: nobody reads the job starting beside its partners while they still
+        # show the speeds predicted for them before it came
         with self.store.tx() as conn:
+            started = jobrows.transition(
+                conn, job.id, JobState.STARTING,
+                f"placed on {gpus_at(placement.node, placement.gpu_indices)}{why}", ACTOR,
+                self.clock(), **{**jobrows.no_attempt(), "node": placement.node,   # afresh
+                                 "gpu_indices": placement.gpu_indices},
+                attempts=job.attempts + 1, predicted_speed=speeds.get(job.id),
+                # a preemption's note is for while it waits (its events keep it)
+                **({"preempted": None} if job.preempted else {}))
             for other, speed in speeds.items():
                 if other != job.id:
                     jobrows.update(conn, other, predicted_speed=speed)
