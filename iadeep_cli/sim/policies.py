@@ -39,7 +39,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import operator
 import random
 import statistics
 from collections import Counter
@@ -55,7 +54,7 @@ from ..scheduler.gpumodels import ModelSpeeds
 from ..scheduler.inputs import PlanInputs
 from ..scheduler.placement import GpuSlot, Placement, Plan, plan
 from ..scheduler.prediction import CachedModel, CautiousModel, Predictor
-from ..scheduler.priority import order_queue
+from ..scheduler.priority import RankedQueue, order_queue
 from ..scheduler.remaining import Durations
 from ..settings import Policy
 from .adaptive import AdaptHooks
@@ -297,10 +296,14 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
             need = mem[job.id]
             if job.spec.gpus > 1:
                 placed, was = len(out), reserved
-                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                whole = ("whole node", job.spec.gpus, need)   # found none on these GPUs
+                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved,
+                                      whole in failed)
                 if len(out) > placed or reserved != was:   # the GPUs changed
                     failed.clear()
                     room = _has_room(state)
+                else:
+                    failed.add(whole)
                 continue
             if need in failed:   # GPUs unchanged since a job as big found none
                 waits[job.id] = "full"
@@ -321,11 +324,13 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
 
 
 def _multi_gpu(state: dict, job: Job, need: float, now: float, policy: Policy,
-               out: list[Placement], waits: dict[int, str], reserved: bool) -> bool:
+               out: list[Placement], waits: dict[int, str], reserved: bool,
+               none_free: bool = False) -> bool:
     """A multi-GPU job in a baseline or peer: empty GPUs on one node (fewest-empty node first),
     none to share, or it waits and, blocked past ``policy.reserve_after_s``, reserves GPUs as
-    plan() does. Returns whether a reservation is now held this round."""
-    keys = _whole_node(state, job.spec.gpus, need)
+    plan() does. Returns whether a reservation is now held this round. ``none_free``: the
+    GPUs have not changed since a job as large, needing as much memory, found none."""
+    keys = None if none_free else _whole_node(state, job.spec.gpus, need)
     if keys is None:
         waits[job.id] = "no whole node free"
         if not reserved and now - job.submitted_at >= policy.reserve_after_s:
@@ -489,10 +494,14 @@ def _lucid(ctx: PolicyContext) -> Planner:
             need = mem[job.id]
             if job.spec.gpus > 1:
                 placed, was = len(out), reserved
-                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                whole = ("whole node", job.spec.gpus, need)   # found none on these GPUs
+                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved,
+                                      whole in failed)
                 if len(out) > placed or reserved != was:   # the GPUs changed
                     failed.clear()
                     room = _has_room(state)
+                else:
+                    failed.add(whole)
                 continue
             # GPUs unchanged since a like job found neither partner nor empty GPU: nor will
             # this one (pressure only falls further down the queue, and without it a job
@@ -552,16 +561,17 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         # the queue in rank order, lazily (the simulated queue may be thousands long and
         # only its head is read): by submission, queue 0 first; a job that has attained no
         # service is in queue 0 without a look-up
-        by_submit = sorted(queue, key=_submitted)
+        by_submit = queue.ranked() if isinstance(queue, RankedQueue) else \
+            sorted(queue, key=_submitted)
         attained = view.attained
 
-        # queue 1: attained service at the limit or beyond (one pass in C, no call per job)
-        late = list(map(TIRESIAS_Q1_GPU_S.__le__,
-                        map(attained.get, map(_job_id, by_submit), itertools.repeat(0.0))))
-
         def in_rank_order(jobs: Sequence[Job]):
-            yield from itertools.compress(jobs, map(operator.not_, late))
-            yield from itertools.compress(jobs, late)
+            # queue 0, then queue 1 (attained service at the limit or beyond), each read
+            # lazily and in C: only as far as the round looks
+            def level(passes: Callable[[float], bool]):
+                return map(passes, map(attained.get, map(_job_id, jobs), itertools.repeat(0.0)))
+            yield from itertools.compress(jobs, level(TIRESIAS_Q1_GPU_S.__gt__))
+            yield from itertools.compress(jobs, level(TIRESIAS_Q1_GPU_S.__le__))
         chosen: set[int] = set()
         first: list[Job] = []   # the queued jobs chosen, in rank order
         running = {j.id for j in active}
