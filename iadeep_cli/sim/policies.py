@@ -39,6 +39,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 import random
 import statistics
 from collections import Counter
@@ -565,13 +566,13 @@ def _tiresias(ctx: PolicyContext) -> Planner:
             sorted(queue, key=_submitted)
         attained = view.attained
 
+        # queue 1: attained service at the limit or beyond (one pass in C, no call per job)
+        late = list(map(TIRESIAS_Q1_GPU_S.__le__,
+                        map(attained.get, map(_job_id, by_submit), itertools.repeat(0.0))))
+
         def in_rank_order(jobs: Sequence[Job]):
-            # queue 0, then queue 1 (attained service at the limit or beyond), each read
-            # lazily and in C: only as far as the round looks
-            def level(passes: Callable[[float], bool]):
-                return map(passes, map(attained.get, map(_job_id, jobs), itertools.repeat(0.0)))
-            yield from itertools.compress(jobs, level(TIRESIAS_Q1_GPU_S.__gt__))
-            yield from itertools.compress(jobs, level(TIRESIAS_Q1_GPU_S.__le__))
+            yield from itertools.compress(jobs, map(operator.not_, late))
+            yield from itertools.compress(jobs, late)
         chosen: set[int] = set()
         first: list[Job] = []   # the queued jobs chosen, in rank order
         running = {j.id for j in active}
