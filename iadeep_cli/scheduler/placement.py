@@ -514,8 +514,12 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
             if failed is not None:
                 if holder != held_by:   # it reserved GPUs: the round changed
                     failed.clear()
-                elif rule is _anywhere and (not whole or holder is not None):
-                    failed.add(like)   # (a whole job only once no other may reserve)
+                elif rule is _anywhere and (not whole or holder is not None
+                                            or rest_of is not None):
+                    # (a whole job only once no other may reserve; in submission order a
+                    # whole job that did not reserve has none alike after it that would:
+                    # none is older, and the GPUs it found are theirs)
+                    failed.add(like)
                     if rest_of is not None and all(
                             _like(j, ests if rnd.held else None) in failed
                             for j in rest_of.last_of_classes_after(job)):

@@ -367,4 +367,5 @@ def test_a_round_without_reasons_places_exactly_what_the_full_round_places(seed)
     # also stops once every alike job still to come is like one that could not start
     ranked = plan(RankedQueue(queue), *args[1:],
                   PlanInputs(PROFILES, TRUTH, Policy(), gangs=True, reasons=False))
-    assert ranked == fast
+    assert ranked.placements == fast.placements and ranked.preempt == fast.preempt
+    assert set(ranked.waits) <= set(fast.waits)
