@@ -62,7 +62,7 @@ from .adaptive import AdaptHooks
 from .truth import TruthModel
 
 # (queue, slots, active, now, fair-share points per user or None) -> Plan
-Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float,
+Planner = Callable[[Sequence[Job], tuple[GpuSlot, ...], list[Job], float,
                     Mapping[str, float] | None], Plan]
 
 TIRESIAS_Q1_GPU_S = 3600.0     # queue-1 limit: 1 GPU-hour of attained service
@@ -290,7 +290,9 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
         waits: dict[int, str] = {}
         reserved = False
         room = _has_room(state)
-        failed: set[float] = set()   # memory needs of one-GPU jobs that found no GPU
+        # memory needs of one-GPU jobs that found no GPU, and ("whole node", GPUs, memory)
+        # of multi-GPU jobs that found no whole node
+        failed: set[float | tuple] = set()
         for job in order_queue(queue, policy, now, fairshare):
             if not room:
                 break   # no GPU takes another job: the rest of the queue waits ("full")
@@ -488,7 +490,9 @@ def _lucid(ctx: PolicyContext) -> Planner:
         waits: dict[int, str] = {}
         reserved = False
         room = _has_room(state)
-        failed: set[tuple] = set()   # (workload, memory) of one-GPU jobs that found no GPU
+        # (workload, memory) of one-GPU jobs that found no GPU, and ("whole node", GPUs,
+        # memory) of multi-GPU jobs that found no whole node
+        failed: set[tuple] = set()
         for i, job in enumerate(ordered):
             if not room:
                 break   # no GPU takes another job: the rest of the queue waits
