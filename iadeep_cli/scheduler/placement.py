@@ -374,7 +374,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
     ``queue``, ``slots``, ``active``, ``now``: the state the round sees; ``inputs``: what it
     decides by (``scheduler/inputs.PlanInputs``: profiles, predictor, policy, limits, fair
     share, closed GPUs, speeds per GPU model, run times, reservations, attained service,
-    gangs, reasons), built once by the caller.
+    gangs, reasons), built once by the caller. ``queue`` may be a ``priority.RankedQueue``
+    (kept in submission order by a caller that plans round after round, the simulator): the
+    plan is the same as for a list of the same jobs, found without sorting the queue again
+    and, in a short round (``reasons`` off), without passing over its alike tail.
     """
     profiles, model, policy = inputs.profiles, inputs.model, inputs.policy
     user_limits, fairshare, closed = inputs.user_limits, inputs.fairshare, inputs.closed
