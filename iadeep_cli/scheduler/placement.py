@@ -56,7 +56,7 @@ from .gpumodels import ModelSpeeds, preference, queue_means
 from .inputs import PlanInputs
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, Predict
-from .priority import order_queue, queue_key
+from .priority import RankedQueue, order_queue, queue_key
 from .remaining import Durations, RuntimeEstimate, estimate_runtime, gittins
 from .sharing import Pressure, best_share, completion_rate
 
@@ -374,7 +374,10 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
     ``queue``, ``slots``, ``active``, ``now``: the state the round sees; ``inputs``: what it
     decides by (``scheduler/inputs.PlanInputs``: profiles, predictor, policy, limits, fair
     share, closed GPUs, speeds per GPU model, run times, reservations, attained service,
-    gangs, reasons), built once by the caller.
+    gangs, reasons), built once by the caller. ``queue`` may be a ``priority.RankedQueue``
+    (kept in submission order by a caller that plans round after round, the simulator): the
+    plan is the same as for a list of the same jobs, found without sorting the queue again
+    and, in a short round (``reasons`` off), without passing over its alike tail.
     """
     profiles, model, policy = inputs.profiles, inputs.model, inputs.policy
     user_limits, fairshare, closed = inputs.user_limits, inputs.fairshare, inputs.closed
@@ -428,6 +431,13 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
     failed: set[tuple[Any, ...]] | None = set() if (
         not reasons and durations is None and mixed is None and not reservations
         and room is None) else None
+    # a queue kept ranked by the caller (``RankedQueue``), in the order it is placed in, with
+    # no limits that could stop a job before the alike test: once every alike class still to
+    # come is one that could not start, the rest of the round would pass over them alone
+    rest_of: RankedQueue | None = queue if (
+        failed is not None and isinstance(queue, RankedQueue) and not fairshare
+        and policy.aging_per_hour >= 0 and queue.one_priority() and not queue.has_arrays()
+        and not user_limits) else None
     for i, job in enumerate(ordered):
         if not reasons and room is None and not rnd.has_room() and not rnd.held_room():
             break   # nothing more can start this round (room only shrinks as jobs are placed)
@@ -437,12 +447,9 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
         if limit:
             waits[job.id] = limit
             continue
-        spec = job.spec
         # with GPUs held, a job like one that could not start may still backfill them by a
         # shorter estimate: only a job that would be offered the same held GPUs is alike
-        like = (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
-                spec.constraint, spec.nodelist, spec.exclude,
-                ests.backfill_s(job) if rnd.held else None) if failed is not None else ()
+        like = _like(job, ests if rnd.held else None) if failed is not None else ()
         if failed is not None and like in failed:
             continue
         res = _resident(job, profiles, policy, durations, now)
@@ -510,8 +517,16 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
             if failed is not None:
                 if holder != held_by:   # it reserved GPUs: the round changed
                     failed.clear()
-                elif rule is _anywhere and (not whole or holder is not None):
-                    failed.add(like)   # (a whole job only once no other may reserve)
+                elif rule is _anywhere and (not whole or holder is not None
+                                            or rest_of is not None):
+                    # (a whole job only once no other may reserve; in submission order a
+                    # whole job that did not reserve has none alike after it that would:
+                    # none is older, and the GPUs it found are theirs)
+                    failed.add(like)
+                    if rest_of is not None and all(
+                            _like(j, ests if rnd.held else None) in failed
+                            for j in rest_of.last_of_classes_after(job)):
+                        break   # every job after this one is like one that could not start
             continue
         if failed is not None:
             failed.clear()   # GPUs changed: every job may try again
@@ -521,6 +536,15 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
         charge(usage, job.owner, set(got.gpu_keys()))
     preempt = tuple(sorted(room.victims)) if room is not None else ()
     return Plan(tuple(placements), waits, preempt)
+
+
+def _like(job: Job, ests: _Estimates | None) -> tuple[Any, ...]:
+    """What a short round calls jobs alike by: their spec's placement fields and, while
+    the round holds GPUs (``ests`` given), the backfill horizon they would be offered."""
+    spec = job.spec
+    return (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
+            spec.constraint, spec.nodelist, spec.exclude,
+            ests.backfill_s(job) if ests is not None else None)
 
 
 def _level(attained_gpu_s: float) -> int:

@@ -29,6 +29,7 @@ from ..profiles import Profile
 from ..scheduler import fairshare as fs
 from ..scheduler.fairshare import UsageLedger
 from ..scheduler.placement import GpuSlot, spec_memory_mib
+from ..scheduler.priority import RankedQueue
 from ..settings import Policy
 from .mixed import MEMORY_MIB, MixedTruth
 from .policies import Planner, SimPlanner, make_planner, policy_names
@@ -282,6 +283,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     specs = {j.id: j for j in jobs}
     mem = {j.id: _mem_mib(j, profiles, policy) for j in jobs}
     queued: dict[int, Job] = {}
+    # the same jobs kept ranked by submission as they come and go: what the planners get (a
+    # queue at load 1.2 grows to thousands; none is sorted again each round)
+    ranked = RankedQueue()
     running: dict[int, Job] = {}
     remaining: dict[int, float] = {}
     speed: dict[int, float] = {}
@@ -355,6 +359,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                                 JobSpec("sim", workload=sj.label or sj.workload, gpus=sj.gpus,
                                         requeue=sj.requeue),
                                 JobState.QUEUED, sj.submit_s)
+            ranked.add(queued[sj.id])
             nxt += 1
         rounds, again, moved = 0, False, False
         # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
@@ -369,7 +374,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
             if ledger is not None and fair is not None:
                 users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
                 points = fs.points(fs.shares(ledger.usage(t), users, fair))
-            result = planner(list(queued.values()), slots, list(running.values()), t, points)
+            result = planner(ranked, slots, list(running.values()), t, points)
             moved = moved or bool(result.preempt or result.placements)
             for i in result.preempt:
                 job = running.pop(i)
@@ -378,11 +383,13 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 for key in held.pop(i):
                     on_gpu[key].remove(i)
                 queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
+                ranked.add(queued[i])
                 preemptions += 1
                 remaining[i] += preempt_cost_s
                 cost_gpu_s += preempt_cost_s * job.spec.gpus
             for p in result.placements:
                 job = queued.pop(p.job_id)
+                ranked.pop(p.job_id)
                 if hooks is not None:
                     hooks.placed(p.predicted_speeds)
                     hooks.start(p.job_id, job.spec.workload or "")

@@ -55,14 +55,14 @@ from ..scheduler.gpumodels import ModelSpeeds
 from ..scheduler.inputs import PlanInputs
 from ..scheduler.placement import GpuSlot, Placement, Plan, plan
 from ..scheduler.prediction import CachedModel, CautiousModel, Predictor
-from ..scheduler.priority import order_queue
+from ..scheduler.priority import RankedQueue, order_queue
 from ..scheduler.remaining import Durations
 from ..settings import Policy
 from .adaptive import AdaptHooks
 from .truth import TruthModel
 
 # (queue, slots, active, now, fair-share points per user or None) -> Plan
-Planner = Callable[[list[Job], tuple[GpuSlot, ...], list[Job], float,
+Planner = Callable[[Sequence[Job], tuple[GpuSlot, ...], list[Job], float,
                     Mapping[str, float] | None], Plan]
 
 TIRESIAS_Q1_GPU_S = 3600.0     # queue-1 limit: 1 GPU-hour of attained service
@@ -290,17 +290,23 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
         waits: dict[int, str] = {}
         reserved = False
         room = _has_room(state)
-        failed: set[float] = set()   # memory needs of one-GPU jobs that found no GPU
+        # memory needs of one-GPU jobs that found no GPU, and ("whole node", GPUs, memory)
+        # of multi-GPU jobs that found no whole node
+        failed: set[float | tuple] = set()
         for job in order_queue(queue, policy, now, fairshare):
             if not room:
                 break   # no GPU takes another job: the rest of the queue waits ("full")
             need = mem[job.id]
             if job.spec.gpus > 1:
                 placed, was = len(out), reserved
-                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                whole = ("whole node", job.spec.gpus, need)   # found none on these GPUs
+                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved,
+                                      whole in failed)
                 if len(out) > placed or reserved != was:   # the GPUs changed
                     failed.clear()
                     room = _has_room(state)
+                else:
+                    failed.add(whole)
                 continue
             if need in failed:   # GPUs unchanged since a job as big found none
                 waits[job.id] = "full"
@@ -321,11 +327,13 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
 
 
 def _multi_gpu(state: dict, job: Job, need: float, now: float, policy: Policy,
-               out: list[Placement], waits: dict[int, str], reserved: bool) -> bool:
+               out: list[Placement], waits: dict[int, str], reserved: bool,
+               none_free: bool = False) -> bool:
     """A multi-GPU job in a baseline or peer: empty GPUs on one node (fewest-empty node first),
     none to share, or it waits and, blocked past ``policy.reserve_after_s``, reserves GPUs as
-    plan() does. Returns whether a reservation is now held this round."""
-    keys = _whole_node(state, job.spec.gpus, need)
+    plan() does. Returns whether a reservation is now held this round. ``none_free``: the
+    GPUs have not changed since a job as large, needing as much memory, found none."""
+    keys = None if none_free else _whole_node(state, job.spec.gpus, need)
     if keys is None:
         waits[job.id] = "no whole node free"
         if not reserved and now - job.submitted_at >= policy.reserve_after_s:
@@ -482,17 +490,23 @@ def _lucid(ctx: PolicyContext) -> Planner:
         waits: dict[int, str] = {}
         reserved = False
         room = _has_room(state)
-        failed: set[tuple] = set()   # (workload, memory) of one-GPU jobs that found no GPU
+        # (workload, memory) of one-GPU jobs that found no GPU, and ("whole node", GPUs,
+        # memory) of multi-GPU jobs that found no whole node
+        failed: set[tuple] = set()
         for i, job in enumerate(ordered):
             if not room:
                 break   # no GPU takes another job: the rest of the queue waits
             need = mem[job.id]
             if job.spec.gpus > 1:
                 placed, was = len(out), reserved
-                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved)
+                whole = ("whole node", job.spec.gpus, need)   # found none on these GPUs
+                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved,
+                                      whole in failed)
                 if len(out) > placed or reserved != was:   # the GPUs changed
                     failed.clear()
                     room = _has_room(state)
+                else:
+                    failed.add(whole)
                 continue
             # GPUs unchanged since a like job found neither partner nor empty GPU: nor will
             # this one (pressure only falls further down the queue, and without it a job
@@ -552,7 +566,8 @@ def _tiresias(ctx: PolicyContext) -> Planner:
         # the queue in rank order, lazily (the simulated queue may be thousands long and
         # only its head is read): by submission, queue 0 first; a job that has attained no
         # service is in queue 0 without a look-up
-        by_submit = sorted(queue, key=_submitted)
+        by_submit = queue.ranked() if isinstance(queue, RankedQueue) else \
+            sorted(queue, key=_submitted)
         attained = view.attained
 
         # queue 1: attained service at the limit or beyond (one pass in C, no call per job)

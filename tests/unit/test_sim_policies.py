@@ -315,3 +315,29 @@ def test_cli_plot_of_a_sweep(tmp_path):
               "--sweep", "gpus=4,8", "--plot", str(png))
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", ["exclusive", "packing", "random", "tiresias", "gandiva",
+                                  "lucid", "oracle"])
+def test_every_default_planner_plans_the_same_from_a_ranked_queue_as_from_a_list(name):
+    """The engine hands its planners the queue kept ranked (``RankedQueue``); a list of the
+    same jobs in another order must give the same plan: a crowded node, one- and two-GPU jobs,
+    some old enough to reserve, one back from preemption with attained service."""
+    import random as rnd
+
+    from iadeep_cli.scheduler.priority import RankedQueue
+    rng = rnd.Random(3)
+    names = sorted(PROFILES)
+    running = [_running(100 + g, rng.choice(names), g) for g in range(6)]
+    queue = [Job(i, "sim", JobSpec("sim", workload=rng.choice(names), gpus=rng.choice([1, 1, 2])),
+                 JobState.QUEUED, float(rng.randrange(0, 40000))) for i in range(1, 120)]
+    shuffled = list(reversed(queue))
+    residents = {g: [j] for g, j in enumerate(running)}
+    plans = []
+    for q in (RankedQueue(queue), shuffled):
+        planner = _planner(name, [j.id for j in queue + running])
+        planner.view.attained.update({5: 7200.0, 100: 500.0, 101: 9000.0})
+        plans.append(planner(q, _slots(residents, 8), running, 50000.0, None))
+    assert plans[0].placements == plans[1].placements
+    assert plans[0].preempt == plans[1].preempt
+    assert plans[0].placements or plans[0].preempt   # the round decided something

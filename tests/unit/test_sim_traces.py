@@ -16,6 +16,7 @@ from iadeep_cli.jobs import Job, JobSpec, JobState
 from iadeep_cli.model.data import shipped_pairs, shipped_profiles, shipped_triples
 from iadeep_cli.scheduler.inputs import PlanInputs
 from iadeep_cli.scheduler.placement import GpuSlot, plan
+from iadeep_cli.scheduler.priority import RankedQueue
 from iadeep_cli.sim.engine import PREEMPT_COST_S, SimJob, make_planner, simulate
 from iadeep_cli.sim.run import SimSettings, run_seeds, run_sim
 from iadeep_cli.sim.traces import (
@@ -362,3 +363,9 @@ def test_a_round_without_reasons_places_exactly_what_the_full_round_places(seed)
     fast = plan(*args, PlanInputs(PROFILES, TRUTH, Policy(), gangs=True, reasons=False))
     assert fast.placements == full.placements
     assert set(fast.waits) <= set(full.waits)
+    # the queue kept ranked, as the simulator's engine hands it (RankedQueue): the round
+    # also stops once every alike job still to come is like one that could not start
+    ranked = plan(RankedQueue(queue), *args[1:],
+                  PlanInputs(PROFILES, TRUTH, Policy(), gangs=True, reasons=False))
+    assert ranked.placements == fast.placements and ranked.preempt == fast.preempt
+    assert set(ranked.waits) <= set(fast.waits)
