@@ -33,7 +33,7 @@ from ..profiles import Profile
 from ..scheduler import forecast as fc
 from ..scheduler.placement import GpuSlot, Plan, spec_memory_mib
 from ..scheduler.prediction import CachedModel, Predictor
-from ..scheduler.remaining import RuntimeEstimate, estimate_runtime
+from ..scheduler.remaining import RuntimeEstimate, estimate_left, estimate_runtime
 from ..settings import Policy
 from .engine import PolicyResult, SimJob
 from .policies import SimPlanner
@@ -42,6 +42,7 @@ RUNNING_SAMPLES = 3          # running jobs whose end is scored at each submissi
 LIMIT_FACTOR = (1.2, 4.0)    # a job's --time: this many times its solo run time (log-uniform),
 LIMIT_ROUND_S = 3600.0       # rounded up to whole hours
 WITHIN_REL = 0.30            # "within +-30%" (of the actual wait, of the remaining time)
+BAR_REL = 0.20               # issue 46: "within 20%" (the median is when half the errors are)
 WITHIN_S = 900.0             # "within 15 minutes"
 WAITED_S = 60.0              # a job "waited" when it started more than a minute after submission
 # iadeep+progress: iadeep's forecast when running jobs report their progress and total
@@ -146,8 +147,8 @@ class Scorer(SimPlanner):
 
         def left(job: Job) -> fc.Left:
             age = 0.0 if job.started_at is None else max(0.0, now - job.started_at)
-            est = estimate_runtime(durations, user=job.owner, workload=job.spec.workload,
-                                   time_limit_s=limits[job.id], age_s=age)
+            est = estimate_left(durations, user=job.owner, workload=job.spec.workload,
+                                time_limit_s=limits[job.id], age_s=age)
             return fc.Left(est.left_s(age), max(0.0, est.low_s - age),
                            max(0.0, est.high_s - age), est.source)
 
@@ -205,6 +206,7 @@ class Score:
     error_over_median_wait: float  # median |error| / median actual wait (or remaining)
     within_30pct: float
     within_15min: float
+    within_20pct: float = 0.0   # the share within +-20% (BAR_REL): the median is when >= 50%
 
     def to_dict(self) -> dict[str, float | int]:
         return dict(self.__dict__)
@@ -214,7 +216,7 @@ def score(samples: Sequence[tuple[float | None, object, float]], actual: Mapping
           min_span_s: float = 0.0) -> Score:
     """``min_span_s``: only forecasts whose actual wait (or remaining time) was longer."""
     errors, spans, rels = [], [], []
-    near = close = unforeseen = n = 0
+    near = close = bar = unforeseen = n = 0
     for got, job_id, ref in samples:
         if job_id not in actual:
             continue
@@ -231,13 +233,14 @@ def score(samples: Sequence[tuple[float | None, object, float]], actual: Mapping
         spans.append(span)
         rels.append(err / span if span > 0 else (0.0 if err < 1.0 else math.inf))
         near += err <= WITHIN_REL * span + 1.0
+        bar += err <= BAR_REL * span + 1.0
         close += err <= WITHIN_S
     if not errors:
-        return Score(n, unforeseen, math.nan, math.nan, math.nan, 0.0, 0.0)
+        return Score(n, unforeseen, math.nan, math.nan, math.nan, 0.0, 0.0, 0.0)
     med_span = statistics.median(spans)
     med = statistics.median(errors)
     return Score(n, unforeseen, med / 3600.0, statistics.median(rels),
-                 med / med_span if med_span > 0 else math.nan, near / n, close / n)
+                 med / med_span if med_span > 0 else math.nan, near / n, close / n, bar / n)
 
 
 @dataclass(frozen=True)

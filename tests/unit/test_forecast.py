@@ -149,3 +149,51 @@ def test_progress_left_is_the_steps_to_go_at_the_rate_as_solo_seconds():
     # running at half speed beside a partner: 300 s of wall time is 150 s of solo work
     assert fc.progress_left(400, 1000, 2.0, speed=0.5) == pytest.approx(150.0)
     assert fc.progress_left(400, 0, 2.0) is None
+
+
+# --- a running job's end from the run times of finished jobs with the same --time -------------
+
+def _history(runs, user="alice", workload="bert", limit_s=4 * 3600.0):
+    from iadeep_cli.scheduler.remaining import Durations
+    d = Durations()
+    for seconds in runs:
+        d.add(workload, seconds, user, limit_s)
+    return d
+
+
+def test_a_running_job_runs_the_median_of_the_runs_with_its_time_limit_that_got_as_far():
+    from iadeep_cli.scheduler.remaining import estimate_left
+    # twenty runs with a 4 h --time: ten crashed after 5 minutes, ten ran 2 h .. 3 h 48 min
+    runs = [300.0] * 10 + [7200.0 + 720.0 * k for k in range(10)]
+    d = _history(runs)
+    fresh = estimate_left(d, user="alice", workload="bert", time_limit_s=4 * 3600.0, age_s=0)
+    assert fresh.seconds == pytest.approx(0.5 * (300.0 + 7200.0))   # the 10th and 11th of 20
+    assert fresh.source == "user+label history at this --time"
+    # after 10 minutes only the ten long runs count: their median, 2 h 54 min
+    later = estimate_left(d, user="alice", workload="bert", time_limit_s=4 * 3600.0,
+                          age_s=600)
+    assert later.seconds == pytest.approx(7200.0 + 720.0 * 4.5)
+    # the heavy tail: having run longer, it has longer left, not less
+    assert later.seconds - 600 > fresh.seconds - 0
+    assert later.low_s <= later.seconds <= later.high_s <= 4 * 3600.0
+
+
+def test_with_few_runs_at_its_time_limit_above_its_age_the_estimate_falls_back():
+    from iadeep_cli.scheduler.remaining import MIN_AT_LIMIT, estimate_left, estimate_runtime
+    d = _history([600.0] * 20 + [9000.0] * (MIN_AT_LIMIT - 1), limit_s=3 * 3600.0)
+    # past 10 minutes, too few runs at this --time (or at any) went further: the fitted curve
+    got = estimate_left(d, user="alice", workload="bert", time_limit_s=3 * 3600.0, age_s=3600)
+    assert not got.source.endswith("at this --time")
+    assert got == estimate_runtime(d, user="alice", workload="bert", time_limit_s=3 * 3600.0,
+                                   age_s=3600)
+
+
+def test_the_users_own_runs_at_the_time_limit_come_before_the_labs():
+    from iadeep_cli.scheduler.remaining import estimate_left
+    d = _history([1800.0] * 10, user="alice", workload="bert")
+    for seconds in [7200.0] * 30:
+        d.add("bert", seconds, "bob", 4 * 3600.0)
+    mine = estimate_left(d, user="alice", workload="gpt", time_limit_s=4 * 3600.0)
+    assert (mine.seconds, mine.source) == (1800.0, "user history at this --time")
+    newcomer = estimate_left(d, user="carol", workload="bert", time_limit_s=4 * 3600.0)
+    assert newcomer.seconds == 7200.0 and newcomer.source == "history at this --time"
