@@ -39,7 +39,7 @@ from .inputs import PlanInputs
 from .placement import GpuSlot, Plan, plan
 from .prediction import CachedModel, Predictor
 from .priority import order_queue
-from .remaining import Durations, RuntimeEstimate, estimate_left, estimate_runtime
+from .remaining import Durations, RuntimeEstimate, estimate_runtime
 
 QUANTUM = 0.03        # ends within 3% of the time forecast so far are one step ...
 MIN_STEP_S = 60.0     # ... and ends within a minute
@@ -365,8 +365,8 @@ def lefts_of(durations: Durations | None, now: float,
 
     def left(job: Job) -> Left:
         age = max(0.0, now - job.started_at) if job.started_at is not None else 0.0
-        est = estimate_left(durations, user=job.owner, workload=job.spec.workload,
-                            time_limit_s=job.spec.time_limit_s, age_s=age)
+        est = estimate_runtime(durations, user=job.owner, workload=job.spec.workload,
+                               time_limit_s=job.spec.time_limit_s, age_s=age)
         if job.id in given:
             s = given[job.id]
             if job.spec.time_limit_s is not None:

@@ -31,9 +31,8 @@ the run times do.
 """
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -49,9 +48,6 @@ _SQRT2 = math.sqrt(2.0)
 LOW_Q, HIGH_Q = 0.10, 0.90
 DEFAULT_RUNTIME_S = PRIOR_MEDIAN_S
 MIN_HISTORY = 3   # runs of a user (or user and label) before their own history is used
-# estimate_left: finished runs with the same --time that ran longer than the running job has,
-# before their run times (not a fitted curve) give its remaining time
-MIN_AT_LIMIT = 8
 RATIO_SOURCE = "--time x history"   # estimate_runtime: --time times the learnt ratio
 
 
@@ -134,10 +130,6 @@ class Durations:
         # run time over --time (log), per user and lab-wide: how far users' limits overshoot
         self._ratio_all = _Sums()
         self._ratio: dict[str, _Sums] = {}
-        # run times (each capped by its --time), sorted, per (user, label, --time), (user, None,
-        # --time) and (None, None, --time): estimate_left's conditional history
-        self._at_limit: dict[tuple[str | None, str | None, int], list[float]] = {}
-        self._ratios: dict[str | None, list[float]] = {}   # run time / --time, sorted
         self._fits: dict[str, LogNormal] = {}
         self._sources: dict[str, str] = {}
         self._memo: dict[tuple[Any, ...], float] = {}
@@ -155,17 +147,6 @@ class Durations:
             self._ratio_all.add_log(x)
             if user:
                 self._ratio.setdefault(user, _Sums()).add_log(x)
-            ran, lim = min(seconds, limit_s), round(limit_s)
-            keys: list[tuple[str | None, str | None, int]] = [(None, None, lim)]
-            if user:
-                keys.append((user, None, lim))
-                if workload:
-                    keys.append((user, workload, lim))
-            for key in keys:
-                bisect.insort(self._at_limit.setdefault(key, []), ran)
-            bisect.insort(self._ratios.setdefault(None, []), ran / limit_s)
-            if user:
-                bisect.insort(self._ratios.setdefault(user, []), ran / limit_s)
         self._all.add(seconds)
         if workload:
             self._by.setdefault(workload, _Sums()).add(seconds)
@@ -221,38 +202,6 @@ class Durations:
             hit = mine.fit(lab, 1.0) if mine is not None and mine.n >= MIN_HISTORY else lab
             self._fits[key] = hit
         return hit
-
-    def runs_at_limit(self, user: str | None, workload: str | None, limit_s: float,
-                      age_s: float) -> tuple[Sequence[float], int, str] | None:
-        """(sorted run times of finished runs with this --time, the index of the first longer
-        than ``age_s``, source): the user's runs of this label, else the user's, else the
-        lab's, the first with at least ``MIN_AT_LIMIT`` longer; None if none has."""
-        lim = round(limit_s)
-        for key, source in (((user, workload, lim), "user+label history at this --time"),
-                            ((user, None, lim), "user history at this --time"),
-                            ((None, None, lim), "history at this --time")):
-            runs = self._at_limit.get(key)
-            if runs is None:
-                continue
-            k = bisect.bisect_right(runs, age_s)
-            if len(runs) - k >= MIN_AT_LIMIT:
-                return runs, k, source
-        return None
-
-    def ratios_above(self, user: str | None, ratio: float
-                     ) -> tuple[Sequence[float], int, str] | None:
-        """(sorted ratios of run time to --time, the index of the first above ``ratio``,
-        source): the user's, else the lab's, the first with ``MIN_AT_LIMIT`` above it."""
-        for key, source in ((user, "user's --time x history"), (None, "--time x history")):
-            if key is None and user is None and source.startswith("user"):
-                continue
-            runs = self._ratios.get(key)
-            if runs is None:
-                continue
-            k = bisect.bisect_right(runs, ratio)
-            if len(runs) - k >= MIN_AT_LIMIT:
-                return runs, k, source
-        return None
 
     @property
     def runs(self) -> int:
@@ -370,40 +319,6 @@ def estimate_runtime(durations: Durations | None, *, user: str | None = None,
                                "--time" if high >= cap else source if source == RATIO_SOURCE
                                else f"--time (cap) + {source}")
     return RuntimeEstimate(mid, low, high, source)
-
-
-def estimate_left(durations: Durations | None, *, user: str | None = None,
-                  workload: str | None = None, time_limit_s: float | None = None,
-                  age_s: float = 0.0) -> RuntimeEstimate:
-    """A running job's run time in all, given that it has run ``age_s``: where finished runs
-    with the same ``--time`` (the user's of this label, else the user's, else the lab's) number
-    at least ``MIN_AT_LIMIT`` among those that ran longer than ``age_s``, the median and 10%/90%
-    quantiles of their run times (the run times above the age as they were, not a fitted
-    curve: a heavy tail makes the remaining time grow with the age, and the median is the
-    figure whose absolute error is least); else ``estimate_runtime``'s."""
-    age = max(0.0, age_s)
-    if durations is not None and time_limit_s is not None and time_limit_s > 0 \
-            and math.isfinite(time_limit_s):
-        got = durations.runs_at_limit(user, workload, time_limit_s, age)
-        if got is not None:
-            runs, k, source = got
-            low, mid, high = (_empirical(runs, k, q) for q in (LOW_Q, 0.5, HIGH_Q))
-            return RuntimeEstimate(mid, low, high, source)
-        got = durations.ratios_above(user, age / time_limit_s)
-        if got is not None:
-            runs, k, source = got
-            low, mid, high = (time_limit_s * _empirical(runs, k, q) for q in (LOW_Q, 0.5, HIGH_Q))
-            return RuntimeEstimate(mid, low, high, source)
-    return estimate_runtime(durations, user=user, workload=workload,
-                            time_limit_s=time_limit_s, age_s=age)
-
-
-def _empirical(runs: Sequence[float], k: int, q: float) -> float:
-    """The ``q`` quantile of ``runs[k:]`` (sorted, not empty), interpolated."""
-    x = k + q * (len(runs) - 1 - k)
-    i = int(x)
-    j = min(i + 1, len(runs) - 1)
-    return runs[i] + (runs[j] - runs[i]) * (x - i)
 
 
 def _quantile_after(d: LogNormal, q: float, age: float) -> float:

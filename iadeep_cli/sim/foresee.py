@@ -33,7 +33,7 @@ from ..profiles import Profile
 from ..scheduler import forecast as fc
 from ..scheduler.placement import GpuSlot, Plan, spec_memory_mib
 from ..scheduler.prediction import CachedModel, Predictor
-from ..scheduler.remaining import RuntimeEstimate, estimate_left, estimate_runtime
+from ..scheduler.remaining import RuntimeEstimate, estimate_runtime
 from ..settings import Policy
 from .engine import PolicyResult, SimJob
 from .policies import SimPlanner
@@ -147,8 +147,8 @@ class Scorer(SimPlanner):
 
         def left(job: Job) -> fc.Left:
             age = 0.0 if job.started_at is None else max(0.0, now - job.started_at)
-            est = estimate_left(durations, user=job.owner, workload=job.spec.workload,
-                                time_limit_s=limits[job.id], age_s=age)
+            est = estimate_runtime(durations, user=job.owner, workload=job.spec.workload,
+                                   time_limit_s=limits[job.id], age_s=age)
             return fc.Left(est.left_s(age), max(0.0, est.low_s - age),
                            max(0.0, est.high_s - age), est.source)
 
