@@ -149,4 +149,3 @@ def test_progress_left_is_the_steps_to_go_at_the_rate_as_solo_seconds():
     # running at half speed beside a partner: 300 s of wall time is 150 s of solo work
     assert fc.progress_left(400, 1000, 2.0, speed=0.5) == pytest.approx(150.0)
     assert fc.progress_left(400, 0, 2.0) is None
-
