@@ -12,12 +12,21 @@ to ``--time`` of every job, above the job's):
 - **hindsight window**: the figure whose +-20% holds the most of those remaining times, the
   best one figure can do for "within 20%" given the job's ``--time`` and age.
 
+``--generator`` instead: the bound from the week's generator itself (``generate_jobs``'s
+run times, ``limit_for``'s --time), no simulation: running jobs drawn as a moment in time
+finds them (in proportion to their run time, their age uniform within it), no sharing (run
+time = solo run time), the exact distribution of run times with the same --time known (a
+large draw); ``best_share_within_20pct`` is the mean, over those jobs, of the largest share
+of the jobs with their --time and age that one figure puts within 20% of their remaining
+time: no forecast from --time and age gets a larger share within 20%.
+
 And the share of jobs reporting progress the bar takes: per forecast, ``iadeep+progress``'s
 error if the job is among a random share ``p`` of the jobs (drawn per seed and job id), else
 ``iadeep``'s: the median relative error with that share reporting.
 
 Run (one load, or one trace window; prints JSON):
   .venv/bin/python benchmarks/forecast_end_bound.py --load 1.2 --seeds 10
+  .venv/bin/python benchmarks/forecast_end_bound.py --generator
   .venv/bin/python benchmarks/forecast_end_bound.py --trace FILE --trace-start 2017-11-10 \\
       --trace-days 7 --trace-every 8 --gpus 16
 """
@@ -64,6 +73,42 @@ def _window(left: Sequence[float]) -> float:
     return math.exp(at) * (1 + BAR)
 
 
+def _cover(left: Sequence[float]) -> float:
+    """The largest share of ``left`` (sorted, positive) one figure puts within BAR."""
+    logs = [math.log(max(1.0, v)) for v in left]
+    width = math.log((1 + BAR) / (1 - BAR))
+    best, lo = 0, 0
+    for hi in range(len(logs)):
+        while logs[hi] - logs[lo] > width:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best / len(logs)
+
+
+def generator_bound(population: int = 200_000, running: int = 4_000, seed: int = 0
+                    ) -> dict[str, object]:
+    from iadeep_cli.sim.engine import generate_jobs
+    jobs = generate_jobs(["w"], population, 8, 1.0, seed)
+    by_limit: dict[float, list[float]] = {}
+    for j in jobs:
+        by_limit.setdefault(fs.limit_for(j, seed), []).append(j.duration_s)
+    for v in by_limit.values():
+        v.sort()
+    rng = random.Random(f"running:{seed}")
+    picks = rng.choices(jobs, weights=[j.duration_s for j in jobs], k=running)
+    med_err, cover = [], []
+    for j in picks:
+        age = rng.uniform(0.0, j.duration_s)
+        rem = j.duration_s - age
+        left = [x - age for x in _above(by_limit[fs.limit_for(j, seed)], age)]
+        med_err.append(abs(_median(left) - rem) / rem)
+        cover.append(_cover(left))
+    return {"generator": True, "population": population, "running_jobs": running,
+            "hindsight_median": {"median_rel": statistics.median(med_err),
+                                 "within_20pct": sum(e <= BAR for e in med_err) / running},
+            "best_share_within_20pct": statistics.mean(cover)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--load", type=float, default=1.2)
@@ -76,7 +121,12 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--by-user", action="store_true",
                     help="hindsight from the same user's jobs with the same --time")
+    ap.add_argument("--generator", action="store_true",
+                    help="the bound from the week's generator alone (no simulation)")
     a = ap.parse_args()
+    if a.generator:
+        print(json.dumps(generator_bound(seed=a.seed), indent=1))
+        return
     settings = SimSettings(load=a.load, policies=("iadeep",), gpus=a.gpus, trace=a.trace,
                            trace_start=a.trace_start, trace_days=a.trace_days,
                            trace_every=a.trace_every)
