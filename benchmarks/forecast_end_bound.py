@@ -1,4 +1,4 @@
-"""How well could any forecast of a running job's end do without progress reports (issue 46)?
+"""How well could any forecast of a running job's end do without progress reports?
 
 Runs the simulations ``iadeep sim --forecast`` runs (the same seeds, the same scored running
 jobs, so iadeep's figures are the report's) and scores, for each running job whose end was

@@ -42,7 +42,7 @@ RUNNING_SAMPLES = 3          # running jobs whose end is scored at each submissi
 LIMIT_FACTOR = (1.2, 4.0)    # a job's --time: this many times its solo run time (log-uniform),
 LIMIT_ROUND_S = 3600.0       # rounded up to whole hours
 WITHIN_REL = 0.30            # "within +-30%" (of the actual wait, of the remaining time)
-BAR_REL = 0.20               # issue 46: "within 20%" (the median is when half the errors are)
+BAR_REL = 0.20               # the goal for ends: "within 20%" (the median is when half are)
 WITHIN_S = 900.0             # "within 15 minutes"
 WAITED_S = 60.0              # a job "waited" when it started more than a minute after submission
 # iadeep+progress: iadeep's forecast when running jobs report their progress and total
@@ -198,7 +198,7 @@ class Score:
     """One method's accuracy: ``n`` forecasts scored (``unforeseen``: with no forecast),
     the median absolute error in hours, that error over the median actual wait (starts) or
     remaining time (ends), the share within +-30% of it and within 15 minutes, and the share
-    within +-20% (issue 46's bar for running jobs' ends: met when it is at least half)."""
+    within +-20% (the goal for running jobs' ends: met when it is at least half)."""
 
     n: int
     unforeseen: int
