@@ -37,6 +37,11 @@ def test_scores_are_the_medians_and_shares_of_the_errors_against_the_actual_time
     # job 4 had no forecast: 2 of 4
     assert s.within_30pct == pytest.approx(0.5)
     assert s.within_15min == pytest.approx(0.5)   # jobs 1 and 2
+    # within 20% (issue 46's bar): job 2 alone (900 > 720 for job 1): 1 of 4
+    assert s.within_20pct == pytest.approx(0.25)
+    # the median over forecasts of each |error| over its own actual wait: 0.25, 0, inf (job 3
+    # waited 0 and was 30 min off)
+    assert s.median_rel_error == pytest.approx(0.25)
     waited = foresee.score(samples, actual, min_span_s=60.0)
     assert waited.n == 3   # job 3 did not wait
 
