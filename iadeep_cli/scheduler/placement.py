@@ -97,12 +97,6 @@ PREEMPT_SHORTER = True
 # (``durations``): with nothing known of run times no job could backfill the held nodes,
 # and a gang could idle a whole cluster for days. False: it holds nothing
 GANG_HOLD = True
-# under "las": a job on a whole node or more that has been preempted before (``Job.checkpoints``)
-# is not preempted again until its attempt has run this factor times the time it has spent off
-# its GPUs since it was submitted (0: off). Such a job needs a node to drain each time it is
-# preempted: on t-6c71a0-nov its 8-GPU jobs passed the first level within 7.5 minutes, were
-# preempted for shorter jobs and waited about a day for a node again (docs/simulator.md)
-KEEP_FOR_WAITED = 1.0
 # A blocked whole-GPU job reserves GPUs only after waiting Policy.reserve_after_s (default 1 h):
 # reserving at once left GPUs idle while they drained and cost 'exclusive' and 'iadeep' ~10-20%
 # average JCT in the simulator; after an hour the reservation still bounds its wait.
@@ -652,17 +646,7 @@ class _Room:
                 and (GANG_LAS or j.spec.gpus <= self.node_max)
                 and self.ranks[jid] > mine
                 and j.started_at is not None and self.now - j.started_at >= MIN_ATTEMPT_S
-                and not self._keeps(j) and self._outlasts(j))
-
-    def _keeps(self, j: Job) -> bool:
-        """Whether running job ``j`` keeps its node for having waited for it again
-        (``KEEP_FOR_WAITED``): on a whole node or more, preempted before, and its attempt
-        shorter than the factor times its time off GPUs since submission."""
-        if KEEP_FOR_WAITED <= 0 or j.checkpoints == 0 or j.spec.gpus < self.node_max \
-                or j.started_at is None:
-            return False
-        off = (self.now - j.submitted_at) - self.attained.get(j.id, 0.0) / j.spec.gpus
-        return self.now - j.started_at < KEEP_FOR_WAITED * off
+                and self._outlasts(j))
 
     def _outlasts(self, j: Job) -> bool:
         """Whether running job ``j`` is expected to run longer than the job preempting for

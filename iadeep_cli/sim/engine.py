@@ -377,8 +377,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     ledger.stop(i, t)
                 for key in held.pop(i):
                     on_gpu[key].remove(i)
-                queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=(),
-                                    checkpoints=job.checkpoints + 1)
+                queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
                 preemptions += 1
                 remaining[i] += preempt_cost_s
                 cost_gpu_s += preempt_cost_s * job.spec.gpus

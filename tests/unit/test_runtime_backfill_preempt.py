@@ -224,34 +224,6 @@ def test_the_gpus_a_preemption_frees_are_not_given_to_a_job_behind_in_the_same_r
     assert p.placements == ()      # a:1 stays for job 1, whose room is being made
 
 
-
-def _whole_node_case(checkpoints, attained_gpu_s):
-    """bob's 2-GPU vgg16 holds the whole of node a (submitted 10 h ago, this attempt 1 h in);
-    ann's ten-minute job waits."""
-    slots = [_slot("a", 0, jobs=(9,)), _slot("a", 1, jobs=(9,))]
-    running = replace(_job(9, "vgg16", owner="bob", gpus=2, node="a", idx=(0, 1),
-                           submitted=NOW - 10 * H, started=NOW - H, requeue=True),
-                      checkpoints=checkpoints)
-    queued = _job(2, "resnet18", owner="ann", submitted=NOW - 60)
-    return _plan([queued], slots, [running], HISTORY, LAS, {9: attained_gpu_s, 2: 0.0})
-
-
-def test_a_whole_node_job_preempted_before_keeps_its_node_as_long_as_it_waited_for_it():
-    # preempted once, 2 h run over its attempts: 8 h off its GPUs, 1 h into this attempt
-    assert _whole_node_case(checkpoints=1, attained_gpu_s=2 * 2 * H).preempt == ()
-    # never preempted: least attained service preempts it as before
-    assert _whole_node_case(checkpoints=0, attained_gpu_s=2 * 2 * H).preempt == (9,)
-    # preempted, but it has now run longer than it waited (9.5 h run, 0.5 h off)
-    assert _whole_node_case(checkpoints=1, attained_gpu_s=2 * 9.5 * H).preempt == (9,)
-
-
-def test_a_job_on_part_of_a_node_preempted_before_is_preempted_as_before():
-    slots = [_slot("a", 0, jobs=(9,)), _slot("a", 1)]
-    running = replace(_job(9, "vgg16", owner="bob", node="a", idx=(0,), submitted=NOW - 10 * H,
-                           started=NOW - H, requeue=True), checkpoints=1)
-    big = _job(2, "resnet18", owner="ann", gpus=2, submitted=NOW - 60)
-    assert _plan([big], slots, [running], HISTORY, LAS, {9: 2 * H, 2: 0.0}).preempt == (9,)
-
 # ------------------------------------------------- the simulator's short rounds (reasons=False)
 def _sim_plan(queue, slots, active, durations=None, policy=Policy(), attained=None):
     """plan() as the simulator calls it: gangs on, no wait reasons (its shortcuts on)."""
