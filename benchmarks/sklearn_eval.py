@@ -28,20 +28,27 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from iadeep_cli.model.predictor import InterferenceModel, PairPrediction
+    from iadeep_cli.profiles import CoLocation, Profile
+
+Interval = tuple[tuple[float, float], tuple[float, float]]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 
 
-def _pair_features(s, o) -> list[float]:
+def _pair_features(s: Profile, o: Profile) -> list[float]:
     return [s.gpu_util / 100, o.gpu_util / 100, s.mem_util / 100, o.mem_util / 100,
             (s.peak_mem_gib or 0.0) / 10, (o.peak_mem_gib or 0.0) / 10,
             (s.gpu_util + o.gpu_util) / 100, (s.mem_util + o.mem_util) / 100]
 
 
-def _regressor(kind: str):
+def _regressor(kind: str) -> Any:
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.linear_model import Ridge
     from sklearn.pipeline import make_pipeline
@@ -60,17 +67,17 @@ def _regressor(kind: str):
 class _Corrected:
     """The model's predictions, a new workload's speed times exp(share x the regressor)."""
 
-    def __init__(self, base, regressor, share: float):
+    def __init__(self, base: InterferenceModel, regressor: Any, share: float):
         self.base, self.regressor, self.share = base, regressor, share
         self.known = set(base.trained_on)
 
-    def _factor(self, s, o) -> float:
+    def _factor(self, s: Profile, o: Profile) -> float:
         if s.workload in self.known:
             return 1.0
         x = np.array([_pair_features(s, o)])
         return math.exp(self.share * float(self.regressor.predict(x)[0]))
 
-    def predict_pair(self, a, b):
+    def predict_pair(self, a: Profile, b: Profile) -> PairPrediction:
         from iadeep_cli.model.predictor import PairPrediction
         from iadeep_cli.model.terms import MAX_SPEED, MIN_SPEED
 
@@ -80,7 +87,7 @@ class _Corrected:
                               float(np.clip(p.speed_b * fb, MIN_SPEED, MAX_SPEED)),
                               p.confidence, p.method)
 
-    def predict_interval(self, a, b, level: float = 0.8):
+    def predict_interval(self, a: Profile, b: Profile, level: float = 0.8) -> Interval:
         (la, lb), (ha, hb) = self.base.predict_interval(a, b, level)
         fa, fb = self._factor(a, b), self._factor(b, a)
         return (la * fa, lb * fb), (ha * fa, hb * fb)
@@ -89,10 +96,10 @@ class _Corrected:
 class _Average:
     """The mean of several models' predictions and interval ends."""
 
-    def __init__(self, models: Sequence):
+    def __init__(self, models: Sequence[InterferenceModel]):
         self.models = list(models)
 
-    def predict_pair(self, a, b):
+    def predict_pair(self, a: Profile, b: Profile) -> PairPrediction:
         from iadeep_cli.model.predictor import PairPrediction
 
         ps = [m.predict_pair(a, b) for m in self.models]
@@ -100,11 +107,11 @@ class _Average:
                               float(np.mean([p.speed_b for p in ps])),
                               ps[0].confidence, ps[0].method)
 
-    def predict_interval(self, a, b, level: float = 0.8):
+    def predict_interval(self, a: Profile, b: Profile, level: float = 0.8) -> Interval:
         ends = [m.predict_interval(a, b, level) for m in self.models]
-        lo = tuple(float(np.mean([e[0][i] for e in ends])) for i in range(2))
-        hi = tuple(float(np.mean([e[1][i] for e in ends])) for i in range(2))
-        return lo, hi
+        lo = [float(np.mean([e[0][i] for e in ends])) for i in range(2)]
+        hi = [float(np.mean([e[1][i] for e in ends])) for i in range(2)]
+        return (lo[0], lo[1]), (hi[0], hi[1])
 
 
 def _corrected_variant(kind: str, share: float) -> Callable[[Mapping[str, str]], Callable]:
@@ -112,7 +119,8 @@ def _corrected_variant(kind: str, share: float) -> Callable[[Mapping[str, str]],
     from iadeep_cli.model.terms import MAX_SPEED, MIN_SPEED
 
     def factory(groups: Mapping[str, str]) -> Callable:
-        def fit(profiles, observations):
+        def fit(profiles: Mapping[str, Profile], observations: Sequence[CoLocation]
+                ) -> _Corrected:
             base = fit_model(profiles, observations, groups=groups)
             structural = replace(base, offsets={}, observed={}, _cache={})
             x, r = [], []
