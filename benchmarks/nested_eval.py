@@ -85,6 +85,8 @@ def main() -> None:
     lucid = a.lucid
     if (lucid / "pairs.csv").exists():
         run("lucid-part", lucid / "profiles.csv", lucid / "pairs.csv")
+    else:
+        print(f"\nlucid-part: no pairs.csv in {lucid}, skipped (give its folder with --lucid)")
 
 
 if __name__ == "__main__":
