@@ -46,6 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import Any
 
 from ..errors import InputError
 from ..jobs import Job
@@ -298,15 +299,10 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
                 break   # no GPU takes another job: the rest of the queue waits ("full")
             need = mem[job.id]
             if job.spec.gpus > 1:
-                placed, was = len(out), reserved
-                whole = ("whole node", job.spec.gpus, need)   # found none on these GPUs
-                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved,
-                                      whole in failed)
-                if len(out) > placed or reserved != was:   # the GPUs changed
-                    failed.clear()
+                reserved, changed = _multi_gpu(state, job, need, now, policy, out, waits,
+                                               reserved, failed)
+                if changed:
                     room = _has_room(state)
-                else:
-                    failed.add(whole)
                 continue
             if need in failed:   # GPUs unchanged since a job as big found none
                 waits[job.id] = "full"
@@ -328,22 +324,30 @@ def _blind(ctx: PolicyContext, choose: Chooser) -> Planner:
 
 def _multi_gpu(state: dict, job: Job, need: float, now: float, policy: Policy,
                out: list[Placement], waits: dict[int, str], reserved: bool,
-               none_free: bool = False) -> bool:
+               failed: set[Any]) -> tuple[bool, bool]:
     """A multi-GPU job in a baseline or peer: empty GPUs on one node (fewest-empty node first),
     none to share, or it waits and, blocked past ``policy.reserve_after_s``, reserves GPUs as
-    plan() does. Returns whether a reservation is now held this round. ``none_free``: the
-    GPUs have not changed since a job as large, needing as much memory, found none."""
-    keys = None if none_free else _whole_node(state, job.spec.gpus, need)
+    plan() does. ``failed``: the round's set of what found no GPUs since they last changed;
+    ("whole node", GPUs, memory) is added when this job finds no whole node, and the set is
+    cleared when it changes the GPUs. Returns (whether a reservation is now held this round,
+    whether the GPUs changed)."""
+    whole = ("whole node", job.spec.gpus, need)
+    keys = None if whole in failed else _whole_node(state, job.spec.gpus, need)
     if keys is None:
         waits[job.id] = "no whole node free"
         if not reserved and now - job.submitted_at >= policy.reserve_after_s:
             reserved = _reserve_baseline(state, job.spec.gpus)
-        return reserved
+            if reserved:
+                failed.clear()
+                return True, True
+        failed.add(whole)   # none on these GPUs: a job as large and as big waits unlooked
+        return reserved, False
     for k in keys:
         _take(state[k], job, need, 100.0)
         state[k][2] = True
     out.append(gang_placement(job.id, keys))
-    return reserved
+    failed.clear()
+    return reserved, True
 
 
 def gang_placement(job_id: int, keys: Sequence[tuple[str, int]]) -> Placement:
@@ -498,15 +502,10 @@ def _lucid(ctx: PolicyContext) -> Planner:
                 break   # no GPU takes another job: the rest of the queue waits
             need = mem[job.id]
             if job.spec.gpus > 1:
-                placed, was = len(out), reserved
-                whole = ("whole node", job.spec.gpus, need)   # found none on these GPUs
-                reserved = _multi_gpu(state, job, need, now, policy, out, waits, reserved,
-                                      whole in failed)
-                if len(out) > placed or reserved != was:   # the GPUs changed
-                    failed.clear()
+                reserved, changed = _multi_gpu(state, job, need, now, policy, out, waits,
+                                               reserved, failed)
+                if changed:
                     room = _has_room(state)
-                else:
-                    failed.add(whole)
                 continue
             # GPUs unchanged since a like job found neither partner nor empty GPU: nor will
             # this one (pressure only falls further down the queue, and without it a job
