@@ -56,7 +56,7 @@ from .gpumodels import ModelSpeeds, preference, queue_means
 from .inputs import PlanInputs
 from .limits import array_limit_reason, charge, usage_of, user_limit_reason
 from .prediction import CachedModel, Predict
-from .priority import RankedQueue, order_queue, queue_key
+from .priority import RankedQueue, order_queue, placement_fields, queue_key
 from .remaining import Durations, RuntimeEstimate, estimate_runtime, gittins
 from .sharing import Pressure, best_share, completion_rate
 
@@ -541,10 +541,7 @@ def plan(queue: Sequence[Job], slots: Sequence[GpuSlot], active: Sequence[Job], 
 def _like(job: Job, ests: _Estimates | None) -> tuple[Any, ...]:
     """What a short round calls jobs alike by: their spec's placement fields and, while
     the round holds GPUs (``ests`` given), the backfill horizon they would be offered."""
-    spec = job.spec
-    return (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
-            spec.constraint, spec.nodelist, spec.exclude,
-            ests.backfill_s(job) if ests is not None else None)
+    return (placement_fields(job.spec), ests.backfill_s(job) if ests is not None else None)
 
 
 def _level(attained_gpu_s: float) -> int:

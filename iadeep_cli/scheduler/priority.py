@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, overload
 
-from ..jobs import Job
+from ..jobs import Job, JobSpec
 from ..settings import Policy
 
 
@@ -74,13 +74,18 @@ _submitted = attrgetter("submitted_at", "id")
 _priority = attrgetter("spec.priority")
 
 
+def placement_fields(spec: JobSpec) -> tuple[Any, ...]:
+    """The spec fields ``plan()`` places a job by: two jobs with the same ones are alike to a
+    short round (``placement._like``, which adds the round's backfill horizon)."""
+    return (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
+            spec.constraint, spec.nodelist, spec.exclude)
+
+
 def alike_class(job: Job) -> tuple[Any, ...]:
     """What ``plan()``'s short rounds call two jobs alike by, less the round's backfill
-    horizon (which reads only the owner, label and time limit, all here): the same spec
-    fields, its owner and its time limit."""
-    spec = job.spec
-    return (spec.workload, spec.min_speed, spec.mem_gib, spec.gpus, spec.exclusive,
-            spec.constraint, spec.nodelist, spec.exclude, job.owner, spec.time_limit_s)
+    horizon (which reads only the owner, label and time limit, all here): the same
+    placement fields, its owner and its time limit."""
+    return (placement_fields(job.spec), job.owner, job.spec.time_limit_s)
 
 
 class RankedQueue(Sequence[Job]):
