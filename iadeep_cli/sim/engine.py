@@ -282,10 +282,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
     on_gpu: dict[tuple[str | None, int], list[int]] = {k: [] for k in gpu_keys}
     specs = {j.id: j for j in jobs}
     mem = {j.id: _mem_mib(j, profiles, policy) for j in jobs}
-    queued: dict[int, Job] = {}
-    # the same jobs kept ranked by submission as they come and go: what the planners get (a
+    # the queue, kept ranked by submission as jobs come and go: what the planners get (a
     # queue at load 1.2 grows to thousands; none is sorted again each round)
-    ranked = RankedQueue()
+    queued = RankedQueue()
     running: dict[int, Job] = {}
     remaining: dict[int, float] = {}
     speed: dict[int, float] = {}
@@ -321,7 +320,7 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                      hooks.next_poll(t) if hooks is not None and running else math.inf,
                      t_cross, learner.next_poll(t, running) if learner is not None else math.inf)
         if t_next == math.inf:
-            stuck = ", ".join(str(i) for i in list(queued)[:5])
+            stuck = ", ".join(str(j.id) for j in queued[:5])
             raise InputError(f"jobs {stuck} can never start (too big for any GPU/node)",
                              hint="check their gpus and memory against --gpus")
         dt = t_next - t
@@ -355,11 +354,10 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
         arrived = nxt < len(arrivals) and arrivals[nxt].submit_s <= t
         while nxt < len(arrivals) and arrivals[nxt].submit_s <= t:
             sj = arrivals[nxt]
-            queued[sj.id] = Job(sj.id, sj.user,
-                                JobSpec("sim", workload=sj.label or sj.workload, gpus=sj.gpus,
-                                        requeue=sj.requeue),
-                                JobState.QUEUED, sj.submit_s)
-            ranked.add(queued[sj.id])
+            queued.add(Job(sj.id, sj.user,
+                           JobSpec("sim", workload=sj.label or sj.workload, gpus=sj.gpus,
+                                   requeue=sj.requeue),
+                           JobState.QUEUED, sj.submit_s))
             nxt += 1
         rounds, again, moved = 0, False, False
         # a switch or a quiet poll: no news; a plan that preempted is followed at once by one
@@ -372,9 +370,9 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                 break
             points = None
             if ledger is not None and fair is not None:
-                users = {j.owner for j in queued.values()} | {j.owner for j in running.values()}
+                users = {j.owner for j in queued} | {j.owner for j in running.values()}
                 points = fs.points(fs.shares(ledger.usage(t), users, fair))
-            result = planner(ranked, slots, list(running.values()), t, points)
+            result = planner(queued, slots, list(running.values()), t, points)
             moved = moved or bool(result.preempt or result.placements)
             for i in result.preempt:
                 job = running.pop(i)
@@ -382,14 +380,12 @@ def simulate(jobs: Sequence[SimJob], planner: Planner, truth: TruthModel, *, gpu
                     ledger.stop(i, t)
                 for key in held.pop(i):
                     on_gpu[key].remove(i)
-                queued[i] = replace(job, state=JobState.QUEUED, node=None, gpu_indices=())
-                ranked.add(queued[i])
+                queued.add(replace(job, state=JobState.QUEUED, node=None, gpu_indices=()))
                 preemptions += 1
                 remaining[i] += preempt_cost_s
                 cost_gpu_s += preempt_cost_s * job.spec.gpus
             for p in result.placements:
                 job = queued.pop(p.job_id)
-                ranked.pop(p.job_id)
                 if hooks is not None:
                     hooks.placed(p.predicted_speeds)
                     hooks.start(p.job_id, job.spec.workload or "")
