@@ -19,7 +19,6 @@ def _foreign_notices(hook: HookSink) -> list[dict]:
     return [b for b in hook.got()[1] if b.get("event") == "foreign_idle"]
 
 
-
 def test_a_foreign_process_holding_a_gpu_idle_is_reported_once_a_spell(sshd_cluster,
                                                                         tmp_path):
     cluster = sshd_cluster(1)

@@ -91,7 +91,6 @@ def test_an_idle_job_is_marked_told_once_and_requeued_exactly_once(idle_lab, tmp
         assert set(wasted) == {owner} and 2.0 <= wasted[owner] <= time.time() - submitted
 
 
-
 def test_cancel_stops_an_idle_job_but_not_a_patient_or_a_busy_one(idle_lab, tmp_path):
     script = tmp_path / "long.sh"
     script.write_text(LONG)
